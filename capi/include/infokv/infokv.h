@@ -1,0 +1,321 @@
+/*
+ * infokv — embeddable LLM inference with an InfoKV-compressed paged KV cache. The public C API.
+ *
+ * Conventions (all functions):
+ *  - Every fallible function returns an int32_t status: IKV_OK (0) or a negative IKV_ERR_* value. Values are stable
+ *    and never renumbered. ikv_status_string() gives static text for a status; ikv_last_error_message() gives the
+ *    calling thread's message for its latest failure (never NULL; "" when there is none).
+ *  - Output parameters come first. They are initialised at the top of every call (to NULL / 0), so on failure they
+ *    hold those values; nothing is returned half-made.
+ *  - Handles are opaque. Destroy functions accept NULL. A handle that is not live (already freed, or never made by
+ *    this library) is rejected with IKV_ERR_BAD_HANDLE instead of being dereferenced.
+ *  - Thread safety: an ikv_model may be shared by any number of threads and sessions (it is immutable after load).
+ *    An ikv_session and an ikv_sampler must be used by one thread at a time (callers lock if they share one).
+ *    The status/version functions may be called from any thread at any time.
+ *  - Errors never change state: a failed decode leaves the KV cache, lengths and logits as they were.
+ */
+#ifndef INFOKV_INFOKV_H
+#define INFOKV_INFOKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  if defined(INFOKV_BUILDING_LIBRARY)
+#    define IKV_API __declspec(dllexport)
+#  else
+#    define IKV_API __declspec(dllimport)
+#  endif
+#else
+#  define IKV_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- versions ---- */
+#define IKV_VERSION_MAJOR 0
+#define IKV_VERSION_MINOR 1
+#define IKV_VERSION_PATCH 0
+#define IKV_VERSION_STRING "0.1.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH */
+#define IKV_VERSION_NUMBER (IKV_VERSION_MAJOR * 10000 + IKV_VERSION_MINOR * 100 + IKV_VERSION_PATCH)
+
+/** The library's version as text ("0.1.0"); static storage. Thread-safe. */
+IKV_API const char *ikv_version_string(void);
+/** The library's IKV_VERSION_NUMBER at run time (compare with the macro to detect a header/library mismatch). */
+IKV_API int32_t ikv_version_number(void);
+
+/* ---- status codes (stable values) ---- */
+#define IKV_OK 0
+#define IKV_ERR_INVALID_ARGUMENT (-1)  /* a NULL pointer, a negative size, a bad option value */
+#define IKV_ERR_IO (-2)                /* a file could not be opened, read or written */
+#define IKV_ERR_BAD_MODEL (-3)         /* a model file is malformed, truncated or inconsistent */
+#define IKV_ERR_UNSUPPORTED (-4)       /* a valid file or request this version does not implement */
+#define IKV_ERR_OUT_OF_MEMORY (-5)
+#define IKV_ERR_KV_FULL (-6)           /* the KV pool cannot hold the step's tokens (and no policy could free room) */
+#define IKV_ERR_OUT_OF_RANGE (-7)      /* a token id outside the vocabulary, a length beyond the sequence */
+#define IKV_ERR_CANCELLED (-8)         /* a callback asked to stop */
+#define IKV_ERR_BAD_SNAPSHOT (-9)      /* a snapshot is corrupt */
+#define IKV_ERR_WRONG_MODEL (-10)      /* a snapshot was made with another model, tokenizer or cache layout */
+#define IKV_ERR_VERSION (-11)          /* a file needs a newer reader */
+#define IKV_ERR_BAD_CONFIG (-12)       /* a config is malformed or has an out-of-range value */
+#define IKV_ERR_NO_DEVICE (-13)        /* the requested device is not available */
+#define IKV_ERR_BUFFER_TOO_SMALL (-14) /* the caller's buffer is too small; the needed size was stored */
+#define IKV_ERR_NOT_FOUND (-15)        /* no such sequence */
+#define IKV_ERR_BAD_STATE (-16)        /* the call is not valid now (e.g. logits before any decode) */
+#define IKV_ERR_BAD_HANDLE (-17)       /* a NULL, freed or foreign handle */
+#define IKV_ERR_INTERNAL (-100)        /* a bug: please report it with the message */
+
+/** Static text for a status ("KV full", ...); "unknown status" for values this version does not know. */
+IKV_API const char *ikv_status_string(int32_t status);
+/** The calling thread's message for its latest failed call; never NULL, valid until its next infokv call. */
+IKV_API const char *ikv_last_error_message(void);
+
+/* ---- handles ---- */
+typedef struct ikv_model ikv_model;
+typedef struct ikv_session ikv_session;
+typedef struct ikv_sampler ikv_sampler;
+
+/* ---- model ---- */
+
+/**
+ * Loads a GGUF model (memory-mapped; weights are not copied).
+ * @param out   receives the model; NULL on failure.
+ * @param path  file path (UTF-8).
+ * @return IKV_OK, IKV_ERR_INVALID_ARGUMENT (NULL argument), IKV_ERR_IO, IKV_ERR_BAD_MODEL, IKV_ERR_UNSUPPORTED
+ *         (architecture, tensor type or tokenizer this version does not run), IKV_ERR_OUT_OF_MEMORY.
+ * Ownership: free with ikv_model_free() after every session that uses it is freed.
+ */
+IKV_API int32_t ikv_model_load(ikv_model **out, const char *path);
+/** Frees a model; NULL is ignored. Sessions made from it must be freed first. */
+IKV_API void ikv_model_free(ikv_model *model);
+
+/* Integer properties for ikv_model_get_int. */
+#define IKV_MODEL_N_VOCAB 1
+#define IKV_MODEL_N_EMBD 2
+#define IKV_MODEL_N_LAYER 3
+#define IKV_MODEL_N_HEAD 4
+#define IKV_MODEL_N_HEAD_KV 5
+#define IKV_MODEL_HEAD_DIM 6
+#define IKV_MODEL_N_FF 7
+#define IKV_MODEL_N_CTX_TRAIN 8
+#define IKV_MODEL_BOS 9          /* -1 when the model has none */
+#define IKV_MODEL_EOS 10         /* -1 when the model has none */
+#define IKV_MODEL_N_PARAMS 11
+#define IKV_MODEL_WEIGHT_BYTES 12
+
+/**
+ * Reads an integer property (IKV_MODEL_*).
+ * @return IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT (NULL out or unknown property).
+ */
+IKV_API int32_t ikv_model_get_int(int64_t *out, const ikv_model *model, int32_t property);
+
+/**
+ * Describes the model as a JSON object (architecture, sizes, tokenizer, tensor types) into the caller's buffer.
+ * @param out       buffer of `capacity` bytes (may be NULL when capacity is 0 to query the size).
+ * @param out_len   receives the length without the terminating NUL.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL when capacity < *out_len + 1 (nothing written but the size);
+ *         IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT.
+ */
+IKV_API int32_t ikv_model_describe(char *out, size_t capacity, size_t *out_len, const ikv_model *model);
+
+/**
+ * Text to token ids.
+ * @param out_tokens  buffer for `capacity` ids (may be NULL when capacity is 0).
+ * @param out_count   receives the number of ids the text needs.
+ * @param add_bos     non-zero: prepend the model's BOS token (if it has one).
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL (then *out_count is the size to allocate); IKV_ERR_BAD_HANDLE;
+ *         IKV_ERR_INVALID_ARGUMENT. Any bytes are accepted (invalid UTF-8 becomes byte tokens).
+ */
+IKV_API int32_t ikv_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_model *model,
+                             const char *text, size_t text_len, int32_t add_bos);
+
+/**
+ * Token ids to text (the bytes they stand for; control tokens give nothing). The result is NUL-terminated.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL when capacity < *out_len + 1; IKV_ERR_OUT_OF_RANGE for a bad id;
+ *         IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT.
+ */
+IKV_API int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, const ikv_model *model,
+                               const int32_t *tokens, size_t n_tokens);
+
+/* ---- session ---- */
+
+/* KV cache element types. */
+#define IKV_KV_F32 1
+#define IKV_KV_F16 2
+#define IKV_KV_BF16 3
+
+/* Compression policies. */
+#define IKV_POLICY_NONE 0
+#define IKV_POLICY_INFOKV 1
+#define IKV_POLICY_SNAPKV 2
+#define IKV_POLICY_H2O 3
+#define IKV_POLICY_STREAMING 4
+#define IKV_POLICY_TOVA 5
+#define IKV_POLICY_PYRAMIDKV 6
+
+/* Layer budget shapes. */
+#define IKV_SHAPE_UNIFORM 0
+#define IKV_SHAPE_PYRAMID 1
+
+#define IKV_SESSION_OPTIONS_VERSION 1
+
+/**
+ * Session options: a versioned struct. Initialise with IKV_SESSION_OPTIONS_INIT or ikv_session_options_init()
+ * (the two agree), then change what you need. Zero means "default" for every size.
+ */
+typedef struct ikv_session_options {
+  uint32_t struct_size;      /* sizeof(ikv_session_options) as compiled by the caller */
+  uint32_t version;          /* IKV_SESSION_OPTIONS_VERSION */
+  int32_t n_threads;         /* 0: available cores */
+  int32_t kv_dtype;          /* IKV_KV_*; default IKV_KV_F16 */
+  int32_t block_size;        /* tokens per KV block; default 16 */
+  int32_t ubatch;            /* tokens per forward chunk; default 256 */
+  int64_t kv_pool_blocks;    /* pool size in blocks (all layers together); 0: use kv_pool_bytes */
+  int64_t kv_pool_bytes;     /* pool size in bytes; 0 and kv_pool_blocks 0: 4 x trained context, <= 1 GiB */
+  /* compression */
+  int32_t policy;            /* IKV_POLICY_*; default IKV_POLICY_NONE */
+  int32_t budget_tokens;     /* tokens kept per layer; 0: use budget_fraction */
+  double budget_fraction;    /* of the sequence's length at compression time, (0, 1] */
+  int32_t window;            /* observation window; -1: min(32, budget / 4) */
+  int32_t interval;          /* decode steps between compressions; default 1024 */
+  float alpha;               /* attention weight in the InfoKV mix; default 0.9 */
+  float tau;                 /* representation-change offset; default 1 */
+  int32_t entropy_top_k;     /* default 256 */
+  int32_t pool_kernel_prefill; /* default 5 */
+  int32_t pool_kernel_decode;  /* default 7 */
+  int32_t shape;             /* IKV_SHAPE_*; pyramidkv always uses the pyramid */
+  float beta;                /* pyramid steepness; default 20 */
+  int32_t sink;              /* streaming: sink tokens; default 4 */
+  int32_t compress_after_prefill; /* non-zero (default): compress once right after the first decode */
+} ikv_session_options;
+
+#define IKV_SESSION_OPTIONS_INIT                                                                          \
+  { (uint32_t)sizeof(ikv_session_options), IKV_SESSION_OPTIONS_VERSION, 0, IKV_KV_F16, 16, 256, 0, 0,   \
+    IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1 }
+
+/** Fills `opts` with the defaults (same values as IKV_SESSION_OPTIONS_INIT). IKV_ERR_INVALID_ARGUMENT on NULL. */
+IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
+
+/**
+ * Creates a session over a model with one empty sequence, id 0.
+ * @param opts  NULL for defaults; otherwise struct_size must be at least the version-1 size.
+ * @return IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT (bad option; the message names it),
+ *         IKV_ERR_OUT_OF_MEMORY. The model must outlive the session.
+ */
+IKV_API int32_t ikv_session_create(ikv_session **out, ikv_model *model, const ikv_session_options *opts);
+/** Frees a session and its KV cache; NULL is ignored. */
+IKV_API void ikv_session_free(ikv_session *session);
+
+/** Adds an empty sequence; *out_seq receives its id. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT. */
+IKV_API int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session);
+/** Removes a sequence and returns its blocks to the pool. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_NOT_FOUND. */
+IKV_API int32_t ikv_seq_remove(ikv_session *session, int32_t seq);
+/** Forks `src`: the new sequence shares its cache (copy-on-write) and logits. IKV_OK, IKV_ERR_NOT_FOUND, ... */
+IKV_API int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src);
+/** Drops positions >= length (logits are cleared; decode before sampling). IKV_ERR_OUT_OF_RANGE beyond the length. */
+IKV_API int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t length);
+/** The sequence's logical length (positions appended). */
+IKV_API int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq);
+/** Tokens kept in `layer` (after compression this is below the length). */
+IKV_API int32_t ikv_seq_kept(int64_t *out, const ikv_session *session, int32_t seq, int32_t layer);
+/** Bytes of KV blocks the sequence holds (block rounding included; shared blocks counted in full). */
+IKV_API int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32_t seq);
+
+/**
+ * Appends tokens to one sequence and runs the model; the logits of the last token become available.
+ * All or nothing: on failure nothing changes.
+ * @return IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT (NULL tokens or n == 0), IKV_ERR_NOT_FOUND,
+ *         IKV_ERR_OUT_OF_RANGE (a token outside the vocabulary), IKV_ERR_KV_FULL, IKV_ERR_OUT_OF_MEMORY.
+ */
+IKV_API int32_t ikv_decode(ikv_session *session, int32_t seq, const int32_t *tokens, size_t n_tokens);
+
+/**
+ * Decodes a batch that may mix sequences: item i appends tokens[i] to seq_ids[i] (items of one sequence in order).
+ * Each sequence's last item gets logits (read with ikv_get_logits). Same statuses as ikv_decode.
+ */
+IKV_API int32_t ikv_decode_batch(ikv_session *session, const int32_t *seq_ids, const int32_t *tokens, size_t n_items);
+
+/**
+ * Copies the logits of the sequence's latest token.
+ * @param out       buffer of `capacity` floats; *out_count receives n_vocab.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL; IKV_ERR_BAD_STATE before the first decode (or after a truncate);
+ *         IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, const ikv_session *session, int32_t seq);
+
+/* ---- KV accounting ---- */
+#define IKV_KV_BLOCKS_TOTAL 1
+#define IKV_KV_BLOCKS_USED 2
+#define IKV_KV_BLOCKS_FREE 3
+#define IKV_KV_BLOCK_BYTES 4
+#define IKV_KV_BYTES_USED 5
+#define IKV_KV_BLOCK_SIZE 6
+/** Reads one pool statistic (IKV_KV_*). */
+IKV_API int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat);
+
+/* ---- compression ---- */
+/** Marks positions [begin, end) of `seq` as never evicted (fair == 0) or as a fair-share span (fair != 0). */
+IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair);
+/**
+ * Compresses `seq` now, to budget_tokens per layer (0: the session's configured budget). Freed blocks return
+ * to the pool. IKV_ERR_BAD_STATE when the session's policy is IKV_POLICY_NONE.
+ */
+IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens);
+
+/* ---- sampling ---- */
+#define IKV_SAMPLER_OPTIONS_VERSION 1
+typedef struct ikv_sampler_options {
+  uint32_t struct_size;
+  uint32_t version;
+  float temperature;      /* <= 0: greedy; default 0.8 */
+  int32_t top_k;          /* <= 0: off; default 40 */
+  float top_p;            /* >= 1: off; default 0.95 */
+  float min_p;            /* <= 0: off; default 0.05 */
+  float repeat_penalty;   /* 1: off (default) */
+  int32_t repeat_last_n;  /* default 64 */
+  uint64_t seed;          /* default 0 */
+} ikv_sampler_options;
+
+#define IKV_SAMPLER_OPTIONS_INIT \
+  { (uint32_t)sizeof(ikv_sampler_options), IKV_SAMPLER_OPTIONS_VERSION, 0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0 }
+
+/** Fills `opts` with the defaults (same values as IKV_SAMPLER_OPTIONS_INIT). */
+IKV_API int32_t ikv_sampler_options_init(ikv_sampler_options *opts);
+/** Creates a sampler (NULL opts: defaults). IKV_ERR_INVALID_ARGUMENT for NaN or negative parameters. */
+IKV_API int32_t ikv_sampler_create(ikv_sampler **out, const ikv_sampler_options *opts);
+/** Frees a sampler; NULL is ignored. */
+IKV_API void ikv_sampler_free(ikv_sampler *sampler);
+/**
+ * Samples the next token from the sequence's current logits and records it for the repetition penalty.
+ * @return IKV_OK, IKV_ERR_BAD_STATE (no logits yet), IKV_ERR_NOT_FOUND, IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_sample(int32_t *out_token, ikv_sampler *sampler, const ikv_session *session, int32_t seq);
+
+/**
+ * Streaming callback: called once per generated token with the text it completed (valid UTF-8, possibly empty,
+ * not NUL-terminated; `text` is valid only during the call). token is -1 for a final flush of held-back bytes.
+ * Return 0 to continue, non-zero to stop (ikv_generate then returns IKV_ERR_CANCELLED, keeping what was made).
+ */
+typedef int32_t (*ikv_token_callback)(void *user_data, int32_t token, const char *text, size_t text_len);
+
+/**
+ * Generates up to max_tokens tokens into `seq`: decodes `prompt` first (may be NULL/0 when the sequence already has
+ * logits), then samples, streaming each token to `callback` (may be NULL). Stops at EOS.
+ * @param out_tokens  buffer for the generated ids (may be NULL); *out_count receives how many were generated
+ *                    (even when it exceeds capacity: then the first `capacity` are stored and the call still
+ *                    returns IKV_OK).
+ * @return IKV_OK; IKV_ERR_CANCELLED (callback stopped it; generated tokens stay in the sequence);
+ *         every status of ikv_decode.
+ */
+IKV_API int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_count, ikv_session *session,
+                             int32_t seq, const int32_t *prompt, size_t n_prompt, int32_t max_tokens,
+                             ikv_sampler *sampler, ikv_token_callback callback, void *user_data);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFOKV_INFOKV_H */

@@ -1,0 +1,442 @@
+// The C ABI: argument checks, calls into the core, and exceptions turned into statuses. Nothing here throws.
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "gguf/ggml_types.hpp"
+#include "handles.hpp"
+#include "model/describe.hpp"
+#include "session/generate.hpp"
+
+using infokv::Error;
+using infokv::Status;
+using infokv::fail;
+using infokv::capi::check_handle;
+using infokv::capi::guard;
+
+static_assert(IKV_ERR_KV_FULL == static_cast<int32_t>(Status::kv_full), "status values must agree");
+static_assert(IKV_ERR_BAD_HANDLE == static_cast<int32_t>(Status::bad_handle), "status values must agree");
+static_assert(IKV_ERR_INTERNAL == static_cast<int32_t>(Status::internal), "status values must agree");
+static_assert(IKV_POLICY_PYRAMIDKV == static_cast<int32_t>(infokv::PolicyKind::pyramidkv), "policy values must agree");
+static_assert(IKV_KV_BF16 == static_cast<int32_t>(infokv::KvDtype::bf16), "dtype values must agree");
+
+namespace {
+
+void require(bool cond, const char *msg) {
+  if (!cond) fail(Status::invalid_argument, msg);
+}
+
+// Copies a string into a caller buffer with the size-query protocol.
+int32_t copy_out(char *out, size_t capacity, size_t *out_len, const std::string &s) {
+  *out_len = s.size();
+  if (capacity < s.size() + 1) {
+    if (out != nullptr && capacity > 0) out[0] = '\0';
+    return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL,
+                                     "buffer of " + std::to_string(capacity) + " bytes is too small; " +
+                                         std::to_string(s.size() + 1) + " needed");
+  }
+  std::memcpy(out, s.data(), s.size());
+  out[s.size()] = '\0';
+  return IKV_OK;
+}
+
+infokv::SessionOptions to_session_options(const ikv_session_options *o) {
+  infokv::SessionOptions so;
+  if (o == nullptr) return so;
+  require(o->struct_size >= sizeof(ikv_session_options), "ikv_session_options.struct_size is too small (initialise with IKV_SESSION_OPTIONS_INIT)");
+  require(o->version >= 1, "ikv_session_options.version must be >= 1");
+  require(o->n_threads >= 0, "n_threads must be >= 0");
+  require(o->kv_dtype >= 1 && o->kv_dtype <= 3, "kv_dtype must be IKV_KV_F32, IKV_KV_F16 or IKV_KV_BF16");
+  require(o->block_size >= 0, "block_size must be >= 0");
+  require(o->ubatch >= 0, "ubatch must be >= 0");
+  require(o->policy >= 0 && o->policy <= 6, "policy must be one of IKV_POLICY_*");
+  require(o->shape == 0 || o->shape == 1, "shape must be IKV_SHAPE_UNIFORM or IKV_SHAPE_PYRAMID");
+  so.n_threads = o->n_threads;
+  so.kv_dtype = static_cast<infokv::KvDtype>(o->kv_dtype);
+  so.block_size = o->block_size > 0 ? o->block_size : 16;
+  so.ubatch = o->ubatch > 0 ? o->ubatch : 256;
+  so.kv_pool_blocks = o->kv_pool_blocks;
+  so.kv_pool_bytes = o->kv_pool_bytes;
+  infokv::CompressionConfig &c = so.compression;
+  c.policy = static_cast<infokv::PolicyKind>(o->policy);
+  c.budget_tokens = o->budget_tokens;
+  c.budget_fraction = o->budget_fraction;
+  c.window = o->window;
+  c.interval = o->interval;
+  c.alpha = o->alpha;
+  c.tau = o->tau;
+  c.entropy_top_k = o->entropy_top_k;
+  c.pool_kernel_prefill = o->pool_kernel_prefill;
+  c.pool_kernel_decode = o->pool_kernel_decode;
+  c.shape = static_cast<infokv::BudgetShape>(o->shape);
+  c.beta = o->beta;
+  c.sink = o->sink;
+  c.compress_after_prefill = o->compress_after_prefill != 0;
+  c.validate();
+  return so;
+}
+
+infokv::SamplerParams to_sampler_params(const ikv_sampler_options *o) {
+  infokv::SamplerParams p;
+  if (o == nullptr) return p;
+  require(o->struct_size >= sizeof(ikv_sampler_options), "ikv_sampler_options.struct_size is too small (initialise with IKV_SAMPLER_OPTIONS_INIT)");
+  p.temperature = o->temperature;
+  p.top_k = o->top_k;
+  p.top_p = o->top_p;
+  p.min_p = o->min_p;
+  p.repeat_penalty = o->repeat_penalty;
+  p.repeat_last_n = o->repeat_last_n;
+  p.seed = o->seed;
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char *ikv_version_string(void) { return IKV_VERSION_STRING; }
+int32_t ikv_version_number(void) { return IKV_VERSION_NUMBER; }
+
+const char *ikv_status_string(int32_t status) {
+  switch (status) {
+    case IKV_OK: return "ok";
+    case IKV_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case IKV_ERR_IO: return "I/O error";
+    case IKV_ERR_BAD_MODEL: return "bad model file";
+    case IKV_ERR_UNSUPPORTED: return "unsupported";
+    case IKV_ERR_OUT_OF_MEMORY: return "out of memory";
+    case IKV_ERR_KV_FULL: return "KV full";
+    case IKV_ERR_OUT_OF_RANGE: return "out of range";
+    case IKV_ERR_CANCELLED: return "cancelled";
+    case IKV_ERR_BAD_SNAPSHOT: return "bad snapshot";
+    case IKV_ERR_WRONG_MODEL: return "wrong model";
+    case IKV_ERR_VERSION: return "unsupported version";
+    case IKV_ERR_BAD_CONFIG: return "bad config";
+    case IKV_ERR_NO_DEVICE: return "no device";
+    case IKV_ERR_BUFFER_TOO_SMALL: return "buffer too small";
+    case IKV_ERR_NOT_FOUND: return "not found";
+    case IKV_ERR_BAD_STATE: return "bad state";
+    case IKV_ERR_BAD_HANDLE: return "bad handle";
+    case IKV_ERR_INTERNAL: return "internal error";
+    default: return "unknown status";
+  }
+}
+
+int32_t ikv_model_load(ikv_model **out, const char *path) {
+  if (out != nullptr) *out = nullptr;
+  return guard([&] {
+    require(out != nullptr && path != nullptr, "ikv_model_load: out and path must not be NULL");
+    auto m = std::make_unique<ikv_model>();
+    m->model = infokv::Model::load(path);
+    infokv::capi::register_handle(m.get());
+    *out = m.release();
+    return IKV_OK;
+  });
+}
+
+void ikv_model_free(ikv_model *model) {
+  if (model == nullptr || !infokv::capi::is_live(model)) return;
+  infokv::capi::unregister_handle(model);
+  delete model;
+}
+
+int32_t ikv_model_get_int(int64_t *out, const ikv_model *model, int32_t property) {
+  if (out != nullptr) *out = 0;
+  return guard([&] {
+    check_handle(model, "model");
+    require(out != nullptr, "out must not be NULL");
+    const infokv::Model &m = *model->model;
+    const infokv::HParams &hp = m.hparams();
+    switch (property) {
+      case IKV_MODEL_N_VOCAB: *out = hp.n_vocab; break;
+      case IKV_MODEL_N_EMBD: *out = hp.n_embd; break;
+      case IKV_MODEL_N_LAYER: *out = hp.n_layer; break;
+      case IKV_MODEL_N_HEAD: *out = hp.n_head; break;
+      case IKV_MODEL_N_HEAD_KV: *out = hp.n_head_kv; break;
+      case IKV_MODEL_HEAD_DIM: *out = hp.head_dim; break;
+      case IKV_MODEL_N_FF: *out = hp.n_ff; break;
+      case IKV_MODEL_N_CTX_TRAIN: *out = hp.n_ctx_train; break;
+      case IKV_MODEL_BOS: *out = m.tokenizer().bos(); break;
+      case IKV_MODEL_EOS: *out = m.tokenizer().eos(); break;
+      case IKV_MODEL_N_PARAMS: *out = static_cast<int64_t>(m.n_params()); break;
+      case IKV_MODEL_WEIGHT_BYTES: *out = static_cast<int64_t>(m.weight_bytes()); break;
+      default: fail(Status::invalid_argument, "unknown model property " + std::to_string(property));
+    }
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_model_describe(char *out, size_t capacity, size_t *out_len, const ikv_model *model) {
+  if (out_len != nullptr) *out_len = 0;
+  return guard([&] {
+    check_handle(model, "model");
+    require(out_len != nullptr, "out_len must not be NULL");
+    require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
+    return copy_out(out, capacity, out_len, infokv::describe_json(*model->model));
+  });
+}
+
+int32_t ikv_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_model *model, const char *text,
+                     size_t text_len, int32_t add_bos) {
+  if (out_count != nullptr) *out_count = 0;
+  return guard([&] {
+    check_handle(model, "model");
+    require(out_count != nullptr, "out_count must not be NULL");
+    require(text != nullptr || text_len == 0, "text is NULL");
+    require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
+    std::vector<int32_t> ids = model->model->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0);
+    *out_count = ids.size();
+    if (capacity < ids.size())
+      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "token buffer holds " + std::to_string(capacity) + ", " +
+                                                                     std::to_string(ids.size()) + " needed");
+    std::copy(ids.begin(), ids.end(), out_tokens);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, const ikv_model *model, const int32_t *tokens,
+                       size_t n_tokens) {
+  if (out_len != nullptr) *out_len = 0;
+  return guard([&] {
+    check_handle(model, "model");
+    require(out_len != nullptr, "out_len must not be NULL");
+    require(tokens != nullptr || n_tokens == 0, "tokens is NULL");
+    require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
+    std::vector<int32_t> ids(tokens, tokens + n_tokens);
+    return copy_out(out, capacity, out_len, model->model->tokenizer().decode(ids));
+  });
+}
+
+int32_t ikv_session_options_init(ikv_session_options *opts) {
+  if (opts == nullptr) return infokv::capi::fail_status(IKV_ERR_INVALID_ARGUMENT, "opts must not be NULL");
+  const ikv_session_options defaults = IKV_SESSION_OPTIONS_INIT;
+  *opts = defaults;
+  return IKV_OK;
+}
+
+int32_t ikv_session_create(ikv_session **out, ikv_model *model, const ikv_session_options *opts) {
+  if (out != nullptr) *out = nullptr;
+  return guard([&] {
+    require(out != nullptr, "out must not be NULL");
+    check_handle(model, "model");
+    auto s = std::make_unique<ikv_session>();
+    s->session = std::make_unique<infokv::Session>(model->model, to_session_options(opts));
+    s->session->add_sequence();
+    infokv::capi::register_handle(s.get());
+    *out = s.release();
+    return IKV_OK;
+  });
+}
+
+void ikv_session_free(ikv_session *session) {
+  if (session == nullptr || !infokv::capi::is_live(session)) return;
+  infokv::capi::unregister_handle(session);
+  delete session;
+}
+
+int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session) {
+  if (out_seq != nullptr) *out_seq = -1;
+  return guard([&] {
+    check_handle(session, "session");
+    require(out_seq != nullptr, "out_seq must not be NULL");
+    *out_seq = session->session->add_sequence();
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_remove(ikv_session *session, int32_t seq) {
+  return guard([&] {
+    check_handle(session, "session");
+    session->session->remove_sequence(seq);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src) {
+  if (out_seq != nullptr) *out_seq = -1;
+  return guard([&] {
+    check_handle(session, "session");
+    require(out_seq != nullptr, "out_seq must not be NULL");
+    *out_seq = session->session->fork_sequence(src);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t length) {
+  return guard([&] {
+    check_handle(session, "session");
+    session->session->truncate(seq, length);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq) {
+  if (out != nullptr) *out = 0;
+  return guard([&] {
+    check_handle(session, "session");
+    require(out != nullptr, "out must not be NULL");
+    *out = session->session->info(seq).length;
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_kept(int64_t *out, const ikv_session *session, int32_t seq, int32_t layer) {
+  if (out != nullptr) *out = 0;
+  return guard([&] {
+    check_handle(session, "session");
+    require(out != nullptr, "out must not be NULL");
+    infokv::SeqInfo info = session->session->info(seq);
+    if (layer < 0 || static_cast<size_t>(layer) >= info.kept_per_layer.size())
+      fail(Status::out_of_range, "layer " + std::to_string(layer) + " out of range");
+    *out = info.kept_per_layer[static_cast<size_t>(layer)];
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32_t seq) {
+  if (out != nullptr) *out = 0;
+  return guard([&] {
+    check_handle(session, "session");
+    require(out != nullptr, "out must not be NULL");
+    *out = session->session->info(seq).bytes;
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_decode(ikv_session *session, int32_t seq, const int32_t *tokens, size_t n_tokens) {
+  return guard([&] {
+    check_handle(session, "session");
+    require(tokens != nullptr && n_tokens > 0, "tokens must not be NULL or empty");
+    std::vector<infokv::BatchToken> batch(n_tokens);
+    for (size_t i = 0; i < n_tokens; ++i) batch[i] = {seq, tokens[i], false};
+    session->session->decode(batch);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_decode_batch(ikv_session *session, const int32_t *seq_ids, const int32_t *tokens, size_t n_items) {
+  return guard([&] {
+    check_handle(session, "session");
+    require(seq_ids != nullptr && tokens != nullptr && n_items > 0, "seq_ids and tokens must not be NULL or empty");
+    std::vector<infokv::BatchToken> batch(n_items);
+    for (size_t i = 0; i < n_items; ++i) batch[i] = {seq_ids[i], tokens[i], false};
+    session->session->decode(batch);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, const ikv_session *session, int32_t seq) {
+  if (out_count != nullptr) *out_count = 0;
+  return guard([&] {
+    check_handle(session, "session");
+    require(out_count != nullptr, "out_count must not be NULL");
+    require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
+    const std::vector<float> &lg = session->session->logits(seq);
+    *out_count = lg.size();
+    if (capacity < lg.size())
+      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "logits buffer holds " + std::to_string(capacity) +
+                                                                     ", " + std::to_string(lg.size()) + " needed");
+    std::copy(lg.begin(), lg.end(), out);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat) {
+  if (out != nullptr) *out = 0;
+  return guard([&] {
+    check_handle(session, "session");
+    require(out != nullptr, "out must not be NULL");
+    infokv::KvStats s = session->session->kv().stats();
+    switch (stat) {
+      case IKV_KV_BLOCKS_TOTAL: *out = s.blocks_total; break;
+      case IKV_KV_BLOCKS_USED: *out = s.blocks_used; break;
+      case IKV_KV_BLOCKS_FREE: *out = s.blocks_free; break;
+      case IKV_KV_BLOCK_BYTES: *out = s.block_bytes; break;
+      case IKV_KV_BYTES_USED: *out = s.bytes_used; break;
+      case IKV_KV_BLOCK_SIZE: *out = session->session->kv().config().block_size; break;
+      default: fail(Status::invalid_argument, "unknown KV statistic " + std::to_string(stat));
+    }
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair) {
+  return guard([&] {
+    check_handle(session, "session");
+    session->session->protect(seq, infokv::ProtectedSpan{begin, end, fair != 0});
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens) {
+  return guard([&] {
+    check_handle(session, "session");
+    require(budget_tokens >= 0, "budget_tokens must be >= 0");
+    session->session->compress(seq, budget_tokens);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_sampler_options_init(ikv_sampler_options *opts) {
+  if (opts == nullptr) return infokv::capi::fail_status(IKV_ERR_INVALID_ARGUMENT, "opts must not be NULL");
+  const ikv_sampler_options defaults = IKV_SAMPLER_OPTIONS_INIT;
+  *opts = defaults;
+  return IKV_OK;
+}
+
+int32_t ikv_sampler_create(ikv_sampler **out, const ikv_sampler_options *opts) {
+  if (out != nullptr) *out = nullptr;
+  return guard([&] {
+    require(out != nullptr, "out must not be NULL");
+    auto s = std::make_unique<ikv_sampler>();
+    s->sampler = std::make_unique<infokv::Sampler>(to_sampler_params(opts));
+    infokv::capi::register_handle(s.get());
+    *out = s.release();
+    return IKV_OK;
+  });
+}
+
+void ikv_sampler_free(ikv_sampler *sampler) {
+  if (sampler == nullptr || !infokv::capi::is_live(sampler)) return;
+  infokv::capi::unregister_handle(sampler);
+  delete sampler;
+}
+
+int32_t ikv_sample(int32_t *out_token, ikv_sampler *sampler, const ikv_session *session, int32_t seq) {
+  if (out_token != nullptr) *out_token = -1;
+  return guard([&] {
+    check_handle(sampler, "sampler");
+    check_handle(session, "session");
+    require(out_token != nullptr, "out_token must not be NULL");
+    const std::vector<float> &lg = session->session->logits(seq);
+    const int32_t t = sampler->sampler->sample(lg.data(), static_cast<int32_t>(lg.size()));
+    sampler->sampler->accept(t);
+    *out_token = t;
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_count, ikv_session *session, int32_t seq,
+                     const int32_t *prompt, size_t n_prompt, int32_t max_tokens, ikv_sampler *sampler,
+                     ikv_token_callback callback, void *user_data) {
+  if (out_count != nullptr) *out_count = 0;
+  return guard([&] {
+    check_handle(session, "session");
+    check_handle(sampler, "sampler");
+    require(prompt != nullptr || n_prompt == 0, "prompt is NULL");
+    require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
+    require(max_tokens >= 0, "max_tokens must be >= 0");
+    std::vector<int32_t> p(prompt, prompt + n_prompt);
+    infokv::TokenCallback cb;
+    if (callback != nullptr)
+      cb = [&](int32_t token, const std::string &text) { return callback(user_data, token, text.data(), text.size()) == 0; };
+    infokv::GenerateResult r = infokv::generate(*session->session, seq, p, max_tokens, *sampler->sampler, cb);
+    if (out_count != nullptr) *out_count = r.tokens.size();
+    for (size_t i = 0; i < r.tokens.size() && i < capacity; ++i) out_tokens[i] = r.tokens[i];
+    if (r.cancelled) return infokv::capi::fail_status(IKV_ERR_CANCELLED, "generation stopped by the callback");
+    return IKV_OK;
+  });
+}
+
+}  // extern "C"

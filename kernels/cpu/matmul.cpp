@@ -1,0 +1,166 @@
+// out[n, m] = x[n, k] · W[m, k]^T for f32/f16/bf16 weights. AVX2+FMA path chosen at run time, portable fallback.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "gguf/ggml_types.hpp"
+#include "kernels/ops.hpp"
+#include "util/fp16.hpp"
+#include "util/thread_pool.hpp"
+
+namespace infokv {
+namespace cpu {
+
+namespace {
+
+inline float load_w(const float *w, int64_t i) { return w[i]; }
+inline float load_w(const uint16_t *w, int64_t i, bool bf16) { return bf16 ? bf16_to_float(w[i]) : fp16_to_float(w[i]); }
+
+// Portable: four independent partial sums per dot product keep the FP dependency chains short.
+template <typename W>
+void rows_generic(float *out, const float *x, const W *w, int64_t n, int64_t m0, int64_t m1, int64_t m, int64_t k,
+                  bool bf16) {
+  for (int64_t r = m0; r < m1; ++r) {
+    const W *wr = w + r * k;
+    for (int64_t t = 0; t < n; ++t) {
+      const float *xr = x + t * k;
+      float s[4] = {0, 0, 0, 0};
+      int64_t i = 0;
+      for (; i + 4 <= k; i += 4)
+        for (int j = 0; j < 4; ++j) {
+          float wv;
+          if constexpr (sizeof(W) == 4) wv = load_w(reinterpret_cast<const float *>(wr), i + j);
+          else wv = load_w(reinterpret_cast<const uint16_t *>(wr), i + j, bf16);
+          s[j] += xr[i + j] * wv;
+        }
+      float acc = (s[0] + s[1]) + (s[2] + s[3]);
+      for (; i < k; ++i) {
+        float wv;
+        if constexpr (sizeof(W) == 4) wv = load_w(reinterpret_cast<const float *>(wr), i);
+        else wv = load_w(reinterpret_cast<const uint16_t *>(wr), i, bf16);
+        acc += xr[i] * wv;
+      }
+      out[t * m + r] = acc;
+    }
+  }
+}
+
+enum class WKind { f32, f16, bf16 };
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const void *w, int64_t i, WKind kind) {
+  switch (kind) {
+    case WKind::f32: return _mm256_loadu_ps(static_cast<const float *>(w) + i);
+    case WKind::f16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i)));
+    case WKind::bf16: {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+  }
+  return _mm256_setzero_ps();
+}
+
+inline float load1(const void *w, int64_t i, WKind kind) {
+  switch (kind) {
+    case WKind::f32: return static_cast<const float *>(w)[i];
+    case WKind::f16: return fp16_to_float(static_cast<const uint16_t *>(w)[i]);
+    case WKind::bf16: return bf16_to_float(static_cast<const uint16_t *>(w)[i]);
+  }
+  return 0;
+}
+
+__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo);
+  __m128 s = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, s);
+  s = _mm_add_ss(s, sh);
+  return _mm_cvtss_f32(s);
+}
+
+template <WKind K>
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
+                                                        int64_t m1, int64_t m, int64_t k) {
+  const int64_t k8 = k & ~int64_t{7};
+  const size_t esz = K == WKind::f32 ? 4 : 2;
+  for (int64_t r = m0; r < m1; ++r) {
+    const void *wr = static_cast<const uint8_t *>(w) + static_cast<size_t>(r * k) * esz;
+    int64_t t = 0;
+    // Four tokens at a time share each loaded weight vector.
+    for (; t + 4 <= n; t += 4) {
+      const float *x0 = x + t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k8; i += 8) {
+        __m256 wv = load8(wr, i, K);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), wv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), wv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), wv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i), wv, a3);
+      }
+      float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
+      for (int64_t i = k8; i < k; ++i) {
+        float wv = load1(wr, i, K);
+        s0 += x0[i] * wv; s1 += x1[i] * wv; s2 += x2[i] * wv; s3 += x3[i] * wv;
+      }
+      out[t * m + r] = s0; out[(t + 1) * m + r] = s1; out[(t + 2) * m + r] = s2; out[(t + 3) * m + r] = s3;
+    }
+    for (; t < n; ++t) {
+      const float *xr = x + t * k;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+      int64_t i = 0;
+      for (; i + 16 <= k8; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), load8(wr, i, K), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), load8(wr, i + 8, K), a1);
+      }
+      for (; i < k8; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), load8(wr, i, K), a0);
+      float s = hsum(_mm256_add_ps(a0, a1));
+      for (; i < k; ++i) s += xr[i] * load1(wr, i, K);
+      out[t * m + r] = s;
+    }
+  }
+}
+
+bool have_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+}  // namespace
+
+bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool) {
+  WKind kind;
+  switch (static_cast<GgmlType>(w_type)) {
+    case GgmlType::F32: kind = WKind::f32; break;
+    case GgmlType::F16: kind = WKind::f16; break;
+    case GgmlType::BF16: kind = WKind::bf16; break;
+    default: return false;
+  }
+  auto body = [&](int64_t m0, int64_t m1) {
+    if (have_avx2()) {
+      switch (kind) {
+        case WKind::f32: rows_avx2<WKind::f32>(out, x, w, n, m0, m1, m, k); break;
+        case WKind::f16: rows_avx2<WKind::f16>(out, x, w, n, m0, m1, m, k); break;
+        case WKind::bf16: rows_avx2<WKind::bf16>(out, x, w, n, m0, m1, m, k); break;
+      }
+    } else if (kind == WKind::f32) {
+      rows_generic(out, x, static_cast<const float *>(w), n, m0, m1, m, k, false);
+    } else {
+      rows_generic(out, x, static_cast<const uint16_t *>(w), n, m0, m1, m, k, kind == WKind::bf16);
+    }
+  };
+  // Share the rows among threads only when each gets enough multiply-adds to pay for the hand-off.
+  const int64_t work = n * m * k;
+  if (pool == nullptr || pool->size() <= 1 || work < (int64_t{1} << 17)) {
+    body(0, m);
+  } else {
+    int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, n * k));
+    pool->parallel_for(m, grain, body);
+  }
+  return true;
+}
+
+}  // namespace cpu
+}  // namespace infokv

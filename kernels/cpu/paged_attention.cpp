@@ -1,0 +1,172 @@
+// KV append/read and causal attention over a paged KV cache.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/ops.hpp"
+#include "util/fp16.hpp"
+#include "util/thread_pool.hpp"
+
+namespace infokv {
+namespace cpu {
+
+namespace {
+
+inline uint8_t *slot_ptr(const PagedKv &kv, int32_t slot, int32_t h, int which) {
+  const int32_t b = kv.block_table[slot / kv.block_size];
+  const int32_t s = slot % kv.block_size;
+  const int64_t es = kv_dtype_size(kv.dtype);
+  const int64_t off = ((static_cast<int64_t>(which) * kv.n_kv_heads + h) * kv.block_size + s) * kv.head_dim * es;
+  return kv.pool + static_cast<int64_t>(b) * kv.block_stride + off;
+}
+
+inline void store(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
+  switch (t) {
+    case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case KvDtype::f16: {
+      auto *d = reinterpret_cast<uint16_t *>(dst);
+      for (int32_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
+      break;
+    }
+    case KvDtype::bf16: {
+      auto *d = reinterpret_cast<uint16_t *>(dst);
+      for (int32_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+      break;
+    }
+  }
+}
+
+inline void load(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
+  switch (t) {
+    case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case KvDtype::f16: {
+      const auto *s = reinterpret_cast<const uint16_t *>(src);
+      for (int32_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
+      break;
+    }
+    case KvDtype::bf16: {
+      const auto *s = reinterpret_cast<const uint16_t *>(src);
+      for (int32_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+      break;
+    }
+  }
+}
+
+// Scores of one query head against slots [0, n) of kv head g, converted block by block.
+void head_scores(float *scores, const float *qh, const PagedKv &kv, int32_t g, int32_t n, float scale, float *kbuf) {
+  const int32_t hd = kv.head_dim;
+  for (int32_t s0 = 0; s0 < n; s0 += kv.block_size) {
+    const int32_t cnt = std::min(kv.block_size, n - s0);
+    // slots of one block and head are contiguous: [block_size][head_dim]
+    load(kbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);
+    for (int32_t j = 0; j < cnt; ++j) {
+      const float *kr = kbuf + static_cast<int64_t>(j) * hd;
+      float d = 0;
+      for (int32_t i = 0; i < hd; ++i) d += qh[i] * kr[i];
+      scores[s0 + j] = d * scale;
+    }
+  }
+}
+
+float softmax_inplace(float *p, int32_t n) {
+  float mx = -INFINITY;
+  for (int32_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
+  double sum = 0;
+  for (int32_t j = 0; j < n; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  float inv = static_cast<float>(1.0 / sum);
+  for (int32_t j = 0; j < n; ++j) p[j] *= inv;
+  return inv;
+}
+
+}  // namespace
+
+void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) {
+  const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  for (int64_t t = 0; t < n; ++t)
+    for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
+      store(slot_ptr(kv, first_slot + static_cast<int32_t>(t), h, 0), k + t * row + h * kv.head_dim, kv.head_dim, kv.dtype);
+      store(slot_ptr(kv, first_slot + static_cast<int32_t>(t), h, 1), v + t * row + h * kv.head_dim, kv.head_dim, kv.dtype);
+    }
+}
+
+void kv_read(float *out, const PagedKv &kv, int32_t slot, int32_t h, int which) {
+  load(out, slot_ptr(kv, slot, h, which), kv.head_dim, kv.dtype);
+}
+
+void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
+                     float scale, float *acc, float *acc_count, ThreadPool *pool) {
+  const int32_t hd = kv.head_dim;
+  const int32_t group = n_heads / kv.n_kv_heads;
+  const int32_t max_vis = visible0 + static_cast<int32_t>(n_q) - 1;
+  // Work items are (query, head). The score accumulation for H2O needs a reduction over heads, so it runs with
+  // the heads of one query in one item when acc is requested.
+  auto run = [&](int64_t i0, int64_t i1, std::vector<float> &p, std::vector<float> &kvbuf, std::vector<float> &vrow) {
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t t = acc ? it : it / n_heads;
+      const int32_t h_begin = acc ? 0 : static_cast<int32_t>(it % n_heads);
+      const int32_t h_end = acc ? n_heads : h_begin + 1;
+      const int32_t vis = visible0 + static_cast<int32_t>(t);
+      for (int32_t h = h_begin; h < h_end; ++h) {
+        const int32_t g = h / group;
+        const float *qh = q + (t * n_heads + h) * hd;
+        head_scores(p.data(), qh, kv, g, vis, scale, kvbuf.data());
+        softmax_inplace(p.data(), vis);
+        float *o = out + (t * n_heads + h) * hd;
+        std::fill(o, o + hd, 0.0f);
+        for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {
+          const int32_t cnt = std::min(kv.block_size, vis - s0);
+          load(kvbuf.data(), slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);
+          for (int32_t j = 0; j < cnt; ++j) {
+            const float w = p[static_cast<size_t>(s0 + j)];
+            const float *vr = kvbuf.data() + static_cast<int64_t>(j) * hd;
+            for (int32_t i = 0; i < hd; ++i) o[i] += w * vr[i];
+          }
+        }
+        if (acc) {
+          const float inv_h = 1.0f / static_cast<float>(n_heads);
+          for (int32_t j = 0; j < vis; ++j) acc[j] += p[static_cast<size_t>(j)] * inv_h;
+        }
+      }
+      if (acc_count)
+        for (int32_t j = 0; j < vis; ++j) acc_count[j] += 1.0f;
+    }
+    (void)vrow;
+  };
+  const int64_t items = acc ? n_q : n_q * n_heads;
+  auto body = [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(static_cast<size_t>(std::max(1, max_vis)));
+    std::vector<float> kvbuf(static_cast<size_t>(kv.block_size) * hd);
+    std::vector<float> vrow;
+    run(i0, i1, p, kvbuf, vrow);
+  };
+  const int64_t work = items * static_cast<int64_t>(max_vis) * hd * (acc ? n_heads : 1);
+  if (pool == nullptr || acc != nullptr || work < (int64_t{1} << 15)) {
+    body(0, items);  // acc is shared across queries: keep it on one thread
+  } else {
+    pool->parallel_for(items, 1, body);
+  }
+}
+
+void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
+                          int32_t visible0, float scale) {
+  const int32_t group = n_heads / kv.n_kv_heads;
+  std::fill(probs, probs + kv.n_slots, 0.0f);
+  std::vector<float> p(static_cast<size_t>(std::max(1, kv.n_slots)));
+  std::vector<float> kbuf(static_cast<size_t>(kv.block_size) * kv.head_dim);
+  const float w = 1.0f / static_cast<float>(n_q * n_heads);
+  for (int64_t t = 0; t < n_q; ++t) {
+    const int32_t vis = std::min(kv.n_slots, visible0 + static_cast<int32_t>(t));
+    for (int32_t h = 0; h < n_heads; ++h) {
+      head_scores(p.data(), q + (t * n_heads + h) * kv.head_dim, kv, h / group, vis, scale, kbuf.data());
+      softmax_inplace(p.data(), vis);
+      for (int32_t j = 0; j < vis; ++j) probs[j] += p[static_cast<size_t>(j)] * w;
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace infokv

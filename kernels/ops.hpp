@@ -1,0 +1,70 @@
+// Device operations of the decoder. Each has a CPU implementation in kernels/cpu/; the CUDA backend provides
+// twins with the same signatures in kernels/cuda/ (compared in tests). Pointers are row-major; shapes in comments.
+#pragma once
+#include <cstdint>
+
+namespace infokv {
+
+class ThreadPool;
+
+enum class KvDtype : int32_t { f32 = 1, f16 = 2, bf16 = 3 };
+inline int kv_dtype_size(KvDtype t) { return t == KvDtype::f32 ? 4 : 2; }
+const char *kv_dtype_name(KvDtype t);
+
+namespace cpu {
+
+// out[n, d] = x[n, d] / rms(x) * w[d]
+void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps);
+
+// In place on x[n, n_heads, head_dim]: rotates adjacent pairs (2i, 2i+1) of each head by pos[t] * theta^(-2i/head_dim).
+void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta);
+
+// out[n, m] = x[n, k] · W[m, k]^T with W of ggml type `w_type` (F32, F16 or BF16; row stride k elements).
+// Returns false for a weight type it does not handle (nothing written).
+bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool);
+
+// out[i] = silu(gate[i]) * up[i], i < n
+void swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+// x[i] += y[i]
+void add_inplace(float *x, const float *y, int64_t n);
+
+// Converts row `row` of an embedding table emb[rows, d] of ggml type `type` to f32. False for unsupported types.
+bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d);
+
+// A sequence's KV for one layer, as a paged view. Block b holds, for `block_size` token slots,
+// K then V: pool + b * block_stride -> [2][n_kv_heads][block_size][head_dim] elements of `dtype`.
+struct PagedKv {
+  uint8_t *pool;
+  int64_t block_stride;       // bytes per block
+  const int32_t *block_table; // [ceil(n_slots / block_size)]
+  int32_t n_slots;            // kept tokens of the layer (valid slots)
+  int32_t block_size;
+  int32_t n_kv_heads;
+  int32_t head_dim;
+  KvDtype dtype;
+};
+
+// Writes k, v [n, n_kv_heads, head_dim] into slots [first_slot, first_slot + n) of the paged view.
+void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n);
+
+// Reads slot `slot` of kv head `h` back as f32 (K when which = 0, V when which = 1) into out[head_dim].
+void kv_read(float *out, const PagedKv &kv, int32_t slot, int32_t h, int which);
+
+// Causal attention of n_q queries q[n_q, n_heads, head_dim] over the paged KV; query t sees slots
+// [0, visible0 + t). out[n_q, n_heads, head_dim]. Grouped-query: head h reads kv head h / (n_heads / n_kv_heads).
+// When acc is not null, acc[slot] += attention probability averaged over heads, for every query (H2O scores);
+// when acc_count is not null, acc_count[slot] += 1 for every query that sees the slot.
+void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
+                     float scale, float *acc, float *acc_count, ThreadPool *pool);
+
+// Attention probabilities (not outputs) of queries q[n_q, n_heads, head_dim] over all n_slots of the view,
+// averaged over heads and queries: probs[n_slots]. Query t sees slots [0, visible0 + t).
+void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
+                          int32_t visible0, float scale);
+
+// Entropy (nats) of softmax(logits[n]) restricted to its top_k values, renormalised (top_k <= 0: all).
+double topk_entropy(const float *logits, int32_t n, int32_t top_k);
+
+}  // namespace cpu
+}  // namespace infokv

@@ -1,0 +1,115 @@
+#include "cli/args.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "util/error.hpp"
+
+namespace infokv {
+namespace cli {
+
+Args::Args(int argc, char **argv, int first, const std::set<std::string> &valued, const std::set<std::string> &flags) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.size() > 2 && a[0] == '-' && a[1] == '-') {
+      std::string name = a.substr(2), value;
+      bool has_value = false;
+      const size_t eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+      if (flags.count(name) != 0) {
+        if (has_value) fail(Status::invalid_argument, "option --" + name + " takes no value");
+        flags_.insert(name);
+      } else if (valued.count(name) != 0) {
+        if (!has_value) {
+          if (i + 1 >= argc) fail(Status::invalid_argument, "option --" + name + " needs a value");
+          value = argv[++i];
+        }
+        values_[name] = value;
+      } else {
+        fail(Status::invalid_argument, "unknown option --" + name);
+      }
+    } else {
+      positional_.push_back(a);
+    }
+  }
+}
+
+std::string Args::str(const std::string &name, const std::string &fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+std::string Args::required(const std::string &name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) fail(Status::invalid_argument, "missing required option --" + name);
+  return it->second;
+}
+
+int64_t Args::integer(const std::string &name, int64_t fallback, int64_t lo, int64_t hi) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  errno = 0;
+  char *end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (errno != 0 || end == it->second.c_str() || *end != '\0')
+    fail(Status::invalid_argument, "--" + name + " expects an integer, got '" + it->second + "'");
+  if (v < lo || v > hi)
+    fail(Status::invalid_argument, "--" + name + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return v;
+}
+
+double Args::number(const std::string &name, double fallback, double lo, double hi) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  char *end = nullptr;
+  double v = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end != '\0' || !std::isfinite(v))
+    fail(Status::invalid_argument, "--" + name + " expects a number, got '" + it->second + "'");
+  if (v < lo || v > hi) {
+    std::ostringstream m;
+    m << "--" << name << " must be in [" << lo << ", " << hi << "]";
+    fail(Status::invalid_argument, m.str());
+  }
+  return v;
+}
+
+std::vector<std::string> split_list(const std::string &s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+std::string read_file(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(Status::io, "cannot open '" + path + "': " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail(Status::io, "cannot read '" + path + "'");
+  return ss.str();
+}
+
+std::string default_model_path() {
+  const char *dir = std::getenv("INFOKV_MODELS_DIR");
+  std::string d = dir != nullptr && *dir != '\0' ? dir : "../shared/models";
+  return d + "/stories260K/stories260K.gguf";
+}
+
+}  // namespace cli
+}  // namespace infokv

@@ -1,0 +1,56 @@
+// Command-line parsing for the infokv tool: --name value / --name=value / boolean --flag.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace infokv {
+namespace cli {
+
+class Args {
+ public:
+  // `flags` take no value; every other option takes one. Unknown options are errors (Error(invalid_argument)).
+  Args(int argc, char **argv, int first, const std::set<std::string> &valued, const std::set<std::string> &flags);
+  bool has(const std::string &name) const { return values_.count(name) != 0 || flags_.count(name) != 0; }
+  std::string str(const std::string &name, const std::string &fallback = "") const;
+  std::string required(const std::string &name) const;
+  int64_t integer(const std::string &name, int64_t fallback, int64_t lo, int64_t hi) const;
+  double number(const std::string &name, double fallback, double lo, double hi) const;
+  bool flag(const std::string &name) const { return flags_.count(name) != 0; }
+  const std::vector<std::string> &positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::set<std::string> flags_;
+  std::vector<std::string> positional_;
+};
+
+std::vector<std::string> split_list(const std::string &s);  // "a,b, c" -> {"a","b","c"}
+std::string read_file(const std::string &path);               // throws Error(io)
+std::string default_model_path();                             // $INFOKV_MODELS_DIR or ../shared/models, stories260K
+
+int cmd_info(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+
+}  // namespace cli
+}  // namespace infokv
+
+#include "session/session.hpp"
+
+namespace infokv {
+namespace cli {
+
+// Options shared by the commands that build a session (threads, KV layout, compression policy).
+const std::set<std::string> &session_option_names();
+SessionOptions session_options_from(const Args &a);
+// The --policy/--budget/... part alone (policy none when --policy is absent).
+CompressionConfig compression_from(const Args &a);
+// "0.25" -> fraction, "128" (an integer > 1) -> tokens; "25%" -> fraction.
+void parse_budget(const std::string &s, double *fraction, int32_t *tokens);
+
+}  // namespace cli
+}  // namespace infokv

@@ -1,0 +1,168 @@
+#include <cstdio>
+#include <unistd.h>
+
+#include "cli/args.hpp"
+#include "cli/json.hpp"
+#include "sampling/sampler.hpp"
+#include "session/generate.hpp"
+#include "util/error.hpp"
+
+namespace infokv {
+namespace cli {
+
+namespace {
+
+std::string kv_json(const Session &s, int32_t seq) {
+  const SeqInfo info = s.info(seq);
+  const KvStats st = s.kv().stats();
+  JsonObject o;
+  o.integer("bytes", info.bytes)
+      .integer("blocks_used", info.blocks)
+      .ints("tokens_kept_per_layer", info.kept_per_layer)
+      .integer("logical_length", info.length)
+      .integer("pool_blocks_total", st.blocks_total)
+      .integer("pool_blocks_used", st.blocks_used)
+      .integer("pool_bytes_used", st.bytes_used)
+      .integer("block_bytes", st.block_bytes)
+      .integer("block_size", s.kv().config().block_size)
+      .str("dtype", kv_dtype_name(s.kv().config().dtype));
+  return o.dump();
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char **argv) {
+  std::set<std::string> valued = {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                                  "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix"};
+  for (const auto &n : session_option_names()) valued.insert(n);
+  Args a(argc, argv, 2, valued, {"json", "no-bos"});
+  const std::string path = a.str("model", default_model_path());
+  const std::string prompt_text = a.required("prompt");
+  const int32_t max_tokens = static_cast<int32_t>(a.integer("max-tokens", 64, 0, 1 << 24));
+  SamplerParams sp;
+  sp.temperature = static_cast<float>(a.number("temperature", 0.8, 0.0, 100.0));
+  sp.top_k = static_cast<int32_t>(a.integer("top-k", 40, 0, 1 << 24));
+  sp.top_p = static_cast<float>(a.number("top-p", 0.95, 0.0, 1.0));
+  sp.min_p = static_cast<float>(a.number("min-p", 0.05, 0.0, 1.0));
+  sp.repeat_penalty = static_cast<float>(a.number("repeat-penalty", 1.0, 1e-3, 100.0));
+  sp.repeat_last_n = static_cast<int32_t>(a.integer("repeat-last-n", 64, 0, 1 << 20));
+  sp.seed = static_cast<uint64_t>(a.integer("seed", 0, 0, INT64_MAX));
+  const int32_t parallel = static_cast<int32_t>(a.integer("parallel", 1, 1, 1024));
+  const int64_t protect_prefix = a.integer("protect-prefix", 0, 0, INT64_MAX);
+  const bool json = a.flag("json");
+  SessionOptions so = session_options_from(a);
+
+  auto model = Model::load(path);
+  Session session(model, so);
+  const int32_t seq = session.add_sequence();
+  std::vector<int32_t> prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
+  if (prompt.empty()) fail(Status::invalid_argument, "the prompt is empty and the model has no BOS token");
+  if (protect_prefix > 0) session.protect(seq, ProtectedSpan{0, protect_prefix, false});
+
+  JsonObject out;
+  out.ints("prompt_tokens", prompt);
+  if (parallel == 1) {
+    Sampler sampler(sp);
+    std::string kv_before, kv_after;
+    int64_t compressions_before = 0;
+    // Stream to the terminal as tokens come unless JSON was asked for.
+    TokenCallback cb;
+    if (!json) {
+      cb = [](int32_t, const std::string &text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      };
+    }
+    GenerateResult r;
+    if (so.compression.enabled()) {
+      // Prefill alone first so the accounting before and after the first compression can be reported.
+      const bool after = so.compression.compress_after_prefill;
+      CompressionConfig cc = so.compression;
+      cc.compress_after_prefill = false;
+      session.set_compression(cc);
+      std::vector<BatchToken> batch;
+      for (int32_t t : prompt) batch.push_back({seq, t, false});
+      session.decode(batch);
+      for (int32_t t : prompt) sampler.accept(t);
+      kv_before = kv_json(session, seq);
+      cc.compress_after_prefill = after;
+      session.set_compression(cc);
+      if (after) session.compress(seq);
+      kv_after = kv_json(session, seq);
+      compressions_before = session.compressions(seq);
+      r = generate(session, seq, {}, max_tokens, sampler, cb);
+      r.prefill_tokens = static_cast<int64_t>(prompt.size());
+    } else {
+      r = generate(session, seq, prompt, max_tokens, sampler, cb);
+    }
+    if (!json) {
+      std::printf("\n");
+      std::fprintf(stderr, "[%zu prompt tokens, %zu generated; prefill %.1f tok/s, decode %.1f tok/s; KV %lld bytes]\n",
+                   prompt.size(), r.tokens.size(),
+                   r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0,
+                   r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0,
+                   static_cast<long long>(session.info(seq).bytes));
+      return 0;
+    }
+    out.ints("tokens", r.tokens).str("text", r.text);
+    out.boolean("stopped_by_eos", r.stopped_by_eos);
+    JsonObject timings;
+    timings.integer("prefill_tokens", r.prefill_tokens)
+        .num("prefill_seconds", r.prefill_seconds)
+        .num("prefill_tokens_per_second", r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0)
+        .integer("decode_tokens", static_cast<int64_t>(r.tokens.size()))
+        .num("decode_seconds", r.decode_seconds)
+        .num("decode_tokens_per_second", r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0);
+    out.raw("timings", timings.dump());
+    out.raw("kv", kv_json(session, seq));
+    if (so.compression.enabled()) {
+      JsonObject comp;
+      comp.str("policy", policy_name(so.compression.policy))
+          .num("budget_fraction", so.compression.budget_fraction)
+          .integer("budget_tokens", so.compression.budget_tokens)
+          .integer("compressions", session.compressions(seq))
+          .integer("compressions_after_prefill", compressions_before)
+          .raw("kv_before", kv_before)
+          .raw("kv_after", kv_after);
+      out.raw("compression", comp.dump());
+    }
+  } else {
+    // Prefill once, fork the prompt's blocks to every other sequence, then decode all in one batch per step.
+    std::vector<BatchToken> batch;
+    for (int32_t t : prompt) batch.push_back({seq, t, false});
+    session.decode(batch);
+    std::vector<int32_t> seqs{seq};
+    for (int32_t i = 1; i < parallel; ++i) seqs.push_back(session.fork_sequence(seq));
+    std::vector<Sampler> samplers;
+    for (int32_t i = 0; i < parallel; ++i) {
+      SamplerParams p = sp;
+      p.seed = sp.seed + static_cast<uint64_t>(i);
+      samplers.emplace_back(p);
+      for (int32_t t : prompt) samplers.back().accept(t);
+    }
+    std::vector<GenerateResult> rs = generate_batch(session, seqs, max_tokens, samplers);
+    std::string arr = "[";
+    for (size_t i = 0; i < rs.size(); ++i) {
+      JsonObject so1;
+      so1.integer("seed", static_cast<int64_t>(sp.seed + i)).ints("tokens", rs[i].tokens).str("text", rs[i].text);
+      so1.raw("kv", kv_json(session, seqs[i]));
+      arr += (i ? "," : "") + so1.dump();
+    }
+    arr += "]";
+    if (!json) {
+      for (size_t i = 0; i < rs.size(); ++i) std::printf("[%zu] %s%s\n", i, prompt_text.c_str(), rs[i].text.c_str());
+      return 0;
+    }
+    out.raw("sequences", arr);
+    const KvStats st = session.kv().stats();
+    JsonObject pool;
+    pool.integer("blocks_total", st.blocks_total).integer("blocks_used", st.blocks_used).integer("bytes_used", st.bytes_used);
+    out.raw("kv_pool", pool.dump());
+  }
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace infokv

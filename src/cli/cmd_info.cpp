@@ -1,0 +1,44 @@
+#include <cstdio>
+
+#include "cli/args.hpp"
+#include "model/describe.hpp"
+#include "model/model.hpp"
+#include "gguf/ggml_types.hpp"
+#include <map>
+
+namespace infokv {
+namespace cli {
+
+int cmd_info(int argc, char **argv) {
+  Args a(argc, argv, 2, {"model"}, {"json"});
+  const std::string path = a.str("model", default_model_path());
+  auto m = Model::load(path);
+  if (a.flag("json")) {
+    std::printf("%s\n", describe_json(*m).c_str());
+    return 0;
+  }
+  const HParams &hp = m->hparams();
+  std::printf("model        %s\n", path.c_str());
+  std::printf("name         %s\n", m->gguf().get_string("general.name", "").c_str());
+  std::printf("architecture %s (GGUF v%u)\n", hp.arch.c_str(), m->gguf().version());
+  std::printf("parameters   %llu (%llu bytes of weights)\n", static_cast<unsigned long long>(m->n_params()),
+              static_cast<unsigned long long>(m->weight_bytes()));
+  std::printf("layers       %d, embedding %d, feed-forward %d\n", hp.n_layer, hp.n_embd, hp.n_ff);
+  std::printf("heads        %d query, %d KV, head size %d\n", hp.n_head, hp.n_head_kv, hp.head_dim);
+  std::printf("context      %d (trained), RoPE theta %g, RMS eps %g\n", hp.n_ctx_train, hp.rope_theta, hp.rms_eps);
+  std::printf("tokenizer    %s, %d tokens, BOS %d, EOS %d\n", m->tokenizer().model_name().c_str(), m->tokenizer().n_vocab(),
+              m->tokenizer().bos(), m->tokenizer().eos());
+  std::printf("output       %s\n", m->tied_output() ? "tied to the token embedding" : "separate matrix");
+  std::map<std::string, int> types;
+  for (const auto &t : m->gguf().tensors()) {
+    const char *n = ggml_type_name(t.type);
+    ++types[n ? n : "?"];
+  }
+  std::printf("tensors     ");
+  for (const auto &kv : types) std::printf(" %s x%d", kv.first.c_str(), kv.second);
+  std::printf("\n");
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace infokv

@@ -1,0 +1,79 @@
+#include <cmath>
+
+#include "cli/args.hpp"
+#include "util/error.hpp"
+
+namespace infokv {
+namespace cli {
+
+const std::set<std::string> &session_option_names() {
+  static const std::set<std::string> names = {
+      "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "ubatch", "policy", "budget",
+      "compress-interval", "window", "alpha", "tau", "entropy-top-k", "pool-kernel-prefill", "pool-kernel-decode",
+      "budget-shape", "beta", "sink"};
+  return names;
+}
+
+void parse_budget(const std::string &s, double *fraction, int32_t *tokens) {
+  *fraction = 0;
+  *tokens = 0;
+  if (s.empty()) fail(Status::invalid_argument, "empty budget");
+  char *end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string rest = end;
+  if (end == s.c_str() || !std::isfinite(v) || (rest != "" && rest != "%"))
+    fail(Status::invalid_argument, "budget '" + s + "' is neither a fraction (0.25, 25%) nor a token count (128)");
+  if (rest == "%") v /= 100.0;
+  if (v > 0 && v <= 1.0 && (rest == "%" || s.find('.') != std::string::npos || v < 1.0)) {
+    *fraction = v;
+  } else if (v >= 1 && std::floor(v) == v && v < 1e9) {
+    *tokens = static_cast<int32_t>(v);
+  } else {
+    fail(Status::invalid_argument, "budget '" + s + "' must be a fraction in (0, 1] or a positive token count");
+  }
+}
+
+CompressionConfig compression_from(const Args &a) {
+  CompressionConfig c;
+  c.policy = parse_policy(a.str("policy", "none"));
+  if (a.has("budget")) parse_budget(a.str("budget"), &c.budget_fraction, &c.budget_tokens);
+  if (c.policy != PolicyKind::none && !a.has("budget")) fail(Status::invalid_argument, "--policy needs --budget");
+  c.interval = static_cast<int32_t>(a.integer("compress-interval", c.interval, 1, 1 << 30));
+  c.window = static_cast<int32_t>(a.integer("window", c.window, -1, 4096));
+  c.alpha = static_cast<float>(a.number("alpha", c.alpha, 0.0, 1.0));
+  c.tau = static_cast<float>(a.number("tau", c.tau, 0.0, 1e6));
+  c.entropy_top_k = static_cast<int32_t>(a.integer("entropy-top-k", c.entropy_top_k, 1, 1 << 24));
+  c.pool_kernel_prefill = static_cast<int32_t>(a.integer("pool-kernel-prefill", c.pool_kernel_prefill, 1, 63));
+  c.pool_kernel_decode = static_cast<int32_t>(a.integer("pool-kernel-decode", c.pool_kernel_decode, 1, 63));
+  const std::string shape = a.str("budget-shape", "uniform");
+  if (shape == "uniform") c.shape = BudgetShape::uniform;
+  else if (shape == "pyramid") c.shape = BudgetShape::pyramid;
+  else fail(Status::invalid_argument, "--budget-shape must be uniform or pyramid");
+  c.beta = static_cast<float>(a.number("beta", c.beta, 1.0001, 1e6));
+  c.sink = static_cast<int32_t>(a.integer("sink", c.sink, 0, 1 << 20));
+  c.validate();
+  return c;
+}
+
+SessionOptions session_options_from(const Args &a) {
+  SessionOptions o;
+  o.n_threads = static_cast<int32_t>(a.integer("threads", 0, 0, 1024));
+  const std::string dt = a.str("kv-dtype", "f16");
+  if (dt == "f32") o.kv_dtype = KvDtype::f32;
+  else if (dt == "f16") o.kv_dtype = KvDtype::f16;
+  else if (dt == "bf16") o.kv_dtype = KvDtype::bf16;
+  else fail(Status::invalid_argument, "--kv-dtype must be f32, f16 or bf16");
+  o.block_size = static_cast<int32_t>(a.integer("block-size", 16, 1, 1024));
+  o.ubatch = static_cast<int32_t>(a.integer("ubatch", 256, 1, 1 << 16));
+  if (a.has("kv-pool-mb")) {
+    const double mb = a.number("kv-pool-mb", 0, 1e-6, 1 << 20);
+    o.kv_pool_bytes = static_cast<int64_t>(mb * 1024.0 * 1024.0);
+    if (o.kv_pool_bytes < 1) o.kv_pool_bytes = 1;
+  }
+  o.kv_pool_blocks = a.integer("kv-pool-blocks", 0, 0, int64_t{1} << 30);
+  o.compression = compression_from(a);
+  return o;
+}
+
+}  // namespace cli
+}  // namespace infokv

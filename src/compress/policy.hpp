@@ -1,0 +1,44 @@
+// Compression policies (DESIGN.md §4): which cached tokens each layer keeps when a budget is exceeded.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace infokv {
+
+enum class PolicyKind : int32_t { none = 0, infokv = 1, snapkv = 2, h2o = 3, streaming = 4, tova = 5, pyramidkv = 6 };
+enum class BudgetShape : int32_t { uniform = 0, pyramid = 1 };
+
+const char *policy_name(PolicyKind p);
+PolicyKind parse_policy(const std::string &name);  // throws Error(invalid_argument) listing the known names
+
+struct ProtectedSpan {
+  int64_t begin = 0;  // positions [begin, end)
+  int64_t end = 0;
+  bool fair = false;  // false: never evicted; true: keeps the same fraction as every other fair span
+};
+
+struct CompressionConfig {
+  PolicyKind policy = PolicyKind::none;
+  double budget_fraction = 0.0;  // of the logical length at compression time, in (0, 1]; used when budget_tokens == 0
+  int32_t budget_tokens = 0;     // absolute tokens per layer (average over layers for pyramid shapes)
+  int32_t window = -1;           // observation window; < 0: min(32, budget / 4)
+  int32_t pool_kernel_prefill = 5;
+  int32_t pool_kernel_decode = 7;
+  float alpha = 0.9f;
+  float tau = 1.0f;
+  int32_t entropy_top_k = 256;
+  int32_t interval = 1024;       // decode steps between compressions
+  BudgetShape shape = BudgetShape::uniform;  // pyramidkv forces pyramid
+  float beta = 20.0f;
+  int32_t sink = 4;              // streaming
+  bool compress_after_prefill = true;
+
+  bool enabled() const { return policy != PolicyKind::none; }
+  bool needs_window_queries() const;
+  bool needs_accumulated_attention() const { return policy == PolicyKind::h2o; }
+  bool needs_entropy() const { return policy == PolicyKind::infokv; }
+  void validate() const;  // throws Error(invalid_argument) naming the parameter
+};
+
+}  // namespace infokv

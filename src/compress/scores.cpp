@@ -1,0 +1,201 @@
+#include "compress/scores.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "util/error.hpp"
+
+namespace infokv {
+
+int32_t window_size(const CompressionConfig &c, int32_t budget) {
+  int32_t w = c.window >= 0 ? c.window : std::min(32, budget / 4);
+  return std::max(0, std::min(w, budget - 1));
+}
+
+std::vector<int32_t> layer_budgets(const CompressionConfig &c, const std::vector<int32_t> &counts, int32_t budget) {
+  const auto L = static_cast<int32_t>(counts.size());
+  std::vector<int32_t> out(counts.size(), budget);
+  const bool pyramid = c.policy == PolicyKind::pyramidkv || c.shape == BudgetShape::pyramid;
+  if (!pyramid || L < 2) return out;
+  // kvpress PyramidKV: candidate budgets fall linearly from max (bottom) to min (top) with min = C / beta.
+  const int32_t n = *std::max_element(counts.begin(), counts.end());
+  const int32_t w = window_size(c, budget);
+  const double C = static_cast<double>(budget - w);
+  double mn = C / c.beta;
+  double mx = 2.0 * C - mn;
+  if (mx > n - w) {
+    mx = n - w;
+    mn = 2.0 * C - mx;
+  }
+  if (mn < w || mn < 0) return out;  // the top layer would fall below the window: uniform, as kvpress does
+  const double step = (mx - mn) / (L - 1);
+  for (int32_t l = 0; l < L; ++l) out[static_cast<size_t>(l)] = w + static_cast<int32_t>(std::lround(mx - l * step));
+  return out;
+}
+
+std::vector<float> pool_and_normalise(const std::vector<float> &a, int32_t kernel) {
+  const auto n = static_cast<int64_t>(a.size());
+  const int64_t r = kernel / 2;
+  std::vector<float> out(a.size(), 0.0f);
+  // running window sum; positions outside [0, n) count as zeros in the average
+  double s = 0;
+  for (int64_t j = 0; j <= std::min(r, n - 1); ++j) s += a[static_cast<size_t>(j)];
+  for (int64_t i = 0; i < n; ++i) {
+    out[static_cast<size_t>(i)] = static_cast<float>(s / kernel);
+    const int64_t add = i + r + 1, drop = i - r;
+    if (add < n) s += a[static_cast<size_t>(add)];
+    if (drop >= 0) s -= a[static_cast<size_t>(drop)];
+  }
+  double sum = 0;
+  for (float v : out) sum += v;
+  if (sum > 0)
+    for (float &v : out) v = static_cast<float>(v / sum);
+  return out;
+}
+
+std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, int32_t w) {
+  const LayerSlots &S = *in.slots;
+  const int32_t n = S.n();
+  const int32_t qd = in.n_heads * in.head_dim;
+  std::vector<float> acc(static_cast<size_t>(n), 0.0f);
+  const auto rows = static_cast<int32_t>(in.window_pos->size());
+  const int32_t take = std::min(w, rows);
+  int32_t used = 0;
+  std::vector<float> probs(static_cast<size_t>(n));
+  for (int32_t r = rows - take; r < rows; ++r) {
+    const int32_t p = (*in.window_pos)[static_cast<size_t>(r)];
+    // the query sees every kept slot at or before its own position
+    const auto vis = static_cast<int32_t>(std::upper_bound(S.pos.begin(), S.pos.end(), p) - S.pos.begin());
+    if (vis == 0) continue;
+    cpu::attention_probs_mean(probs.data(), in.window_q->data() + static_cast<int64_t>(r) * qd, 1, in.n_heads, in.kv, vis, 1.0f / std::sqrt(static_cast<float>(in.head_dim)));
+    for (int32_t j = 0; j < vis; ++j) acc[static_cast<size_t>(j)] += probs[static_cast<size_t>(j)];
+    ++used;
+  }
+  acc.resize(static_cast<size_t>(n_cand));
+  if (used > 0)
+    for (float &v : acc) v /= static_cast<float>(used);
+  return acc;
+}
+
+std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<float> &rep_change,
+                              const std::vector<float> &entropy, float alpha, float tau) {
+  const size_t n = attn.size();
+  std::vector<double> e(n);
+  double mx = -INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    e[i] = (static_cast<double>(rep_change[i]) + tau) * entropy[i];
+    mx = std::max(mx, e[i]);
+  }
+  double z = 0;
+  for (size_t i = 0; i < n; ++i) z += std::exp(e[i] - mx);
+  std::vector<float> s(n);
+  for (size_t i = 0; i < n; ++i)
+    s[i] = static_cast<float>(alpha * attn[i] + (1.0 - alpha) * std::exp(e[i] - mx) / z);
+  return s;
+}
+
+std::vector<int32_t> top_k_later_ties(const std::vector<float> &scores, const std::vector<int32_t> &allowed, int32_t k) {
+  std::vector<int32_t> idx = allowed;
+  k = std::max(0, std::min<int32_t>(k, static_cast<int32_t>(idx.size())));
+  auto better = [&](int32_t a, int32_t b) {
+    const float sa = scores[static_cast<size_t>(a)], sb = scores[static_cast<size_t>(b)];
+    return sa != sb ? sa > sb : a > b;
+  };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget) {
+  const LayerSlots &S = *in.slots;
+  const int32_t n = S.n();
+  std::vector<int32_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  if (n <= budget) return all;
+  int32_t w = c.policy == PolicyKind::tova ? 1 : c.policy == PolicyKind::streaming ? 0 : window_size(c, budget);
+  w = std::min(w, n);
+  const int32_t n_cand = n - w;
+
+  std::vector<char> keep(static_cast<size_t>(n), 0);
+  for (int32_t j = n_cand; j < n; ++j) keep[static_cast<size_t>(j)] = 1;
+  // Protected (never evicted) spans; fair spans are grouped for proportional quotas.
+  std::vector<int32_t> group(static_cast<size_t>(n), -1);
+  int32_t n_groups = 0;
+  if (in.spans != nullptr) {
+    for (const ProtectedSpan &sp : *in.spans) {
+      const int32_t g = sp.fair ? n_groups++ : -2;
+      for (int32_t j = 0; j < n_cand; ++j) {
+        const int32_t p = S.pos[static_cast<size_t>(j)];
+        if (p >= sp.begin && p < sp.end) {
+          if (g == -2) keep[static_cast<size_t>(j)] = 1;
+          else if (!keep[static_cast<size_t>(j)]) group[static_cast<size_t>(j)] = g;
+        }
+      }
+    }
+  }
+  int32_t fixed = 0;
+  for (char k : keep) fixed += k;
+  int32_t slots_left = std::max(0, budget - fixed);
+
+  std::vector<float> score(static_cast<size_t>(n_cand), 0.0f);
+  switch (c.policy) {
+    case PolicyKind::streaming:
+      for (int32_t j = 0; j < n_cand; ++j) score[static_cast<size_t>(j)] = j < c.sink ? INFINITY : static_cast<float>(j);
+      break;
+    case PolicyKind::h2o:
+      for (int32_t j = 0; j < n_cand; ++j) {
+        const float cnt = S.imp[kImpAttnCount][static_cast<size_t>(j)];
+        score[static_cast<size_t>(j)] = cnt > 0 ? S.imp[kImpAttnAcc][static_cast<size_t>(j)] / cnt : 0.0f;
+      }
+      break;
+    case PolicyKind::tova: score = window_attention(in, n_cand, 1); break;
+    case PolicyKind::snapkv: case PolicyKind::pyramidkv: case PolicyKind::infokv: {
+      std::vector<float> a = window_attention(in, n_cand, std::max(w, 1));
+      a = pool_and_normalise(a, in.prefill ? c.pool_kernel_prefill : c.pool_kernel_decode);
+      if (c.policy == PolicyKind::infokv) {
+        std::vector<float> d(S.imp[kImpRepChange].begin(), S.imp[kImpRepChange].begin() + n_cand);
+        std::vector<float> h(S.imp[kImpEntropy].begin(), S.imp[kImpEntropy].begin() + n_cand);
+        a = infokv_mix(a, d, h, c.alpha, c.tau);
+      }
+      score = std::move(a);
+      break;
+    }
+    case PolicyKind::none: return all;
+  }
+
+  // Candidates by group: -1 (ordinary) and each fair span; each gets the same fraction of its tokens.
+  std::vector<std::vector<int32_t>> members(static_cast<size_t>(n_groups + 1));
+  int32_t n_free = 0;
+  for (int32_t j = 0; j < n_cand; ++j) {
+    if (keep[static_cast<size_t>(j)]) continue;
+    members[static_cast<size_t>(group[static_cast<size_t>(j)] + 1)].push_back(j);
+    ++n_free;
+  }
+  if (n_groups == 0) {
+    for (int32_t j : top_k_later_ties(score, members[0], slots_left)) keep[static_cast<size_t>(j)] = 1;
+  } else {
+    const double frac = n_free > 0 ? std::min(1.0, static_cast<double>(slots_left) / n_free) : 0.0;
+    int32_t given = 0;
+    std::vector<int32_t> quota(members.size());
+    for (size_t g = 0; g < members.size(); ++g) {
+      quota[g] = static_cast<int32_t>(std::floor(frac * static_cast<double>(members[g].size())));
+      given += quota[g];
+    }
+    // Hand out the rounding remainder one token per group, the last groups first (later spans are more recent).
+    for (size_t g = members.size(); given < slots_left && g-- > 0;) {
+      if (quota[g] < static_cast<int32_t>(members[g].size())) {
+        ++quota[g];
+        ++given;
+      }
+    }
+    for (size_t g = 0; g < members.size(); ++g)
+      for (int32_t j : top_k_later_ties(score, members[g], quota[g])) keep[static_cast<size_t>(j)] = 1;
+  }
+  std::vector<int32_t> out;
+  for (int32_t j = 0; j < n; ++j)
+    if (keep[static_cast<size_t>(j)]) out.push_back(j);
+  return out;
+}
+
+}  // namespace infokv

@@ -1,0 +1,47 @@
+// Scorers and selection for the compression policies. Free functions so tests can compare each with a naive
+// reference on small random cases.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "compress/policy.hpp"
+#include "kernels/ops.hpp"
+#include "kv/kv_cache.hpp"
+
+namespace infokv {
+
+struct LayerScoreInput {
+  cpu::PagedKv kv{};
+  const LayerSlots *slots = nullptr;
+  const std::vector<float> *window_q = nullptr;   // rows of n_heads * head_dim, oldest first
+  const std::vector<int32_t> *window_pos = nullptr;
+  int32_t n_heads = 0;
+  int32_t head_dim = 0;
+  bool prefill = true;
+  const std::vector<ProtectedSpan> *spans = nullptr;
+};
+
+// Observation window size for a layer budget: configured, or min(32, budget / 4); always < budget.
+int32_t window_size(const CompressionConfig &c, int32_t budget);
+
+// Per-layer budgets (tokens kept per layer) for layers holding counts[l] tokens, average `budget`.
+std::vector<int32_t> layer_budgets(const CompressionConfig &c, const std::vector<int32_t> &counts, int32_t budget);
+
+// 1-D average pooling with zero padding counted (kernel odd), then normalised to sum 1.
+std::vector<float> pool_and_normalise(const std::vector<float> &a, int32_t kernel);
+
+// Attention each of the first n_cand slots receives from the last `w` window queries (mean over queries and
+// heads). Query rows whose positions are not in the cache are ignored.
+std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, int32_t w);
+
+// The InfoKV mix: alpha * A + (1 - alpha) * softmax((D + tau) * H) over the candidates.
+std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<float> &rep_change,
+                              const std::vector<float> &entropy, float alpha, float tau);
+
+// Slot indices (ascending) that a layer keeps under `budget`.
+std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget);
+
+// Top-k of scores restricted to `allowed` indices: highest score first, ties to the later index. Returns indices.
+std::vector<int32_t> top_k_later_ties(const std::vector<float> &scores, const std::vector<int32_t> &allowed, int32_t k);
+
+}  // namespace infokv

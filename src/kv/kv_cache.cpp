@@ -1,0 +1,321 @@
+#include "kv/kv_cache.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <sys/mman.h>
+
+#include "util/error.hpp"
+
+namespace infokv {
+
+namespace {
+int32_t blocks_for(int64_t slots, int32_t bs) { return static_cast<int32_t>((slots + bs - 1) / bs); }
+}  // namespace
+
+KvCache::KvCache(const KvConfig &cfg) : cfg_(cfg) {
+  if (cfg.block_size < 1 || cfg.block_size > 4096) fail(Status::invalid_argument, "block size must be in [1, 4096]");
+  if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 30)) fail(Status::invalid_argument, "KV pool must hold at least one block");
+  block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
+  pool_size_ = static_cast<size_t>(block_bytes_ * cfg.n_blocks);
+  // Anonymous, lazily committed memory: a large pool costs address space, not RAM, until blocks are written.
+  void *p = ::mmap(nullptr, pool_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) fail(Status::out_of_memory, "cannot reserve a KV pool of " + std::to_string(pool_size_) + " bytes");
+  pool_ = static_cast<uint8_t *>(p);
+  refcount_.assign(static_cast<size_t>(cfg.n_blocks), 0);
+  free_.reserve(static_cast<size_t>(cfg.n_blocks));
+  // Hand out low block numbers first (pop from the back).
+  for (int64_t b = cfg.n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+KvCache::~KvCache() {
+  if (pool_ != nullptr) ::munmap(pool_, pool_size_);
+}
+
+KvStats KvCache::stats() const {
+  KvStats s;
+  s.blocks_total = cfg_.n_blocks;
+  s.blocks_free = static_cast<int64_t>(free_.size());
+  s.blocks_used = s.blocks_total - s.blocks_free;
+  s.block_bytes = block_bytes_;
+  s.bytes_used = s.blocks_used * block_bytes_;
+  return s;
+}
+
+int64_t KvCache::seq_bytes(int32_t id) const {
+  int64_t n = 0;
+  for (const LayerSlots &L : seq(id).layers) n += static_cast<int64_t>(L.blocks.size());
+  return n * block_bytes_;
+}
+
+std::vector<int32_t> KvCache::sequence_ids() const {
+  std::vector<int32_t> ids;
+  for (const auto &kv : seqs_) ids.push_back(kv.first);
+  return ids;
+}
+
+const SeqCache &KvCache::seq(int32_t id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail(Status::not_found, "no sequence " + std::to_string(id));
+  return it->second;
+}
+
+SeqCache &KvCache::seq_mut(int32_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) fail(Status::not_found, "no sequence " + std::to_string(id));
+  return it->second;
+}
+
+void KvCache::add(int32_t id) {
+  if (seqs_.count(id) != 0) fail(Status::invalid_argument, "sequence " + std::to_string(id) + " already exists");
+  SeqCache s;
+  s.layers.resize(static_cast<size_t>(cfg_.n_layer));
+  s.window_q.resize(static_cast<size_t>(cfg_.n_layer));
+  seqs_.emplace(id, std::move(s));
+}
+
+void KvCache::release_all(SeqCache &s) {
+  for (LayerSlots &L : s.layers)
+    for (int32_t b : L.blocks) release(b);
+}
+
+void KvCache::remove(int32_t id) {
+  SeqCache &s = seq_mut(id);
+  release_all(s);
+  seqs_.erase(id);
+}
+
+void KvCache::fork(int32_t src, int32_t dst) {
+  const SeqCache &s = seq(src);
+  if (seqs_.count(dst) != 0) fail(Status::invalid_argument, "sequence " + std::to_string(dst) + " already exists");
+  SeqCache copy = s;
+  for (const LayerSlots &L : copy.layers)
+    for (int32_t b : L.blocks) retain(b);
+  seqs_.emplace(dst, std::move(copy));
+}
+
+int32_t KvCache::alloc_block() {
+  if (free_.empty()) fail(Status::kv_full, "KV cache full: no free block in the pool");
+  int32_t b = free_.back();
+  free_.pop_back();
+  refcount_[static_cast<size_t>(b)] = 1;
+  return b;
+}
+
+void KvCache::release(int32_t b) {
+  int32_t &rc = refcount_[static_cast<size_t>(b)];
+  if (--rc == 0) free_.push_back(b);
+}
+
+void KvCache::copy_block(int32_t dst, int32_t src) {
+  std::memcpy(pool_ + static_cast<int64_t>(dst) * block_bytes_, pool_ + static_cast<int64_t>(src) * block_bytes_,
+              static_cast<size_t>(block_bytes_));
+}
+
+int64_t KvCache::blocks_needed(const std::vector<int32_t> &ids, const std::vector<int32_t> &counts) const {
+  // Counts per sequence are summed first: one sequence may appear several times in a batch.
+  std::map<int32_t, int64_t> per_seq;
+  for (size_t i = 0; i < ids.size(); ++i) per_seq[ids[i]] += counts[i];
+  int64_t need = 0;
+  const int32_t bs = cfg_.block_size;
+  for (const auto &kv : per_seq) {
+    const SeqCache &s = seq(kv.first);
+    for (const LayerSlots &L : s.layers) {
+      const int64_t n0 = L.n();
+      need += blocks_for(n0 + kv.second, bs) - blocks_for(n0, bs);
+      if (n0 % bs != 0 && kv.second > 0 && refcount_[static_cast<size_t>(L.blocks.back())] > 1) ++need;  // copy-on-write
+    }
+  }
+  return need;
+}
+
+void KvCache::append_slots(int32_t id, const int32_t *positions, int32_t n) {
+  SeqCache &s = seq_mut(id);
+  if (n <= 0) return;
+  std::vector<int32_t> keep_n;
+  for (const LayerSlots &L : s.layers) keep_n.push_back(L.n());
+  const int64_t old_len = s.length;
+  const int32_t bs = cfg_.block_size;
+  try {
+    for (LayerSlots &L : s.layers) {
+      const int32_t n0 = L.n();
+      if (n0 % bs != 0 && refcount_[static_cast<size_t>(L.blocks.back())] > 1) {
+        int32_t nb = alloc_block();
+        copy_block(nb, L.blocks.back());
+        release(L.blocks.back());
+        L.blocks.back() = nb;
+      }
+      while (static_cast<int64_t>(L.blocks.size()) * bs < n0 + n) L.blocks.push_back(alloc_block());
+      L.pos.insert(L.pos.end(), positions, positions + n);
+      for (auto &ch : L.imp) ch.resize(L.pos.size(), 0.0f);
+    }
+  } catch (...) {
+    shrink_to(id, keep_n, old_len);
+    throw;
+  }
+  s.length = std::max<int64_t>(s.length, static_cast<int64_t>(positions[n - 1]) + 1);
+}
+
+void KvCache::shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length) {
+  SeqCache &s = seq_mut(id);
+  const int32_t bs = cfg_.block_size;
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    LayerSlots &L = s.layers[l];
+    const int32_t n = std::min(L.n(), n_keep[l]);
+    const auto nb = static_cast<size_t>(blocks_for(n, bs));
+    while (L.blocks.size() > nb) {
+      release(L.blocks.back());
+      L.blocks.pop_back();
+    }
+    L.pos.resize(static_cast<size_t>(n));
+    for (auto &ch : L.imp) ch.resize(static_cast<size_t>(n));
+  }
+  s.length = length;
+}
+
+void KvCache::truncate(int32_t id, int64_t length) {
+  SeqCache &s = seq_mut(id);
+  if (length < 0 || length > s.length)
+    fail(Status::out_of_range, "cannot truncate sequence " + std::to_string(id) + " of length " + std::to_string(s.length) +
+                                   " to " + std::to_string(length));
+  // Positions ascend, so truncation drops a tail of every layer: no data moves.
+  std::vector<int32_t> keep;
+  for (const LayerSlots &L : s.layers)
+    keep.push_back(static_cast<int32_t>(std::lower_bound(L.pos.begin(), L.pos.end(), length) - L.pos.begin()));
+  shrink_to(id, keep, length);
+  size_t w = 0;
+  while (w < s.window_pos.size() && s.window_pos[w] < length) ++w;
+  const auto qd = static_cast<size_t>(cfg_.n_q_dim);
+  s.window_pos.resize(w);
+  for (auto &wq : s.window_q) wq.resize(std::min(wq.size(), w * qd));
+}
+
+void KvCache::remove_range(int32_t id, int64_t p0, int64_t p1) {
+  const SeqCache &s = seq(id);
+  if (p0 < 0 || p1 < p0) fail(Status::out_of_range, "invalid position range");
+  std::vector<std::vector<int32_t>> keep(s.layers.size());
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const LayerSlots &L = s.layers[l];
+    for (int32_t j = 0; j < L.n(); ++j)
+      if (L.pos[static_cast<size_t>(j)] < p0 || L.pos[static_cast<size_t>(j)] >= p1) keep[l].push_back(j);
+  }
+  compact(id, keep);
+}
+
+void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep) {
+  SeqCache &s = seq_mut(id);
+  if (keep.size() != s.layers.size()) fail(Status::invalid_argument, "compact: one keep list per layer expected");
+  const int32_t bs = cfg_.block_size;
+  // Validate and count the fresh blocks copy-on-write needs, before touching anything.
+  int64_t need = 0;
+  for (size_t l = 0; l < keep.size(); ++l) {
+    const LayerSlots &L = s.layers[l];
+    const auto &k = keep[l];
+    for (size_t i = 0; i < k.size(); ++i)
+      if (k[i] < 0 || k[i] >= L.n() || (i > 0 && k[i] <= k[i - 1]))
+        fail(Status::invalid_argument, "compact: keep list of layer " + std::to_string(l) + " is not ascending slot indices");
+    const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
+    for (int32_t b = 0; b < nb; ++b) {
+      // a destination block whose contents change and that others share must be copied first
+      bool changes = false;
+      for (int32_t j = b * bs; j < std::min<int32_t>(static_cast<int32_t>(k.size()), (b + 1) * bs) && !changes; ++j)
+        changes = k[static_cast<size_t>(j)] != j;
+      if (changes && refcount_[static_cast<size_t>(L.blocks[static_cast<size_t>(b)])] > 1) ++need;
+    }
+  }
+  if (need > free_blocks())
+    fail(Status::kv_full, "KV cache full: compaction of shared blocks needs " + std::to_string(need) + " free blocks");
+
+  const int64_t es = kv_dtype_size(cfg_.dtype);
+  const int64_t row = static_cast<int64_t>(cfg_.head_dim) * es;
+  for (size_t l = 0; l < keep.size(); ++l) {
+    LayerSlots &L = s.layers[l];
+    const auto &k = keep[l];
+    const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
+    std::vector<int32_t> dst(L.blocks.begin(), L.blocks.begin() + nb);
+    for (int32_t b = 0; b < nb; ++b) {
+      bool changes = false;
+      for (int32_t j = b * bs; j < std::min<int32_t>(static_cast<int32_t>(k.size()), (b + 1) * bs) && !changes; ++j)
+        changes = k[static_cast<size_t>(j)] != j;
+      if (changes && refcount_[static_cast<size_t>(dst[static_cast<size_t>(b)])] > 1) {
+        int32_t fresh = alloc_block();
+        copy_block(fresh, dst[static_cast<size_t>(b)]);  // slots that stay in place keep their data
+        dst[static_cast<size_t>(b)] = fresh;
+      }
+    }
+    // Destination slot d takes source slot k[d] >= d: ascending order never overwrites an unread source,
+    // because sources are read from the old table and in-place writes land only at indices already consumed.
+    for (size_t d = 0; d < k.size(); ++d) {
+      const int32_t src = k[d];
+      if (src == static_cast<int32_t>(d) && dst[d / static_cast<size_t>(bs)] == L.blocks[d / static_cast<size_t>(bs)]) continue;
+      const uint8_t *sb = pool_ + static_cast<int64_t>(L.blocks[static_cast<size_t>(src / bs)]) * block_bytes_;
+      uint8_t *db = pool_ + static_cast<int64_t>(dst[d / static_cast<size_t>(bs)]) * block_bytes_;
+      for (int32_t which = 0; which < 2; ++which)
+        for (int32_t h = 0; h < cfg_.n_kv_heads; ++h) {
+          const int64_t base = (static_cast<int64_t>(which) * cfg_.n_kv_heads + h) * bs;
+          std::memmove(db + (base + static_cast<int64_t>(d % static_cast<size_t>(bs))) * row,
+                       sb + (base + src % bs) * row, static_cast<size_t>(row));
+        }
+    }
+    // Blocks no longer referenced by this layer go back (shared ones just lose a reference).
+    for (size_t b = 0; b < L.blocks.size(); ++b)
+      if (b >= static_cast<size_t>(nb) || dst[b] != L.blocks[b]) release(L.blocks[b]);
+    L.blocks = std::move(dst);
+    std::vector<int32_t> pos(k.size());
+    for (size_t d = 0; d < k.size(); ++d) pos[d] = L.pos[static_cast<size_t>(k[d])];
+    L.pos = std::move(pos);
+    for (auto &ch : L.imp) {
+      std::vector<float> v(k.size());
+      for (size_t d = 0; d < k.size(); ++d) v[d] = ch[static_cast<size_t>(k[d])];
+      ch = std::move(v);
+    }
+  }
+}
+
+cpu::PagedKv KvCache::view(int32_t id, int32_t layer) {
+  LayerSlots &L = seq_mut(id).layers.at(static_cast<size_t>(layer));
+  cpu::PagedKv v;
+  v.pool = pool_;
+  v.block_stride = block_bytes_;
+  v.block_table = L.blocks.data();
+  v.n_slots = L.n();
+  v.block_size = cfg_.block_size;
+  v.n_kv_heads = cfg_.n_kv_heads;
+  v.head_dim = cfg_.head_dim;
+  v.dtype = cfg_.dtype;
+  return v;
+}
+
+void KvCache::check_invariants() const {
+  std::vector<int32_t> refs(refcount_.size(), 0);
+  const int32_t bs = cfg_.block_size;
+  for (const auto &kv : seqs_) {
+    for (size_t l = 0; l < kv.second.layers.size(); ++l) {
+      const LayerSlots &L = kv.second.layers[l];
+      const std::string where = "sequence " + std::to_string(kv.first) + " layer " + std::to_string(l);
+      if (static_cast<int32_t>(L.blocks.size()) != blocks_for(L.n(), bs)) fail(Status::internal, where + ": block count does not fit slots");
+      for (const auto &ch : L.imp)
+        if (ch.size() != L.pos.size()) fail(Status::internal, where + ": importance channel size differs");
+      for (size_t j = 1; j < L.pos.size(); ++j)
+        if (L.pos[j] <= L.pos[j - 1]) fail(Status::internal, where + ": positions not ascending");
+      if (!L.pos.empty() && L.pos.back() >= kv.second.length) fail(Status::internal, where + ": position beyond length");
+      for (int32_t b : L.blocks) {
+        if (b < 0 || b >= static_cast<int32_t>(refs.size())) fail(Status::internal, where + ": block id out of range");
+        ++refs[static_cast<size_t>(b)];
+      }
+    }
+  }
+  std::vector<char> is_free(refcount_.size(), 0);
+  for (int32_t b : free_) {
+    if (is_free[static_cast<size_t>(b)]) fail(Status::internal, "block " + std::to_string(b) + " twice in the free list");
+    is_free[static_cast<size_t>(b)] = 1;
+  }
+  for (size_t b = 0; b < refs.size(); ++b) {
+    if (refs[b] != refcount_[b])
+      fail(Status::internal, "block " + std::to_string(b) + " has refcount " + std::to_string(refcount_[b]) + " but " +
+                                 std::to_string(refs[b]) + " references");
+    if ((refs[b] == 0) != (is_free[b] != 0)) fail(Status::internal, "block " + std::to_string(b) + " free-list state is wrong");
+  }
+}
+
+}  // namespace infokv

@@ -1,0 +1,113 @@
+// The paged KV cache: a pool of fixed-size blocks shared by all layers and sequences, a block table per
+// sequence and layer (layers keep different token sets after compression), reference-counted sharing for forks
+// with copy-on-write, and compaction that returns emptied blocks to the pool.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "kernels/ops.hpp"
+
+namespace infokv {
+
+struct KvConfig {
+  int32_t n_layer = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t n_q_dim = 0;         // n_heads * head_dim, for the observation-window queries
+  int32_t block_size = 16;
+  KvDtype dtype = KvDtype::f16;
+  int64_t n_blocks = 0;        // pool capacity, all layers together
+};
+
+// Per-slot importance channels kept alongside K/V and moved with them by compaction.
+enum ImpChannel : int { kImpAttnAcc = 0, kImpAttnCount = 1, kImpEntropy = 2, kImpRepChange = 3, kImpChannels = 4 };
+
+struct LayerSlots {
+  std::vector<int32_t> blocks;  // block table
+  std::vector<int32_t> pos;     // original position of each kept slot, ascending
+  std::array<std::vector<float>, kImpChannels> imp;
+  int32_t n() const { return static_cast<int32_t>(pos.size()); }
+};
+
+struct SeqCache {
+  int64_t length = 0;                 // logical length: positions ever appended (minus truncation)
+  std::vector<LayerSlots> layers;
+  // The last few queries of each layer (post-RoPE) with their positions: the observation window that scores
+  // the cached tokens at compression time. [layer] -> rows of n_q_dim floats, oldest first.
+  std::vector<std::vector<float>> window_q;
+  std::vector<int32_t> window_pos;    // positions of the rows of window_q (same for every layer)
+};
+
+struct KvStats {
+  int64_t blocks_total = 0;
+  int64_t blocks_used = 0;
+  int64_t blocks_free = 0;
+  int64_t block_bytes = 0;
+  int64_t bytes_used = 0;
+};
+
+class KvCache {
+ public:
+  explicit KvCache(const KvConfig &cfg);  // throws Error(out_of_memory) when the pool cannot be reserved
+  ~KvCache();
+  KvCache(const KvCache &) = delete;
+  KvCache &operator=(const KvCache &) = delete;
+
+  const KvConfig &config() const { return cfg_; }
+  int64_t block_bytes() const { return block_bytes_; }
+  KvStats stats() const;
+  // Bytes that the kept tokens of `seq` occupy, block rounding included (shared blocks counted in full).
+  int64_t seq_bytes(int32_t seq) const;
+
+  bool has(int32_t seq) const { return seqs_.count(seq) != 0; }
+  std::vector<int32_t> sequence_ids() const;
+  const SeqCache &seq(int32_t id) const;
+  SeqCache &seq_mut(int32_t id);
+
+  void add(int32_t id);                       // throws invalid_argument if it exists
+  void remove(int32_t id);                    // returns its blocks; throws not_found
+  void fork(int32_t src, int32_t dst);        // dst shares src's blocks
+  void truncate(int32_t id, int64_t length);  // drops positions >= length
+  void remove_range(int32_t id, int64_t p0, int64_t p1);  // drops positions in [p0, p1)
+
+  // Blocks an append of counts[i] tokens to sequences ids[i] would take from the pool (copy-on-write included).
+  int64_t blocks_needed(const std::vector<int32_t> &ids, const std::vector<int32_t> &counts) const;
+  // Makes room for `n` more slots in every layer of `id` (positions given), copying a shared last block first.
+  // Call only after blocks_needed() fit; throws kv_full otherwise, changing nothing for that sequence.
+  void append_slots(int32_t id, const int32_t *positions, int32_t n);
+  // Undoes append_slots back to n_keep slots per layer (used when a step fails after reserving).
+  void shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length);
+
+  // Keeps, per layer, only the given slot indices (ascending) and returns emptied blocks to the pool.
+  // All or nothing: throws kv_full (changing nothing) if copy-on-write of shared blocks needs more free blocks.
+  void compact(int32_t id, const std::vector<std::vector<int32_t>> &keep);
+
+  cpu::PagedKv view(int32_t id, int32_t layer);
+  uint8_t *pool() { return pool_; }
+  int32_t refcount(int32_t block) const { return refcount_[static_cast<size_t>(block)]; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+
+  // Checks every invariant (reference counts equal table references, free list exact, slots fit blocks,
+  // positions ascending). Throws Error(internal) describing the first violation. For tests.
+  void check_invariants() const;
+
+ private:
+  int32_t alloc_block();
+  void retain(int32_t b) { ++refcount_[static_cast<size_t>(b)]; }
+  void release(int32_t b);
+  void copy_block(int32_t dst, int32_t src);
+  void release_all(SeqCache &s);
+
+  KvConfig cfg_;
+  int64_t block_bytes_ = 0;
+  uint8_t *pool_ = nullptr;
+  size_t pool_size_ = 0;
+  std::vector<int32_t> refcount_;
+  std::vector<int32_t> free_;
+  std::map<int32_t, SeqCache> seqs_;
+};
+
+}  // namespace infokv

@@ -1,0 +1,60 @@
+#include "model/describe.hpp"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "gguf/ggml_types.hpp"
+
+namespace infokv {
+
+std::string json_escape(const std::string &s) {
+  std::string o;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      case '\r': o += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += static_cast<char>(c);
+        }
+    }
+  }
+  return o;
+}
+
+std::string describe_json(const Model &m) {
+  const HParams &hp = m.hparams();
+  std::ostringstream js;
+  js << "{\"architecture\":\"" << json_escape(hp.arch) << "\",\"name\":\""
+     << json_escape(m.gguf().get_string("general.name", "")) << "\",\"gguf_version\":" << m.gguf().version()
+     << ",\"n_vocab\":" << hp.n_vocab << ",\"n_embd\":" << hp.n_embd << ",\"n_layer\":" << hp.n_layer
+     << ",\"n_head\":" << hp.n_head << ",\"n_head_kv\":" << hp.n_head_kv << ",\"head_dim\":" << hp.head_dim
+     << ",\"n_ff\":" << hp.n_ff << ",\"n_ctx_train\":" << hp.n_ctx_train << ",\"rope_theta\":" << hp.rope_theta
+     << ",\"rms_eps\":" << hp.rms_eps << ",\"n_params\":" << m.n_params() << ",\"weight_bytes\":" << m.weight_bytes()
+     << ",\"file_bytes\":" << m.gguf().file_size() << ",\"tied_output\":" << (m.tied_output() ? "true" : "false")
+     << ",\"tokenizer\":{\"model\":\"" << json_escape(m.tokenizer().model_name())
+     << "\",\"n_vocab\":" << m.tokenizer().n_vocab() << ",\"bos\":" << m.tokenizer().bos()
+     << ",\"eos\":" << m.tokenizer().eos() << "},\"tensor_types\":{";
+  std::map<std::string, int> types;
+  for (const auto &t : m.gguf().tensors()) {
+    const char *n = ggml_type_name(t.type);
+    ++types[n ? n : "?"];
+  }
+  bool first = true;
+  for (const auto &kv : types) {
+    js << (first ? "" : ",") << "\"" << kv.first << "\":" << kv.second;
+    first = false;
+  }
+  js << "}}";
+  return js.str();
+}
+
+}  // namespace infokv

@@ -1,0 +1,77 @@
+// A Llama-family decoder's hyper-parameters and weights, loaded from GGUF (weights stay in the mapping).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace infokv {
+
+struct HParams {
+  std::string arch;
+  int32_t n_vocab = 0;
+  int32_t n_embd = 0;
+  int32_t n_layer = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  int32_t n_ff = 0;
+  int32_t n_ctx_train = 0;
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+};
+
+// A weight matrix [rows, cols] (rows = outputs) in its file type; data points into the mapping.
+struct Weight {
+  const void *data = nullptr;
+  uint32_t type = 0;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::string name;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [n_embd]
+  Weight wq, wk, wv, wo;         // [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd]
+  std::vector<float> ffn_norm;   // [n_embd]
+  Weight w_gate, w_up, w_down;   // [n_ff, n_embd] x2, [n_embd, n_ff]
+};
+
+class Model {
+ public:
+  // Loads a GGUF model. Throws Error(io|bad_model|unsupported) with a message naming the problem.
+  static std::shared_ptr<const Model> load(const std::string &path);
+
+  const HParams &hparams() const { return hp_; }
+  const Tokenizer &tokenizer() const { return tok_; }
+  const GgufFile &gguf() const { return *file_; }
+  const std::string &path() const { return path_; }
+  const Weight &token_embd() const { return tok_embd_; }
+  const Weight &output() const { return output_; }  // the embedding itself when tied
+  bool tied_output() const { return tied_; }
+  const std::vector<float> &output_norm() const { return out_norm_; }
+  const LayerWeights &layer(int32_t l) const { return layers_[static_cast<size_t>(l)]; }
+  // 64-bit fingerprint of the weights (hash of shapes, types and a sample of the bytes of every tensor).
+  uint64_t weights_fingerprint() const { return weights_fp_; }
+  uint64_t n_params() const { return n_params_; }
+  uint64_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  Model() = default;
+  std::string path_;
+  std::unique_ptr<GgufFile> file_;
+  HParams hp_;
+  Tokenizer tok_;
+  Weight tok_embd_, output_;
+  bool tied_ = false;
+  std::vector<float> out_norm_;
+  std::vector<LayerWeights> layers_;
+  uint64_t weights_fp_ = 0;
+  uint64_t n_params_ = 0;
+  uint64_t weight_bytes_ = 0;
+};
+
+}  // namespace infokv

@@ -1,0 +1,104 @@
+// A session: a paged KV cache holding several sequences of one model, batched decoding over them, and the
+// compression policy that keeps their caches within budget. Used by one thread at a time.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "compress/policy.hpp"
+#include "kv/kv_cache.hpp"
+#include "model/model.hpp"
+#include "util/thread_pool.hpp"
+
+namespace infokv {
+
+struct SessionOptions {
+  int32_t n_threads = 0;         // 0: available cores
+  KvDtype kv_dtype = KvDtype::f16;
+  int32_t block_size = 16;
+  int64_t kv_pool_blocks = 0;    // pool size in blocks (all layers); 0: from kv_pool_bytes or the default
+  int64_t kv_pool_bytes = 0;     // pool size in bytes; 0: default (4 x the trained context, at most 1 GiB)
+  int32_t ubatch = 256;          // tokens per forward chunk
+  CompressionConfig compression;
+};
+
+struct BatchToken {
+  int32_t seq = 0;
+  int32_t token = 0;
+  bool logits = false;  // return this item's logits in batch_logits() (the last item of each sequence always has them)
+};
+
+struct SeqInfo {
+  int64_t length = 0;
+  std::vector<int32_t> kept_per_layer;
+  int64_t bytes = 0;
+  int64_t blocks = 0;
+};
+
+class Session {
+ public:
+  Session(std::shared_ptr<const Model> model, const SessionOptions &opts);
+  ~Session();
+
+  const Model &model() const { return *model_; }
+  const SessionOptions &options() const { return opts_; }
+  KvCache &kv() { return *kv_; }
+  const KvCache &kv() const { return *kv_; }
+
+  int32_t add_sequence();                   // a new empty sequence; returns its id
+  void remove_sequence(int32_t seq);
+  int32_t fork_sequence(int32_t src);       // shares src's cache; returns the new id
+  void truncate(int32_t seq, int64_t length);
+  bool has_sequence(int32_t seq) const { return kv_->has(seq); }
+  SeqInfo info(int32_t seq) const;
+  const std::vector<int32_t> &tokens(int32_t seq) const;  // every token appended (logical history)
+
+  // Appends the batch's tokens to their sequences and runs the model. All or nothing: on any error (bad token,
+  // unknown sequence, KV full) the caches, lengths and logits are exactly as before and Error is thrown.
+  void decode(const std::vector<BatchToken> &batch);
+  // Logits of the latest token of `seq` [n_vocab]; throws bad_state before the first decode.
+  const std::vector<float> &logits(int32_t seq) const;
+  // Logits of the flagged items of the last decode, in batch order: [n_flagged * n_vocab].
+  const std::vector<float> &batch_logits() const { return batch_logits_; }
+
+  // Compression. protect() marks a span of positions; compress() runs the policy now (to `budget_tokens` per layer
+  // when > 0, otherwise the configured budget).
+  CompressionConfig &compression() { return opts_.compression; }
+  void set_compression(const CompressionConfig &c);
+  void protect(int32_t seq, const ProtectedSpan &span);
+  const std::vector<ProtectedSpan> &protected_spans(int32_t seq) const;
+  void compress(int32_t seq, int32_t budget_tokens = 0);
+  int64_t compressions(int32_t seq) const;
+
+ private:
+  struct SeqState {
+    std::vector<int32_t> tokens;
+    std::vector<float> logits;
+    bool has_logits = false;
+    float pending_entropy = 0.0f;   // entropy of `logits`: it belongs to the next token appended
+    int64_t since_compress = 0;     // tokens appended since the last compression
+    bool prefilled = false;         // compression after the first decode done
+    int64_t n_compressions = 0;
+    std::vector<ProtectedSpan> spans;
+  };
+  struct Chunk;
+  void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
+               std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
+               std::map<int32_t, SeqState> &staged);
+  void maybe_compress_after(const std::vector<int32_t> &seqs, bool prefill);
+  int32_t budget_for(int32_t seq) const;
+  int32_t window_capacity() const;
+  SeqState &state(int32_t seq);
+  const SeqState &state(int32_t seq) const;
+
+  std::shared_ptr<const Model> model_;
+  SessionOptions opts_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<KvCache> kv_;
+  std::map<int32_t, SeqState> seqs_;
+  int32_t next_id_ = 0;
+  std::vector<float> batch_logits_;
+};
+
+}  // namespace infokv

@@ -1,0 +1,79 @@
+// Tokenizers read from GGUF metadata, and a streaming detokenizer.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace infokv {
+
+class GgufFile;
+
+// llama.cpp's token attribute numbering (tokenizer.ggml.token_type).
+enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
+
+enum class TokenizerKind { spm, bpe };
+
+class Tokenizer {
+ public:
+  // Builds the tokenizer described by tokenizer.ggml.* metadata. Throws Error(bad_model) for missing/inconsistent
+  // metadata and Error(unsupported) for a tokenizer model it does not implement (the message names it).
+  static Tokenizer from_gguf(const GgufFile &file);
+
+  TokenizerKind kind() const { return kind_; }
+  const std::string &model_name() const { return model_name_; }  // "llama", ...
+  int32_t n_vocab() const { return static_cast<int32_t>(pieces_.size()); }
+  int32_t bos() const { return bos_; }  // -1 when the model has none
+  int32_t eos() const { return eos_; }  // -1 when the model has none
+  bool add_bos() const { return add_bos_; }
+  bool valid(int32_t id) const { return id >= 0 && id < n_vocab(); }
+  const std::string &piece(int32_t id) const { return pieces_.at(static_cast<size_t>(id)); }  // vocabulary text as stored
+  TokenType type(int32_t id) const { return types_.at(static_cast<size_t>(id)); }
+  float score(int32_t id) const { return scores_.at(static_cast<size_t>(id)); }
+
+  // Text to ids. With add_bos, the model's BOS (if any) is prepended. Never throws on any byte sequence.
+  std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
+  // The bytes a token stands for in text: '▁' becomes ' ', <0xXX> becomes that byte; control, unknown and unused
+  // tokens are empty (as llama.cpp's token_to_piece without `special`).
+  // Throws Error(out_of_range) for an id outside the vocabulary.
+  std::string token_bytes(int32_t id) const;
+  // Concatenated token_bytes of the ids (may end in the middle of a UTF-8 character).
+  std::string decode(const std::vector<int32_t> &ids) const;
+  // A stable 64-bit fingerprint of the vocabulary (pieces, scores, types, special ids) for snapshot headers.
+  uint64_t fingerprint() const;
+
+ private:
+  std::vector<int32_t> encode_spm(std::string_view text) const;
+
+  TokenizerKind kind_ = TokenizerKind::spm;
+  std::string model_name_;
+  std::vector<std::string> pieces_;
+  std::vector<float> scores_;
+  std::vector<TokenType> types_;
+  std::unordered_map<std::string, int32_t> piece_to_id_;
+  int32_t byte_to_id_[256];  // <0xXX> tokens, -1 when absent
+  int32_t bos_ = -1;
+  int32_t eos_ = -1;
+  int32_t unk_ = -1;
+  bool add_bos_ = true;
+  bool add_space_prefix_ = true;
+};
+
+// Turns a stream of token ids into text without ever emitting part of a UTF-8 character: bytes of an unfinished
+// character are held back until the character completes. Invalid sequences are emitted as U+FFFD.
+class StreamingDetokenizer {
+ public:
+  explicit StreamingDetokenizer(const Tokenizer &tok) : tok_(&tok) {}
+  // Returns the text that became complete with this token (possibly empty).
+  std::string push(int32_t id);
+  // Returns whatever is held back (an incomplete character becomes U+FFFD) and resets.
+  std::string flush();
+
+ private:
+  const Tokenizer *tok_;
+  std::string pending_;
+};
+
+}  // namespace infokv

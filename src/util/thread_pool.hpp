@@ -1,0 +1,44 @@
+// A fixed pool of worker threads for data-parallel loops. The calling thread takes part in every loop,
+// so a pool of n threads starts n - 1 workers.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace infokv {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool &) = delete;
+  ThreadPool &operator=(const ThreadPool &) = delete;
+
+  int size() const { return n_threads_; }
+  // Calls fn(begin, end) over [0, n) split into about size() contiguous chunks of at least `grain` items.
+  // Runs inline when the work is too small to share. Not reentrant.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn);
+
+ private:
+  void worker(int index);
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_;
+  std::condition_variable cv_done_;
+  const std::function<void(int64_t, int64_t)> *job_ = nullptr;
+  int64_t job_n_ = 0;
+  int job_chunks_ = 0;
+  std::atomic<int> next_chunk_{0};
+  int pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+int default_thread_count();
+
+}  // namespace infokv

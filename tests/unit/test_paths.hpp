@@ -1,0 +1,24 @@
+// Where the tests find the shared model files and text corpora. The build defines the defaults; the environment
+// overrides them so one test binary can run against another checkout's data.
+#pragma once
+#include <cstdlib>
+#include <string>
+
+#ifndef INFOKV_DEFAULT_MODELS_DIR
+#define INFOKV_DEFAULT_MODELS_DIR "/work/shared/models"
+#endif
+#ifndef INFOKV_DEFAULT_CORPORA_DIR
+#define INFOKV_DEFAULT_CORPORA_DIR "/work/shared/corpora"
+#endif
+
+namespace infokv_test {
+
+inline std::string env_or(const char *name, const char *fallback) {
+  const char *v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : std::string(fallback);
+}
+
+inline std::string models_dir() { return env_or("INFOKV_MODELS_DIR", INFOKV_DEFAULT_MODELS_DIR); }
+inline std::string corpora_dir() { return env_or("INFOKV_CORPORA_DIR", INFOKV_DEFAULT_CORPORA_DIR); }
+
+}  // namespace infokv_test
