@@ -81,43 +81,49 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Every output is summed in the same order whatever the batch size (two vector accumulators over alternating
+// 8-wide chunks, then the scalar tail), so a token's result does not depend on what it was batched with.
 template <WKind K>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
                                                         int64_t m1, int64_t m, int64_t k) {
   const int64_t k8 = k & ~int64_t{7};
+  const int64_t k16 = k & ~int64_t{15};
   const size_t esz = K == WKind::f32 ? 4 : 2;
   for (int64_t r = m0; r < m1; ++r) {
     const void *wr = static_cast<const uint8_t *>(w) + static_cast<size_t>(r * k) * esz;
     int64_t t = 0;
     // Four tokens at a time share each loaded weight vector.
     for (; t + 4 <= n; t += 4) {
-      const float *x0 = x + t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-      for (int64_t i = 0; i < k8; i += 8) {
-        __m256 wv = load8(wr, i, K);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), wv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), wv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), wv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i), wv, a3);
+      const float *xs[4] = {x + t * k, x + (t + 1) * k, x + (t + 2) * k, x + (t + 3) * k};
+      __m256 a0[4], a1[4];
+      for (int j = 0; j < 4; ++j) a0[j] = a1[j] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k16; i += 16) {
+        const __m256 w0 = load8(wr, i, K), w1 = load8(wr, i + 8, K);
+        for (int j = 0; j < 4; ++j) {
+          a0[j] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[j] + i), w0, a0[j]);
+          a1[j] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[j] + i + 8), w1, a1[j]);
+        }
       }
-      float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
-      for (int64_t i = k8; i < k; ++i) {
-        float wv = load1(wr, i, K);
-        s0 += x0[i] * wv; s1 += x1[i] * wv; s2 += x2[i] * wv; s3 += x3[i] * wv;
+      if (k8 > k16) {
+        const __m256 w0 = load8(wr, k16, K);
+        for (int j = 0; j < 4; ++j) a0[j] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[j] + k16), w0, a0[j]);
       }
-      out[t * m + r] = s0; out[(t + 1) * m + r] = s1; out[(t + 2) * m + r] = s2; out[(t + 3) * m + r] = s3;
+      for (int j = 0; j < 4; ++j) {
+        float s = hsum(_mm256_add_ps(a0[j], a1[j]));
+        for (int64_t i = k8; i < k; ++i) s += xs[j][i] * load1(wr, i, K);
+        out[(t + j) * m + r] = s;
+      }
     }
     for (; t < n; ++t) {
       const float *xr = x + t * k;
       __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-      int64_t i = 0;
-      for (; i + 16 <= k8; i += 16) {
+      for (int64_t i = 0; i < k16; i += 16) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), load8(wr, i, K), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), load8(wr, i + 8, K), a1);
       }
-      for (; i < k8; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), load8(wr, i, K), a0);
+      if (k8 > k16) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + k16), load8(wr, k16, K), a0);
       float s = hsum(_mm256_add_ps(a0, a1));
-      for (; i < k; ++i) s += xr[i] * load1(wr, i, K);
+      for (int64_t i = k8; i < k; ++i) s += xr[i] * load1(wr, i, K);
       out[t * m + r] = s;
     }
   }

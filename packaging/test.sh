@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds infokv and runs every test: CPU build (with bindings) and, where nvcc exists, the CUDA build.
+# Usage: bash packaging/test.sh        (from the repository root; ../shared must hold the models and corpora)
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+bash packaging/setup.sh
+JOBS="${JOBS:-$(nproc)}"
+SHARED="${INFOKV_SHARED_DIR:-$ROOT/../shared}"
+export INFOKV_MODELS_DIR="${INFOKV_MODELS_DIR:-$SHARED/models}"
+export INFOKV_CORPORA_DIR="${INFOKV_CORPORA_DIR:-$SHARED/corpora}"
+for f in "$INFOKV_MODELS_DIR/stories260K/stories260K.gguf" "$INFOKV_CORPORA_DIR/sample_story.txt"; do
+  [ -f "$f" ] || { echo "test.sh: missing $f (set INFOKV_SHARED_DIR or INFOKV_MODELS_DIR/INFOKV_CORPORA_DIR)" >&2; exit 1; }
+done
+
+run_build() {  # name, extra cmake args...
+  local dir="build-ci/$1"; shift
+  echo "=== configure $dir ($*)"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
+    -DINFOKV_MODELS_DIR="$INFOKV_MODELS_DIR" -DINFOKV_CORPORA_DIR="$INFOKV_CORPORA_DIR" "$@" >/dev/null
+  echo "=== build $dir"
+  cmake --build "$dir" -j "$JOBS"
+  echo "=== test $dir"
+  (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 900)
+}
+
+run_build cpu -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_BINDINGS=ON -DINFOKV_BUILD_BENCHMARKS=ON
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="$PATH:/usr/local/cuda/bin"
+  run_build cuda -DINFOKV_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="75-virtual;80-real"
+fi
+echo "=== all tests passed"
