@@ -1,0 +1,369 @@
+// Compression: each scorer against a naive reference on small random cases, the selection rules (window and
+// protected spans survive, fair spans keep equal fractions), and end-to-end properties on stories260K.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "compress/scores.hpp"
+#include "model/model.hpp"
+#include "sampling/sampler.hpp"
+#include "session/generate.hpp"
+#include "session/session.hpp"
+#include "test_paths.hpp"
+#include "util/error.hpp"
+
+using namespace infokv;
+
+namespace {
+
+std::shared_ptr<const Model> stories() {
+  static std::shared_ptr<const Model> m = Model::load(infokv_test::models_dir() + "/stories260K/stories260K.gguf");
+  return m;
+}
+
+struct RandomLayer {
+  KvConfig cfg;
+  std::unique_ptr<KvCache> kv;
+  std::vector<float> wq;
+  std::vector<int32_t> wpos;
+  int32_t n_heads = 4;
+};
+
+RandomLayer make_layer(std::mt19937 &rng, int32_t n, int32_t w) {
+  RandomLayer r;
+  r.cfg.n_layer = 1;
+  r.cfg.n_kv_heads = 2;
+  r.cfg.head_dim = 4;
+  r.cfg.n_q_dim = r.n_heads * 4;
+  r.cfg.block_size = 3;
+  r.cfg.dtype = KvDtype::f32;
+  r.cfg.n_blocks = 64;
+  r.kv = std::make_unique<KvCache>(r.cfg);
+  r.kv->add(0);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = 2 * i;  // gaps: positions are not slot indices
+  r.kv->append_slots(0, pos.data(), n);
+  std::vector<float> k(static_cast<size_t>(n) * 8), v(k.size());
+  for (auto &x : k) x = nd(rng);
+  for (auto &x : v) x = nd(rng);
+  cpu::kv_append(r.kv->view(0, 0), 0, k.data(), v.data(), n);
+  for (int32_t t = 0; t < w; ++t) {
+    for (int32_t i = 0; i < r.cfg.n_q_dim; ++i) r.wq.push_back(nd(rng));
+    r.wpos.push_back(pos[static_cast<size_t>(n - w + t)]);
+  }
+  return r;
+}
+
+// Dense softmax attention from the window queries, averaged over queries and heads.
+std::vector<double> naive_window_attention(RandomLayer &r, int32_t n) {
+  const int32_t w = static_cast<int32_t>(r.wpos.size());
+  cpu::PagedKv view = r.kv->view(0, 0);
+  std::vector<double> acc(static_cast<size_t>(n), 0.0);
+  std::vector<float> kbuf(4);
+  for (int32_t t = 0; t < w; ++t) {
+    const int32_t vis = n - w + t + 1;
+    for (int32_t h = 0; h < r.n_heads; ++h) {
+      std::vector<double> s(static_cast<size_t>(vis));
+      for (int32_t j = 0; j < vis; ++j) {
+        cpu::kv_read(kbuf.data(), view, j, h / 2, 0);
+        double d = 0;
+        for (int32_t i = 0; i < 4; ++i) d += static_cast<double>(r.wq[static_cast<size_t>(t * 16 + h * 4 + i)]) * kbuf[static_cast<size_t>(i)];
+        s[static_cast<size_t>(j)] = d / 2.0;  // 1 / sqrt(head_dim)
+      }
+      const double mx = *std::max_element(s.begin(), s.end());
+      double z = 0;
+      for (double &x : s) z += (x = std::exp(x - mx));
+      for (int32_t j = 0; j < vis; ++j) acc[static_cast<size_t>(j)] += s[static_cast<size_t>(j)] / z / (w * r.n_heads);
+    }
+  }
+  return acc;
+}
+
+LayerScoreInput input_of(RandomLayer &r, const std::vector<ProtectedSpan> *spans = nullptr) {
+  LayerScoreInput in;
+  in.kv = r.kv->view(0, 0);
+  in.slots = &r.kv->seq(0).layers[0];
+  in.window_q = &r.wq;
+  in.window_pos = &r.wpos;
+  in.n_heads = r.n_heads;
+  in.head_dim = 4;
+  in.prefill = true;
+  in.spans = spans;
+  return in;
+}
+
+}  // namespace
+
+TEST(Scores, PoolingMatchesNaiveAveragingWithZeroPadding) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 50; ++trial) {
+    const size_t n = 1 + rng() % 40;
+    const int32_t kernel = 1 + 2 * static_cast<int32_t>(rng() % 4);
+    std::vector<float> a(n);
+    for (auto &x : a) x = std::uniform_real_distribution<float>(0, 1)(rng);
+    std::vector<double> ref(n, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      for (int64_t j = static_cast<int64_t>(i) - kernel / 2; j <= static_cast<int64_t>(i) + kernel / 2; ++j)
+        if (j >= 0 && j < static_cast<int64_t>(n)) ref[i] += a[static_cast<size_t>(j)];
+      ref[i] /= kernel;
+    }
+    const double z = std::accumulate(ref.begin(), ref.end(), 0.0);
+    const std::vector<float> got = pool_and_normalise(a, kernel);
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(got[i], ref[i] / z, 1e-5) << "n " << n << " kernel " << kernel;
+  }
+}
+
+TEST(Scores, WindowAttentionMatchesDenseReference) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int32_t n = 4 + static_cast<int32_t>(rng() % 30);
+    const int32_t w = 1 + static_cast<int32_t>(rng() % std::min(n - 1, 6));
+    RandomLayer r = make_layer(rng, n, w);
+    const std::vector<double> ref = naive_window_attention(r, n);
+    const std::vector<float> got = window_attention(input_of(r), n - w, w);
+    ASSERT_EQ(got.size(), static_cast<size_t>(n - w));
+    for (int32_t j = 0; j < n - w; ++j) EXPECT_NEAR(got[static_cast<size_t>(j)], ref[static_cast<size_t>(j)], 1e-5);
+  }
+}
+
+TEST(Scores, AccumulatedAttentionOfOneQueryEqualsItsMeanProbabilities) {
+  std::mt19937 rng(std::random_device{}());
+  RandomLayer r = make_layer(rng, 17, 1);
+  cpu::PagedKv view = r.kv->view(0, 0);
+  std::vector<float> acc(17, 0.0f), cnt(17, 0.0f), out(16), probs(17);
+  cpu::paged_attention(out.data(), r.wq.data(), 1, r.n_heads, view, 17, 0.5f, acc.data(), cnt.data(), nullptr);
+  cpu::attention_probs_mean(probs.data(), r.wq.data(), 1, r.n_heads, view, 17, 0.5f);
+  for (int j = 0; j < 17; ++j) {
+    EXPECT_NEAR(acc[static_cast<size_t>(j)], probs[static_cast<size_t>(j)], 1e-6);
+    EXPECT_EQ(cnt[static_cast<size_t>(j)], 1.0f);
+  }
+}
+
+TEST(Scores, InfoKvMixMatchesFormula) {
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> u(0, 1);
+  for (int trial = 0; trial < 20; ++trial) {
+    const size_t n = 1 + rng() % 30;
+    std::vector<float> a(n), d(n), h(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = u(rng);
+      d[i] = u(rng);
+      h[i] = 5 * u(rng);
+    }
+    const float alpha = u(rng), tau = 2 * u(rng);
+    double z = 0;
+    for (size_t i = 0; i < n; ++i) z += std::exp((d[i] + tau) * h[i]);
+    const std::vector<float> s = infokv_mix(a, d, h, alpha, tau);
+    for (size_t i = 0; i < n; ++i)
+      EXPECT_NEAR(s[i], alpha * a[i] + (1 - alpha) * std::exp((d[i] + tau) * h[i]) / z, 1e-5);
+  }
+}
+
+TEST(Scores, TopKBreaksTiesTowardTheLaterToken) {
+  std::vector<float> s{0.5f, 0.9f, 0.5f, 0.1f, 0.5f};
+  EXPECT_EQ(top_k_later_ties(s, {0, 1, 2, 3, 4}, 2), (std::vector<int32_t>{1, 4}));
+  EXPECT_EQ(top_k_later_ties(s, {0, 2, 3}, 2), (std::vector<int32_t>{2, 0}));
+}
+
+TEST(Scores, PyramidBudgetsShrinkUpwardAndKeepTheTotal) {
+  CompressionConfig c;
+  c.policy = PolicyKind::pyramidkv;
+  c.budget_tokens = 400;
+  c.window = 8;
+  const std::vector<int32_t> counts(10, 2000);
+  const std::vector<int32_t> b = layer_budgets(c, counts, 400);
+  for (size_t l = 1; l < b.size(); ++l) EXPECT_LE(b[l], b[l - 1]);
+  EXPECT_GT(b.front(), b.back());
+  EXPECT_NEAR(std::accumulate(b.begin(), b.end(), 0), 4000, 10);
+  // When the top layer would fall below the window, uniform (as kvpress does).
+  c.window = 32;
+  const std::vector<int32_t> small = layer_budgets(c, std::vector<int32_t>(5, 200), 50);
+  for (int32_t x : small) EXPECT_EQ(x, 50);
+}
+
+TEST(Selection, KeepsWindowProtectedSpansAndBudget) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (PolicyKind p : {PolicyKind::snapkv, PolicyKind::infokv, PolicyKind::h2o, PolicyKind::streaming, PolicyKind::tova}) {
+    for (int trial = 0; trial < 10; ++trial) {
+      const int32_t n = 20 + static_cast<int32_t>(rng() % 30);
+      RandomLayer r = make_layer(rng, n, 5);
+      CompressionConfig c;
+      c.policy = p;
+      c.window = 5;
+      const int32_t budget = 10 + static_cast<int32_t>(rng() % 8);
+      std::vector<ProtectedSpan> spans{{0, 6, false}};  // positions 0..5 -> slots 0..2
+      const std::vector<int32_t> keep = select_keep(c, input_of(r, &spans), budget);
+      EXPECT_EQ(static_cast<int32_t>(keep.size()), budget) << policy_name(p);
+      EXPECT_TRUE(std::is_sorted(keep.begin(), keep.end()));
+      for (int32_t j : {0, 1, 2}) EXPECT_TRUE(std::binary_search(keep.begin(), keep.end(), j)) << policy_name(p) << " dropped protected slot " << j;
+      const int32_t w = p == PolicyKind::tova ? 1 : p == PolicyKind::streaming ? 0 : 5;
+      for (int32_t j = n - w; j < n; ++j) EXPECT_TRUE(std::binary_search(keep.begin(), keep.end(), j)) << policy_name(p) << " dropped window slot " << j;
+    }
+  }
+}
+
+TEST(Selection, SnapKvKeepsTheHighestPooledScores) {
+  std::mt19937 rng(std::random_device{}());
+  const int32_t n = 30, w = 4, budget = 12;
+  RandomLayer r = make_layer(rng, n, w);
+  CompressionConfig c;
+  c.policy = PolicyKind::snapkv;
+  c.window = w;
+  const std::vector<double> dense = naive_window_attention(r, n);
+  std::vector<float> cand(dense.begin(), dense.begin() + (n - w));
+  const std::vector<float> pooled = pool_and_normalise(cand, c.pool_kernel_prefill);
+  std::vector<int32_t> order(static_cast<size_t>(n - w));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return pooled[static_cast<size_t>(a)] != pooled[static_cast<size_t>(b)] ? pooled[static_cast<size_t>(a)] > pooled[static_cast<size_t>(b)] : a > b;
+  });
+  std::vector<int32_t> expect(order.begin(), order.begin() + (budget - w));
+  for (int32_t j = n - w; j < n; ++j) expect.push_back(j);
+  std::sort(expect.begin(), expect.end());
+  EXPECT_EQ(select_keep(c, input_of(r), budget), expect);
+}
+
+TEST(Selection, FairSpansKeepEqualFractions) {
+  std::mt19937 rng(std::random_device{}());
+  RandomLayer r = make_layer(rng, 44, 4);  // positions 0, 2, ..., 86
+  CompressionConfig c;
+  c.policy = PolicyKind::snapkv;
+  c.window = 4;
+  std::vector<ProtectedSpan> spans{{0, 40, true}, {40, 80, true}};  // 20 candidate slots each
+  const std::vector<int32_t> keep = select_keep(c, input_of(r, &spans), 24);  // 20 of 40 candidates: half each
+  int first = 0, second = 0;
+  for (int32_t j : keep) {
+    if (j < 20) ++first;
+    else if (j < 40) ++second;
+  }
+  EXPECT_EQ(first, 10);
+  EXPECT_EQ(second, 10);
+}
+
+namespace {
+
+std::vector<float> run_with(const CompressionConfig &c, const std::vector<int32_t> &prefix, const std::vector<int32_t> &cont,
+                            int64_t *bytes_after = nullptr, Session **keep = nullptr) {
+  SessionOptions o;
+  o.n_threads = 1;
+  o.compression = c;
+  static std::unique_ptr<Session> holder;
+  holder = std::make_unique<Session>(stories(), o);
+  Session &s = *holder;
+  const int32_t id = s.add_sequence();
+  std::vector<BatchToken> b;
+  for (int32_t t : prefix) b.push_back({id, t, false});
+  s.decode(b);
+  if (bytes_after) *bytes_after = s.info(id).bytes;
+  std::vector<BatchToken> cb;
+  for (int32_t t : cont) cb.push_back({id, t, true});
+  s.decode(cb);
+  if (keep) *keep = &s;
+  return s.batch_logits();
+}
+
+std::vector<int32_t> text_tokens(size_t n) {
+  std::vector<int32_t> t = stories()->tokenizer().encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
+      "a big, red ball. She wanted to play with it, but it was too high. She asked her mom to help her. Her mom said, "
+      "\"Let's get a stick and knock it down.\" They found a long stick and Lily tried to reach the ball. She jumped "
+      "and jumped, and finally the ball fell down. Lily was so happy. She thanked her mom and they played together.",
+      true);
+  t.resize(std::min(n, t.size()));
+  return t;
+}
+
+}  // namespace
+
+TEST(Compression, NoneAndFullBudgetReproduceUncompressedLogitsExactly) {
+  const std::vector<int32_t> toks = text_tokens(100);
+  const std::vector<int32_t> prefix(toks.begin(), toks.begin() + 70), cont(toks.begin() + 70, toks.end());
+  const std::vector<float> ref = run_with(CompressionConfig{}, prefix, cont);
+  for (PolicyKind p : {PolicyKind::infokv, PolicyKind::snapkv, PolicyKind::h2o, PolicyKind::streaming, PolicyKind::tova, PolicyKind::pyramidkv}) {
+    CompressionConfig c;
+    c.policy = p;
+    c.budget_fraction = 1.0;
+    EXPECT_EQ(run_with(c, prefix, cont), ref) << policy_name(p) << " at 100% must not change the logits";
+  }
+}
+
+TEST(Compression, QuarterBudgetFreesThreeQuartersOfTheBlocks) {
+  const std::vector<int32_t> toks = text_tokens(140);
+  const std::vector<int32_t> prefix(toks.begin(), toks.begin() + 128), cont(toks.begin() + 128, toks.end());
+  int64_t full = 0, compressed = 0;
+  run_with(CompressionConfig{}, prefix, cont, &full);
+  for (PolicyKind p : {PolicyKind::infokv, PolicyKind::snapkv, PolicyKind::h2o, PolicyKind::streaming, PolicyKind::tova, PolicyKind::pyramidkv}) {
+    CompressionConfig c;
+    c.policy = p;
+    c.budget_fraction = 0.25;
+    const std::vector<float> a = run_with(c, prefix, cont, &compressed);
+    EXPECT_LE(static_cast<double>(compressed), 0.30 * static_cast<double>(full)) << policy_name(p);
+    EXPECT_EQ(run_with(c, prefix, cont), a) << policy_name(p) << " must be deterministic";
+  }
+}
+
+TEST(Compression, ProtectedPrefixSurvivesEveryLayer) {
+  SessionOptions o;
+  o.compression.policy = PolicyKind::infokv;
+  o.compression.budget_fraction = 0.3;
+  o.compression.interval = 16;
+  Session s(stories(), o);
+  const int32_t id = s.add_sequence();
+  s.protect(id, ProtectedSpan{0, 20, false});
+  Sampler smp(SamplerParams{});
+  generate(s, id, text_tokens(60), 80, smp, nullptr);
+  EXPECT_GE(s.compressions(id), 2);
+  const SeqCache &c = s.kv().seq(id);
+  for (size_t l = 0; l < c.layers.size(); ++l) {
+    const auto &pos = c.layers[l].pos;
+    for (int32_t p = 0; p < 20; ++p) EXPECT_TRUE(std::binary_search(pos.begin(), pos.end(), p)) << "layer " << l << " lost position " << p;
+    EXPECT_LT(c.layers[l].n(), c.length);
+  }
+  s.kv().check_invariants();
+}
+
+TEST(Compression, CompressedGenerationIsDeterministic) {
+  auto run = [] {
+    SessionOptions o;
+    o.compression.policy = PolicyKind::infokv;
+    o.compression.budget_tokens = 24;
+    o.compression.interval = 8;
+    Session s(stories(), o);
+    const int32_t id = s.add_sequence();
+    SamplerParams sp;
+    sp.seed = 7;
+    Sampler smp(sp);
+    return generate(s, id, text_tokens(40), 60, smp, nullptr).tokens;
+  };
+  EXPECT_EQ(run(), run());
+}
+
+TEST(Compression, FullPoolTriggersCompressionInsteadOfFailing) {
+  SessionOptions o;
+  o.block_size = 4;
+  o.kv_pool_blocks = 5 * 12;  // 48 tokens per layer
+  o.compression.policy = PolicyKind::snapkv;
+  o.compression.budget_tokens = 16;
+  o.compression.interval = 1 << 20;
+  Session s(stories(), o);
+  const int32_t id = s.add_sequence();
+  Sampler smp(SamplerParams{});
+  GenerateResult r = generate(s, id, text_tokens(30), 100, smp, nullptr);
+  EXPECT_EQ(r.tokens.size() + (r.stopped_by_eos ? 1 : 0) > 0, true);
+  EXPECT_GE(s.compressions(id), 2);
+  // Without a policy the same pool fails with KV full.
+  SessionOptions o2 = o;
+  o2.compression = CompressionConfig{};
+  Session s2(stories(), o2);
+  const int32_t id2 = s2.add_sequence();
+  Sampler smp2(SamplerParams{});
+  EXPECT_THROW(generate(s2, id2, text_tokens(60), 100, smp2, nullptr), Error);
+}
