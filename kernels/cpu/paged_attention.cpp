@@ -1,4 +1,6 @@
 // KV append/read and causal attention over a paged KV cache.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,11 +39,26 @@ inline void store(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
   }
 }
 
+__attribute__((target("avx2,f16c"))) void load_f16_hw(float *dst, const uint16_t *s, int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i))));
+  for (; i < n; ++i) dst[i] = fp16_to_float(s[i]);
+}
+
+bool have_f16c() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
 inline void load(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
   switch (t) {
     case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
     case KvDtype::f16: {
       const auto *s = reinterpret_cast<const uint16_t *>(src);
+      if (have_f16c()) {
+        load_f16_hw(dst, s, n);
+        break;
+      }
       for (int32_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
       break;
     }
@@ -102,50 +119,61 @@ void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
   const int32_t hd = kv.head_dim;
   const int32_t group = n_heads / kv.n_kv_heads;
   const int32_t max_vis = visible0 + static_cast<int32_t>(n_q) - 1;
-  // Work items are (query, head). The score accumulation for H2O needs a reduction over heads, so it runs with
-  // the heads of one query in one item when acc is requested.
-  auto run = [&](int64_t i0, int64_t i1, std::vector<float> &p, std::vector<float> &kvbuf, std::vector<float> &vrow) {
+  // A work item is one query and one KV head: each K/V block is converted to f32 once and used by every query
+  // head of the group. acc (H2O scores) sums over all heads of a query, so with acc the items run in order.
+  auto body = [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(static_cast<size_t>(group) * static_cast<size_t>(std::max(1, max_vis)));
+    std::vector<float> kvbuf(static_cast<size_t>(kv.block_size) * hd);
     for (int64_t it = i0; it < i1; ++it) {
-      const int64_t t = acc ? it : it / n_heads;
-      const int32_t h_begin = acc ? 0 : static_cast<int32_t>(it % n_heads);
-      const int32_t h_end = acc ? n_heads : h_begin + 1;
+      const int64_t t = it / kv.n_kv_heads;
+      const int32_t g = static_cast<int32_t>(it % kv.n_kv_heads);
       const int32_t vis = visible0 + static_cast<int32_t>(t);
-      for (int32_t h = h_begin; h < h_end; ++h) {
-        const int32_t g = h / group;
-        const float *qh = q + (t * n_heads + h) * hd;
-        head_scores(p.data(), qh, kv, g, vis, scale, kvbuf.data());
-        softmax_inplace(p.data(), vis);
-        float *o = out + (t * n_heads + h) * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {
-          const int32_t cnt = std::min(kv.block_size, vis - s0);
-          load(kvbuf.data(), slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {
+        const int32_t cnt = std::min(kv.block_size, vis - s0);
+        load(kvbuf.data(), slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);
+        for (int32_t hh = 0; hh < group; ++hh) {
+          const float *qh = qg + static_cast<int64_t>(hh) * hd;
+          float *ph = p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis);
           for (int32_t j = 0; j < cnt; ++j) {
-            const float w = p[static_cast<size_t>(s0 + j)];
+            const float *kr = kvbuf.data() + static_cast<int64_t>(j) * hd;
+            float d = 0;
+            for (int32_t i = 0; i < hd; ++i) d += qh[i] * kr[i];
+            ph[s0 + j] = d * scale;
+          }
+        }
+      }
+      for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis), vis);
+      float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);
+      for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {
+        const int32_t cnt = std::min(kv.block_size, vis - s0);
+        load(kvbuf.data(), slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);
+        for (int32_t hh = 0; hh < group; ++hh) {
+          const float *ph = p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis) + s0;
+          float *o = og + static_cast<int64_t>(hh) * hd;
+          for (int32_t j = 0; j < cnt; ++j) {
+            const float w = ph[j];
             const float *vr = kvbuf.data() + static_cast<int64_t>(j) * hd;
             for (int32_t i = 0; i < hd; ++i) o[i] += w * vr[i];
           }
         }
-        if (acc) {
-          const float inv_h = 1.0f / static_cast<float>(n_heads);
-          for (int32_t j = 0; j < vis; ++j) acc[j] += p[static_cast<size_t>(j)] * inv_h;
+      }
+      if (acc) {
+        const float inv_h = 1.0f / static_cast<float>(n_heads);
+        for (int32_t hh = 0; hh < group; ++hh) {
+          const float *ph = p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis);
+          for (int32_t j = 0; j < vis; ++j) acc[j] += ph[j] * inv_h;
         }
       }
-      if (acc_count)
+      if (acc_count && g == 0)
         for (int32_t j = 0; j < vis; ++j) acc_count[j] += 1.0f;
     }
-    (void)vrow;
   };
-  const int64_t items = acc ? n_q : n_q * n_heads;
-  auto body = [&](int64_t i0, int64_t i1) {
-    std::vector<float> p(static_cast<size_t>(std::max(1, max_vis)));
-    std::vector<float> kvbuf(static_cast<size_t>(kv.block_size) * hd);
-    std::vector<float> vrow;
-    run(i0, i1, p, kvbuf, vrow);
-  };
-  const int64_t work = items * static_cast<int64_t>(max_vis) * hd * (acc ? n_heads : 1);
-  if (pool == nullptr || acc != nullptr || work < (int64_t{1} << 15)) {
-    body(0, items);  // acc is shared across queries: keep it on one thread
+  const int64_t items = n_q * kv.n_kv_heads;
+  const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
+  if (pool == nullptr || acc != nullptr || work < (int64_t{1} << 16)) {
+    body(0, items);
   } else {
     pool->parallel_for(items, 1, body);
   }

@@ -1,0 +1,187 @@
+// Google Benchmark: prefill and decode throughput on stories260K, batched decode, compression cost, side-channel
+// overhead, bytes per cached token. Counters report tokens/s; run with --benchmark_counters_tabular=true.
+#include <benchmark/benchmark.h>
+
+#include "model/model.hpp"
+#include "session/session.hpp"
+#include "test_paths.hpp"
+
+using namespace infokv;
+
+namespace {
+
+std::shared_ptr<const Model> model() {
+  static std::shared_ptr<const Model> m = Model::load(infokv_test::models_dir() + "/stories260K/stories260K.gguf");
+  return m;
+}
+
+std::vector<int32_t> tokens(size_t n) {
+  std::vector<int32_t> t{1};
+  for (size_t i = 1; i < n; ++i) t.push_back(static_cast<int32_t>(3 + (i * 7919) % 500));
+  return t;
+}
+
+SessionOptions options(int threads, PolicyKind policy = PolicyKind::none) {
+  SessionOptions o;
+  o.n_threads = threads;
+  o.kv_pool_blocks = 5 * 2048;
+  o.compression.policy = policy;
+  o.compression.budget_fraction = 0.25;
+  o.compression.compress_after_prefill = false;
+  o.compression.interval = 1 << 30;
+  return o;
+}
+
+void Prefill(benchmark::State &st) {
+  const auto prompt = tokens(static_cast<size_t>(st.range(1)));
+  for (auto _ : st) {
+    Session s(model(), options(static_cast<int>(st.range(0))));
+    const int32_t id = s.add_sequence();
+    std::vector<BatchToken> b;
+    for (int32_t t : prompt) b.push_back({id, t, false});
+    s.decode(b);
+    benchmark::DoNotOptimize(s.logits(id).data());
+  }
+  st.counters["tok/s"] = benchmark::Counter(static_cast<double>(prompt.size()) * st.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(Prefill)->ArgNames({"threads", "tokens"})->Args({1, 256})->Args({2, 256})->Unit(benchmark::kMillisecond);
+
+// Decode one token at a time after a prompt (the context grows from 64 to 64 + iterations).
+void Decode(benchmark::State &st) {
+  Session s(model(), options(static_cast<int>(st.range(0))));
+  const int32_t id = s.add_sequence();
+  std::vector<BatchToken> b;
+  for (int32_t t : tokens(64)) b.push_back({id, t, false});
+  s.decode(b);
+  int32_t next = 5;
+  for (auto _ : st) {
+    if (s.info(id).length > 1500) {
+      st.PauseTiming();
+      s.truncate(id, 64);
+      s.decode({{id, next, false}});
+      st.ResumeTiming();
+    }
+    s.decode({{id, next, false}});
+    next = 3 + (next * 31) % 500;
+  }
+  st.counters["tok/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(Decode)->ArgNames({"threads"})->Arg(1)->Arg(2)->Name("Decode/threads");
+
+// One decode step for N sequences batched together (each at context 128).
+void DecodeBatch(benchmark::State &st) {
+  const int n = static_cast<int>(st.range(0));
+  Session s(model(), options(1));
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) {
+    ids.push_back(s.add_sequence());
+    std::vector<BatchToken> b;
+    for (int32_t t : tokens(128)) b.push_back({ids.back(), t, false});
+    s.decode(b);
+  }
+  int64_t steps = 0;
+  for (auto _ : st) {
+    std::vector<BatchToken> b;
+    for (int32_t id : ids) b.push_back({id, 7, false});
+    s.decode(b);
+    if (++steps % 512 == 0) {
+      st.PauseTiming();
+      for (int32_t id : ids) s.truncate(id, 128), s.decode({{id, 7, false}});
+      st.ResumeTiming();
+    }
+  }
+  st.counters["tok/s"] = benchmark::Counter(static_cast<double>(n) * st.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(DecodeBatch)->ArgNames({"seqs"})->Arg(1)->Arg(4)->Arg(16);
+
+// Decode with the side channels of each policy on (scores are recorded, no compression happens).
+void SideChannels(benchmark::State &st) {
+  const auto policy = static_cast<PolicyKind>(st.range(0));
+  Session s(model(), options(1, policy));
+  const int32_t id = s.add_sequence();
+  std::vector<BatchToken> b;
+  for (int32_t t : tokens(256)) b.push_back({id, t, false});
+  s.decode(b);
+  int64_t steps = 0;
+  for (auto _ : st) {
+    s.decode({{id, 9, false}});
+    if (++steps % 512 == 0) {
+      st.PauseTiming();
+      s.truncate(id, 256);
+      s.decode({{id, 9, false}});
+      st.ResumeTiming();
+    }
+  }
+  st.SetLabel(policy_name(policy));
+  st.counters["tok/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(SideChannels)->ArgNames({"policy"})->DenseRange(0, 3);
+
+// One compression of a 1024-token context to 25% (fork per iteration so every run compresses the same cache).
+void CompressStep(benchmark::State &st) {
+  const auto policy = static_cast<PolicyKind>(st.range(0));
+  Session s(model(), options(1, policy));
+  const int32_t id = s.add_sequence();
+  std::vector<BatchToken> b;
+  for (int32_t t : tokens(1024)) b.push_back({id, t, false});
+  s.decode(b);
+  for (auto _ : st) {
+    st.PauseTiming();
+    const int32_t f = s.fork_sequence(id);
+    st.ResumeTiming();
+    s.compress(f, 256);
+    st.PauseTiming();
+    s.remove_sequence(f);
+    st.ResumeTiming();
+  }
+  st.SetLabel(policy_name(policy));
+}
+BENCHMARK(CompressStep)->ArgNames({"policy"})->DenseRange(1, 6)->Unit(benchmark::kMicrosecond);
+
+// Decode at a long context (1536 tokens) with the full cache and with a 25% cache.
+void DecodeLongContext(benchmark::State &st) {
+  const bool compressed = st.range(0) != 0;
+  Session s(model(), options(1, compressed ? PolicyKind::infokv : PolicyKind::none));
+  const int32_t id = s.add_sequence();
+  std::vector<BatchToken> b;
+  for (int32_t t : tokens(1536)) b.push_back({id, t, false});
+  s.decode(b);
+  if (compressed) s.compress(id, 384);
+  int64_t steps = 0;
+  for (auto _ : st) {
+    s.decode({{id, 11, false}});
+    if (++steps % 256 == 0) {
+      st.PauseTiming();
+      s.truncate(id, s.info(id).length - 256);
+      s.decode({{id, 11, false}});
+      st.ResumeTiming();
+    }
+  }
+  st.SetLabel(compressed ? "infokv 25%" : "full cache");
+  st.counters["tok/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+  st.counters["kv_bytes"] = static_cast<double>(s.info(id).bytes);
+}
+BENCHMARK(DecodeLongContext)->ArgNames({"compressed"})->Arg(0)->Arg(1);
+
+// Bytes per cached token against 2 x layers x kv_heads x head_dim x dtype size.
+void BytesPerToken(benchmark::State &st) {
+  const auto dt = static_cast<KvDtype>(st.range(0));
+  SessionOptions o = options(1);
+  o.kv_dtype = dt;
+  double per_token = 0;
+  for (auto _ : st) {
+    Session s(model(), o);
+    const int32_t id = s.add_sequence();
+    std::vector<BatchToken> b;
+    for (int32_t t : tokens(1000)) b.push_back({id, t, false});
+    s.decode(b);
+    per_token = static_cast<double>(s.info(id).bytes) / 1000.0;
+  }
+  const HParams &hp = model()->hparams();
+  st.counters["bytes/token"] = per_token;
+  st.counters["theory"] = 2.0 * hp.n_layer * hp.n_head_kv * hp.head_dim * kv_dtype_size(dt);
+  st.SetLabel(kv_dtype_name(dt));
+}
+BENCHMARK(BytesPerToken)->DenseRange(1, 3)->Iterations(1);
+
+}  // namespace
