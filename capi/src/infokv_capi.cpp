@@ -271,6 +271,14 @@ int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t length) {
   });
 }
 
+int32_t ikv_seq_remove_range(ikv_session *session, int32_t seq, int64_t begin, int64_t end) {
+  return guard([&] {
+    check_handle(session, "session");
+    session->session->remove_range(seq, begin, end);
+    return IKV_OK;
+  });
+}
+
 int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq) {
   if (out != nullptr) *out = 0;
   return guard([&] {

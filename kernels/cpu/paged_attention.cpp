@@ -86,7 +86,59 @@ void head_scores(float *scores, const float *qh, const PagedKv &kv, int32_t g, i
   }
 }
 
-float softmax_inplace(float *p, int32_t n) {
+__attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
+  // Cephes-style exp: range reduction by ln 2, degree-6 polynomial; ~2 ulp over the clamped range.
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma"))) void softmax_avx2(float *p, int32_t n) {
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(p + j));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mv);
+  float mx = lanes[0];
+  for (int k = 1; k < 8; ++k) mx = std::max(mx, lanes[k]);
+  for (int32_t k = j; k < n; ++k) mx = std::max(mx, p[k]);
+  const __m256 mb = _mm256_set1_ps(mx);
+  __m256 sv = _mm256_setzero_ps();
+  j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p + j), mb));
+    _mm256_storeu_ps(p + j, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  _mm256_storeu_ps(lanes, sv);
+  double sum = 0;
+  for (int k = 0; k < 8; ++k) sum += lanes[k];
+  for (; j < n; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+  j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(p + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), inv));
+  const float invs = static_cast<float>(1.0 / sum);
+  for (; j < n; ++j) p[j] *= invs;
+}
+
+void softmax_inplace(float *p, int32_t n) {
+  if (have_f16c()) {
+    softmax_avx2(p, n);
+    return;
+  }
   float mx = -INFINITY;
   for (int32_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
   double sum = 0;
@@ -94,9 +146,8 @@ float softmax_inplace(float *p, int32_t n) {
     p[j] = std::exp(p[j] - mx);
     sum += p[j];
   }
-  float inv = static_cast<float>(1.0 / sum);
+  const float inv = static_cast<float>(1.0 / sum);
   for (int32_t j = 0; j < n; ++j) p[j] *= inv;
-  return inv;
 }
 
 }  // namespace
@@ -114,11 +165,84 @@ void kv_read(float *out, const PagedKv &kv, int32_t slot, int32_t h, int which) 
   load(out, slot_ptr(kv, slot, h, which), kv.head_dim, kv.dtype);
 }
 
+namespace {
+
+#define IKV_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+IKV_AVX2 inline __attribute__((always_inline)) float dot_v(const float *a, const float *b, int32_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  float s = _mm_cvtss_f32(lo);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+IKV_AVX2 inline __attribute__((always_inline)) void axpy_v(float *o, float w, const float *v, int32_t n) {
+  const __m256 wv = _mm256_set1_ps(w);
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
+  for (; i < n; ++i) o[i] += w * v[i];
+}
+
+inline float dot_s(const float *a, const float *b, int32_t n) {
+  float s = 0;
+  for (int32_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy_s(float *o, float w, const float *v, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) o[i] += w * v[i];
+}
+
+// One query t and one KV head g: scores for the group's heads, softmax, weighted sum of V.
+// p: [group][vis] scratch, kvbuf: [block_size][head_dim] scratch.
+#define IKV_ATTEND_BODY(DOT, AXPY)                                                                              \
+  const int32_t hd = kv.head_dim;                                                                             \
+  for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {                                                       \
+    const int32_t cnt = std::min(kv.block_size, vis - s0);                                                    \
+    load(kvbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);                                                  \
+    for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
+      const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                   \
+      float *ph = p + static_cast<int64_t>(hh) * vis + s0;                                                    \
+      for (int32_t j = 0; j < cnt; ++j) ph[j] = DOT(qh, kvbuf + static_cast<int64_t>(j) * hd, hd) * scale;  \
+    }                                                                                                         \
+  }                                                                                                           \
+  for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p + static_cast<int64_t>(hh) * vis, vis);           \
+  std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);                                                 \
+  for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {                                                       \
+    const int32_t cnt = std::min(kv.block_size, vis - s0);                                                    \
+    load(kvbuf, slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);                                                  \
+    for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
+      const float *ph = p + static_cast<int64_t>(hh) * vis + s0;                                              \
+      float *o = og + static_cast<int64_t>(hh) * hd;                                                          \
+      for (int32_t j = 0; j < cnt; ++j) AXPY(o, ph[j], kvbuf + static_cast<int64_t>(j) * hd, hd);            \
+    }                                                                                                         \
+  }
+
+IKV_AVX2 void attend_avx2(float *og, const float *qg, const PagedKv &kv, int32_t g, int32_t group, int32_t vis,
+                          float scale, float *p, float *kvbuf) {
+  IKV_ATTEND_BODY(dot_v, axpy_v)
+}
+
+void attend_generic(float *og, const float *qg, const PagedKv &kv, int32_t g, int32_t group, int32_t vis, float scale,
+                    float *p, float *kvbuf) {
+  IKV_ATTEND_BODY(dot_s, axpy_s)
+}
+
+#undef IKV_ATTEND_BODY
+
+}  // namespace
+
 void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                      float scale, float *acc, float *acc_count, ThreadPool *pool) {
   const int32_t hd = kv.head_dim;
   const int32_t group = n_heads / kv.n_kv_heads;
   const int32_t max_vis = visible0 + static_cast<int32_t>(n_q) - 1;
+  const bool avx2 = have_f16c();
   // A work item is one query and one KV head: each K/V block is converted to f32 once and used by every query
   // head of the group. acc (H2O scores) sums over all heads of a query, so with acc the items run in order.
   auto body = [&](int64_t i0, int64_t i1) {
@@ -129,36 +253,9 @@ void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
       const int32_t g = static_cast<int32_t>(it % kv.n_kv_heads);
       const int32_t vis = visible0 + static_cast<int32_t>(t);
       const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-      for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {
-        const int32_t cnt = std::min(kv.block_size, vis - s0);
-        load(kvbuf.data(), slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);
-        for (int32_t hh = 0; hh < group; ++hh) {
-          const float *qh = qg + static_cast<int64_t>(hh) * hd;
-          float *ph = p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis);
-          for (int32_t j = 0; j < cnt; ++j) {
-            const float *kr = kvbuf.data() + static_cast<int64_t>(j) * hd;
-            float d = 0;
-            for (int32_t i = 0; i < hd; ++i) d += qh[i] * kr[i];
-            ph[s0 + j] = d * scale;
-          }
-        }
-      }
-      for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis), vis);
       float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-      std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);
-      for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {
-        const int32_t cnt = std::min(kv.block_size, vis - s0);
-        load(kvbuf.data(), slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);
-        for (int32_t hh = 0; hh < group; ++hh) {
-          const float *ph = p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis) + s0;
-          float *o = og + static_cast<int64_t>(hh) * hd;
-          for (int32_t j = 0; j < cnt; ++j) {
-            const float w = ph[j];
-            const float *vr = kvbuf.data() + static_cast<int64_t>(j) * hd;
-            for (int32_t i = 0; i < hd; ++i) o[i] += w * vr[i];
-          }
-        }
-      }
+      if (avx2) attend_avx2(og, qg, kv, g, group, vis, scale, p.data(), kvbuf.data());
+      else attend_generic(og, qg, kv, g, group, vis, scale, p.data(), kvbuf.data());
       if (acc) {
         const float inv_h = 1.0f / static_cast<float>(n_heads);
         for (int32_t hh = 0; hh < group; ++hh) {

@@ -90,6 +90,11 @@ void Session::truncate(int32_t seq, int64_t length) {
   s.pending_entropy = 0.0f;
 }
 
+void Session::remove_range(int32_t seq, int64_t begin, int64_t end) {
+  state(seq);
+  kv_->remove_range(seq, begin, end);
+}
+
 SeqInfo Session::info(int32_t seq) const {
   const SeqCache &c = kv_->seq(seq);
   SeqInfo i;

@@ -50,6 +50,7 @@ class Session {
   void remove_sequence(int32_t seq);
   int32_t fork_sequence(int32_t src);       // shares src's cache; returns the new id
   void truncate(int32_t seq, int64_t length);
+  void remove_range(int32_t seq, int64_t begin, int64_t end);  // drops cached positions [begin, end); length unchanged
   bool has_sequence(int32_t seq) const { return kv_->has(seq); }
   SeqInfo info(int32_t seq) const;
   const std::vector<int32_t> &tokens(int32_t seq) const;  // every token appended (logical history)

@@ -217,6 +217,12 @@ IKV_API int32_t ikv_seq_remove(ikv_session *session, int32_t seq);
 IKV_API int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src);
 /** Drops positions >= length (logits are cleared; decode before sampling). IKV_ERR_OUT_OF_RANGE beyond the length. */
 IKV_API int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t length);
+/**
+ * Drops the cached tokens at positions [begin, end) in every layer (the logical length is unchanged; later tokens
+ * keep their positions). Emptied blocks return to the pool. IKV_ERR_OUT_OF_RANGE for begin < 0 or end < begin;
+ * IKV_ERR_KV_FULL when blocks shared with a fork would need copies and the pool has no room (nothing changes).
+ */
+IKV_API int32_t ikv_seq_remove_range(ikv_session *session, int32_t seq, int64_t begin, int64_t end);
 /** The sequence's logical length (positions appended). */
 IKV_API int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq);
 /** Tokens kept in `layer` (after compression this is below the length). */
