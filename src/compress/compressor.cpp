@@ -27,6 +27,13 @@ void Session::compress(int32_t seq, int32_t budget_tokens) {
   std::vector<int32_t> counts;
   for (const LayerSlots &L : sc.layers) counts.push_back(L.n());
   std::vector<int32_t> budgets = layer_budgets(c, counts, B);
+  // Memory is held in whole blocks: a budget that would leave its last block a quarter full or less drops those
+  // few tokens instead of paying a whole block for them (at most block_size / 4 tokens per layer).
+  const int32_t bs = kv_->config().block_size;
+  for (int32_t &b : budgets) {
+    const int32_t r = b % bs;
+    if (b > bs && r > 0 && r <= bs / 4) b -= r;
+  }
   const bool prefill = st.n_compressions == 0;
   std::vector<std::vector<int32_t>> keep(sc.layers.size());
   bool any = false;
