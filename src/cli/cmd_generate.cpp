@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdio>
 #include <unistd.h>
 
@@ -83,7 +84,9 @@ int cmd_generate(int argc, char **argv) {
       session.set_compression(cc);
       std::vector<BatchToken> batch;
       for (int32_t t : prompt) batch.push_back({seq, t, false});
+      const auto t0 = std::chrono::steady_clock::now();
       session.decode(batch);
+      const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       for (int32_t t : prompt) sampler.accept(t);
       kv_before = kv_json(session, seq);
       cc.compress_after_prefill = after;
@@ -93,11 +96,13 @@ int cmd_generate(int argc, char **argv) {
       compressions_before = session.compressions(seq);
       r = generate(session, seq, {}, max_tokens, sampler, cb);
       r.prefill_tokens = static_cast<int64_t>(prompt.size());
+      r.prefill_seconds = prefill_s;
     } else {
       r = generate(session, seq, prompt, max_tokens, sampler, cb);
     }
     if (!json) {
       std::printf("\n");
+      std::fflush(stdout);
       std::fprintf(stderr, "[%zu prompt tokens, %zu generated; prefill %.1f tok/s, decode %.1f tok/s; KV %lld bytes]\n",
                    prompt.size(), r.tokens.size(),
                    r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0,
