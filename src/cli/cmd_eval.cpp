@@ -254,6 +254,12 @@ int cmd_eval(int argc, char **argv) {
           .integer("kv_bytes_full", static_cast<int64_t>(std::llround(full_b / r.kv_bytes.size())))
           .num("kl_median", median(r.kl)).num("top1_median", median(r.top1)).num("ppl_median", median(ppl))
           .integer("windows", static_cast<int64_t>(r.kl.size()));
+      std::string klw = "[", t1w = "[";
+      for (size_t k = 0; k < r.kl.size(); ++k) {
+        klw += (k ? "," : "") + json_num(r.kl[k]);
+        t1w += (k ? "," : "") + json_num(r.top1[k]);
+      }
+      o.raw("kl_per_window", klw + "]").raw("top1_per_window", t1w + "]");
       arr += (i ? ",\n" : "") + o.dump();
     }
     std::printf("%s]\n", arr.c_str());
