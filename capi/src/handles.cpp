@@ -8,16 +8,16 @@ std::mutex &registry_mutex() {
   static std::mutex m;
   return m;
 }
-std::unordered_set<const void *> &registry() {
-  static std::unordered_set<const void *> r;
+std::unordered_map<const void *, HandleKind> &registry() {
+  static std::unordered_map<const void *, HandleKind> r;
   return r;
 }
 thread_local std::string t_last_error;
 }  // namespace
 
-void register_handle(const void *p) {
+void register_handle(const void *p, HandleKind kind) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  registry().insert(p);
+  registry()[p] = kind;
 }
 
 void unregister_handle(const void *p) {
@@ -25,9 +25,10 @@ void unregister_handle(const void *p) {
   registry().erase(p);
 }
 
-bool is_live(const void *p) {
+bool is_live(const void *p, HandleKind kind) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  return registry().count(p) != 0;
+  auto it = registry().find(p);
+  return it != registry().end() && it->second == kind;
 }
 
 void set_error(const std::string &msg) { t_last_error = msg; }

@@ -3,7 +3,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
+#include <type_traits>
+#include <unordered_map>
 
 #include "infokv/infokv.h"
 #include "model/model.hpp"
@@ -24,11 +25,21 @@ struct ikv_sampler {
 namespace infokv {
 namespace capi {
 
-// Every live handle is registered, so that a freed or foreign pointer is refused instead of dereferenced.
+// Every live handle is registered with its kind, so that a freed or foreign pointer, or a live handle of another
+// kind (a model passed as a session), is refused instead of dereferenced.
 // This is the one piece of process-wide state: handles cross threads, so the registry must too.
-void register_handle(const void *p);
+enum class HandleKind { model, session, sampler };
+template <typename H> struct HandleKindOf;
+template <> struct HandleKindOf<ikv_model> { static constexpr HandleKind value = HandleKind::model; };
+template <> struct HandleKindOf<ikv_session> { static constexpr HandleKind value = HandleKind::session; };
+template <> struct HandleKindOf<ikv_sampler> { static constexpr HandleKind value = HandleKind::sampler; };
+template <typename H> constexpr HandleKind kind_of() { return HandleKindOf<std::remove_const_t<H>>::value; }
+
+void register_handle(const void *p, HandleKind kind);
 void unregister_handle(const void *p);
-bool is_live(const void *p);
+bool is_live(const void *p, HandleKind kind);
+template <typename H> void register_handle(const H *h) { register_handle(h, kind_of<H>()); }
+template <typename H> bool is_live(const H *h) { return is_live(static_cast<const void *>(h), kind_of<H>()); }
 
 void set_error(const std::string &msg);
 void clear_error();
@@ -53,7 +64,8 @@ int32_t guard(F &&body) noexcept {
 template <typename H>
 H *check_handle(H *h, const char *what) {
   if (h == nullptr) fail(Status::bad_handle, std::string(what) + " handle is NULL");
-  if (!is_live(h)) fail(Status::bad_handle, std::string(what) + " handle is not live (freed, or not made by infokv)");
+  if (!is_live(h))
+    fail(Status::bad_handle, std::string(what) + " handle is not live (freed, of another kind, or not made by infokv)");
   return h;
 }
 

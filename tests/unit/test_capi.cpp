@@ -1,0 +1,646 @@
+// The C ABI's status paths: NULL arguments, bad / freed / foreign / wrong-kind handles, the buffer-size protocol,
+// out-of-range tokens and a full KV pool leaving state unchanged, status strings, the thread-local last message,
+// options INIT macros against the init functions, versions, cancelling a stream, and threads sharing one model.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "infokv/infokv.h"
+#include "test_util.hpp"
+
+namespace {
+
+// One model for the whole file, loaded through the C ABI (never freed: tests share it and it dies with the process).
+ikv_model *model() {
+  static ikv_model *m = nullptr;
+  if (m == nullptr) {
+    if (ikv_model_load(&m, infokv_test::stories_path().c_str()) != IKV_OK) m = nullptr;
+  }
+  return m;
+}
+
+#define REQUIRE_MODEL()                                                                                         \
+  ikv_model *const m = model();                                                                                 \
+  ASSERT_NE(m, nullptr) << "cannot load " << infokv_test::stories_path() << ": " << ikv_last_error_message()
+
+ikv_session_options f32_options() {
+  ikv_session_options o = IKV_SESSION_OPTIONS_INIT;
+  o.kv_dtype = IKV_KV_F32;
+  o.n_threads = 1;
+  return o;
+}
+
+struct SessionGuard {
+  ikv_session *s = nullptr;
+  ~SessionGuard() { ikv_session_free(s); }
+};
+
+std::vector<float> logits_of(ikv_session *s, int32_t seq) {
+  std::vector<float> lg(512);
+  size_t n = 0;
+  EXPECT_EQ(ikv_get_logits(lg.data(), lg.size(), &n, s, seq), IKV_OK) << ikv_last_error_message();
+  lg.resize(n);
+  return lg;
+}
+
+int64_t length_of(ikv_session *s, int32_t seq) {
+  int64_t n = -1;
+  EXPECT_EQ(ikv_seq_length(&n, s, seq), IKV_OK);
+  return n;
+}
+
+int64_t stat_of(ikv_session *s, int32_t stat) {
+  int64_t v = -1;
+  EXPECT_EQ(ikv_kv_stat(&v, s, stat), IKV_OK);
+  return v;
+}
+
+const std::vector<int32_t> kGreedyOnce = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396,
+                                          267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385,
+                                          328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426};
+
+std::vector<int32_t> greedy_once_upon(ikv_model *m, int32_t max_tokens, int32_t *status_out = nullptr) {
+  ikv_session_options o = f32_options();
+  SessionGuard g;
+  if (ikv_session_create(&g.s, m, &o) != IKV_OK) return {};
+  ikv_sampler_options so = IKV_SAMPLER_OPTIONS_INIT;
+  so.temperature = 0;
+  ikv_sampler *sm = nullptr;
+  if (ikv_sampler_create(&sm, &so) != IKV_OK) return {};
+  int32_t prompt[8];
+  size_t np = 0;
+  const char *text = "Once upon a time";
+  ikv_tokenize(prompt, 8, &np, m, text, std::strlen(text), 1);
+  std::vector<int32_t> out(static_cast<size_t>(max_tokens) + 1);
+  size_t n = 0;
+  int32_t st = ikv_generate(out.data(), out.size(), &n, g.s, 0, prompt, np, max_tokens, sm, nullptr, nullptr);
+  if (status_out != nullptr) *status_out = st;
+  ikv_sampler_free(sm);
+  out.resize(n);
+  return out;
+}
+
+}  // namespace
+
+// ---- versions, statuses, messages, options ----
+
+TEST(Capi, VersionMacrosMatchTheLibrary) {
+  EXPECT_EQ(ikv_version_number(), IKV_VERSION_NUMBER);
+  EXPECT_STREQ(ikv_version_string(), IKV_VERSION_STRING);
+  const std::string composed = std::to_string(IKV_VERSION_MAJOR) + "." + std::to_string(IKV_VERSION_MINOR) + "." +
+                               std::to_string(IKV_VERSION_PATCH);
+  EXPECT_EQ(composed, IKV_VERSION_STRING);
+  EXPECT_EQ(IKV_VERSION_NUMBER, IKV_VERSION_MAJOR * 10000 + IKV_VERSION_MINOR * 100 + IKV_VERSION_PATCH);
+}
+
+TEST(Capi, EveryStatusHasItsOwnStaticString) {
+  const int32_t codes[] = {IKV_OK, IKV_ERR_INVALID_ARGUMENT, IKV_ERR_IO, IKV_ERR_BAD_MODEL, IKV_ERR_UNSUPPORTED,
+                           IKV_ERR_OUT_OF_MEMORY, IKV_ERR_KV_FULL, IKV_ERR_OUT_OF_RANGE, IKV_ERR_CANCELLED,
+                           IKV_ERR_BAD_SNAPSHOT, IKV_ERR_WRONG_MODEL, IKV_ERR_VERSION, IKV_ERR_BAD_CONFIG,
+                           IKV_ERR_NO_DEVICE, IKV_ERR_BUFFER_TOO_SMALL, IKV_ERR_NOT_FOUND, IKV_ERR_BAD_STATE,
+                           IKV_ERR_BAD_HANDLE, IKV_ERR_INTERNAL};
+  // The values are part of the ABI: never renumbered.
+  EXPECT_EQ(IKV_ERR_INVALID_ARGUMENT, -1);
+  EXPECT_EQ(IKV_ERR_KV_FULL, -6);
+  EXPECT_EQ(IKV_ERR_BAD_HANDLE, -17);
+  EXPECT_EQ(IKV_ERR_INTERNAL, -100);
+  std::set<std::string> seen;
+  for (int32_t c : codes) {
+    const char *s = ikv_status_string(c);
+    ASSERT_NE(s, nullptr) << c;
+    EXPECT_GT(std::strlen(s), 0u) << c;
+    EXPECT_STRNE(s, "unknown status") << c;
+    EXPECT_EQ(s, ikv_status_string(c)) << "static storage expected for " << c;
+    seen.insert(s);
+  }
+  EXPECT_EQ(seen.size(), sizeof(codes) / sizeof(codes[0]));
+  EXPECT_STREQ(ikv_status_string(IKV_ERR_KV_FULL), "KV full");
+  for (int32_t c : {1, -18, -99, -101, INT32_MIN, INT32_MAX}) EXPECT_STREQ(ikv_status_string(c), "unknown status") << c;
+}
+
+TEST(Capi, LastErrorMessageIsNeverNullAndThreadLocal) {
+  std::string fresh = "unset";
+  std::thread([&] { fresh = ikv_last_error_message() == nullptr ? "NULL" : ikv_last_error_message(); }).join();
+  EXPECT_EQ(fresh, "");
+  ikv_model *m = nullptr;
+  EXPECT_EQ(ikv_model_load(&m, "/nonexistent/x.gguf"), IKV_ERR_IO);
+  ASSERT_NE(ikv_last_error_message(), nullptr);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("/nonexistent/x.gguf"), std::string::npos);
+  // Another thread's failure does not touch this thread's message.
+  std::thread([] {
+    ikv_model *mm = nullptr;
+    ikv_model_load(&mm, nullptr);
+  }).join();
+  EXPECT_NE(std::string(ikv_last_error_message()).find("/nonexistent/x.gguf"), std::string::npos);
+}
+
+TEST(Capi, SessionOptionsInitMacroEqualsInitFunction) {
+  const ikv_session_options a = IKV_SESSION_OPTIONS_INIT;
+  ikv_session_options b;
+  std::memset(&b, 0xAB, sizeof b);
+  ASSERT_EQ(ikv_session_options_init(&b), IKV_OK);
+  EXPECT_EQ(a.struct_size, sizeof(ikv_session_options));
+  EXPECT_EQ(a.struct_size, b.struct_size);
+  EXPECT_EQ(a.version, b.version);
+  EXPECT_EQ(a.version, static_cast<uint32_t>(IKV_SESSION_OPTIONS_VERSION));
+  EXPECT_EQ(a.n_threads, b.n_threads);
+  EXPECT_EQ(a.kv_dtype, b.kv_dtype);
+  EXPECT_EQ(a.block_size, b.block_size);
+  EXPECT_EQ(a.ubatch, b.ubatch);
+  EXPECT_EQ(a.kv_pool_blocks, b.kv_pool_blocks);
+  EXPECT_EQ(a.kv_pool_bytes, b.kv_pool_bytes);
+  EXPECT_EQ(a.policy, b.policy);
+  EXPECT_EQ(a.budget_tokens, b.budget_tokens);
+  EXPECT_EQ(a.budget_fraction, b.budget_fraction);
+  EXPECT_EQ(a.window, b.window);
+  EXPECT_EQ(a.interval, b.interval);
+  EXPECT_EQ(a.alpha, b.alpha);
+  EXPECT_EQ(a.tau, b.tau);
+  EXPECT_EQ(a.entropy_top_k, b.entropy_top_k);
+  EXPECT_EQ(a.pool_kernel_prefill, b.pool_kernel_prefill);
+  EXPECT_EQ(a.pool_kernel_decode, b.pool_kernel_decode);
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.beta, b.beta);
+  EXPECT_EQ(a.sink, b.sink);
+  EXPECT_EQ(a.compress_after_prefill, b.compress_after_prefill);
+  // The documented defaults.
+  EXPECT_EQ(a.kv_dtype, IKV_KV_F16);
+  EXPECT_EQ(a.block_size, 16);
+  EXPECT_EQ(a.window, -1);
+  EXPECT_EQ(a.interval, 1024);
+  EXPECT_FLOAT_EQ(a.alpha, 0.9f);
+  EXPECT_EQ(ikv_session_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
+}
+
+TEST(Capi, SamplerOptionsInitMacroEqualsInitFunction) {
+  const ikv_sampler_options a = IKV_SAMPLER_OPTIONS_INIT;
+  ikv_sampler_options b;
+  std::memset(&b, 0xCD, sizeof b);
+  ASSERT_EQ(ikv_sampler_options_init(&b), IKV_OK);
+  EXPECT_EQ(a.struct_size, sizeof(ikv_sampler_options));
+  EXPECT_EQ(a.struct_size, b.struct_size);
+  EXPECT_EQ(a.version, b.version);
+  EXPECT_EQ(a.version, static_cast<uint32_t>(IKV_SAMPLER_OPTIONS_VERSION));
+  EXPECT_EQ(a.temperature, b.temperature);
+  EXPECT_EQ(a.top_k, b.top_k);
+  EXPECT_EQ(a.top_p, b.top_p);
+  EXPECT_EQ(a.min_p, b.min_p);
+  EXPECT_EQ(a.repeat_penalty, b.repeat_penalty);
+  EXPECT_EQ(a.repeat_last_n, b.repeat_last_n);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(ikv_sampler_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
+}
+
+// ---- NULL arguments and handles ----
+
+TEST(Capi, NullArgumentsAreRejectedAndOutputsCleared) {
+  REQUIRE_MODEL();
+  ikv_model *mo = reinterpret_cast<ikv_model *>(0x1);
+  EXPECT_EQ(ikv_model_load(nullptr, infokv_test::stories_path().c_str()), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_model_load(&mo, nullptr), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(mo, nullptr);
+  EXPECT_GT(std::strlen(ikv_last_error_message()), 0u);
+
+  int64_t v = 77;
+  EXPECT_EQ(ikv_model_get_int(nullptr, m, IKV_MODEL_N_VOCAB), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_model_get_int(&v, nullptr, IKV_MODEL_N_VOCAB), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(v, 0);
+  EXPECT_EQ(ikv_model_get_int(&v, m, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_model_get_int(&v, m, 999), IKV_ERR_INVALID_ARGUMENT);
+  for (int32_t p = IKV_MODEL_N_VOCAB; p <= IKV_MODEL_WEIGHT_BYTES; ++p) EXPECT_EQ(ikv_model_get_int(&v, m, p), IKV_OK) << p;
+  ASSERT_EQ(ikv_model_get_int(&v, m, IKV_MODEL_N_VOCAB), IKV_OK);
+  EXPECT_EQ(v, 512);
+
+  size_t len = 99;
+  EXPECT_EQ(ikv_model_describe(nullptr, 10, &len, m), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_model_describe(nullptr, 0, nullptr, m), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_tokenize(nullptr, 0, nullptr, m, "a", 1, 1), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_tokenize(nullptr, 0, &len, m, nullptr, 3, 1), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_tokenize(nullptr, 5, &len, m, "a", 1, 1), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_tokenize(nullptr, 0, &len, m, nullptr, 0, 0), IKV_OK);  // empty text, no BOS: zero tokens
+  EXPECT_EQ(len, 0u);
+  EXPECT_EQ(ikv_detokenize(nullptr, 0, &len, m, nullptr, 2), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_detokenize(nullptr, 0, nullptr, m, nullptr, 0), IKV_ERR_INVALID_ARGUMENT);
+
+  ikv_session *s = reinterpret_cast<ikv_session *>(0x1);
+  EXPECT_EQ(ikv_session_create(nullptr, m, nullptr), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_session_create(&s, nullptr, nullptr), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(s, nullptr);
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, nullptr), IKV_OK);  // NULL options: defaults
+  int32_t seq = 5;
+  EXPECT_EQ(ikv_seq_add(nullptr, g.s), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_seq_fork(nullptr, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_seq_length(nullptr, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_seq_kept(nullptr, g.s, 0, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_seq_kv_bytes(nullptr, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_kv_stat(nullptr, g.s, IKV_KV_BLOCKS_TOTAL), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_decode(g.s, 0, nullptr, 1), IKV_ERR_INVALID_ARGUMENT);
+  const int32_t one = 1;
+  EXPECT_EQ(ikv_decode(g.s, 0, &one, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_decode_batch(g.s, nullptr, &one, 1), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_decode_batch(g.s, &seq, nullptr, 1), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_get_logits(nullptr, 0, nullptr, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_get_logits(nullptr, 10, &len, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+
+  ikv_sampler *sm = reinterpret_cast<ikv_sampler *>(0x1);
+  EXPECT_EQ(ikv_sampler_create(nullptr, nullptr), IKV_ERR_INVALID_ARGUMENT);
+  ikv_sampler_options bad = IKV_SAMPLER_OPTIONS_INIT;
+  bad.struct_size = 4;
+  EXPECT_EQ(ikv_sampler_create(&sm, &bad), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sm, nullptr);
+  ASSERT_EQ(ikv_sampler_create(&sm, nullptr), IKV_OK);
+  int32_t tok = 9;
+  EXPECT_EQ(ikv_sample(nullptr, sm, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_sample(&tok, nullptr, g.s, 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(tok, -1);
+  EXPECT_EQ(ikv_generate(nullptr, 0, nullptr, g.s, 0, nullptr, 3, 4, sm, nullptr, nullptr), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_generate(nullptr, 4, nullptr, g.s, 0, &one, 1, 4, sm, nullptr, nullptr), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_generate(nullptr, 0, nullptr, g.s, 0, &one, 1, -1, sm, nullptr, nullptr), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_generate(nullptr, 0, nullptr, g.s, 0, &one, 1, 4, nullptr, nullptr, nullptr), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(length_of(g.s, 0), 0);  // none of the failures decoded anything
+  ikv_sampler_free(sm);
+
+  // Destroy functions accept NULL.
+  ikv_model_free(nullptr);
+  ikv_session_free(nullptr);
+  ikv_sampler_free(nullptr);
+}
+
+TEST(Capi, FreedForeignAndWrongKindHandlesAreRejected) {
+  REQUIRE_MODEL();
+  ikv_session *s = nullptr;
+  ASSERT_EQ(ikv_session_create(&s, m, nullptr), IKV_OK);
+  ikv_sampler *sm = nullptr;
+  ASSERT_EQ(ikv_sampler_create(&sm, nullptr), IKV_OK);
+  ikv_model *m2 = nullptr;
+  ASSERT_EQ(ikv_model_load(&m2, infokv_test::stories_path().c_str()), IKV_OK);
+  ikv_session_free(s);
+  ikv_sampler_free(sm);
+  ikv_model_free(m2);
+
+  int64_t v = 0;
+  size_t n = 0;
+  int32_t tok = 0;
+  const int32_t one = 1;
+  // freed
+  EXPECT_EQ(ikv_seq_length(&v, s, 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("not live"), std::string::npos) << ikv_last_error_message();
+  EXPECT_EQ(ikv_decode(s, 0, &one, 1), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(ikv_get_logits(nullptr, 0, &n, s, 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(ikv_kv_stat(&v, s, IKV_KV_BLOCKS_TOTAL), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(ikv_model_get_int(&v, m2, IKV_MODEL_N_VOCAB), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(ikv_tokenize(nullptr, 0, &n, m2, "a", 1, 1), IKV_ERR_BAD_HANDLE);
+  ikv_session *s2 = nullptr;
+  EXPECT_EQ(ikv_session_create(&s2, m2, nullptr), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(s2, nullptr);
+  // double free is ignored
+  ikv_session_free(s);
+  ikv_sampler_free(sm);
+  ikv_model_free(m2);
+
+  // foreign pointers (never made by infokv)
+  alignas(64) unsigned char junk[256];
+  std::memset(junk, 0x5A, sizeof junk);
+  auto *fs = reinterpret_cast<ikv_session *>(junk);
+  auto *fm = reinterpret_cast<ikv_model *>(junk);
+  auto *fsm = reinterpret_cast<ikv_sampler *>(junk);
+  EXPECT_EQ(ikv_seq_length(&v, fs, 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(ikv_model_get_int(&v, fm, IKV_MODEL_N_VOCAB), IKV_ERR_BAD_HANDLE);
+  ikv_session_free(fs);  // ignored, not freed
+  ikv_model_free(fm);
+  ikv_sampler_free(fsm);
+
+  // live handles of the wrong kind
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, nullptr), IKV_OK);
+  ikv_sampler *live_sm = nullptr;
+  ASSERT_EQ(ikv_sampler_create(&live_sm, nullptr), IKV_OK);
+  EXPECT_EQ(ikv_seq_length(&v, reinterpret_cast<ikv_session *>(m), 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(ikv_model_get_int(&v, reinterpret_cast<ikv_model *>(g.s), IKV_MODEL_N_VOCAB), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(ikv_sample(&tok, reinterpret_cast<ikv_sampler *>(g.s), g.s, 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(ikv_decode(reinterpret_cast<ikv_session *>(live_sm), 0, &one, 1), IKV_ERR_BAD_HANDLE);
+  ikv_session_free(reinterpret_cast<ikv_session *>(m));  // ignored: a model is not a session
+  ikv_model_free(reinterpret_cast<ikv_model *>(live_sm));
+  EXPECT_EQ(ikv_model_get_int(&v, m, IKV_MODEL_N_VOCAB), IKV_OK);  // both still alive
+  EXPECT_EQ(ikv_decode(g.s, 0, &one, 1), IKV_OK);
+  ikv_sampler_free(live_sm);
+}
+
+// ---- buffer protocol ----
+
+TEST(Capi, BufferTooSmallReportsTheSizeThenFills) {
+  REQUIRE_MODEL();
+  size_t len = 0;
+  ASSERT_EQ(ikv_model_describe(nullptr, 0, &len, m), IKV_ERR_BUFFER_TOO_SMALL);
+  ASSERT_GT(len, 10u);
+  std::vector<char> buf(len + 1, 'x');
+  EXPECT_EQ(ikv_model_describe(buf.data(), len, &len, m), IKV_ERR_BUFFER_TOO_SMALL);  // no room for the NUL
+  EXPECT_EQ(buf[0], '\0');
+  ASSERT_EQ(ikv_model_describe(buf.data(), buf.size(), &len, m), IKV_OK);
+  EXPECT_EQ(std::strlen(buf.data()), len);
+  EXPECT_EQ(buf[0], '{');
+  EXPECT_NE(std::string(buf.data()).find("llama"), std::string::npos);
+
+  const char *text = "Once upon a time";
+  size_t nt = 0;
+  ASSERT_EQ(ikv_tokenize(nullptr, 0, &nt, m, text, std::strlen(text), 1), IKV_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(nt, 5u);
+  std::vector<int32_t> ids(nt);
+  EXPECT_EQ(ikv_tokenize(ids.data(), nt - 1, &nt, m, text, std::strlen(text), 1), IKV_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(nt, 5u);
+  ASSERT_EQ(ikv_tokenize(ids.data(), ids.size(), &nt, m, text, std::strlen(text), 1), IKV_OK);
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 403, 407, 261, 378}));
+
+  size_t tl = 0;
+  ASSERT_EQ(ikv_detokenize(nullptr, 0, &tl, m, ids.data() + 1, 4), IKV_ERR_BUFFER_TOO_SMALL);
+  std::vector<char> tb(tl + 1);
+  EXPECT_EQ(ikv_detokenize(tb.data(), tl, &tl, m, ids.data() + 1, 4), IKV_ERR_BUFFER_TOO_SMALL);
+  ASSERT_EQ(ikv_detokenize(tb.data(), tb.size(), &tl, m, ids.data() + 1, 4), IKV_OK);
+  EXPECT_STREQ(tb.data(), " Once upon a time");
+  const int32_t bad_ids[] = {403, 512};
+  EXPECT_EQ(ikv_detokenize(tb.data(), tb.size(), &tl, m, bad_ids, 2), IKV_ERR_OUT_OF_RANGE);
+
+  SessionGuard g;
+  ikv_session_options o = f32_options();
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK);
+  size_t nl = 0;
+  EXPECT_EQ(ikv_get_logits(nullptr, 0, &nl, g.s, 0), IKV_ERR_BAD_STATE);  // before any decode
+  ASSERT_EQ(ikv_decode(g.s, 0, ids.data(), ids.size()), IKV_OK);
+  ASSERT_EQ(ikv_get_logits(nullptr, 0, &nl, g.s, 0), IKV_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(nl, 512u);
+  std::vector<float> lg(nl);
+  EXPECT_EQ(ikv_get_logits(lg.data(), nl - 1, &nl, g.s, 0), IKV_ERR_BUFFER_TOO_SMALL);
+  EXPECT_EQ(ikv_get_logits(lg.data(), nl, &nl, g.s, 0), IKV_OK);
+  EXPECT_EQ(ikv_get_logits(lg.data(), nl, &nl, g.s, 7), IKV_ERR_NOT_FOUND);
+
+  // generate: out_count reports every generated token even when the buffer holds fewer
+  ikv_sampler_options so = IKV_SAMPLER_OPTIONS_INIT;
+  so.temperature = 0;
+  ikv_sampler *sm = nullptr;
+  ASSERT_EQ(ikv_sampler_create(&sm, &so), IKV_OK);
+  int32_t two[2] = {-5, -5};
+  size_t ng = 0;
+  EXPECT_EQ(ikv_generate(two, 2, &ng, g.s, 0, nullptr, 0, 6, sm, nullptr, nullptr), IKV_OK);
+  EXPECT_EQ(ng, 6u);
+  EXPECT_EQ(two[0], kGreedyOnce[0]);
+  EXPECT_EQ(two[1], kGreedyOnce[1]);
+  ikv_sampler_free(sm);
+}
+
+// ---- state preserved by failures ----
+
+TEST(Capi, OutOfRangeTokensLeaveStateUnchanged) {
+  REQUIRE_MODEL();
+  SessionGuard g;
+  ikv_session_options o = f32_options();
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK);
+  const int32_t prompt[] = {1, 403, 407};
+  ASSERT_EQ(ikv_decode(g.s, 0, prompt, 3), IKV_OK);
+  const std::vector<float> before = logits_of(g.s, 0);
+  const int64_t used_before = stat_of(g.s, IKV_KV_BLOCKS_USED);
+  int64_t bytes_before = 0;
+  ASSERT_EQ(ikv_seq_kv_bytes(&bytes_before, g.s, 0), IKV_OK);
+  for (int32_t bad : {512, -1, INT32_MAX, INT32_MIN}) {
+    const int32_t toks[] = {261, 378, bad};
+    EXPECT_EQ(ikv_decode(g.s, 0, toks, 3), IKV_ERR_OUT_OF_RANGE) << bad;
+    EXPECT_GT(std::strlen(ikv_last_error_message()), 0u);
+    EXPECT_EQ(ikv_decode(g.s, 0, &bad, 1), IKV_ERR_OUT_OF_RANGE) << bad;
+    const int32_t seqs[] = {0, 0};
+    const int32_t bt[] = {261, bad};
+    EXPECT_EQ(ikv_decode_batch(g.s, seqs, bt, 2), IKV_ERR_OUT_OF_RANGE) << bad;
+    EXPECT_EQ(length_of(g.s, 0), 3);
+    EXPECT_EQ(logits_of(g.s, 0), before);
+    EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCKS_USED), used_before);
+    int64_t bytes = 0;
+    ASSERT_EQ(ikv_seq_kv_bytes(&bytes, g.s, 0), IKV_OK);
+    EXPECT_EQ(bytes, bytes_before);
+  }
+  // Unknown sequences, layers, lengths.
+  const int32_t ok = 261;
+  EXPECT_EQ(ikv_decode(g.s, 42, &ok, 1), IKV_ERR_NOT_FOUND);
+  int64_t v = 0;
+  EXPECT_EQ(ikv_seq_length(&v, g.s, 42), IKV_ERR_NOT_FOUND);
+  EXPECT_EQ(ikv_seq_remove(g.s, 42), IKV_ERR_NOT_FOUND);
+  EXPECT_EQ(ikv_seq_kept(&v, g.s, 0, 5), IKV_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(ikv_seq_kept(&v, g.s, 0, -1), IKV_ERR_OUT_OF_RANGE);
+  ASSERT_EQ(ikv_seq_kept(&v, g.s, 0, 4), IKV_OK);
+  EXPECT_EQ(v, 3);
+  EXPECT_EQ(ikv_seq_truncate(g.s, 0, 4), IKV_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(ikv_seq_truncate(g.s, 0, -1), IKV_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(ikv_kv_stat(&v, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_kv_stat(&v, g.s, 99), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_seq_compress(g.s, 0, 0), IKV_ERR_BAD_STATE);  // policy none
+  EXPECT_EQ(ikv_seq_compress(g.s, 0, -3), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_seq_protect(g.s, 0, 5, 2, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(length_of(g.s, 0), 3);
+  EXPECT_EQ(logits_of(g.s, 0), before);
+  // Truncate clears the logits: sampling needs a new decode.
+  ASSERT_EQ(ikv_seq_truncate(g.s, 0, 2), IKV_OK);
+  ikv_sampler *sm = nullptr;
+  ASSERT_EQ(ikv_sampler_create(&sm, nullptr), IKV_OK);
+  int32_t t = 0;
+  EXPECT_EQ(ikv_sample(&t, sm, g.s, 0), IKV_ERR_BAD_STATE);
+  EXPECT_EQ(ikv_sample(&t, sm, g.s, 9), IKV_ERR_NOT_FOUND);
+  ikv_sampler_free(sm);
+}
+
+TEST(Capi, KvFullWithATinyPoolLeavesLengthsUnchanged) {
+  REQUIRE_MODEL();
+  int64_t n_layer = 0;
+  ASSERT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  SessionGuard g;
+  ikv_session_options o = f32_options();
+  o.block_size = 4;
+  o.kv_pool_blocks = n_layer * 2;  // 8 tokens per layer
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK);
+  EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCKS_TOTAL), n_layer * 2);
+  EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCK_SIZE), 4);
+
+  // Too much at once on an empty sequence: nothing appended, still no logits.
+  std::vector<int32_t> nine(9, 261);
+  nine[0] = 1;
+  EXPECT_EQ(ikv_decode(g.s, 0, nine.data(), nine.size()), IKV_ERR_KV_FULL);
+  EXPECT_GT(std::strlen(ikv_last_error_message()), 0u);
+  EXPECT_EQ(length_of(g.s, 0), 0);
+  EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCKS_USED), 0);
+  size_t nl = 0;
+  EXPECT_EQ(ikv_get_logits(nullptr, 0, &nl, g.s, 0), IKV_ERR_BAD_STATE);
+
+  ASSERT_EQ(ikv_decode(g.s, 0, nine.data(), 8), IKV_OK);
+  EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCKS_FREE), 0);
+  const std::vector<float> before = logits_of(g.s, 0);
+  const int32_t more = 261;
+  EXPECT_EQ(ikv_decode(g.s, 0, &more, 1), IKV_ERR_KV_FULL);
+  EXPECT_EQ(length_of(g.s, 0), 8);
+  EXPECT_EQ(logits_of(g.s, 0), before);
+  int64_t kept = 0;
+  ASSERT_EQ(ikv_seq_kept(&kept, g.s, 0, 0), IKV_OK);
+  EXPECT_EQ(kept, 8);
+
+  // A second sequence cannot take a block either, and the failure leaves it empty.
+  int32_t s1 = -1;
+  ASSERT_EQ(ikv_seq_add(&s1, g.s), IKV_OK);
+  EXPECT_EQ(ikv_decode(g.s, s1, &more, 1), IKV_ERR_KV_FULL);
+  EXPECT_EQ(length_of(g.s, s1), 0);
+  // Generating into a full sequence fails with KV full after the first sampled token cannot be decoded...
+  // and freeing the first sequence makes room again.
+  ASSERT_EQ(ikv_seq_remove(g.s, 0), IKV_OK);
+  EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCKS_USED), 0);
+  EXPECT_EQ(ikv_decode(g.s, s1, &more, 1), IKV_OK);
+  int64_t bytes = 0;
+  ASSERT_EQ(ikv_seq_kv_bytes(&bytes, g.s, s1), IKV_OK);
+  EXPECT_EQ(bytes, n_layer * stat_of(g.s, IKV_KV_BLOCK_BYTES));
+
+  // Absurd pool sizes are refused up front rather than allocated.
+  ikv_session *huge = nullptr;
+  ikv_session_options h = f32_options();
+  h.kv_pool_blocks = INT64_MAX;
+  int32_t st = ikv_session_create(&huge, m, &h);
+  EXPECT_TRUE(st == IKV_ERR_INVALID_ARGUMENT || st == IKV_ERR_OUT_OF_MEMORY) << st;
+  EXPECT_EQ(huge, nullptr);
+  h.kv_pool_blocks = -1;
+  EXPECT_EQ(ikv_session_create(&huge, m, &h), IKV_ERR_INVALID_ARGUMENT);
+}
+
+TEST(Capi, BadSessionAndSamplerOptionsAreRejected) {
+  REQUIRE_MODEL();
+  struct Case { const char *what; void (*edit)(ikv_session_options &); };
+  const Case cases[] = {
+      {"struct_size", [](ikv_session_options &o) { o.struct_size = 8; }},
+      {"version", [](ikv_session_options &o) { o.version = 0; }},
+      {"n_threads", [](ikv_session_options &o) { o.n_threads = -2; }},
+      {"kv_dtype 0", [](ikv_session_options &o) { o.kv_dtype = 0; }},
+      {"kv_dtype 4", [](ikv_session_options &o) { o.kv_dtype = 4; }},
+      {"block_size", [](ikv_session_options &o) { o.block_size = -16; }},
+      {"policy", [](ikv_session_options &o) { o.policy = 7; }},
+      {"shape", [](ikv_session_options &o) { o.shape = 2; }},
+      {"pool bytes", [](ikv_session_options &o) { o.kv_pool_bytes = -1; }},
+  };
+  for (const Case &c : cases) {
+    ikv_session_options o = IKV_SESSION_OPTIONS_INIT;
+    c.edit(o);
+    ikv_session *s = nullptr;
+    EXPECT_EQ(ikv_session_create(&s, m, &o), IKV_ERR_INVALID_ARGUMENT) << c.what;
+    EXPECT_EQ(s, nullptr);
+    EXPECT_GT(std::strlen(ikv_last_error_message()), 0u) << c.what;
+  }
+  struct SCase { const char *what; void (*edit)(ikv_sampler_options &); };
+  const SCase scases[] = {
+      {"nan temperature", [](ikv_sampler_options &o) { o.temperature = std::nanf(""); }},
+      {"top_p", [](ikv_sampler_options &o) { o.top_p = -0.5f; }},
+      {"min_p", [](ikv_sampler_options &o) { o.min_p = 2.0f; }},
+      {"repeat_penalty", [](ikv_sampler_options &o) { o.repeat_penalty = 0.0f; }},
+      {"repeat_last_n", [](ikv_sampler_options &o) { o.repeat_last_n = -1; }},
+  };
+  for (const SCase &c : scases) {
+    ikv_sampler_options o = IKV_SAMPLER_OPTIONS_INIT;
+    c.edit(o);
+    ikv_sampler *s = nullptr;
+    EXPECT_EQ(ikv_sampler_create(&s, &o), IKV_ERR_INVALID_ARGUMENT) << c.what;
+    EXPECT_EQ(s, nullptr);
+  }
+}
+
+TEST(Capi, ModelLoadFailuresReturnStatusAndNoHandle) {
+  ikv_model *mm = reinterpret_cast<ikv_model *>(0x8);
+  EXPECT_EQ(ikv_model_load(&mm, "/nonexistent/model.gguf"), IKV_ERR_IO);
+  EXPECT_EQ(mm, nullptr);
+  infokv_test::TempFile junk(std::vector<uint8_t>(1000, 0x42));
+  EXPECT_EQ(ikv_model_load(&mm, junk.path().c_str()), IKV_ERR_BAD_MODEL);
+  EXPECT_EQ(mm, nullptr);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("magic"), std::string::npos);
+  std::vector<uint8_t> v4 = infokv_test::GgufBuilder().set_version(4).build();
+  infokv_test::TempFile f4(v4);
+  EXPECT_EQ(ikv_model_load(&mm, f4.path().c_str()), IKV_ERR_UNSUPPORTED);
+  EXPECT_EQ(mm, nullptr);
+}
+
+// ---- generation ----
+
+namespace {
+struct StreamState {
+  int calls = 0;
+  int stop_after = 3;
+  std::vector<int32_t> tokens;
+  std::string text;
+};
+int32_t stream_cb(void *user_data, int32_t token, const char *text, size_t len) {
+  auto *st = static_cast<StreamState *>(user_data);
+  ++st->calls;
+  if (token >= 0) st->tokens.push_back(token);
+  st->text.append(text, len);
+  return st->calls >= st->stop_after ? 1 : 0;
+}
+}  // namespace
+
+TEST(Capi, StreamingCallbackCancelsAfterThreeTokens) {
+  REQUIRE_MODEL();
+  SessionGuard g;
+  ikv_session_options o = f32_options();
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK);
+  ikv_sampler_options so = IKV_SAMPLER_OPTIONS_INIT;
+  so.temperature = 0;
+  ikv_sampler *sm = nullptr;
+  ASSERT_EQ(ikv_sampler_create(&sm, &so), IKV_OK);
+  const int32_t prompt[] = {1, 403, 407, 261, 378};
+  StreamState st;
+  std::vector<int32_t> out(16, -1);
+  size_t n = 0;
+  EXPECT_EQ(ikv_generate(out.data(), out.size(), &n, g.s, 0, prompt, 5, 16, sm, stream_cb, &st), IKV_ERR_CANCELLED);
+  EXPECT_GT(std::strlen(ikv_last_error_message()), 0u);
+  EXPECT_EQ(n, 3u);
+  EXPECT_EQ(st.calls, 3);
+  const std::vector<int32_t> first3(kGreedyOnce.begin(), kGreedyOnce.begin() + 3);
+  EXPECT_EQ(st.tokens, first3);
+  EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 3), first3);
+  EXPECT_EQ(out[3], -1);
+  EXPECT_EQ(st.text, ", there was");
+  // The prompt and the generated tokens that were decoded stay in the sequence (the third, sampled from the
+  // logits the sequence still holds, is returned but was not decoded when the callback stopped the loop).
+  const int64_t len = length_of(g.s, 0);
+  EXPECT_GE(len, 5 + 2);
+  EXPECT_LE(len, 5 + 3);
+  // Generation continues from there when called again without a prompt.
+  size_t n2 = 0;
+  std::vector<int32_t> more(8);
+  ASSERT_EQ(ikv_generate(more.data(), more.size(), &n2, g.s, 0, nullptr, 0, 3, sm, nullptr, nullptr), IKV_OK);
+  EXPECT_EQ(n2, 3u);
+  const size_t offset = static_cast<size_t>(len - 5);
+  EXPECT_EQ(std::vector<int32_t>(more.begin(), more.begin() + 3),
+            std::vector<int32_t>(kGreedyOnce.begin() + static_cast<std::ptrdiff_t>(offset),
+                                 kGreedyOnce.begin() + static_cast<std::ptrdiff_t>(offset) + 3));
+  ikv_sampler_free(sm);
+}
+
+TEST(Capi, GreedyGenerationMatchesTheReference) {
+  REQUIRE_MODEL();
+  int32_t st = 0;
+  EXPECT_EQ(greedy_once_upon(m, 40, &st), kGreedyOnce);
+  EXPECT_EQ(st, IKV_OK);
+}
+
+TEST(Capi, ThreadsWithTheirOwnSessionsShareOneModel) {
+  REQUIRE_MODEL();
+  constexpr int kThreads = 4;
+  std::vector<std::vector<int32_t>> outs(kThreads);
+  std::vector<int32_t> statuses(kThreads, -999);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 3; ++rep) {
+        outs[static_cast<size_t>(t)] = greedy_once_upon(m, 40, &statuses[static_cast<size_t>(t)]);
+        if (outs[static_cast<size_t>(t)] != kGreedyOnce) break;
+      }
+    });
+  for (auto &th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(statuses[static_cast<size_t>(t)], IKV_OK) << "thread " << t;
+    EXPECT_EQ(outs[static_cast<size_t>(t)], kGreedyOnce) << "thread " << t;
+  }
+}
