@@ -344,14 +344,16 @@ void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t> *out) const
       out->push_back(it->second);
       continue;
     }
-    // A symbol the vocabulary lacks (only in an incomplete vocabulary): its characters one by one, else <unk>.
+    // A symbol the vocabulary lacks: its byte characters one by one. A byte with no token of its own is dropped,
+    // as the Hugging Face tokenizer and llama.cpp do (real vocabularies lack bytes that never occur in UTF-8, such
+    // as 0xC0 and 0xF5..0xFF). It is not replaced by <unk>: SmolLM2's <unk> is <|endoftext|>, a control token
+    // that would end the text.
     std::vector<uint32_t> cps;
     std::vector<size_t> offs;
     unicode::decode_utf8(key, &cps, &offs);
     for (size_t j = 0; j < cps.size(); ++j) {
       auto jt = piece_to_id_.find(key.substr(offs[j], offs[j + 1] - offs[j]));
       if (jt != piece_to_id_.end()) out->push_back(jt->second);
-      else if (unk_ >= 0) out->push_back(unk_);
     }
   }
 }
