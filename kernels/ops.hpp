@@ -19,7 +19,16 @@ void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, f
 // In place on x[n, n_heads, head_dim]: rotates adjacent pairs (2i, 2i+1) of each head by pos[t] * theta^(-2i/head_dim).
 void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta);
 
-// out[n, m] = x[n, k] · W[m, k]^T with W of ggml type `w_type` (F32, F16 or BF16; row stride k elements).
+// True for the weight types matmul, get_row and dequantize handle: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q4_K, Q5_K, Q6_K.
+bool weight_type_supported(uint32_t type);
+
+// out[n] = the n values of a tensor of ggml type `type` starting at src (n a multiple of the type's block size).
+// Bit-exact with ggml's dequantize_row_*. False (nothing written) for an unsupported type or a partial block.
+bool dequantize(float *out, const void *src, uint32_t type, int64_t n);
+
+// out[n, m] = x[n, k] · W[m, k]^T with W of ggml type `w_type` (any weight_type_supported type; rows of k elements,
+// k a multiple of the block size; quantised rows are dequantised on the fly, never expanded in memory).
 // Returns false for a weight type it does not handle (nothing written).
 bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool);
 

@@ -33,20 +33,10 @@ void add_inplace(float *x, const float *y, int64_t n) {
 }
 
 bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d) {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::F32: std::memcpy(out, static_cast<const float *>(emb) + row * d, static_cast<size_t>(d) * 4); return true;
-    case GgmlType::F16: {
-      const uint16_t *r = static_cast<const uint16_t *>(emb) + row * d;
-      for (int64_t i = 0; i < d; ++i) out[i] = fp16_to_float(r[i]);
-      return true;
-    }
-    case GgmlType::BF16: {
-      const uint16_t *r = static_cast<const uint16_t *>(emb) + row * d;
-      for (int64_t i = 0; i < d; ++i) out[i] = bf16_to_float(r[i]);
-      return true;
-    }
-    default: return false;
-  }
+  const GgmlTypeTraits tr = ggml_type_traits(type);
+  if (tr.name == nullptr || tr.block_elems == 0 || d % tr.block_elems != 0) return false;
+  const size_t row_bytes = static_cast<size_t>(d / tr.block_elems) * tr.block_bytes;
+  return dequantize(out, static_cast<const uint8_t *>(emb) + static_cast<size_t>(row) * row_bytes, type, d);
 }
 
 double topk_entropy(const float *logits, int32_t n, int32_t top_k) {

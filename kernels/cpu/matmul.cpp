@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gguf/ggml_types.hpp"
+#include "kernels/cpu/dequant.hpp"
 #include "kernels/ops.hpp"
 #include "util/fp16.hpp"
 #include "util/thread_pool.hpp"
@@ -142,7 +143,7 @@ bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t 
     case GgmlType::F32: kind = WKind::f32; break;
     case GgmlType::F16: kind = WKind::f16; break;
     case GgmlType::BF16: kind = WKind::bf16; break;
-    default: return false;
+    default: return matmul_quant(out, x, w, w_type, n, m, k, pool);
   }
   auto body = [&](int64_t m0, int64_t m1) {
     if (have_avx2()) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gguf/ggml_types.hpp"
+#include "kernels/ops.hpp"
 #include "util/error.hpp"
 #include "util/fp16.hpp"
 
@@ -11,12 +12,7 @@ namespace infokv {
 
 namespace {
 
-bool matmul_type_supported(uint32_t t) {
-  switch (static_cast<GgmlType>(t)) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: return true;
-    default: return false;
-  }
-}
+bool matmul_type_supported(uint32_t t) { return cpu::weight_type_supported(t); }
 
 const GgufTensor &require_tensor(const GgufFile &f, const std::string &name) {
   const GgufTensor *t = f.find_tensor(name);

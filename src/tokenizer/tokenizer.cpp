@@ -99,11 +99,21 @@ void fnv_u64(uint64_t &h, uint64_t v) {
 
 }  // namespace
 
-Tokenizer Tokenizer::from_gguf(const GgufFile &file) {
+Tokenizer Tokenizer::from_gguf(const GgufFile &file) { return load(file, nullptr); }
+
+Tokenizer Tokenizer::from_gguf(const GgufFile &file, const std::string &pre) { return load(file, &pre); }
+
+Tokenizer Tokenizer::load(const GgufFile &file, const std::string *pre_override) {
   Tokenizer t;
   t.model_name_ = file.get_string_req("tokenizer.ggml.model");
-  if (t.model_name_ != "llama") fail(Status::unsupported, "unsupported tokenizer model '" + t.model_name_ + "'");
-  t.kind_ = TokenizerKind::spm;
+  if (t.model_name_ == "llama") {
+    t.kind_ = TokenizerKind::spm;
+  } else if (t.model_name_ == "gpt2") {
+    t.kind_ = TokenizerKind::bpe;
+  } else {
+    fail(Status::unsupported, "unsupported tokenizer model '" + t.model_name_ + "' (infokv reads 'llama' and 'gpt2')");
+  }
+  const bool bpe = t.kind_ == TokenizerKind::bpe;
 
   const GgufValue *tokens = file.get_array("tokenizer.ggml.tokens", GgufValueType::STRING);
   if (tokens == nullptr) fail(Status::bad_model, "missing metadata key 'tokenizer.ggml.tokens'");
@@ -144,12 +154,16 @@ Tokenizer Tokenizer::from_gguf(const GgufFile &file) {
   }
 
   const auto nv = static_cast<int32_t>(n);
-  // llama.cpp's SPM defaults when the keys are absent.
-  t.bos_ = special_id(file, "tokenizer.ggml.bos_token_id", 1, nv);
-  t.eos_ = special_id(file, "tokenizer.ggml.eos_token_id", 2, nv);
-  t.unk_ = special_id(file, "tokenizer.ggml.unknown_token_id", 0, nv);
-  t.add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token", true);
-  t.add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix", true);
+  // llama.cpp's SPM defaults when the keys are absent; a BPE vocabulary has no conventional ids.
+  t.bos_ = special_id(file, "tokenizer.ggml.bos_token_id", bpe ? -1 : 1, nv);
+  t.eos_ = special_id(file, "tokenizer.ggml.eos_token_id", bpe ? -1 : 2, nv);
+  t.unk_ = special_id(file, "tokenizer.ggml.unknown_token_id", bpe ? -1 : 0, nv);
+  t.add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token", !bpe);
+  t.add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix", !bpe);
+  if (bpe) {
+    t.init_bpe(file, pre_override != nullptr ? *pre_override : file.get_string("tokenizer.ggml.pre", "gpt2"));
+    return t;
+  }
 
   // Byte fallback as llama.cpp's byte_to_token: the <0xXX> piece, else the one-byte piece itself, else <unk>.
   for (int b = 0; b < 256; ++b) {
@@ -162,10 +176,14 @@ Tokenizer Tokenizer::from_gguf(const GgufFile &file) {
   return t;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
   std::vector<int32_t> out;
   if (add_bos && bos_ >= 0) out.push_back(bos_);
   if (text.empty()) return out;
+  if (kind_ == TokenizerKind::bpe) {
+    encode_bpe(text, parse_special, &out);
+    return out;
+  }
   std::vector<int32_t> body = encode_spm(text);
   out.insert(out.end(), body.begin(), body.end());
   return out;
@@ -245,6 +263,7 @@ std::vector<int32_t> Tokenizer::encode_spm(std::string_view raw) const {
 std::string Tokenizer::token_bytes(int32_t id) const {
   if (!valid(id)) fail(Status::out_of_range, "token id " + std::to_string(id) + " is outside the vocabulary of " +
                                                  std::to_string(n_vocab()) + " tokens");
+  if (kind_ == TokenizerKind::bpe) return bpe_token_bytes(id);
   const std::string &p = pieces_[static_cast<size_t>(id)];
   switch (types_[static_cast<size_t>(id)]) {
     case TokenType::byte: return std::string(1, static_cast<char>(parse_byte_piece(p)));
@@ -292,6 +311,14 @@ uint64_t Tokenizer::fingerprint() const {
   // These change the ids a text encodes to, so a snapshot made under other settings must not match.
   fnv_u64(h, add_bos_ ? 1 : 0);
   fnv_u64(h, add_space_prefix_ ? 1 : 0);
+  if (kind_ == TokenizerKind::bpe) {
+    fnv_u64(h, static_cast<uint64_t>(pre_));
+    fnv_u64(h, merges_.size());
+    for (const std::string &m : merges_) {
+      fnv_u64(h, m.size());
+      fnv_bytes(h, m.data(), m.size());
+    }
+  }
   return h;
 }
 

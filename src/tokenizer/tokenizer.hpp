@@ -16,11 +16,21 @@ enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control
 
 enum class TokenizerKind { spm, bpe };
 
+// How a byte-level BPE tokenizer splits text into words before merging (tokenizer.ggml.pre).
+enum class BpePre {
+  gpt2,    // "gpt2"/"gpt-2" (or no key): GPT-2's regex
+  smollm,  // "smollm": every digit alone, then GPT-2's regex (SmolLM/SmolLM2, StarCoder-style vocabularies)
+  llama3,  // "llama-bpe"/"llama3": Llama 3's regex (case-insensitive contractions, numbers in groups of 3);
+           // a word that is itself in the vocabulary is not merged (ignore_merges)
+};
+
 class Tokenizer {
  public:
   // Builds the tokenizer described by tokenizer.ggml.* metadata. Throws Error(bad_model) for missing/inconsistent
   // metadata and Error(unsupported) for a tokenizer model it does not implement (the message names it).
   static Tokenizer from_gguf(const GgufFile &file);
+  // The same, with tokenizer.ggml.pre replaced by `pre` (a BPE vocabulary under another pre-tokeniser; tests).
+  static Tokenizer from_gguf(const GgufFile &file, const std::string &pre);
 
   TokenizerKind kind() const { return kind_; }
   const std::string &model_name() const { return model_name_; }  // "llama", ...
@@ -34,7 +44,18 @@ class Tokenizer {
   float score(int32_t id) const { return scores_.at(static_cast<size_t>(id)); }
 
   // Text to ids. With add_bos, the model's BOS (if any) is prepended. Never throws on any byte sequence.
-  std::vector<int32_t> encode(std::string_view text, bool add_bos) const;
+  // BPE vocabularies: with parse_special, the text of control and user-defined tokens (e.g. "<|im_start|>") found
+  // in `text` becomes those tokens, as the Hugging Face tokenizer does by default; without it, it is plain text
+  // (use that for untrusted user input inside a chat template).
+  std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
+  // BPE: the words the pre-tokeniser cuts `text` into (no special-token handling). Empty for SPM.
+  std::vector<std::string> pre_tokenize(std::string_view text) const;
+  BpePre bpe_pre() const { return pre_; }
+  // Looks a token up by its exact vocabulary text; -1 when absent.
+  int32_t find_piece(const std::string &piece) const {
+    auto it = piece_to_id_.find(piece);
+    return it == piece_to_id_.end() ? -1 : it->second;
+  }
   // The bytes a token stands for in text: '▁' becomes ' ', <0xXX> becomes that byte; control, unknown and unused
   // tokens are empty (as llama.cpp's token_to_piece without `special`).
   // Throws Error(out_of_range) for an id outside the vocabulary.
@@ -45,7 +66,12 @@ class Tokenizer {
   uint64_t fingerprint() const;
 
  private:
+  static Tokenizer load(const GgufFile &file, const std::string *pre_override);
   std::vector<int32_t> encode_spm(std::string_view text) const;
+  void init_bpe(const GgufFile &file, const std::string &pre);
+  void encode_bpe(std::string_view text, bool parse_special, std::vector<int32_t> *out) const;
+  void bpe_word(std::string_view word, std::vector<int32_t> *out) const;
+  std::string bpe_token_bytes(int32_t id) const;
 
   TokenizerKind kind_ = TokenizerKind::spm;
   std::string model_name_;
@@ -59,6 +85,13 @@ class Tokenizer {
   int32_t unk_ = -1;
   bool add_bos_ = true;
   bool add_space_prefix_ = true;
+  // Byte-level BPE only.
+  BpePre pre_ = BpePre::gpt2;
+  std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank (lower merges first)
+  std::vector<std::string> merges_;                       // as stored, for the fingerprint
+  std::vector<int32_t> specials_;                         // control + user-defined ids, longest text first
+  std::string byte_char_[256];                            // GPT-2's byte -> printable character (UTF-8)
+  int16_t char_byte_[512];                                // inverse, indexed by code point; -1 when none
 };
 
 // Turns a stream of token ids into text without ever emitting part of a UTF-8 character: bytes of an unfinished

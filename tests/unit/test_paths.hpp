@@ -11,6 +11,13 @@
 #define INFOKV_DEFAULT_CORPORA_DIR "/work/shared/corpora"
 #endif
 
+#ifndef INFOKV_DEFAULT_SMOLLM2_PATH
+#define INFOKV_DEFAULT_SMOLLM2_PATH ""
+#endif
+#ifndef INFOKV_TEST_DATA_DIR
+#define INFOKV_TEST_DATA_DIR "tests/data"
+#endif
+
 namespace infokv_test {
 
 inline std::string env_or(const char *name, const char *fallback) {
@@ -19,6 +26,9 @@ inline std::string env_or(const char *name, const char *fallback) {
 }
 
 inline std::string models_dir() { return env_or("INFOKV_MODELS_DIR", INFOKV_DEFAULT_MODELS_DIR); }
+// SmolLM2-135M-Instruct Q4_1 as installed by packaging/fetch_models.sh; $INFOKV_SMOLLM2 overrides.
+inline std::string smollm2_path() { return env_or("INFOKV_SMOLLM2", INFOKV_DEFAULT_SMOLLM2_PATH); }
+inline std::string test_data_dir() { return INFOKV_TEST_DATA_DIR; }
 inline std::string corpora_dir() { return env_or("INFOKV_CORPORA_DIR", INFOKV_DEFAULT_CORPORA_DIR); }
 
 }  // namespace infokv_test

@@ -1,0 +1,153 @@
+// Block dequantisation of ggml's quantised types, inline so the matmul kernels can expand a weight row into a
+// small f32 buffer inside their own (vectorised) code. Each function reads whole blocks; the arithmetic and its
+// order follow ggml-quants.c (and the gguf package's numpy dequantisers), so the results are bit-exact with them.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "util/fp16.hpp"
+
+namespace infokv {
+class ThreadPool;
+}
+
+namespace infokv {
+namespace cpu {
+namespace dq {
+
+inline float h2f(const uint8_t *p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_float(h);
+}
+
+// Q4_0: {f16 d; u8 qs[16]} -> 32 values (q - 8) * d; low nibbles are elements 0..15, high nibbles 16..31.
+inline void q4_0(float *y, const uint8_t *b) {
+  const float d = h2f(b);
+  const uint8_t *qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
+    y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+  }
+}
+
+// Q4_1: {f16 d; f16 m; u8 qs[16]} -> q * d + m.
+inline void q4_1(float *y, const uint8_t *b) {
+  const float d = h2f(b), m = h2f(b + 2);
+  const uint8_t *qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
+    y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
+// Q5_0: {f16 d; u32 qh; u8 qs[16]} -> (q5 - 16) * d, bit 4 of element j in bit j of qh.
+inline void q5_0(float *y, const uint8_t *b) {
+  const float d = h2f(b);
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  const uint8_t *qs = b + 6;
+  for (int j = 0; j < 16; ++j) {
+    const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+    y[j] = static_cast<float>(((qs[j] & 0x0F) | h0) - 16) * d;
+    y[j + 16] = static_cast<float>(((qs[j] >> 4) | h1) - 16) * d;
+  }
+}
+
+// Q5_1: {f16 d; f16 m; u32 qh; u8 qs[16]} -> q5 * d + m.
+inline void q5_1(float *y, const uint8_t *b) {
+  const float d = h2f(b), m = h2f(b + 2);
+  uint32_t qh;
+  std::memcpy(&qh, b + 4, 4);
+  const uint8_t *qs = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+    y[j] = static_cast<float>((qs[j] & 0x0F) | h0) * d + m;
+    y[j + 16] = static_cast<float>((qs[j] >> 4) | h1) * d + m;
+  }
+}
+
+// Q8_0: {f16 d; i8 qs[32]} -> q * d.
+inline void q8_0(float *y, const uint8_t *b) {
+  const float d = h2f(b);
+  const auto *qs = reinterpret_cast<const int8_t *>(b + 2);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (ggml's get_scale_min_k4).
+inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+  if (j < 4) {
+    *d = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *d = static_cast<uint8_t>((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Q4_K: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]} -> 256 values, 8 sub-blocks of 32: d*sc*q - dmin*m.
+inline void q4_k(float *y, const uint8_t *b) {
+  const float d = h2f(b), dmin = h2f(b + 2);
+  const uint8_t *scales = b + 4, *q = b + 16;
+  for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+    uint8_t sc, m;
+    scale_min_k4(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) y[j + l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
+    for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
+  }
+}
+
+// Q5_K: {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}.
+inline void q5_k(float *y, const uint8_t *b) {
+  const float d = h2f(b), dmin = h2f(b + 2);
+  const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
+    uint8_t sc, m;
+    scale_min_k4(is, scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(is + 1, scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) y[j + l] = d1 * static_cast<float>((ql[l] & 0x0F) + (qh[l] & u1 ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    u1 = static_cast<uint8_t>(u1 << 2);
+    u2 = static_cast<uint8_t>(u2 << 2);
+  }
+}
+
+// Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} -> (d * sc) * (q6 - 32), 16 sub-blocks of 16.
+inline void q6_k(float *y, const uint8_t *b) {
+  const uint8_t *ql = b, *qh = b + 128;
+  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
+  const float d = h2f(b + 208);
+  for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[n + l] = (d * sc[is]) * static_cast<float>(q1);
+      y[n + l + 32] = (d * sc[is + 2]) * static_cast<float>(q2);
+      y[n + l + 64] = (d * sc[is + 4]) * static_cast<float>(q3);
+      y[n + l + 96] = (d * sc[is + 6]) * static_cast<float>(q4);
+    }
+  }
+}
+
+}  // namespace dq
+}  // namespace cpu
+}  // namespace infokv
+
+namespace infokv {
+namespace cpu {
+// The quantised half of matmul (ops.hpp): W is Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K, k a multiple of its
+// block size. Each weight row is expanded into a per-thread f32 buffer once and reused by every token, so the
+// weights stay quantised in memory. False for other types.
+bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k,
+                  ThreadPool *pool);
+}  // namespace cpu
+}  // namespace infokv

@@ -1,0 +1,187 @@
+// Dequantisation entry points and the quantised-weight matmul: out[n, m] = x[n, k] · W[m, k]^T where W is stored in
+// ggml blocks. A weight row is expanded into a per-thread f32 buffer (at most k floats, which stays in L1/L2) and
+// dotted with every token row; the model's weights are never expanded in memory. The AVX2 build of the same code
+// lets the compiler vectorise the block expansion and uses FMA for the dots.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gguf/ggml_types.hpp"
+#include "kernels/cpu/dequant.hpp"
+#include "kernels/ops.hpp"
+#include "util/thread_pool.hpp"
+
+namespace infokv {
+namespace cpu {
+
+namespace {
+
+using BlockFn = void (*)(float *, const uint8_t *);
+
+struct QuantKind {
+  BlockFn fn;
+  int64_t block_elems;
+  int64_t block_bytes;
+};
+
+bool quant_kind(uint32_t type, QuantKind *out) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q4_0: *out = {dq::q4_0, 32, 18}; return true;
+    case GgmlType::Q4_1: *out = {dq::q4_1, 32, 20}; return true;
+    case GgmlType::Q5_0: *out = {dq::q5_0, 32, 22}; return true;
+    case GgmlType::Q5_1: *out = {dq::q5_1, 32, 24}; return true;
+    case GgmlType::Q8_0: *out = {dq::q8_0, 32, 34}; return true;
+    case GgmlType::Q4_K: *out = {dq::q4_k, 256, 144}; return true;
+    case GgmlType::Q5_K: *out = {dq::q5_k, 256, 176}; return true;
+    case GgmlType::Q6_K: *out = {dq::q6_k, 256, 210}; return true;
+    default: return false;
+  }
+}
+
+// Expands one row of nb blocks. Templated on the block function so each type gets its own inlined, vectorisable loop.
+template <BlockFn F, int64_t QK, int64_t BB>
+inline void expand_row(float *y, const uint8_t *row, int64_t nb) {
+  for (int64_t b = 0; b < nb; ++b) F(y + b * QK, row + b * BB);
+}
+
+template <BlockFn F, int64_t QK, int64_t BB>
+void rows_generic(float *out, const float *x, const uint8_t *w, int64_t n, int64_t m0, int64_t m1, int64_t m, int64_t k) {
+  static thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < k) buf.resize(static_cast<size_t>(k));
+  const int64_t nb = k / QK;
+  for (int64_t r = m0; r < m1; ++r) {
+    expand_row<F, QK, BB>(buf.data(), w + r * nb * BB, nb);
+    for (int64_t t = 0; t < n; ++t) {
+      const float *xr = x + t * k;
+      float s[4] = {0, 0, 0, 0};
+      for (int64_t i = 0; i < k; i += 4)  // k is a multiple of 32
+        for (int j = 0; j < 4; ++j) s[j] += xr[i + j] * buf[static_cast<size_t>(i + j)];
+      out[t * m + r] = (s[0] + s[1]) + (s[2] + s[3]);
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  __m128 sh = _mm_movehdup_ps(lo);
+  __m128 s = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, s);
+  return _mm_cvtss_f32(_mm_add_ss(s, sh));
+}
+
+template <BlockFn F, int64_t QK, int64_t BB>
+__attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const uint8_t *w, int64_t n,
+                                                        int64_t m0, int64_t m1, int64_t m, int64_t k) {
+  static thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < k) buf.resize(static_cast<size_t>(k));
+  float *y = buf.data();
+  const int64_t nb = k / QK;
+  for (int64_t r = m0; r < m1; ++r) {
+    expand_row<F, QK, BB>(y, w + r * nb * BB, nb);
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+      const float *x0 = x + t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k; i += 8) {
+        __m256 wv = _mm256_loadu_ps(y + i);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), wv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), wv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), wv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i), wv, a3);
+      }
+      out[t * m + r] = hsum8(a0);
+      out[(t + 1) * m + r] = hsum8(a1);
+      out[(t + 2) * m + r] = hsum8(a2);
+      out[(t + 3) * m + r] = hsum8(a3);
+    }
+    for (; t < n; ++t) {
+      const float *xr = x + t * k;
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k; i += 16) {  // k is a multiple of 32
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+      }
+      out[t * m + r] = hsum8(_mm256_add_ps(a0, a1));
+    }
+  }
+}
+
+bool have_avx2_fma() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+using RowsFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+template <BlockFn F, int64_t QK, int64_t BB>
+RowsFn pick() {
+  return have_avx2_fma() ? rows_avx2<F, QK, BB> : rows_generic<F, QK, BB>;
+}
+
+RowsFn rows_for(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q4_0: return pick<dq::q4_0, 32, 18>();
+    case GgmlType::Q4_1: return pick<dq::q4_1, 32, 20>();
+    case GgmlType::Q5_0: return pick<dq::q5_0, 32, 22>();
+    case GgmlType::Q5_1: return pick<dq::q5_1, 32, 24>();
+    case GgmlType::Q8_0: return pick<dq::q8_0, 32, 34>();
+    case GgmlType::Q4_K: return pick<dq::q4_k, 256, 144>();
+    case GgmlType::Q5_K: return pick<dq::q5_k, 256, 176>();
+    case GgmlType::Q6_K: return pick<dq::q6_k, 256, 210>();
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+bool weight_type_supported(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: return true;
+    default: {
+      QuantKind q;
+      return quant_kind(type, &q);
+    }
+  }
+}
+
+bool dequantize(float *out, const void *src, uint32_t type, int64_t n) {
+  const auto *s = static_cast<const uint8_t *>(src);
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::F32: std::memcpy(out, s, static_cast<size_t>(n) * 4); return true;
+    case GgmlType::F16:
+    case GgmlType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, s + 2 * i, 2);
+        out[i] = type == static_cast<uint32_t>(GgmlType::F16) ? fp16_to_float(h) : bf16_to_float(h);
+      }
+      return true;
+    default: break;
+  }
+  QuantKind q;
+  if (!quant_kind(type, &q) || n % q.block_elems != 0) return false;
+  for (int64_t b = 0; b < n / q.block_elems; ++b) q.fn(out + b * q.block_elems, s + b * q.block_bytes);
+  return true;
+}
+
+bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k,
+                  ThreadPool *pool) {
+  RowsFn fn = rows_for(w_type);
+  QuantKind q;
+  if (fn == nullptr || !quant_kind(w_type, &q) || k % q.block_elems != 0) return false;
+  const auto *wb = static_cast<const uint8_t *>(w);
+  auto body = [&](int64_t m0, int64_t m1) { fn(out, x, wb, n, m0, m1, m, k); };
+  const int64_t work = n * m * k;
+  if (pool == nullptr || pool->size() <= 1 || work < (int64_t{1} << 17)) {
+    body(0, m);
+  } else {
+    // Expanding a row costs about as much as a few token dots, so count it as one more token.
+    int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, (n + 1) * k));
+    pool->parallel_for(m, grain, body);
+  }
+  return true;
+}
+
+}  // namespace cpu
+}  // namespace infokv

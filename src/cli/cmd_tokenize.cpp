@@ -1,0 +1,35 @@
+// infokv tokenize: the token ids of a text, for checking the tokenizer against another implementation.
+#include <cstdio>
+
+#include "cli/args.hpp"
+#include "cli/json.hpp"
+#include "gguf/gguf.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "util/error.hpp"
+
+namespace infokv {
+namespace cli {
+
+int cmd_tokenize(int argc, char **argv) {
+  Args a(argc, argv, 2, {"model", "text", "file"}, {"json", "bos", "no-special", "pieces"});
+  if (a.has("text") == a.has("file")) fail(Status::invalid_argument, "give exactly one of --text T and --file F");
+  const std::string text = a.has("text") ? a.str("text") : read_file(a.str("file"));
+  // Only the tokenizer metadata is needed: the weights are not checked or touched.
+  GgufFile file(a.str("model", default_model_path()));
+  Tokenizer tok = Tokenizer::from_gguf(file);
+  const std::vector<int32_t> ids = tok.encode(text, a.flag("bos"), !a.flag("no-special"));
+  if (a.flag("json")) {
+    JsonObject o;
+    o.integer("n_tokens", static_cast<int64_t>(ids.size())).ints("ids", ids);
+    std::printf("%s\n", o.dump().c_str());
+  } else if (a.flag("pieces")) {
+    for (int32_t id : ids) std::printf("%d\t%s\n", id, json_str(tok.token_bytes(id)).c_str());
+  } else {
+    for (size_t k = 0; k < ids.size(); ++k) std::printf(k ? " %d" : "%d", ids[k]);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace infokv

@@ -1,0 +1,34 @@
+// The little Unicode the byte-level BPE pre-tokenisers need: UTF-8 decoding that keeps invalid bytes, and the
+// letter / number / white-space classes of \p{L}, \p{N} and \s.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace infokv {
+namespace unicode {
+
+struct CodepointRange {
+  uint32_t first;
+  uint32_t last;
+};
+extern const CodepointRange kLetterRanges[];
+extern const size_t kLetterRangesCount;
+extern const CodepointRange kNumberRanges[];
+extern const size_t kNumberRangesCount;
+
+// A byte that is not part of a valid UTF-8 character decodes to kInvalidBase + byte: a value no character has,
+// classed as neither letter, number nor space (so it lands in the "other symbols" pieces and keeps its byte).
+constexpr uint32_t kInvalidBase = 0x110000;
+
+// Decodes text into code points; offsets[i] is the byte offset of code point i, and offsets has one more entry
+// (text.size()). Never fails: invalid sequences become one kInvalidBase + byte value per byte.
+void decode_utf8(std::string_view text, std::vector<uint32_t> *cps, std::vector<size_t> *offsets);
+
+bool is_letter(uint32_t cp);
+bool is_number(uint32_t cp);
+bool is_whitespace(uint32_t cp);  // the Unicode White_Space property, as regex \s
+
+}  // namespace unicode
+}  // namespace infokv

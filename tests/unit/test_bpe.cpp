@@ -1,0 +1,232 @@
+// Byte-level BPE: exact ids against the Hugging Face tokenizers library (tests/reference/make_refs.py) with the
+// SmolLM2 vocabulary under its own pre-tokeniser and under Llama 3's, round trips of arbitrary bytes, special-token
+// handling, and rejection of broken BPE metadata.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+
+#include "gguf/gguf.hpp"
+#include "gguf_builder.hpp"
+#include "test_paths.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "util/error.hpp"
+
+using infokv::BpePre;
+using infokv::Error;
+using infokv::GgufFile;
+using infokv::Status;
+using infokv::Tokenizer;
+using infokv_test::GgufBuilder;
+
+namespace {
+
+struct RefCase {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+std::string unhex(const std::string &h) {
+  std::string out;
+  for (size_t k = 0; k + 1 < h.size(); k += 2) out.push_back(static_cast<char>(std::stoi(h.substr(k, 2), nullptr, 16)));
+  return out;
+}
+
+std::vector<RefCase> read_refs(const std::string &name) {
+  std::ifstream in(infokv_test::test_data_dir() + "/" + name);
+  std::vector<RefCase> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t tab = line.find('\t');
+    RefCase c;
+    c.text = unhex(line.substr(0, tab));
+    std::istringstream ids(line.substr(tab + 1));
+    int32_t id;
+    while (ids >> id) c.ids.push_back(id);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+const GgufFile *smollm2_file() {
+  static std::unique_ptr<GgufFile> f;
+  if (!f && std::filesystem::exists(infokv_test::smollm2_path())) f = std::make_unique<GgufFile>(infokv_test::smollm2_path());
+  return f.get();
+}
+
+#define REQUIRE_SMOLLM2(file)                                                                                        \
+  const GgufFile *file = smollm2_file();                                                                             \
+  ASSERT_NE(file, nullptr) << "SmolLM2 GGUF " << infokv_test::smollm2_path()                                          \
+                           << " is missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)"
+
+std::string show(const std::vector<int32_t> &v) {
+  std::string s;
+  for (int32_t x : v) s += std::to_string(x) + " ";
+  return s;
+}
+
+void expect_refs(const Tokenizer &tok, const std::string &file) {
+  const std::vector<RefCase> cases = read_refs(file);
+  ASSERT_GT(cases.size(), 300u) << "reference file " << file << " missing or short";
+  int bad = 0;
+  for (const RefCase &c : cases) {
+    const std::vector<int32_t> got = tok.encode(c.text, false);
+    if (got != c.ids && ++bad <= 5)
+      ADD_FAILURE() << "text '" << c.text.substr(0, 200) << "'\n  expected " << show(c.ids) << "\n  got      " << show(got);
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+}  // namespace
+
+TEST(BpeSmolLM2, ReadsVocabularyAndPreTokenizer) {
+  REQUIRE_SMOLLM2(f);
+  Tokenizer tok = Tokenizer::from_gguf(*f);
+  EXPECT_EQ(tok.kind(), infokv::TokenizerKind::bpe);
+  EXPECT_EQ(tok.bpe_pre(), BpePre::smollm);
+  EXPECT_EQ(tok.n_vocab(), 49152);
+  EXPECT_EQ(tok.bos(), 1);
+  EXPECT_EQ(tok.eos(), 2);
+  EXPECT_FALSE(tok.add_bos());
+}
+
+TEST(BpeSmolLM2, MatchesHuggingFaceTokenizersExactly) {
+  REQUIRE_SMOLLM2(f);
+  expect_refs(Tokenizer::from_gguf(*f), "bpe_smollm2_refs.txt");
+}
+
+TEST(BpeSmolLM2, Llama3PreTokenizerMatchesHuggingFaceExactly) {
+  REQUIRE_SMOLLM2(f);
+  Tokenizer tok = Tokenizer::from_gguf(*f, "llama-bpe");
+  EXPECT_EQ(tok.bpe_pre(), BpePre::llama3);
+  expect_refs(tok, "bpe_llama3pre_refs.txt");
+}
+
+TEST(BpeSmolLM2, RoundTripsReferenceTextsAndArbitraryBytes) {
+  REQUIRE_SMOLLM2(f);
+  for (const char *pre : {"smollm", "llama-bpe", "gpt2"}) {
+    Tokenizer tok = Tokenizer::from_gguf(*f, pre);
+    for (const RefCase &c : read_refs("bpe_smollm2_refs.txt")) {
+      if (c.text.find("<|") != std::string::npos) continue;  // special tokens decode to nothing
+      EXPECT_EQ(tok.decode(tok.encode(c.text, false)), c.text) << pre;
+    }
+    // The bytes the vocabulary has a token for (SmolLM2 lacks 21, e.g. 0xC0, 0xF5..0xFF); any string of them,
+    // valid UTF-8 or not, must come back unchanged.
+    std::vector<char> bytes;
+    for (int b = 0; b < 256; ++b) {
+      const std::string s(1, static_cast<char>(b));
+      if (tok.decode(tok.encode(s, false)) == s) bytes.push_back(static_cast<char>(b));
+    }
+    EXPECT_EQ(bytes.size(), 235u) << pre;
+    std::mt19937_64 rng(7);
+    for (int k = 0; k < 300; ++k) {
+      std::string s(static_cast<size_t>(rng() % 40), '\0');
+      for (char &ch : s) ch = bytes[rng() % bytes.size()];
+      if (s.find("<|") != std::string::npos) continue;
+      EXPECT_EQ(tok.decode(tok.encode(s, false)), s) << pre;
+    }
+  }
+}
+
+TEST(BpeSmolLM2, InvalidUtf8BytesAreKeptAsBytes) {
+  REQUIRE_SMOLLM2(f);
+  Tokenizer tok = Tokenizer::from_gguf(*f);
+  for (const std::string s : {std::string("\x80"), std::string("a\xc3"), std::string("\xe2\x82 x"),
+                              std::string("\xed\xa0\x80 surrogate"), std::string("\xe0\x80\xaf overlong"),
+                              std::string("ok \xf4\x90\x80\x80 big")}) {
+    const std::vector<int32_t> ids = tok.encode(s, false);
+    EXPECT_FALSE(ids.empty());
+    EXPECT_EQ(tok.decode(ids), s);
+  }
+}
+
+TEST(BpeSmolLM2, BytesWithoutATokenAreDroppedNotReplaced) {
+  REQUIRE_SMOLLM2(f);
+  Tokenizer tok = Tokenizer::from_gguf(*f);
+  const std::vector<int32_t> ids = tok.encode("a\xff\xc0" "b", false);
+  for (int32_t id : ids) EXPECT_NE(id, 0) << "no <|endoftext|> for a missing byte";
+  EXPECT_EQ(tok.decode(ids), "ab");
+}
+
+TEST(BpeSmolLM2, SpecialTokenTextIsPlainWithoutParseSpecial) {
+  REQUIRE_SMOLLM2(f);
+  Tokenizer tok = Tokenizer::from_gguf(*f);
+  const std::string s = "<|im_start|>user";
+  const std::vector<int32_t> with = tok.encode(s, false, true);
+  ASSERT_FALSE(with.empty());
+  EXPECT_EQ(with[0], 1);
+  const std::vector<int32_t> without = tok.encode(s, false, false);
+  for (int32_t id : without) EXPECT_NE(id, 1);
+  EXPECT_EQ(tok.decode(without), s);
+  EXPECT_EQ(tok.decode(with), "user");  // control tokens carry no text
+}
+
+TEST(BpeSmolLM2, FingerprintDependsOnPreTokenizer) {
+  REQUIRE_SMOLLM2(f);
+  EXPECT_EQ(Tokenizer::from_gguf(*f).fingerprint(), Tokenizer::from_gguf(*f, "smollm").fingerprint());
+  EXPECT_NE(Tokenizer::from_gguf(*f).fingerprint(), Tokenizer::from_gguf(*f, "llama-bpe").fingerprint());
+}
+
+// ---- synthetic vocabularies ----
+
+namespace {
+
+// Byte-level characters: 'a','b','c' stand for themselves, "Ġ" (U+0120) for the space byte.
+GgufBuilder tiny_bpe(const std::vector<std::string> &merges, const std::string &pre = "gpt2") {
+  GgufBuilder b;
+  b.add_string("tokenizer.ggml.model", "gpt2")
+      .add_string("tokenizer.ggml.pre", pre)
+      .add_string_array("tokenizer.ggml.tokens", {"<|end|>", "a", "b", "c", "\xC4\xA0", "ab", "abc", "\xC4\xA0" "a", "bc"})
+      .add_i32_array("tokenizer.ggml.token_type", {3, 1, 1, 1, 1, 1, 1, 1, 1})
+      .add_string_array("tokenizer.ggml.merges", merges)
+      .add_u32("tokenizer.ggml.eos_token_id", 0);
+  return b;
+}
+
+Tokenizer load(const GgufBuilder &b) {
+  std::vector<uint8_t> bytes = b.build();
+  GgufFile f(bytes.data(), bytes.size());
+  return Tokenizer::from_gguf(f);
+}
+
+void expect_status(const GgufBuilder &b, Status status, const std::string &needle) {
+  try {
+    load(b);
+    ADD_FAILURE() << "loaded without error; expected " << needle;
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(BpeSynthetic, LowerRankMergesFirst) {
+  // "abc": with a+b ranked before b+c the word becomes ab,c -> abc; with b+c first it stays a,bc.
+  Tokenizer t1 = load(tiny_bpe({"a b", "b c", "ab c"}));
+  EXPECT_EQ(t1.encode("abc", false), (std::vector<int32_t>{6}));
+  Tokenizer t2 = load(tiny_bpe({"b c", "a b", "ab c"}));
+  EXPECT_EQ(t2.encode("abc", false), (std::vector<int32_t>{1, 8}));
+  EXPECT_EQ(t2.encode(" a<|end|>b", false), (std::vector<int32_t>{4, 1, 0, 2}));  // no merge "Ġ a" listed
+  Tokenizer t3 = load(tiny_bpe({"\xC4\xA0 a"}));
+  EXPECT_EQ(t3.encode(" a", false), (std::vector<int32_t>{7}));
+}
+
+TEST(BpeSynthetic, RejectsBrokenMetadataWithoutCrashing) {
+  expect_status(tiny_bpe({"a b", "ab"}), Status::bad_model, "merges entry 1");
+  expect_status(tiny_bpe({"a "}), Status::bad_model, "merges entry 0");
+  expect_status(tiny_bpe({""}), Status::bad_model, "merges entry 0");
+  expect_status(tiny_bpe({"a b"}, "qwen2"), Status::unsupported, "'qwen2'");
+  GgufBuilder no_merges;
+  no_merges.add_string("tokenizer.ggml.model", "gpt2").add_string_array("tokenizer.ggml.tokens", {"a"});
+  expect_status(no_merges, Status::bad_model, "tokenizer.ggml.merges");
+  GgufBuilder wrong_type;
+  wrong_type.add_string("tokenizer.ggml.model", "gpt2")
+      .add_string_array("tokenizer.ggml.tokens", {"a"})
+      .add_i32_array("tokenizer.ggml.merges", {1, 2});
+  expect_status(wrong_type, Status::bad_model, "tokenizer.ggml.merges");
+}
