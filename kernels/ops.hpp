@@ -75,5 +75,23 @@ void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_h
 // Entropy (nats) of softmax(logits[n]) restricted to its top_k values, renormalised (top_k <= 0: all).
 double topk_entropy(const float *logits, int32_t n, int32_t top_k);
 
+// ---- twins added for the CUDA backend (kernels/cuda/ops_cuda.hpp has the device versions) ----
+
+// dst[n] (dst_type) = src[n] (src_type), any pair of f32/f16/bf16, round to nearest even.
+void convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int64_t n);
+
+// out[n_rows, d] = rows rows[n_rows] of emb[*, d] (ggml type F32/F16/BF16) as f32. False for other types.
+bool get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows, int64_t n_rows, int64_t d);
+
+// Compaction gather: dst slot j <- src slot keep[j], j < n_keep, K and V of every kv head. Views of the same
+// geometry and dtype; in place (dst == src) is allowed here when keep is ascending, not on the GPU.
+void kv_gather(const PagedKv &dst, const PagedKv &src, const int32_t *keep, int32_t n_keep);
+
+// out[n_rows, n] = softmax(x[n_rows, n]) per row (out may equal x).
+void softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n);
+
+// out[r] = topk_entropy(logits + r * n, n, top_k) for r < n_rows.
+void topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k);
+
 }  // namespace cpu
 }  // namespace infokv

@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "backend/device.hpp"
 #include "cli/args.hpp"
 #include "model/describe.hpp"
 #include "model/model.hpp"
@@ -14,7 +15,12 @@ int cmd_info(int argc, char **argv) {
   const std::string path = a.str("model", default_model_path());
   auto m = Model::load(path);
   if (a.flag("json")) {
-    std::printf("%s\n", describe_json(*m).c_str());
+    // The model's description plus what this build can run on ("devices").
+    std::string j = describe_json(*m);
+    const DeviceReport dr = device_report();
+    const size_t close = j.rfind('}');
+    if (close != std::string::npos) j.insert(close, std::string(", \"devices\": ") + device_report_json(dr));
+    std::printf("%s\n", j.c_str());
     return 0;
   }
   const HParams &hp = m->hparams();
@@ -33,6 +39,11 @@ int cmd_info(int argc, char **argv) {
   for (const auto &t : m->gguf().tensors()) {
     const char *n = ggml_type_name(t.type);
     ++types[n ? n : "?"];
+  }
+  {
+    const DeviceReport dr = device_report();
+    std::printf("devices      cpu; CUDA %s, %d device(s)%s%s\n", dr.cuda_compiled ? "compiled in" : "not compiled in",
+                dr.cuda_devices, dr.cuda_devices > 0 ? "" : ": ", dr.cuda_devices > 0 ? "" : dr.reason.c_str());
   }
   std::printf("tensors     ");
   for (const auto &kv : types) std::printf(" %s x%d", kv.first.c_str(), kv.second);

@@ -10,7 +10,7 @@ const std::set<std::string> &session_option_names() {
   static const std::set<std::string> names = {
       "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "ubatch", "policy", "budget",
       "compress-interval", "window", "alpha", "tau", "entropy-top-k", "pool-kernel-prefill", "pool-kernel-decode",
-      "budget-shape", "beta", "sink"};
+      "budget-shape", "beta", "sink", "device"};
   return names;
 }
 
@@ -58,6 +58,7 @@ CompressionConfig compression_from(const Args &a) {
 SessionOptions session_options_from(const Args &a) {
   SessionOptions o;
   o.n_threads = static_cast<int32_t>(a.integer("threads", 0, 0, 1024));
+  o.device = a.str("device", "cpu");
   const std::string dt = a.str("kv-dtype", "f16");
   if (dt == "f32") o.kv_dtype = KvDtype::f32;
   else if (dt == "f16") o.kv_dtype = KvDtype::f16;

@@ -1,5 +1,7 @@
 #include "session/session.hpp"
 
+#include "backend/device.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -31,6 +33,12 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions &opts)
   if (opts_.ubatch < 1) opts_.ubatch = 256;
   if (opts_.kv_pool_blocks < 0 || opts_.kv_pool_bytes < 0) fail(Status::invalid_argument, "KV pool size must not be negative");
   opts_.compression.validate();
+  {
+    const DeviceChoice dev = select_device(opts_.device);  // throws no_device / invalid_argument
+    if (dev.kind == DeviceKind::cuda)
+      fail(Status::unsupported, "device '" + opts_.device + "': the CUDA kernels are built but the CUDA forward pass is not "
+                                "implemented yet; use --device cpu or auto");
+  }
   const HParams &hp = model_->hparams();
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
   KvConfig kc;

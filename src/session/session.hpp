@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compress/policy.hpp"
@@ -21,6 +22,10 @@ struct SessionOptions {
   int64_t kv_pool_bytes = 0;     // pool size in bytes; 0: default (4 x the trained context, at most 1 GiB)
   int32_t ubatch = 256;          // tokens per forward chunk
   CompressionConfig compression;
+  // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with
+  // Status::no_device; with one it fails with Status::unsupported until the CUDA forward path lands (the seam is
+  // Session::forward, see src/backend/README.md). "auto" falls back to the CPU.
+  std::string device = "cpu";
 };
 
 struct BatchToken {

@@ -73,6 +73,25 @@ IKV_API const char *ikv_status_string(int32_t status);
 /** The calling thread's message for its latest failed call; never NULL, valid until its next infokv call. */
 IKV_API const char *ikv_last_error_message(void);
 
+/* ---- devices ---- */
+
+/**
+ * Number of usable CUDA devices. Never fails for a missing GPU, driver or CUDA build: *out is then 0 (the
+ * reason is in `infokv info --json`, "devices"). Thread-safe.
+ * @param out  receives the count (0 in a build without CUDA).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT when out is NULL.
+ */
+IKV_API int32_t ikv_device_count(int32_t *out);
+
+/**
+ * Name of CUDA device `index` (e.g. "NVIDIA H200") into the caller's buffer, NUL-terminated. Thread-safe.
+ * @param out      buffer of `capacity` bytes (may be NULL when capacity is 0 to query the size).
+ * @param out_len  receives the length without the terminating NUL.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL when capacity < *out_len + 1 (nothing written but the size);
+ *         IKV_ERR_NO_DEVICE when index is not below ikv_device_count(); IKV_ERR_INVALID_ARGUMENT (NULL out_len).
+ */
+IKV_API int32_t ikv_device_name(char *out, size_t capacity, size_t *out_len, int32_t index);
+
 /* ---- handles ---- */
 typedef struct ikv_model ikv_model;
 typedef struct ikv_session ikv_session;

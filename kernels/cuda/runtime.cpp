@@ -1,0 +1,162 @@
+// CUDA runtime glue: discovery, device buffers, streams. Compiled only with INFOKV_WITH_CUDA; the runtime is the
+// static cudart, which opens libcuda.so.1 only at the first call, so the library loads on machines without CUDA.
+#include "kernels/cuda/runtime.hpp"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "util/error.hpp"
+
+namespace infokv {
+namespace cuda {
+
+namespace {
+
+std::string err_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + std::to_string(static_cast<int>(e)) + "): " + cudaGetErrorString(e);
+}
+
+cudaStream_t raw(Stream *s) { return reinterpret_cast<cudaStream_t>(s); }
+
+}  // namespace
+
+DeviceReport probe() {
+  DeviceReport r;
+  r.cuda_compiled = true;
+  int rt = 0, drv = 0;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) r.runtime_version = rt;
+  if (cudaDriverGetVersion(&drv) == cudaSuccess) r.driver_version = drv;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-less error so later calls start clean
+    r.cuda_devices = 0;
+    r.reason = "cudaGetDeviceCount failed: " + err_text(e);
+    return r;
+  }
+  if (n <= 0) {
+    r.reason = "the CUDA driver reports no device";
+    return r;
+  }
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    CudaDeviceInfo d;
+    d.index = i;
+    d.name = p.name;
+    d.cc_major = p.major;
+    d.cc_minor = p.minor;
+    d.total_bytes = static_cast<int64_t>(p.totalGlobalMem);
+    d.sm_count = p.multiProcessorCount;
+    int clock_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, i) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, i) == cudaSuccess)
+      d.peak_bandwidth_gbs = 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;  // DDR: two transfers per clock
+    else
+      cudaGetLastError();
+    int prev = 0;
+    if (cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(i) == cudaSuccess) {
+      size_t fr = 0, tot = 0;
+      if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) d.free_bytes = static_cast<int64_t>(fr);
+      cudaSetDevice(prev);
+    }
+    cudaGetLastError();
+    r.devices.push_back(d);
+  }
+  r.cuda_devices = static_cast<int32_t>(r.devices.size());
+  r.reason = r.cuda_devices > 0 ? "ok" : "no device answered cudaGetDeviceProperties";
+  return r;
+}
+
+void set_device(int32_t index) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail(Status::no_device, "no CUDA device: " + err_text(e));
+  }
+  if (index < 0 || index >= n) fail(Status::no_device, "CUDA device " + std::to_string(index) + " does not exist");
+  e = cudaSetDevice(index);
+  if (e != cudaSuccess) fail(Status::no_device, "cudaSetDevice(" + std::to_string(index) + "): " + err_text(e));
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  cudaError_t e = cudaMalloc(&ptr_, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    ptr_ = nullptr;
+    bytes_ = 0;
+    fail(e == cudaErrorMemoryAllocation ? Status::out_of_memory : Status::no_device,
+         "cudaMalloc(" + std::to_string(bytes) + "): " + err_text(e));
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+}
+
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
+  if (this != &o) {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::upload(const void *host, size_t bytes, Stream *stream, size_t offset) {
+  if (offset + bytes > bytes_) fail(Status::invalid_argument, "DeviceBuffer::upload past the end");
+  if (bytes == 0) return;
+  cudaError_t e = stream ? cudaMemcpyAsync(static_cast<char *>(ptr_) + offset, host, bytes, cudaMemcpyHostToDevice, raw(stream))
+                         : cudaMemcpy(static_cast<char *>(ptr_) + offset, host, bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) fail(Status::internal, "upload: " + err_text(e));
+}
+
+void DeviceBuffer::download(void *host, size_t bytes, Stream *stream, size_t offset) const {
+  if (offset + bytes > bytes_) fail(Status::invalid_argument, "DeviceBuffer::download past the end");
+  if (bytes == 0) return;
+  cudaError_t e = stream ? cudaMemcpyAsync(host, static_cast<const char *>(ptr_) + offset, bytes, cudaMemcpyDeviceToHost, raw(stream))
+                         : cudaMemcpy(host, static_cast<const char *>(ptr_) + offset, bytes, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) fail(Status::internal, "download: " + err_text(e));
+}
+
+void DeviceBuffer::zero(Stream *stream) {
+  if (bytes_ == 0) return;
+  cudaError_t e = stream ? cudaMemsetAsync(ptr_, 0, bytes_, raw(stream)) : cudaMemset(ptr_, 0, bytes_);
+  if (e != cudaSuccess) fail(Status::internal, "memset: " + err_text(e));
+}
+
+StreamOwner::StreamOwner() {
+  cudaStream_t s = nullptr;
+  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail(Status::no_device, "cudaStreamCreate: " + err_text(e));
+  }
+  s_ = reinterpret_cast<Stream *>(s);
+}
+
+StreamOwner::~StreamOwner() {
+  if (s_ != nullptr) cudaStreamDestroy(raw(s_));
+}
+
+void StreamOwner::synchronize() const {
+  cudaError_t e = cudaStreamSynchronize(raw(s_));
+  if (e != cudaSuccess) fail(Status::internal, "cudaStreamSynchronize: " + err_text(e));
+}
+
+void check_last_error(const char *what) {
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess) fail(Status::internal, std::string(what) + ": " + err_text(e));
+}
+
+}  // namespace cuda
+}  // namespace infokv

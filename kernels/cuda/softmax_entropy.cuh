@@ -1,0 +1,84 @@
+// Row softmax and top-k entropy of logits (templates; launchers in softmax_entropy.cu). One block per row.
+#pragma once
+#include "kernels/cuda/common.cuh"
+
+namespace infokv {
+namespace cuda {
+
+// out, x: [n_rows, n]
+__global__ void softmax_rows_kernel(float *out, const float *x, int64_t n) {
+  __shared__ float sh[32];
+  const float *xr = x + blockIdx.x * n;
+  float *o = out + blockIdx.x * n;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
+  mx = block_max(mx, sh);
+  float sum = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(xr[i] - mx);
+  sum = block_sum(sum, sh);
+  const float inv = 1.0f / sum;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = expf(xr[i] - mx) * inv;
+}
+
+// Order-preserving map of a float to an unsigned key (larger float, larger key).
+__device__ __forceinline__ uint32_t order_key(float f) {
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Counts elements with key >= k, block-wide (as float: exact below 2^24, vocabularies are smaller).
+__device__ __forceinline__ int32_t count_ge(const float *xr, int32_t n, uint32_t k, float *sh) {
+  float c = 0;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) c += order_key(xr[i]) >= k ? 1.0f : 0.0f;
+  return static_cast<int32_t>(block_sum(c, sh));
+}
+
+// out: [n_rows] entropy in nats of softmax over the top_k largest logits of each row (ties at the threshold
+// admitted up to exactly k, like the CPU twin). The k-th largest value is found by bisection on the key space:
+// 32 counting passes, no sort and no scratch memory. logits: [n_rows, n]
+__global__ void topk_entropy_kernel(double *out, const float *logits, int32_t n, int32_t k) {
+  __shared__ float sh[32];
+  const float *xr = logits + static_cast<int64_t>(blockIdx.x) * n;
+  float mx = -INFINITY;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
+  mx = block_max(mx, sh);
+  uint32_t thr_key = 0;       // all elements when k == n
+  int32_t ties_allowed = 0, above = n;
+  if (k < n) {
+    // largest key T with count(key >= T) >= k: that is the k-th largest element's key
+    uint32_t lo = 0, hi = 0xffffffffu;
+    while (lo < hi) {
+      const uint32_t mid = lo + (hi - lo + 1) / 2;
+      if (count_ge(xr, n, mid, sh) >= k) lo = mid; else hi = mid - 1;
+    }
+    thr_key = lo;
+    above = thr_key == 0xffffffffu ? 0 : count_ge(xr, n, thr_key + 1, sh);
+    ties_allowed = k - above;
+  }
+  // H = log Z - E[l], l = x - max; accumulate in float per thread then double across the block.
+  float z = 0, zl = 0;
+  for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const uint32_t key = order_key(xr[i]);
+    if (k < n && key <= thr_key) continue;  // ties at the threshold are added below
+    const float l = xr[i] - mx;
+    const float e = expf(l);
+    z += e;
+    zl += e * l;
+  }
+  z = block_sum(z, sh);
+  zl = block_sum(zl, sh);
+  if (threadIdx.x == 0) {
+    double Z = z, ZL = zl;
+    if (k < n && ties_allowed > 0) {
+      // the threshold value from its key
+      const uint32_t u = (thr_key & 0x80000000u) ? (thr_key & 0x7fffffffu) : ~thr_key;
+      const double l = static_cast<double>(__uint_as_float(u)) - mx;
+      Z += ties_allowed * exp(l);
+      ZL += ties_allowed * exp(l) * l;
+    }
+    out[blockIdx.x] = log(Z) - ZL / Z;
+  }
+}
+
+}  // namespace cuda
+}  // namespace infokv

@@ -1,0 +1,319 @@
+// Parity of every CUDA kernel with its CPU twin on fresh random inputs (seed printed; INFOKV_TEST_SEED replays
+// one). Tolerances by dtype: f32 paths ~1e-5 relative, f16 ~1e-2, bf16 ~5e-2. Every test skips with the probe's
+// reason when no CUDA device is usable, so this binary passes (as skipped) on CI machines without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/device.hpp"
+#include "gguf/ggml_types.hpp"
+#include "kernels/cuda/ops_cuda.hpp"
+#include "kernels/cuda/runtime.hpp"
+#include "kernels/ops.hpp"
+#include "util/fp16.hpp"
+
+using namespace infokv;
+using cuda::DeviceBuffer;
+
+namespace {
+
+uint32_t test_seed() {
+  const char *e = std::getenv("INFOKV_TEST_SEED");
+  uint32_t s = e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 10)) : std::random_device{}();
+  std::printf("[seed] INFOKV_TEST_SEED=%u\n", s);
+  return s;
+}
+
+std::vector<float> randn(size_t n, std::mt19937 &g, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (float &x : v) x = d(g);
+  return v;
+}
+
+template <typename T> DeviceBuffer up(const std::vector<T> &v) {
+  DeviceBuffer b(std::max<size_t>(1, v.size() * sizeof(T)));
+  b.upload(v.data(), v.size() * sizeof(T));
+  return b;
+}
+template <typename T> std::vector<T> down(const DeviceBuffer &b, size_t n) {
+  cuda::check_last_error("kernel");
+  std::vector<T> v(n);
+  b.download(v.data(), n * sizeof(T));
+  return v;
+}
+
+double tol_for(KvDtype t) { return t == KvDtype::f32 ? 1e-5 : (t == KvDtype::f16 ? 1e-2 : 5e-2); }
+
+// |a - b| <= atol + rtol |b| everywhere; reports the worst element.
+void expect_close(const std::vector<float> &got, const std::vector<float> &want, double rtol, double atol, const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t worst = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double excess = err - (atol + rtol * std::fabs(static_cast<double>(want[i])));
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst = i;
+    }
+  }
+  EXPECT_LE(worst_excess, 0.0) << what << ": element " << worst << " got " << got[worst] << " want " << want[worst];
+}
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const DeviceReport r = device_report();
+    if (!r.cuda_compiled) GTEST_SKIP() << "built without CUDA";
+    if (r.cuda_devices == 0) GTEST_SKIP() << "no CUDA device: " << r.reason;
+    cuda::set_device(0);
+    seed_ = test_seed();
+    g_.seed(seed_);
+  }
+  uint32_t seed_ = 0;
+  std::mt19937 g_;
+};
+
+}  // namespace
+
+TEST_F(Gpu, RmsNormMatchesCpu) {
+  for (int64_t d : {64, 576, 2048, 4096}) {
+    const int64_t n = 5;
+    auto x = randn(static_cast<size_t>(n * d), g_, 3.0f), w = randn(static_cast<size_t>(d), g_);
+    std::vector<float> want(x.size());
+    cpu::rmsnorm(want.data(), x.data(), w.data(), n, d, 1e-5f);
+    auto dx = up(x), dw = up(w);
+    DeviceBuffer dout(x.size() * 4);
+    ASSERT_EQ(cuda::rmsnorm(dout.as<float>(), dx.as<float>(), dw.as<float>(), n, d, 1e-5f, nullptr), Status::ok);
+    expect_close(down<float>(dout, x.size()), want, 1e-5, 1e-6, "rmsnorm d=" + std::to_string(d));
+  }
+}
+
+TEST_F(Gpu, RopeMatchesCpuAtLongPositions) {
+  const int64_t n = 7, nh = 4;
+  for (int64_t hd : {8, 64, 128}) {
+    auto x = randn(static_cast<size_t>(n * nh * hd), g_);
+    std::vector<int32_t> pos = {0, 1, 17, 1000, 8191, 32767, 131071};
+    std::vector<float> want = x;
+    cpu::rope(want.data(), pos.data(), n, nh, hd, 500000.0f);
+    auto dx = up(x);
+    auto dp = up(pos);
+    ASSERT_EQ(cuda::rope(dx.as<float>(), dp.as<int32_t>(), n, nh, hd, 500000.0f, nullptr), Status::ok);
+    expect_close(down<float>(dx, x.size()), want, 1e-5, 1e-5, "rope hd=" + std::to_string(hd));
+  }
+}
+
+TEST_F(Gpu, SwigluAndAddMatchCpu) {
+  const int64_t n = 100003;
+  auto a = randn(n, g_, 4.0f), b = randn(n, g_);
+  std::vector<float> want(n);
+  cpu::swiglu(want.data(), a.data(), b.data(), n);
+  auto da = up(a), db = up(b);
+  DeviceBuffer dout(n * 4);
+  ASSERT_EQ(cuda::swiglu(dout.as<float>(), da.as<float>(), db.as<float>(), n, nullptr), Status::ok);
+  expect_close(down<float>(dout, n), want, 1e-5, 1e-7, "swiglu");
+  std::vector<float> sum = a;
+  cpu::add_inplace(sum.data(), b.data(), n);
+  ASSERT_EQ(cuda::add_inplace(da.as<float>(), db.as<float>(), n, nullptr), Status::ok);
+  expect_close(down<float>(da, n), sum, 0, 0, "add_inplace");
+}
+
+TEST_F(Gpu, ConvertIsBitExactForEveryPair) {
+  const int64_t n = 4099;
+  auto x = randn(n, g_, 100.0f);
+  x[0] = 0.0f; x[1] = -0.0f; x[2] = 65504.0f; x[3] = 1e-7f; x[4] = 70000.0f;
+  for (KvDtype s : {KvDtype::f32, KvDtype::f16, KvDtype::bf16})
+    for (KvDtype d : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
+      std::vector<uint8_t> src(n * kv_dtype_size(s)), want(n * kv_dtype_size(d));
+      cpu::convert(src.data(), s, x.data(), KvDtype::f32, n);
+      cpu::convert(want.data(), d, src.data(), s, n);
+      auto ds = up(src);
+      DeviceBuffer dd(want.size());
+      ASSERT_EQ(cuda::convert(dd.get(), d, ds.get(), s, n, nullptr), Status::ok);
+      EXPECT_EQ(down<uint8_t>(dd, want.size()), want) << kv_dtype_name(s) << " -> " << kv_dtype_name(d);
+    }
+}
+
+TEST_F(Gpu, GetRowsMatchesCpu) {
+  const int64_t rows = 50, d = 96;
+  auto emb = randn(rows * d, g_);
+  std::vector<int32_t> ids = {0, 49, 7, 7, 23};
+  for (auto t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    const KvDtype kt = t == GgmlType::F32 ? KvDtype::f32 : (t == GgmlType::F16 ? KvDtype::f16 : KvDtype::bf16);
+    std::vector<uint8_t> e(emb.size() * kv_dtype_size(kt));
+    cpu::convert(e.data(), kt, emb.data(), KvDtype::f32, static_cast<int64_t>(emb.size()));
+    std::vector<float> want(ids.size() * d);
+    ASSERT_TRUE(cpu::get_rows(want.data(), e.data(), static_cast<uint32_t>(t), ids.data(), 5, d));
+    auto de = up(e);
+    auto di = up(ids);
+    DeviceBuffer dout(want.size() * 4);
+    ASSERT_EQ(cuda::get_rows(dout.as<float>(), de.get(), static_cast<uint32_t>(t), di.as<int32_t>(), 5, d, nullptr), Status::ok);
+    expect_close(down<float>(dout, want.size()), want, 0, 0, "get_rows");
+  }
+  EXPECT_EQ(cuda::get_rows(nullptr, nullptr, static_cast<uint32_t>(GgmlType::Q4_0), nullptr, 1, 32, nullptr), Status::unsupported);
+}
+
+// A paged KV with scattered blocks, filled on the CPU and mirrored on the device.
+struct PagedFixture {
+  std::vector<uint8_t> pool;
+  std::vector<int32_t> table;
+  cpu::PagedKv host{};
+  DeviceBuffer dpool, dtable;
+  cpu::PagedKv dev{};
+
+  PagedFixture(std::mt19937 &g, KvDtype dt, int32_t n_slots, int32_t nkv, int32_t hd, int32_t bs = 16) {
+    const int32_t nb = (n_slots + bs - 1) / bs;
+    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+    table.resize(static_cast<size_t>(std::max(1, nb)));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), g);
+    pool.assign(static_cast<size_t>(stride * std::max(1, nb)), 0);
+    host = cpu::PagedKv{pool.data(), stride, table.data(), n_slots, bs, nkv, hd, dt};
+    auto k = randn(static_cast<size_t>(n_slots) * nkv * hd, g), v = randn(static_cast<size_t>(n_slots) * nkv * hd, g);
+    cpu::kv_append(host, 0, k.data(), v.data(), n_slots);
+    dpool = up(pool);
+    dtable = up(table);
+    dev = host;
+    dev.pool = dpool.as<uint8_t>();
+    dev.block_table = dtable.as<int32_t>();
+  }
+};
+
+TEST_F(Gpu, KvAppendWritesTheSameBytes) {
+  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
+    PagedFixture f(g_, dt, 70, 2, 64);
+    const int32_t first = 33, n = 37;
+    auto k = randn(static_cast<size_t>(n) * 2 * 64, g_), v = randn(k.size(), g_);
+    cpu::kv_append(f.host, first, k.data(), v.data(), n);
+    auto dk = up(k), dv = up(v);
+    ASSERT_EQ(cuda::kv_append(f.dev, first, dk.as<float>(), dv.as<float>(), n, nullptr), Status::ok);
+    EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << kv_dtype_name(dt);
+  }
+}
+
+TEST_F(Gpu, KvGatherMatchesCpu) {
+  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
+    PagedFixture src(g_, dt, 100, 2, 32);
+    std::vector<int32_t> keep;
+    for (int32_t s = 0; s < 100; ++s)
+      if (g_() % 3 != 0) keep.push_back(s);
+    PagedFixture dst(g_, dt, static_cast<int32_t>(keep.size()), 2, 32);
+    cpu::kv_gather(dst.host, src.host, keep.data(), static_cast<int32_t>(keep.size()));
+    auto dkeep = up(keep);
+    ASSERT_EQ(cuda::kv_gather(dst.dev, src.dev, dkeep.as<int32_t>(), static_cast<int32_t>(keep.size()), nullptr), Status::ok);
+    EXPECT_EQ(down<uint8_t>(dst.dpool, dst.pool.size()), dst.pool) << kv_dtype_name(dt);
+  }
+}
+
+struct AttnCase {
+  int32_t n_q, visible0, n_heads, n_kv, hd;
+};
+
+TEST_F(Gpu, PagedAttentionDecodeAndPrefillMatchCpu) {
+  const AttnCase cases[] = {
+      {1, 1, 4, 4, 8},        // tiny head (stories260K)
+      {1, 1000, 32, 8, 64},   // decode, split along the context
+      {1, 5000, 8, 2, 128},   // long decode
+      {37, 1, 9, 3, 64},      // causal prefill from empty
+      {20, 300, 8, 8, 128},   // prefill continuing a cache
+  };
+  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16})
+    for (const AttnCase &c : cases) {
+      const int32_t n_slots = c.visible0 + c.n_q - 1;
+      PagedFixture f(g_, dt, n_slots, c.n_kv, c.hd);
+      auto q = randn(static_cast<size_t>(c.n_q) * c.n_heads * c.hd, g_);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+      std::vector<float> want(q.size()), acc(n_slots, 0.0f), cnt(n_slots, 0.0f);
+      cpu::paged_attention(want.data(), q.data(), c.n_q, c.n_heads, f.host, c.visible0, scale, acc.data(), cnt.data(), nullptr);
+      auto dq = up(q);
+      DeviceBuffer dout(q.size() * 4);
+      auto dacc = up(std::vector<float>(n_slots, 0.0f)), dcnt = up(std::vector<float>(n_slots, 0.0f));
+      ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale,
+                                      dacc.as<float>(), dcnt.as<float>(), nullptr),
+                Status::ok);
+      const std::string what = std::string(kv_dtype_name(dt)) + " n_q=" + std::to_string(c.n_q) + " vis0=" + std::to_string(c.visible0) +
+                               " hd=" + std::to_string(c.hd);
+      // both sides read the same stored K/V, so only arithmetic order differs: f32-level tolerance for every dtype
+      expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "out " + what);
+      expect_close(down<float>(dacc, n_slots), acc, 1e-4, 1e-6, "acc " + what);
+      expect_close(down<float>(dcnt, n_slots), cnt, 0, 0, "count " + what);
+      // and without the score outputs
+      ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr,
+                                      nullptr, nullptr),
+                Status::ok);
+      expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "out (no acc) " + what);
+    }
+}
+
+TEST_F(Gpu, PagedAttentionRejectsWhatItDoesNotSupport) {
+  PagedFixture f(g_, KvDtype::f16, 16, 2, 32);
+  DeviceBuffer d(4096);
+  EXPECT_EQ(cuda::paged_attention(d.as<float>(), d.as<float>(), 1, 3, f.dev, 1, 1.0f, nullptr, nullptr, nullptr), Status::invalid_argument);
+  cpu::PagedKv big = f.dev;
+  big.head_dim = 512;
+  EXPECT_EQ(cuda::paged_attention(d.as<float>(), d.as<float>(), 1, 2, big, 1, 1.0f, nullptr, nullptr, nullptr), Status::unsupported);
+}
+
+TEST_F(Gpu, AttentionProbsMeanMatchesCpu) {
+  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
+    const int32_t n_slots = 777, n_q = 8, nh = 8, nkv = 2, hd = 64;
+    PagedFixture f(g_, dt, n_slots, nkv, hd);
+    auto q = randn(static_cast<size_t>(n_q) * nh * hd, g_);
+    std::vector<float> want(n_slots);
+    cpu::attention_probs_mean(want.data(), q.data(), n_q, nh, f.host, n_slots - n_q + 1, 0.125f);
+    auto dq = up(q);
+    DeviceBuffer dp(n_slots * 4);
+    ASSERT_EQ(cuda::attention_probs_mean(dp.as<float>(), dq.as<float>(), n_q, nh, f.dev, n_slots - n_q + 1, 0.125f, nullptr), Status::ok);
+    expect_close(down<float>(dp, n_slots), want, 1e-4, 1e-7, std::string("probs ") + kv_dtype_name(dt));
+  }
+}
+
+TEST_F(Gpu, SoftmaxAndTopkEntropyMatchCpu) {
+  const int64_t rows = 3;
+  for (int32_t n : {100, 32000, 128256}) {
+    auto x = randn(static_cast<size_t>(rows * n), g_, 4.0f);
+    x[10] = x[11] = x[12] = 9.0f;  // ties near the top
+    std::vector<float> want(x.size());
+    cpu::softmax_rows(want.data(), x.data(), rows, n);
+    auto dx = up(x);
+    DeviceBuffer dout(x.size() * 4);
+    ASSERT_EQ(cuda::softmax_rows(dout.as<float>(), dx.as<float>(), rows, n, nullptr), Status::ok);
+    expect_close(down<float>(dout, x.size()), want, 1e-4, 1e-9, "softmax n=" + std::to_string(n));
+    for (int32_t k : {0, 1, 2, 64, 256, n}) {
+      std::vector<double> we(rows);
+      cpu::topk_entropy_rows(we.data(), x.data(), rows, n, k);
+      DeviceBuffer de(rows * 8);
+      ASSERT_EQ(cuda::topk_entropy_rows(de.as<double>(), dx.as<float>(), rows, n, k, nullptr), Status::ok);
+      auto ge = down<double>(de, rows);
+      for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(ge[r], we[r], 1e-4 * std::max(1.0, std::fabs(we[r]))) << "n=" << n << " k=" << k;
+    }
+  }
+}
+
+TEST_F(Gpu, CublasMatmulMatchesCpu) {
+  std::string why;
+  if (!cuda::cublas_available(&why)) GTEST_SKIP() << "cuBLAS not loadable: " << why;
+  const int64_t n = 5, m = 300, k = 256;
+  auto x = randn(n * k, g_), w = randn(m * k, g_, 0.05f);
+  for (auto t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    const KvDtype kt = t == GgmlType::F32 ? KvDtype::f32 : (t == GgmlType::F16 ? KvDtype::f16 : KvDtype::bf16);
+    std::vector<uint8_t> wb(w.size() * kv_dtype_size(kt));
+    cpu::convert(wb.data(), kt, w.data(), KvDtype::f32, static_cast<int64_t>(w.size()));
+    std::vector<float> want(n * m);
+    ASSERT_TRUE(cpu::matmul(want.data(), x.data(), wb.data(), static_cast<uint32_t>(t), n, m, k, nullptr));
+    auto dx = up(x), dw = up(wb);
+    DeviceBuffer dout(want.size() * 4);
+    ASSERT_EQ(cuda::matmul(dout.as<float>(), dx.as<float>(), dw.get(), static_cast<uint32_t>(t), n, m, k, nullptr), Status::ok);
+    // the GPU rounds x to the weight type; f32 GEMMs may use TF32-free SGEMM: allow 1e-4 there
+    const double tol = t == GgmlType::F32 ? 1e-4 : tol_for(kt);
+    expect_close(down<float>(dout, want.size()), want, tol, tol, std::string("matmul ") + ggml_type_name(static_cast<uint32_t>(t)));
+  }
+}

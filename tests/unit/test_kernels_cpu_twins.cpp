@@ -1,0 +1,123 @@
+// CPU twins added for the CUDA backend: convert, get_rows, kv_gather, softmax_rows, topk_entropy_rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gguf/ggml_types.hpp"
+#include "kernels/ops.hpp"
+#include "util/fp16.hpp"
+
+using namespace infokv;
+
+namespace {
+
+uint32_t test_seed() {
+  const char *e = std::getenv("INFOKV_TEST_SEED");
+  uint32_t s = e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 10)) : std::random_device{}();
+  std::printf("[seed] INFOKV_TEST_SEED=%u\n", s);
+  return s;
+}
+
+std::vector<float> randn(size_t n, std::mt19937 &g, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (float &x : v) x = d(g);
+  return v;
+}
+
+}  // namespace
+
+TEST(CpuTwins, ConvertRoundTripsAndMatchesScalarConversions) {
+  std::mt19937 g(test_seed());
+  auto x = randn(1000, g, 10.0f);
+  std::vector<uint16_t> h(x.size()), b(x.size());
+  cpu::convert(h.data(), KvDtype::f16, x.data(), KvDtype::f32, static_cast<int64_t>(x.size()));
+  cpu::convert(b.data(), KvDtype::bf16, x.data(), KvDtype::f32, static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(h[i], float_to_fp16(x[i]));
+    EXPECT_EQ(b[i], float_to_bf16(x[i]));
+  }
+  std::vector<float> back(x.size());
+  cpu::convert(back.data(), KvDtype::f32, h.data(), KvDtype::f16, static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], std::fabs(x[i]) * 1e-3f + 1e-6f);
+  std::vector<uint16_t> hb(x.size());
+  cpu::convert(hb.data(), KvDtype::bf16, h.data(), KvDtype::f16, static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(hb[i], float_to_bf16(fp16_to_float(h[i])));
+}
+
+TEST(CpuTwins, GetRowsGathersRowsLikeGetRow) {
+  std::mt19937 g(test_seed());
+  const int64_t rows = 17, d = 24;
+  auto emb = randn(static_cast<size_t>(rows * d), g);
+  std::vector<uint16_t> emb16(emb.size());
+  cpu::convert(emb16.data(), KvDtype::f16, emb.data(), KvDtype::f32, static_cast<int64_t>(emb.size()));
+  std::vector<int32_t> ids = {3, 0, 16, 3};
+  std::vector<float> out(ids.size() * d), ref(d);
+  ASSERT_TRUE(cpu::get_rows(out.data(), emb16.data(), static_cast<uint32_t>(GgmlType::F16), ids.data(), 4, d));
+  for (size_t r = 0; r < ids.size(); ++r) {
+    ASSERT_TRUE(cpu::get_row(ref.data(), emb16.data(), static_cast<uint32_t>(GgmlType::F16), ids[r], d));
+    for (int64_t i = 0; i < d; ++i) EXPECT_EQ(out[r * d + i], ref[i]);
+  }
+  EXPECT_FALSE(cpu::get_rows(out.data(), emb16.data(), static_cast<uint32_t>(GgmlType::Q4_0), ids.data(), 4, d));
+}
+
+TEST(CpuTwins, KvGatherInPlaceKeepsTheChosenSlots) {
+  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
+    std::mt19937 g(test_seed());
+    const int32_t bs = 4, nkv = 2, hd = 8, n = 13;
+    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+    std::vector<int32_t> table = {5, 1, 3, 0};  // scattered blocks
+    std::vector<uint8_t> pool(static_cast<size_t>(stride * 6));
+    cpu::PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
+    auto k = randn(static_cast<size_t>(n * nkv * hd), g), v = randn(static_cast<size_t>(n * nkv * hd), g);
+    cpu::kv_append(kv, 0, k.data(), v.data(), n);
+    std::vector<int32_t> keep = {0, 2, 3, 7, 11, 12};
+    // expected values, read before the gather overwrites anything
+    std::vector<float> want(keep.size() * 2 * nkv * hd), got(want.size());
+    for (size_t j = 0; j < keep.size(); ++j)
+      for (int w = 0; w < 2; ++w)
+        for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(want.data() + ((j * 2 + w) * nkv + h) * hd, kv, keep[j], h, w);
+    cpu::kv_gather(kv, kv, keep.data(), static_cast<int32_t>(keep.size()));
+    for (size_t j = 0; j < keep.size(); ++j)
+      for (int w = 0; w < 2; ++w)
+        for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(got.data() + ((j * 2 + w) * nkv + h) * hd, kv, static_cast<int32_t>(j), h, w);
+    EXPECT_EQ(got, want) << kv_dtype_name(dt);
+  }
+}
+
+TEST(CpuTwins, SoftmaxRowsSumToOneAndPreserveOrder) {
+  std::mt19937 g(test_seed());
+  const int64_t r = 3, n = 100;
+  auto x = randn(static_cast<size_t>(r * n), g, 5.0f);
+  std::vector<float> p(x.size());
+  cpu::softmax_rows(p.data(), x.data(), r, n);
+  for (int64_t i = 0; i < r; ++i) {
+    double s = std::accumulate(p.begin() + i * n, p.begin() + (i + 1) * n, 0.0);
+    EXPECT_NEAR(s, 1.0, 1e-5);
+    for (int64_t j = 1; j < n; ++j)
+      EXPECT_EQ(x[i * n + j] > x[i * n], p[i * n + j] > p[i * n]);
+  }
+  cpu::softmax_rows(x.data(), x.data(), r, n);  // in place
+  EXPECT_EQ(x, p);
+}
+
+TEST(CpuTwins, TopkEntropyRowsMatchesPerRowEntropy) {
+  std::mt19937 g(test_seed());
+  const int64_t r = 4;
+  const int32_t n = 300;
+  auto x = randn(static_cast<size_t>(r * n), g, 3.0f);
+  x[5] = x[6] = x[7];  // ties
+  std::vector<double> e(r);
+  for (int32_t k : {0, 1, 10, 300, 1000}) {
+    cpu::topk_entropy_rows(e.data(), x.data(), r, n, k);
+    for (int64_t i = 0; i < r; ++i) EXPECT_DOUBLE_EQ(e[i], cpu::topk_entropy(x.data() + i * n, n, k));
+  }
+  // uniform logits: entropy is log(k)
+  std::vector<float> u(64, 1.5f);
+  cpu::topk_entropy_rows(e.data(), u.data(), 1, 64, 16);
+  EXPECT_NEAR(e[0], std::log(16.0), 1e-12);
+}
