@@ -1,0 +1,3 @@
+module github.com/infokv/infokv/bindings/go
+
+go 1.19

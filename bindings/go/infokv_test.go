@@ -1,0 +1,345 @@
+package infokv_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	infokv "github.com/infokv/infokv/bindings/go"
+)
+
+const expectedText = ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
+
+func modelsDir(t testing.TB) string {
+	d := os.Getenv("INFOKV_MODELS_DIR")
+	if d == "" {
+		t.Fatal("INFOKV_MODELS_DIR is not set (ctest sets it from the CMake cache variable)")
+	}
+	return d
+}
+
+func modelPath(t testing.TB) string {
+	p := filepath.Join(modelsDir(t), "stories260K", "stories260K.gguf")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("test model missing: %v", err) // fail loudly, never skip
+	}
+	return p
+}
+
+func referenceIDs(t testing.TB) []int32 {
+	raw, err := os.ReadFile(filepath.Join(modelsDir(t), "stories260K", "reference.json"))
+	if err != nil {
+		t.Fatalf("reference missing: %v", err)
+	}
+	var ref struct {
+		Prompt struct {
+			Generated []int32 `json:"generated_ids_after_prompt"`
+		} `json:"prompt_once_upon_a_time"`
+	}
+	if err := json.Unmarshal(raw, &ref); err != nil {
+		t.Fatal(err)
+	}
+	return ref.Prompt.Generated
+}
+
+func load(t testing.TB) *infokv.Model {
+	m, err := infokv.Load(modelPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestGreedyGenerationMatchesTheReference(t *testing.T) {
+	m := load(t)
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var streamed strings.Builder
+	res, err := s.GenerateText(context.Background(), "Once upon a time", 40, infokv.Greedy(), func(tok infokv.Token) error {
+		streamed.WriteString(tok.Text)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := referenceIDs(t); !reflect.DeepEqual(res.Tokens, want) {
+		t.Fatalf("tokens\n got %v\nwant %v", res.Tokens, want)
+	}
+	if res.Text != expectedText || streamed.String() != expectedText {
+		t.Fatalf("text %q, streamed %q", res.Text, streamed.String())
+	}
+}
+
+func TestModelInfoAndTokenizer(t *testing.T) {
+	m := load(t)
+	if m.NVocab() != 512 || m.NLayer() <= 0 || m.BOS() != 1 {
+		t.Fatalf("vocab %d layers %d bos %d", m.NVocab(), m.NLayer(), m.BOS())
+	}
+	info, err := m.Info()
+	if err != nil || info["n_vocab"].(float64) != 512 {
+		t.Fatalf("info %v err %v", info, err)
+	}
+	ids, err := m.Tokenize("Once upon a time", true)
+	if err != nil || !reflect.DeepEqual(ids, []int32{1, 403, 407, 261, 378}) {
+		t.Fatalf("tokens %v err %v", ids, err)
+	}
+	text, err := m.Detokenize(ids[1:])
+	if err != nil || strings.TrimSpace(text) != "Once upon a time" {
+		t.Fatalf("text %q err %v", text, err)
+	}
+}
+
+func TestErrorsAreValuesMatchingTheSentinels(t *testing.T) {
+	_, err := infokv.Load("/definitely/not/here.gguf")
+	if !errors.Is(err, infokv.ErrIO) || errors.Is(err, infokv.ErrBadModel) {
+		t.Fatalf("bad path: %v", err)
+	}
+	var e *infokv.Error
+	if !errors.As(err, &e) || e.Status != -2 || !strings.Contains(e.Message, "not/here") {
+		t.Fatalf("errors.As: %#v", e)
+	}
+	m := load(t)
+	s, _ := m.NewSession()
+	if err := s.Decode(0, []int32{1}); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Decode(0, []int32{int32(m.NVocab()) + 5})
+	if !errors.Is(err, infokv.ErrOutOfRange) {
+		t.Fatalf("out of range token: %v", err)
+	}
+	if n, _ := s.Length(0); n != 1 {
+		t.Fatalf("a failed decode changed the length to %d", n)
+	}
+	if _, err := s.Length(99); !errors.Is(err, infokv.ErrNotFound) {
+		t.Fatalf("missing sequence: %v", err)
+	}
+	if err := s.Compress(0, 0); !errors.Is(err, infokv.ErrBadState) {
+		t.Fatalf("compress without policy: %v", err)
+	}
+	s.Close()
+	if _, err := s.Length(0); !errors.Is(err, infokv.ErrBadHandle) {
+		t.Fatalf("closed session: %v", err)
+	}
+	full, _ := m.NewSession(infokv.WithKVPoolBlocks(int64(m.NLayer())))
+	defer full.Close()
+	toks := make([]int32, 40)
+	for i := range toks {
+		toks[i] = int32(i + 1)
+	}
+	if err := full.Decode(0, toks); !errors.Is(err, infokv.ErrKVFull) {
+		t.Fatalf("full pool: %v", err)
+	}
+	if _, err := m.NewSession(infokv.WithField("no_such_field", 1)); !errors.Is(err, infokv.ErrInvalidArgument) {
+		t.Fatalf("unknown option: %v", err)
+	}
+}
+
+func TestCallbackAndContextCancelGeneration(t *testing.T) {
+	m := load(t)
+	s, _ := m.NewSession()
+	defer s.Close()
+	stop := errors.New("enough")
+	count := 0
+	res, err := s.GenerateText(context.Background(), "Once upon a time", 40, nil, func(infokv.Token) error {
+		count++
+		if count == 5 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, infokv.ErrCancelled) || !errors.Is(err, stop) || len(res.Tokens) != 5 {
+		t.Fatalf("callback cancel: err %v tokens %d", err, len(res.Tokens))
+	}
+	if n, _ := s.Length(0); n != 5+5-1 {
+		t.Fatalf("length after cancel %d", n)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Truncate(0, 0)
+	res, err = s.GenerateText(ctx, "Once upon a time", 40, nil, func(tok infokv.Token) error {
+		cancel()
+		return nil
+	})
+	if !errors.Is(err, infokv.ErrCancelled) || !errors.Is(err, context.Canceled) || len(res.Tokens) >= 40 {
+		t.Fatalf("context cancel: err %v tokens %d", err, len(res.Tokens))
+	}
+}
+
+func TestSessionsOnOneModelRunInParallelGoroutines(t *testing.T) {
+	m := load(t)
+	want := referenceIDs(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := m.NewSession(infokv.WithThreads(1))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.Close()
+			for i := 0; i < 3; i++ {
+				s.Truncate(0, 0)
+				res, err := s.GenerateText(context.Background(), "Once upon a time", 40, nil, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !reflect.DeepEqual(res.Tokens, want) {
+					errs <- errors.New("tokens differ from the reference")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func rssKiB(t *testing.T) int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			v, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return v
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+func TestAThousandCreateDestroyCyclesDoNotLeak(t *testing.T) {
+	path := modelPath(t)
+	cycle := func() {
+		m, err := infokv.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := m.NewSession(infokv.WithKVPoolBlocks(64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		smp := infokv.Greedy()
+		if err := s.Decode(0, []int32{1, 403}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Sample(smp, 0); err != nil {
+			t.Fatal(err)
+		}
+		smp.Close()
+		s.Close()
+		m.Close()
+	}
+	for i := 0; i < 50; i++ {
+		cycle()
+	}
+	runtime.GC()
+	before := rssKiB(t)
+	for i := 0; i < 1000; i++ {
+		cycle()
+	}
+	runtime.GC()
+	after := rssKiB(t)
+	if after-before > 8*1024 {
+		t.Fatalf("RSS grew by %d KiB over 1000 cycles", after-before)
+	}
+}
+
+func TestSequencesAccountingAndCompression(t *testing.T) {
+	m := load(t)
+	s, _ := m.NewSession()
+	defer s.Close()
+	ids, _ := m.Tokenize("Once upon a time", true)
+	if err := s.Decode(0, ids); err != nil {
+		t.Fatal(err)
+	}
+	child, err := s.Fork(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := s.Logits(0)
+	b, _ := s.Logits(child)
+	if len(a) != 512 || !reflect.DeepEqual(a, b) {
+		t.Fatal("forked logits differ")
+	}
+	if err := s.Decode(child, []int32{432}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Length(child); n != 6 {
+		t.Fatalf("child length %d", n)
+	}
+	if err := s.Truncate(child, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove(child); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := s.AddSequence()
+	if err := s.DecodeBatch([]int32{0, other}, []int32{432, 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Length(other); n != 1 {
+		t.Fatalf("batch length %d", n)
+	}
+	used, _ := s.KVStat(infokv.KVBlocksUsed)
+	free, _ := s.KVStat(infokv.KVBlocksFree)
+	total, _ := s.KVStat(infokv.KVBlocksTotal)
+	if used+free != total || used == 0 {
+		t.Fatalf("pool %d + %d != %d", used, free, total)
+	}
+
+	text := strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 3)
+	c, err := m.NewSession(infokv.WithPolicy(infokv.PolicyInfoKV), infokv.WithBudgetFraction(0.5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	long, _ := m.Tokenize(text, true)
+	if err := c.Protect(0, 0, 4, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Decode(0, long); err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := c.Kept(0, 0)
+	if kept > int64(len(long)+1)/2+1 {
+		t.Fatalf("kept %d of %d", kept, len(long))
+	}
+	before, _ := c.KVBytes(0)
+	if err := c.Compress(0, 16); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := c.KVBytes(0)
+	if k, _ := c.Kept(0, 0); k != 16 || after >= before {
+		t.Fatalf("kept %d, bytes %d -> %d", k, before, after)
+	}
+	smp, err := infokv.NewSampler(infokv.Temperature(0.8), infokv.TopK(20), infokv.Seed(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer smp.Close()
+	res, err := c.Generate(context.Background(), 0, nil, 10, smp, nil)
+	if err != nil || len(res.Tokens) != 10 {
+		t.Fatalf("generate after compression: %v %d", err, len(res.Tokens))
+	}
+}

@@ -1,0 +1,73 @@
+"""python -m infokv generate --model M.gguf --prompt "..." [options]   (also: info --model M.gguf)"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import List, Optional
+
+import infokv
+
+
+def _budget(s: str):
+    if s.endswith("%"):
+        return float(s[:-1]) / 100.0
+    return float(s) if "." in s or float(s) < 1 else int(s)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m infokv", description="infokv: generate text or describe a model")
+    sub = ap.add_subparsers(dest="command", required=True)
+    default_model = os.environ.get("INFOKV_MODEL")
+
+    info = sub.add_parser("info", help="describe a model as JSON")
+    info.add_argument("--model", default=default_model, required=default_model is None)
+
+    g = sub.add_parser("generate", help="generate text from a prompt, streaming it to stdout")
+    g.add_argument("--model", default=default_model, required=default_model is None)
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.8)
+    g.add_argument("--top-k", type=int, default=40)
+    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--min-p", type=float, default=0.05)
+    g.add_argument("--repeat-penalty", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--threads", type=int, default=0)
+    g.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16"])
+    g.add_argument("--policy", default="none")
+    g.add_argument("--budget", type=_budget, default=None, help="fraction (0.5, 50%%) or tokens per layer (128)")
+    g.add_argument("--no-bos", action="store_true")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    a = ap.parse_args(argv)
+
+    try:
+        with infokv.Model(a.model) as model:
+            if a.command == "info":
+                print(json.dumps(model.describe(), indent=1))
+                return 0
+            opts = {"threads": a.threads, "kv_dtype": a.kv_dtype, "policy": a.policy}
+            if a.budget is not None:
+                opts["budget"] = a.budget
+            with model.session(**opts) as s:
+                sampling = dict(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
+                                repeat_penalty=a.repeat_penalty, seed=a.seed)
+                if a.json:
+                    c = s.complete(a.prompt, a.max_tokens, add_bos=not a.no_bos, **sampling)
+                    print(json.dumps({"tokens": c.tokens, "text": c.text, "kv_bytes": s.kv_bytes(0),
+                                      "length": s.length(0)}))
+                else:
+                    for tok in s.generate(a.prompt, a.max_tokens, add_bos=not a.no_bos, **sampling):
+                        sys.stdout.write(tok.text)
+                        sys.stdout.flush()
+                    sys.stdout.write("\n")
+                    print(f"kv_bytes: {s.kv_bytes(0)}  length: {s.length(0)}", file=sys.stderr)
+    except infokv.Error as e:
+        print(f"infokv: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import infokv
+
+EXPECTED_TEXT = ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+# ---- reference ----------------------------------------------------------------------------------------------
+def test_greedy_generation_matches_the_reference(model, reference):
+    ref = reference["prompt_once_upon_a_time"]
+    assert model.tokenize("Once upon a time", add_bos=True) == [model.bos] + ref["prompt_token_ids_without_bos"]
+    with model.session() as s:
+        c = s.complete("Once upon a time", 40, temperature=0)
+    assert c.tokens == ref["generated_ids_after_prompt"]
+    assert c.text == EXPECTED_TEXT
+    assert not c.cancelled
+
+
+def test_generate_streams_tokens_as_an_iterator(model, reference):
+    with model.session() as s:
+        pieces = list(s.generate("Once upon a time", max_tokens=40, temperature=0))
+        assert [p.id for p in pieces if p.id >= 0] == reference["prompt_once_upon_a_time"]["generated_ids_after_prompt"]
+        assert "".join(p.text for p in pieces) == EXPECTED_TEXT
+        assert s.length(0) == 5 + 40 - 1  # the last sampled token is not decoded yet
+
+
+def test_logits_are_a_numpy_array_matching_the_reference(model, reference):
+    with model.session(kv_dtype="f32") as s:
+        s.decode([model.bos])
+        logits = s.logits()
+    assert isinstance(logits, np.ndarray) and logits.dtype == np.float32 and logits.shape == (model.n_vocab,)
+    np.testing.assert_allclose(logits, np.array(reference["logits_pos0_after_bos"], dtype=np.float32), atol=1e-3)
+
+
+def test_model_info_and_tokenizer_round_trip(model):
+    info = model.describe()
+    assert info["n_vocab"] == model.n_vocab == 512
+    assert model.n_layer > 0 and model.n_embd > 0 and model.weight_bytes > 0
+    ids = model.tokenize("Once upon a time", add_bos=False)
+    assert model.detokenize(ids) == " Once upon a time" or model.detokenize(ids).strip() == "Once upon a time"
+
+
+# ---- errors -------------------------------------------------------------------------------------------------
+def test_a_bad_path_raises_an_io_error():
+    with pytest.raises(infokv.IoError) as e:
+        infokv.Model("/definitely/not/here.gguf")
+    assert e.value.status == infokv.IoError.status == -2
+    assert isinstance(e.value, infokv.Error) and isinstance(e.value, OSError)
+    assert "not/here" in str(e.value)
+
+
+def test_an_out_of_range_token_raises_and_changes_nothing(model):
+    with model.session() as s:
+        s.decode([model.bos])
+        with pytest.raises(infokv.OutOfRangeError) as e:
+            s.decode([model.n_vocab + 5])
+        assert e.value.status == -7
+        assert s.length(0) == 1
+
+
+def test_errors_map_to_their_own_classes(model):
+    with model.session() as s:
+        with pytest.raises(infokv.BadStateError):
+            s.logits(0)  # nothing decoded yet
+        with pytest.raises(infokv.NotFoundError):
+            s.length(42)
+        with pytest.raises(infokv.BadStateError):
+            s.compress(0)  # policy none
+    with pytest.raises(infokv.BadHandleError):
+        s.length(0)  # closed
+    with pytest.raises(infokv.InvalidArgumentError):
+        model.session(no_such_option=1)
+    with pytest.raises(infokv.InvalidArgumentError):
+        model.session(policy="magic")
+    assert infokv.error_for(-6).__class__ is infokv.KvFullError
+
+
+def test_a_full_kv_pool_raises_kv_full(model):
+    with model.session(kv_pool_blocks=model.n_layer) as s:  # one block per layer: 16 tokens
+        with pytest.raises(infokv.KvFullError):
+            s.decode(list(range(1, 40)))
+        assert s.length(0) == 0
+
+
+# ---- cancellation ---------------------------------------------------------------------------------------------
+def test_a_callback_can_cancel_generation(model):
+    seen = []
+    with model.session() as s:
+        c = s.complete("Once upon a time", 40, temperature=0, on_token=lambda t: seen.append(t) or len(seen) < 5)
+        assert c.cancelled
+        assert len(seen) == 5 and len(c.tokens) == 5
+        assert s.length(0) == 5 + 5 - 1  # what was generated stays (the last token is not decoded yet)
+
+
+def test_breaking_out_of_the_iterator_cancels(model):
+    with model.session() as s:
+        for i, _ in enumerate(s.generate("Once upon a time", 40, temperature=0)):
+            if i == 2:
+                break
+        assert s.length(0) < 5 + 40
+        s.decode([model.bos])  # the session is usable again
+
+
+def test_an_exception_in_the_callback_propagates(model):
+    def boom(tok):
+        raise RuntimeError("stop here")
+    with model.session() as s:
+        with pytest.raises(RuntimeError, match="stop here"):
+            s.complete("Once upon a time", 10, temperature=0, on_token=boom)
+
+
+# ---- threads ------------------------------------------------------------------------------------------------
+def test_sessions_on_one_model_run_in_parallel_threads(model, reference):
+    expected = reference["prompt_once_upon_a_time"]["generated_ids_after_prompt"]
+    results, errors = {}, []
+
+    def worker(i):
+        try:
+            with model.session(threads=1) as s:
+                for _ in range(3):
+                    s.truncate(0, 0)
+                    results.setdefault(i, []).append(s.complete("Once upon a time", 40, temperature=0).tokens)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 4
+    for runs in results.values():
+        assert all(r == expected for r in runs)
+
+
+# ---- leaks --------------------------------------------------------------------------------------------------
+def test_a_thousand_create_destroy_cycles_do_not_leak(model_path):
+    def cycle():
+        with infokv.Model(model_path) as m:
+            with m.session(kv_pool_blocks=64) as s, infokv.Sampler(temperature=0) as smp:
+                s.decode([1, 403])
+                s.sample(smp)
+    for _ in range(50):  # warm up allocator pools
+        cycle()
+    gc.collect()
+    before = rss_kib()
+    for _ in range(1000):
+        cycle()
+    gc.collect()
+    after = rss_kib()
+    assert after - before < 8 * 1024, f"RSS grew by {after - before} KiB over 1000 cycles"
+
+
+# ---- sequences, KV accounting and compression ----------------------------------------------------------------
+def test_fork_remove_truncate_and_accounting(model):
+    with model.session() as s:
+        s.decode(model.tokenize("Once upon a time"))
+        assert s.length(0) == 5
+        child = s.fork(0)
+        assert s.length(child) == 5
+        np.testing.assert_array_equal(s.logits(child), s.logits(0))
+        s.decode([432], seq=child)
+        assert s.length(child) == 6 and s.length(0) == 5
+        s.truncate(child, 2)
+        assert s.length(child) == 2
+        s.remove(child)
+        with pytest.raises(infokv.NotFoundError):
+            s.length(child)
+        assert s.kv_bytes(0) > 0
+        assert s.kept(0, 0) == 5
+        stats = s.kv_stats()
+        assert stats["blocks_used"] + stats["blocks_free"] == stats["blocks_total"]
+        other = s.add_sequence()
+        s.decode_batch([0, other], [432, 1])
+        assert s.length(0) == 6 and s.length(other) == 1
+
+
+def test_compression_policy_and_budget_reduce_the_cache(model):
+    text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " * 3
+    with model.session(policy="infokv", budget=0.5) as s:
+        ids = model.tokenize(text)
+        s.protect(0, 4)
+        s.decode(ids)
+        n = len(ids)
+        assert s.length(0) == n
+        for layer in range(model.n_layer):
+            assert s.kept(0, layer) <= (n + 1) // 2 + 1
+        before = s.kv_bytes(0)
+        s.compress(0, 16)
+        assert s.kept(0, 0) == 16
+        assert s.kv_bytes(0) < before
+        c = s.complete(None, 10, temperature=0)
+        assert len(c.tokens) == 10
+    with model.session(policy="snapkv", budget=32, compress_after_prefill=False) as s:
+        s.decode(model.tokenize(text))
+        assert s.kept(0, 0) == s.length(0)
+
+
+def test_sampling_options_and_sampler_objects(model):
+    with model.session() as s, infokv.Sampler(temperature=0.8, top_k=20, seed=7) as smp:
+        a = s.complete("Once upon a time", 20, sampler=smp).tokens
+    with model.session() as s, infokv.Sampler(temperature=0.8, top_k=20, seed=7) as smp:
+        b = s.complete("Once upon a time", 20, sampler=smp).tokens
+    assert a == b
+    with pytest.raises(infokv.InvalidArgumentError):
+        infokv.Sampler(temperature=float("nan"))
+
+
+def test_closing_the_model_closes_its_sessions(model_path):
+    m = infokv.Model(model_path)
+    s = m.session()
+    m.close()
+    with pytest.raises(infokv.BadHandleError):
+        s.decode([1])
+    m.close()  # idempotent
+
+
+def test_the_module_runs_generate(model_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "infokv", "generate", "--model", model_path, "--prompt",
+                        "Once upon a time", "--max-tokens", "40", "--temperature", "0"],
+                       capture_output=True, text=True, check=True)
+    assert EXPECTED_TEXT in r.stdout
