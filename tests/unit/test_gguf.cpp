@@ -669,13 +669,13 @@ TEST(ModelLoad, QuantisedTensorGivesTheExactUnsupportedMessage) {
   std::string msg;
   Status s = load_status(tiny_edited([](TensorEdit &e) {
     if (e.name == "blk.0.ffn_down.weight") {
-      e.type = static_cast<uint32_t>(infokv::GgmlType::Q4_K);  // [256, 8]: 8 blocks of 144 bytes
-      e.data.assign(8 * 144, 0);
+      e.type = static_cast<uint32_t>(infokv::GgmlType::Q2_K);  // [256, 8]: 8 blocks of 84 bytes
+      e.data.assign(8 * 84, 0);
     }
     return true;
   }), &msg);
   EXPECT_EQ(s, Status::unsupported);
-  EXPECT_EQ(msg, "unsupported tensor type Q4_K in blk.0.ffn_down.weight");
+  EXPECT_EQ(msg, "unsupported tensor type Q2_K in blk.0.ffn_down.weight");
   // A non-quantised type the decoder has no kernel for gets the same style.
   s = load_status(tiny_edited([](TensorEdit &e) {
     if (e.name == "blk.0.attn_q.weight") {
@@ -699,7 +699,7 @@ TEST(ModelLoad, BadHyperParametersAndTokenizerAreRejected) {
       {"kv heads", [](GgufBuilder &b) { b.add_u32("llama.attention.head_count_kv", 3); }, "llama.attention.head_count_kv", Status::bad_model},
       {"eps", [](GgufBuilder &b) { b.add_f32("llama.attention.layer_norm_rms_epsilon", -1.0f); }, "llama.attention.layer_norm_rms_epsilon", Status::bad_model},
       {"theta nan", [](GgufBuilder &b) { b.add_f32("llama.rope.freq_base", std::nanf("")); }, "llama.rope.freq_base", Status::bad_model},
-      {"tokenizer model", [](GgufBuilder &b) { b.add_string("tokenizer.ggml.model", "gpt2"); }, "tokenizer.ggml.model", Status::unsupported},
+      {"tokenizer model", [](GgufBuilder &b) { b.add_string("tokenizer.ggml.model", "bert"); }, "tokenizer.ggml.model", Status::unsupported},
       {"no tokens", nullptr, "tokenizer.ggml.tokens", Status::bad_model},
       {"token count", [](GgufBuilder &b) { b.add_string_array("tokenizer.ggml.tokens", {"a", "b"}); }, "tokenizer.ggml.tokens", Status::bad_model},
       {"scores count", [](GgufBuilder &b) { b.add_f32_array("tokenizer.ggml.scores", {0}); }, "tokenizer.ggml.scores", Status::bad_model},
