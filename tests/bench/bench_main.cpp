@@ -66,7 +66,7 @@ void Decode(benchmark::State &st) {
   }
   st.counters["tok/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
-BENCHMARK(Decode)->ArgNames({"threads"})->Arg(1)->Arg(2)->Name("Decode/threads");
+BENCHMARK(Decode)->ArgNames({"threads"})->Arg(1)->Arg(2);
 
 // One decode step for N sequences batched together (each at context 128).
 void DecodeBatch(benchmark::State &st) {
