@@ -35,6 +35,7 @@ int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
 
 }  // namespace cli
 }  // namespace infokv

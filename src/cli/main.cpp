@@ -19,6 +19,8 @@ const char *kUsage =
     "  perplexity  --model PATH --file PATH [--max-tokens N]  perplexity of a text\n"
     "  eval        --model PATH --file PATH --prefix N --continuation M --policies LIST --budgets LIST\n"
     "              compression quality: KL to the full cache, top-1 agreement, perplexity, KV bytes\n"
+    "  synth       --preset llama-3.2-1b|llama-3.1-8b|smollm2-135m|stories260k --out FILE.gguf\n"
+    "              [--dtype f16|bf16|f32] [--seed S]  random weights at a real model's shapes (GGUF)\n"
     "  version     print the version\n"
     "\n"
     "--model defaults to $INFOKV_MODELS_DIR/stories260K/stories260K.gguf (INFOKV_MODELS_DIR defaults to\n"
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
     if (cmd == "generate") return infokv::cli::cmd_generate(argc, argv);
     if (cmd == "perplexity") return infokv::cli::cmd_perplexity(argc, argv);
     if (cmd == "eval") return infokv::cli::cmd_eval(argc, argv);
+    if (cmd == "synth") return infokv::cli::cmd_synth(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;
