@@ -4,9 +4,9 @@
 // the achieved memory bandwidth (bytes of weights + KV read per step over the step's time) as a fraction of the
 // card's peak.
 //
-// What this is NOT: the end-to-end Session decode on CUDA. The CUDA forward path is not wired into Session yet
-// (see src/backend/README.md); the numbers are the device work a step needs, timed back to back on one stream,
-// without host-side scheduling, sampling or compression. The table says so.
+// What this is NOT: the end-to-end Session decode on CUDA (tests/gpu/run.sh times that separately with
+// `infokv generate --device cuda`); the numbers are the device work a step needs, timed back to back on one
+// stream, without host-side scheduling, sampling or compression. The table says so.
 //
 //   infokv_gpu_bench [--preset llama-3.2-1b|llama-3.1-8b|smollm2-135m] [--dtype f16|bf16] [--iters N] [--json]
 #include <chrono>
@@ -158,8 +158,9 @@ int main(int argc, char **argv) {
   const double peak = dev.peak_bandwidth_gbs * 1e9;
   std::printf("device: %s (cc %d.%d, %d SMs, peak %.0f GB/s); shape %s, %s weights and KV\n", dev.name.c_str(), dev.cc_major,
               dev.cc_minor, dev.sm_count, dev.peak_bandwidth_gbs, sh->name, dtype.c_str());
-  std::printf("NOTE: kernel pipeline of one step on device buffers (cuBLAS + infokv kernels), not an end-to-end Session run:\n"
-              "      the CUDA forward path is not wired into Session yet. 25%% = a cache compressed to a quarter (InfoKV budget).\n\n");
+  std::printf("NOTE: kernel pipeline of one step on device buffers (cuBLAS + infokv kernels), not an end-to-end Session run.\n"
+              "      25%% = a cache compressed to a quarter (what an InfoKV 25%% budget leaves attention to read; compression\n"
+              "      itself does not run on CUDA yet).\n\n");
   std::printf("%-8s %-6s %-6s %12s %12s %10s\n", "phase", "batch", "ctx", "cache", "tok/s", "BW frac");
   const int64_t kv_tok_bytes = 2 * sh->kv_heads * b.hd * 2 * sh->layers;  // K+V, f16, all layers
   std::string js = "[";

@@ -78,9 +78,25 @@ else
   "$BUILD/tests/infokv_gpu_bench" --preset "$PRESET"
   summary+=("benchmark: not run (no GPU)")
 fi
-echo
-echo "End-to-end decode/prefill through Session on CUDA: not implemented (the CUDA forward path is not wired into"
-echo "Session yet; see src/backend/README.md). 'infokv generate --device cuda' therefore fails with 'unsupported'."
+
+say "end-to-end Session decode (infokv generate, synthetic $PRESET f16, policy none)"
+E2E="$BUILD/synth-$PRESET-f16.gguf"
+if [ "$HAVE_GPU" = 1 ]; then
+  "$BUILD/infokv" synth --preset "$PRESET" --dtype f16 --seed 1 --quiet --out "$E2E"
+  PROMPT=$(printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 60))  # a few hundred tokens
+  for dev in cuda cpu; do
+    n=128; [ "$dev" = cpu ] && n=16
+    if timeout 240 "$BUILD/infokv" generate --model "$E2E" --device "$dev" --prompt "$PROMPT" --max-tokens $n --json \
+        >"$LOG.e2e-$dev.json" 2>"$LOG.e2e-$dev.err"; then
+      "$PY" -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("%-5s prefill %6d tok %10.1f tok/s   decode %4d tok %8.1f tok/s" % (sys.argv[2], t["prefill_tokens"], t["prefill_tokens_per_second"], t["decode_tokens"], t["decode_tokens_per_second"]))' "$LOG.e2e-$dev.json" "$dev"
+    else
+      echo "$dev: generate FAILED: $(tail -2 "$LOG.e2e-$dev.err")"; summary+=("end-to-end $dev generate: FAIL")
+    fi
+  done
+  rm -f "$E2E"
+else
+  echo "not run (no GPU)"
+fi
 
 say "logits vs transformers (same random weights)"
 SYN="$BUILD/synth-smollm2-135m-f32.gguf"
