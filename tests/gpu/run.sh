@@ -45,10 +45,12 @@ fi
 mkdir -p "$BUILD"
 say "configure + build (CUDA architectures: $ARCH)"
 export PATH=/usr/local/cuda/bin:$PATH
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFOKV_WITH_CUDA=ON \
+GEN=Ninja; command -v ninja >/dev/null 2>&1 || GEN="Unix Makefiles"
+command -v cmake >/dev/null 2>&1 || { echo "cmake is not installed: cannot build"; exit 1; }
+cmake -S "$ROOT" -B "$BUILD" -G "$GEN" -DCMAKE_BUILD_TYPE=Release -DINFOKV_WITH_CUDA=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=$ARCH" -DPython3_EXECUTABLE="$(command -v "$PY")" >"$LOG.configure.log" 2>&1 \
-  || { tail -30 "$LOG.configure.log"; echo "configure FAILED"; exit 1; }
-ninja -C "$BUILD" -j"$JOBS" >"$LOG.build.log" 2>&1 || { tail -40 "$LOG.build.log"; echo "build FAILED"; exit 1; }
+  || { tail -30 "$LOG.configure.log"; echo "configure FAILED (GoogleTest missing? install libgtest-dev, or see the log)"; exit 1; }
+cmake --build "$BUILD" -j "$JOBS" >"$LOG.build.log" 2>&1 || { tail -40 "$LOG.build.log"; echo "build FAILED"; exit 1; }
 echo "built in $BUILD"
 if readelf -d "$BUILD/libinfokv.so" | grep NEEDED | grep -Eiq 'cuda|cublas'; then
   echo "FAIL: libinfokv.so needs a CUDA library at load time"; summary+=("load-time CUDA dependency: FAIL")
