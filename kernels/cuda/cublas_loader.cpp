@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -104,8 +105,26 @@ Status matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_
   }
   const CublasApi &a = api();
   if (a.create == nullptr) return Status::no_device;
-  // A handle per call keeps this launcher stateless (the session path owns one CublasHandle instead).
-  CublasHandle handle(stream);
+  // One handle per thread and device, created on first use and rebound to the caller's stream each call
+  // (cublasDestroy synchronises the device, so a handle per call would serialise everything).
+  thread_local std::unique_ptr<CublasHandle> tl_handle;
+  thread_local int tl_device = -1;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return Status::no_device;
+  }
+  if (!tl_handle || tl_device != dev) {
+    try {
+      tl_handle = std::make_unique<CublasHandle>(stream);
+    } catch (const Error &) {
+      return Status::no_device;
+    }
+    tl_device = dev;
+  } else {
+    if (a.set_stream(static_cast<cublasHandle_t>(tl_handle->get()), raw(stream)) != CUBLAS_STATUS_SUCCESS) return Status::internal;
+  }
+  CublasHandle &handle = *tl_handle;
   const void *xin = x;
   void *scratch = nullptr;
   if (xt != KvDtype::f32) {

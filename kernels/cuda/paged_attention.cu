@@ -31,10 +31,11 @@ Status run_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
   int64_t max_vis = static_cast<int64_t>(visible0) + n_q - 1;
   if (max_vis > kv.n_slots) max_vis = kv.n_slots;
   if (max_vis < 1) max_vis = 1;
-  // Split long contexts so that a single decode query still fills the GPU; cap the partials' size.
+  // Split long contexts so that a single decode query still fills the GPU; cap the partials (n_items * n_splits
+  // rows of head_dim + 2 floats) at 64 MiB, which long prefills would otherwise exceed.
   int32_t chunk = 256;
   int64_t n_splits = (max_vis + chunk - 1) / chunk;
-  while (n_splits > 256 || (n_splits > 1 && n_items * n_splits > (int64_t{1} << 22))) {
+  while (n_splits > 1 && (n_splits > 256 || n_items * n_splits * (kv.head_dim + 2) > (int64_t{1} << 24))) {
     chunk *= 2;
     n_splits = (max_vis + chunk - 1) / chunk;
   }

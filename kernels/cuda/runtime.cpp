@@ -82,6 +82,14 @@ void set_device(int32_t index) {
   if (index < 0 || index >= n) fail(Status::no_device, "CUDA device " + std::to_string(index) + " does not exist");
   e = cudaSetDevice(index);
   if (e != cudaSuccess) fail(Status::no_device, "cudaSetDevice(" + std::to_string(index) + "): " + err_text(e));
+  // Stream-ordered scratch (cudaMallocAsync in the launchers) should stay in the pool between steps instead of
+  // going back to the driver at every synchronisation.
+  cudaMemPool_t mp = nullptr;
+  if (cudaDeviceGetDefaultMemPool(&mp, index) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(mp, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  cudaGetLastError();
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backend/device.hpp"
+#include "backend/device_forward.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 
 namespace infokv {
@@ -55,6 +56,9 @@ class StreamOwner {
 
 // Throws Error(internal) naming the pending CUDA error, if any (checks cudaGetLastError after a stream sync).
 void check_last_error(const char *what);
+
+// The CUDA DeviceForward (forward.cpp).
+std::unique_ptr<DeviceForward> make_forward(const Model &model, const KvCache &kv, int32_t device);
 
 // ---- cuBLAS, opened with dlopen("libcublas.so.13") on first use (cublas_loader.cpp) ----
 // Whether the library could be opened and its symbols resolved; *why receives the dlerror text otherwise.

@@ -48,7 +48,8 @@ __global__ void topk_entropy_kernel(double *out, const float *logits, int32_t n,
     // largest key T with count(key >= T) >= k: that is the k-th largest element's key
     uint32_t lo = 0, hi = 0xffffffffu;
     while (lo < hi) {
-      const uint32_t mid = lo + (hi - lo + 1) / 2;
+      // upper midpoint in 64 bits: hi - lo + 1 overflows 32 bits on the first step
+      const uint32_t mid = lo + static_cast<uint32_t>((static_cast<uint64_t>(hi) - lo + 1) / 2);
       if (count_ge(xr, n, mid, sh) >= k) lo = mid; else hi = mid - 1;
     }
     thr_key = lo;

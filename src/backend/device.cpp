@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/device_forward.hpp"
 #include "model/describe.hpp"
 #include "util/error.hpp"
 
@@ -48,7 +49,29 @@ std::string device_report_json(const DeviceReport &r) {
   return s;
 }
 
-bool cuda_forward_available() { return false; }
+bool cuda_forward_available() {
+#ifdef INFOKV_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+// "auto" picks CUDA only once the CUDA forward path has passed its parity tests on hardware
+// (tests/gpu/run.sh). Until then it has only been compiled, never run, so "auto" stays on the CPU and CUDA is
+// opt-in with "cuda" / "cuda:N".
+constexpr bool kAutoPicksCuda = false;
+
+std::unique_ptr<DeviceForward> make_device_forward(const Model &model, const KvCache &kv, const DeviceChoice &choice) {
+  if (choice.kind != DeviceKind::cuda) fail(Status::invalid_argument, "make_device_forward needs a CUDA device choice");
+#ifdef INFOKV_WITH_CUDA
+  return cuda::make_forward(model, kv, choice.index);
+#else
+  (void)model;
+  (void)kv;
+  fail(Status::unsupported, "this build has no CUDA backend (INFOKV_WITH_CUDA=OFF)");
+#endif
+}
 
 DeviceChoice select_device(const std::string &spec) {
   DeviceChoice c;
@@ -58,11 +81,14 @@ DeviceChoice select_device(const std::string &spec) {
   }
   if (spec == "auto") {
     DeviceReport r = device_report();
-    if (r.cuda_devices > 0 && cuda_forward_available()) {
+    if (r.cuda_devices > 0 && cuda_forward_available() && kAutoPicksCuda) {
       c.kind = DeviceKind::cuda;
       c.reason = "auto: CUDA device 0 (" + r.devices[0].name + ")";
     } else if (r.cuda_devices > 0) {
-      c.reason = "auto: a CUDA device exists but this build has no CUDA forward path yet, using the CPU";
+      c.reason = cuda_forward_available()
+                     ? "auto: a CUDA device exists but the CUDA forward path is not yet verified on hardware, using the CPU "
+                       "(choose it with device cuda)"
+                     : "auto: a CUDA device exists but this build has no CUDA forward path, using the CPU";
     } else {
       c.reason = "auto: no CUDA device (" + r.reason + "), using the CPU";
     }

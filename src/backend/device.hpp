@@ -44,12 +44,12 @@ struct DeviceChoice {
 
 // Resolves "cpu", "cuda", "cuda:N", "auto" (also "" = "cpu"). "cuda"/"cuda:N" without such a device throws
 // Error(Status::no_device) with the probe's reason; an unknown string throws Error(Status::invalid_argument).
-// "auto" picks cuda:0 only when a device exists AND the CUDA forward path is available (cuda_forward_available());
-// otherwise the CPU, saying why.
+// "auto" picks the CPU for now, saying why: the CUDA forward path has not run on hardware yet (see
+// kAutoPicksCuda in device.cpp); it will pick cuda:0 when a device exists once that is verified.
 DeviceChoice select_device(const std::string &spec);
 
-// Whether Session can run its forward pass on CUDA in this build. False for now: the kernels and the device layer
-// exist, the CUDA Session::forward does not (see src/backend/README.md for the seam).
+// Whether this build contains the CUDA forward path (DeviceForward, kernels/cuda/forward.cpp): true in CUDA builds.
+// Its scope: compression policy none, no fork (see src/backend/device_forward.hpp).
 bool cuda_forward_available();
 
 }  // namespace infokv

@@ -21,6 +21,8 @@ const char *kUsage =
     "              compression quality: KL to the full cache, top-1 agreement, perplexity, KV bytes\n"
     "  tokenize    --model PATH (--text T | --file F) [--json] [--pieces] [--bos] [--no-special]\n"
     "              the token ids of a text (special-token texts become those tokens unless --no-special)\n"
+    "  synth       --preset llama-3.2-1b|llama-3.1-8b|smollm2-135m|stories260k --out FILE.gguf\n"
+    "              [--dtype f16|bf16|f32] [--seed S]  random weights at a real model's shapes (GGUF)\n"
     "  version     print the version\n"
     "\n"
     "--model defaults to $INFOKV_MODELS_DIR/stories260K/stories260K.gguf (INFOKV_MODELS_DIR defaults to\n"
@@ -40,6 +42,7 @@ int main(int argc, char **argv) {
     if (cmd == "perplexity") return infokv::cli::cmd_perplexity(argc, argv);
     if (cmd == "eval") return infokv::cli::cmd_eval(argc, argv);
     if (cmd == "tokenize") return infokv::cli::cmd_tokenize(argc, argv);
+    if (cmd == "synth") return infokv::cli::cmd_synth(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;

@@ -18,6 +18,7 @@ int32_t Session::budget_for(int32_t seq) const {
 }
 
 void Session::compress(int32_t seq, int32_t budget_tokens) {
+  if (device_) fail(Status::unsupported, "KV compression is not implemented on " + device_->describe() + " yet");
   const CompressionConfig &c = opts_.compression;
   if (!c.enabled()) fail(Status::bad_state, "compression policy is 'none'");
   SeqState &st = state(seq);

@@ -33,12 +33,10 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions &opts)
   if (opts_.ubatch < 1) opts_.ubatch = 256;
   if (opts_.kv_pool_blocks < 0 || opts_.kv_pool_bytes < 0) fail(Status::invalid_argument, "KV pool size must not be negative");
   opts_.compression.validate();
-  {
-    const DeviceChoice dev = select_device(opts_.device);  // throws no_device / invalid_argument
-    if (dev.kind == DeviceKind::cuda)
-      fail(Status::unsupported, "device '" + opts_.device + "': the CUDA kernels are built but the CUDA forward pass is not "
-                                "implemented yet; use --device cpu or auto");
-  }
+  const DeviceChoice dev = select_device(opts_.device);  // throws no_device / invalid_argument
+  if (dev.kind == DeviceKind::cuda && opts_.compression.enabled())
+    fail(Status::unsupported, "device '" + opts_.device + "': KV compression is not implemented on CUDA yet; use policy none "
+                              "or device cpu");
   const HParams &hp = model_->hparams();
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
   KvConfig kc;
@@ -50,6 +48,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions &opts)
   kc.dtype = opts_.kv_dtype;
   kc.n_blocks = default_pool_blocks(hp, opts_);
   kv_ = std::make_unique<KvCache>(kc);
+  if (dev.kind == DeviceKind::cuda) device_ = make_device_forward(*model_, *kv_, dev);
 }
 
 Session::~Session() = default;
@@ -81,6 +80,7 @@ void Session::remove_sequence(int32_t seq) {
 
 int32_t Session::fork_sequence(int32_t src) {
   const SeqState &s = state(src);
+  if (device_) fail(Status::unsupported, "fork is not implemented on " + device_->describe() + " yet");
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
   const int32_t id = next_id_++;
   kv_->fork(src, id);
@@ -238,6 +238,10 @@ void Session::decode(const std::vector<BatchToken> &batch) {
 void Session::forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                       std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                       std::map<int32_t, SeqState> &staged) {
+  if (device_) {
+    forward_device(items, positions, out_logits, logit_rows);
+    return;
+  }
   const HParams &hp = model_->hparams();
   const int64_t d = hp.n_embd, hd = hp.head_dim, nh = hp.n_head, nkv = hp.n_head_kv, ff = hp.n_ff;
   const int64_t qd = nh * hd, kvd = nkv * hd;
@@ -375,6 +379,7 @@ void Session::forward(const std::vector<BatchToken> &items, const std::vector<in
 
 void Session::set_compression(const CompressionConfig &c) {
   c.validate();
+  if (device_ && c.enabled()) fail(Status::unsupported, "KV compression is not implemented on " + device_->describe() + " yet");
   opts_.compression = c;
 }
 

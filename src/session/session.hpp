@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/device_forward.hpp"
 #include "compress/policy.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/model.hpp"
@@ -48,6 +49,8 @@ class Session {
 
   const Model &model() const { return *model_; }
   const SessionOptions &options() const { return opts_; }
+  // "cpu" or the device backend's name ("cuda:0").
+  std::string device_name() const { return device_ ? device_->describe() : "cpu"; }
   KvCache &kv() { return *kv_; }
   const KvCache &kv() const { return *kv_; }
 
@@ -92,6 +95,9 @@ class Session {
   void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                std::map<int32_t, SeqState> &staged);
+  // The same contract as forward(), run by device_ (session_device.cpp).
+  void forward_device(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
+                      std::vector<float> &out_logits, const std::vector<size_t> &logit_rows);
   void maybe_compress_after(const std::vector<int32_t> &seqs, bool prefill);
   int32_t budget_for(int32_t seq) const;
   int32_t window_capacity() const;
@@ -105,6 +111,7 @@ class Session {
   std::map<int32_t, SeqState> seqs_;
   int32_t next_id_ = 0;
   std::vector<float> batch_logits_;
+  std::unique_ptr<DeviceForward> device_;  // null: the CPU path. Declared last: released before the KV cache.
 };
 
 }  // namespace infokv

@@ -79,3 +79,37 @@ TEST(Device, CAbiCountAndName) {
     EXPECT_EQ(std::string(buf).size(), len);
   }
 }
+
+#include "model/model.hpp"
+#include "session/session.hpp"
+#include "test_paths.hpp"
+
+TEST(Device, SessionDeviceOptionCpuAutoAndCudaWithoutGpu) {
+  const std::string p = infokv_test::models_dir() + "/stories260K/stories260K.gguf";
+  auto m = Model::load(p);
+  SessionOptions cpu_o, auto_o, cuda_o, bad_o;
+  auto_o.device = "auto";
+  cuda_o.device = "cuda";
+  bad_o.device = "tpu";
+  Session a(m, cpu_o), b(m, auto_o);
+  EXPECT_EQ(a.device_name(), "cpu");
+  EXPECT_EQ(b.device_name(), "cpu");  // auto stays on the CPU until the CUDA path is verified on hardware
+  const int32_t sa = a.add_sequence(), sb = b.add_sequence();
+  a.decode({{sa, 1, false}, {sa, 403, false}});
+  b.decode({{sb, 1, false}, {sb, 403, false}});
+  EXPECT_EQ(a.logits(sa), b.logits(sb));
+  try {
+    Session bad(m, bad_o);
+    ADD_FAILURE() << "device 'tpu' should be rejected";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+  }
+  if (device_report().cuda_devices == 0) {
+    try {
+      Session c(m, cuda_o);
+      ADD_FAILURE() << "device 'cuda' without a GPU should fail";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), Status::no_device);
+    }
+  }
+}
