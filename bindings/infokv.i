@@ -245,7 +245,6 @@ IKV_PY_INTS_IN(prompt, n_prompt)
 %pragma(java) jniclassclassmodifiers="final class"
 %pragma(java) moduleclassmodifiers="final class"
 %typemap(javaclassmodifiers) SWIGTYPE, SWIGTYPE *, SWIGTYPE &, SWIGTYPE [] "class"
-%typemap(javaclassmodifiers) ikv_session_options, ikv_sampler_options "public class"
 %pragma(java) jniclasscode=%{
   static { NativeLoader.load(); }
 %}
