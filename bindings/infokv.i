@@ -242,6 +242,8 @@ IKV_PY_INTS_IN(prompt, n_prompt)
 /* ====================================================================================================== */
 #elif defined(SWIGJAVA)
 /* ====================================================================================================== */
+/* uint64_t by value (a seed) as a Java long, bit for bit, instead of SWIG's BigInteger */
+%apply int64_t { uint64_t };
 %pragma(java) jniclassclassmodifiers="final class"
 %pragma(java) moduleclassmodifiers="final class"
 %typemap(javaclassmodifiers) SWIGTYPE, SWIGTYPE *, SWIGTYPE &, SWIGTYPE [] "class"
