@@ -37,7 +37,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "infokv/infokv.h"
 %}
 
 %include <stdint.i>
@@ -115,7 +114,10 @@ IKV_PY_SCALAR_OUT(double, PyFloat_FromDouble)
 %typemap(in, noblock=1) (CTYPE *out, size_t capacity) (PyObject *buf = NULL) {
   {
     Py_ssize_t cap = PyLong_AsSsize_t($input);
-    if (cap < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0"); SWIG_fail; }
+    if (cap < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0");
+      SWIG_fail;
+    }
     buf = PyBytes_FromStringAndSize(NULL, cap);
     if (buf == NULL) SWIG_fail;
     $1 = ($1_ltype)(cap > 0 ? PyBytes_AS_STRING(buf) : NULL);
@@ -137,7 +139,10 @@ IKV_PY_BYTES_OUT(uint8_t)
 %typemap(in, noblock=1) (CTYPE *NAME, size_t capacity) (PyObject *arr = NULL) {
   {
     Py_ssize_t cap = PyLong_AsSsize_t($input);
-    if (cap < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0"); SWIG_fail; }
+    if (cap < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0");
+      SWIG_fail;
+    }
     npy_intp dims[1] = {(npy_intp)cap};
     arr = PyArray_SimpleNew(1, dims, NPTYPE);
     if (arr == NULL) SWIG_fail;
@@ -381,7 +386,11 @@ IKV_JAVA_ARRAY(const int32_t *, prompt, n_prompt, jintArray, int[], jint, GetInt
     if (n % 2 != 0) { SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "batch array must hold (seq, token) pairs"); return $null; }
     jint *e = $input ? (*jenv)->GetIntArrayElements(jenv, $input, NULL) : NULL;
     split = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
-    if (!split) { if (e) (*jenv)->ReleaseIntArrayElements(jenv, $input, e, JNI_ABORT); SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return $null; }
+    if (!split) {
+      if (e) (*jenv)->ReleaseIntArrayElements(jenv, $input, e, JNI_ABORT);
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory");
+      return $null;
+    }
     for (jsize i = 0; i < n / 2; ++i) { split[i] = e[2 * i]; split[n / 2 + i] = e[2 * i + 1]; }
     if (e) (*jenv)->ReleaseIntArrayElements(jenv, $input, e, JNI_ABORT);
     $1 = n > 0 ? split : NULL; $2 = n > 0 ? split + n / 2 : NULL; $3 = (size_t)(n / 2);
