@@ -10,11 +10,18 @@ import java.util.Arrays;
 public final class Model implements AutoCloseable {
   private static final class State implements Runnable {
     volatile SWIGTYPE_p_ikv_model handle;
+    // the open sessions' native states (not the Session objects, so that those can still be collected)
+    final java.util.Set<Runnable> sessions = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
 
     State(SWIGTYPE_p_ikv_model h) { handle = h; }
 
     @Override
     public synchronized void run() {
+      Runnable[] open;
+      synchronized (sessions) {
+        open = sessions.toArray(new Runnable[0]);
+      }
+      for (Runnable r : open) r.run(); // the C contract: sessions are freed before their model
       SWIGTYPE_p_ikv_model h = handle;
       handle = null;
       if (h != null) InfokvNative.ikv_model_free(h);
@@ -38,13 +45,15 @@ public final class Model implements AutoCloseable {
     return new Model(path, new SWIGTYPE_p_ikv_model(out[0], false));
   }
 
+  java.util.Set<Runnable> sessionStates() { return state.sessions; }
+
   SWIGTYPE_p_ikv_model handle() {
     SWIGTYPE_p_ikv_model h = state.handle;
     if (h == null) throw Handles.closed("model");
     return h;
   }
 
-  /** Frees the model. Sessions made from it must be closed first. Idempotent. */
+  /** Frees the model, closing its open sessions first. Idempotent. */
   @Override
   public void close() { cleanable.clean(); }
 

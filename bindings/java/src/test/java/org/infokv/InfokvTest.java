@@ -174,6 +174,28 @@ class InfokvTest {
   }
 
   @Test
+  void closingTheModelClosesItsSessions() {
+    Model m = Model.load(modelPath);
+    Session s = m.newSession();
+    m.close();
+    assertEquals(Status.BAD_HANDLE, assertThrows(InfokvException.class, () -> s.decode(0, new int[] {1})).kind());
+    s.close();
+    m.close();
+  }
+
+  @Test
+  void unclosedObjectsAreCleanedUp() throws Exception {
+    for (int i = 0; i < 20; i++) {
+      Model m = Model.load(modelPath);
+      m.newSession(SessionOptions.defaults().kvPoolBlocks(64)).decode(0, new int[] {1});
+    }
+    for (int i = 0; i < 3; i++) {
+      System.gc();
+      Thread.sleep(20);
+    }
+  }
+
+  @Test
   void sequencesAccountingAndCompression() {
     try (Session s = model.newSession()) {
       s.decode(0, model.tokenize("Once upon a time", true));
