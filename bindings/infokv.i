@@ -12,6 +12,8 @@
  *   byte buffers out    (char *out, size_t capacity)  (void *out, size_t capacity)  (uint8_t *out, size_t capacity)
  *   token buffers out   (int32_t *out_tokens, size_t capacity)
  *   float buffers out   (float *out, size_t capacity)
+ *   number arrays out   (int32_t|int64_t|uint64_t|double *out, size_t capacity) — an `*out` followed by `capacity` is
+ *                       always an array, never a scalar
  *   text/bytes in       (const char *text, size_t text_len)  (const char *json, size_t json_len)
  *                       (const void *data, size_t size|len)  (const uint8_t *data, size_t size|len)
  *                       (const void *buffer, size_t size|len)
@@ -160,6 +162,10 @@ IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_tokens)
 IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_ids)
 IKV_PY_ARRAY_OUT(float, NPY_FLOAT32, out)
 IKV_PY_ARRAY_OUT(float, NPY_FLOAT32, out_logits)
+IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out)
+IKV_PY_ARRAY_OUT(int64_t, NPY_INT64, out)
+IKV_PY_ARRAY_OUT(uint64_t, NPY_UINT64, out)
+IKV_PY_ARRAY_OUT(double, NPY_FLOAT64, out)
 
 /* text and bytes in: str (encoded as UTF-8) or any bytes-like object */
 %define IKV_PY_BYTES_IN(CTYPE, NAME, LEN)
@@ -356,6 +362,7 @@ IKV_JAVA_SCALAR_OUT(double, jdoubleArray, double[], jdouble, SetDoubleArrayRegio
 %typemap(freearg, noblock=1) (CTYPE NAME, size_t LEN) {
   if (elems$argnum) (*jenv)->RELEASE(jenv, $input, elems$argnum, MODE);
 }
+%typemap(argout) (CTYPE NAME, size_t LEN) ""
 %enddef
 IKV_JAVA_ARRAY(char *, out, capacity, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, 0)
 IKV_JAVA_ARRAY(void *, out, capacity, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, 0)
@@ -364,6 +371,10 @@ IKV_JAVA_ARRAY(int32_t *, out_tokens, capacity, jintArray, int[], jint, GetIntAr
 IKV_JAVA_ARRAY(int32_t *, out_ids, capacity, jintArray, int[], jint, GetIntArrayElements, ReleaseIntArrayElements, 0)
 IKV_JAVA_ARRAY(float *, out, capacity, jfloatArray, float[], jfloat, GetFloatArrayElements, ReleaseFloatArrayElements, 0)
 IKV_JAVA_ARRAY(float *, out_logits, capacity, jfloatArray, float[], jfloat, GetFloatArrayElements, ReleaseFloatArrayElements, 0)
+IKV_JAVA_ARRAY(int32_t *, out, capacity, jintArray, int[], jint, GetIntArrayElements, ReleaseIntArrayElements, 0)
+IKV_JAVA_ARRAY(int64_t *, out, capacity, jlongArray, long[], jlong, GetLongArrayElements, ReleaseLongArrayElements, 0)
+IKV_JAVA_ARRAY(uint64_t *, out, capacity, jlongArray, long[], jlong, GetLongArrayElements, ReleaseLongArrayElements, 0)
+IKV_JAVA_ARRAY(double *, out, capacity, jdoubleArray, double[], jdouble, GetDoubleArrayElements, ReleaseDoubleArrayElements, 0)
 IKV_JAVA_ARRAY(const char *, text, text_len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
 IKV_JAVA_ARRAY(const char *, json, json_len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
 IKV_JAVA_ARRAY(const void *, data, size, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
@@ -457,10 +468,12 @@ IKV_GO_SCALAR_OUT(double, float64)
 /* slices: the slice's length is the C length/capacity */
 %define IKV_GO_SLICE(CTYPE, NAME, LEN, GOTYPE)
 %typemap(gotype) (CTYPE NAME, size_t LEN) "GOTYPE"
+%typemap(imtype) (CTYPE NAME, size_t LEN) "GOTYPE"
 %typemap(in, noblock=1) (CTYPE NAME, size_t LEN) {
   $1 = ($1_ltype)($input.len > 0 ? $input.array : NULL);
   $2 = (size_t)$input.len;
 }
+%typemap(argout) (CTYPE NAME, size_t LEN) ""
 %enddef
 IKV_GO_SLICE(char *, out, capacity, []byte)
 IKV_GO_SLICE(void *, out, capacity, []byte)
@@ -469,6 +482,10 @@ IKV_GO_SLICE(int32_t *, out_tokens, capacity, []int32)
 IKV_GO_SLICE(int32_t *, out_ids, capacity, []int32)
 IKV_GO_SLICE(float *, out, capacity, []float32)
 IKV_GO_SLICE(float *, out_logits, capacity, []float32)
+IKV_GO_SLICE(int32_t *, out, capacity, []int32)
+IKV_GO_SLICE(int64_t *, out, capacity, []int64)
+IKV_GO_SLICE(uint64_t *, out, capacity, []uint64)
+IKV_GO_SLICE(double *, out, capacity, []float64)
 IKV_GO_SLICE(const void *, data, size, []byte)
 IKV_GO_SLICE(const void *, data, len, []byte)
 IKV_GO_SLICE(const uint8_t *, data, size, []byte)
