@@ -46,8 +46,8 @@ EXPECT = {
 }
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def run(cmd, cwd=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if r.returncode != 0 or "warning" in r.stderr:
         print(" ".join(cmd), "\n", r.stdout, r.stderr, file=sys.stderr)
         raise SystemExit(1)
@@ -78,7 +78,9 @@ def main():
                             ("go", ["-go", "-cgo", "-intgosize", "64", "-package", "capi"])):
             out = tmp / lang
             out.mkdir()
-            run([a.swig] + extra + incs + ["-outdir", str(out), "-o", str(out / "wrap.c"), a.interface])
+            # SWIG looks in the working directory first: run it where the synthetic infokv_headers.i is
+            run([a.swig] + extra + incs + ["-outdir", str(out), "-o", str(out / "wrap.c"),
+                 str(pathlib.Path(a.interface).resolve())], cwd=str(tmp))
             cflags = flags + [f"-I{p}" for p in (a.python_include if lang == "python" else
                                                   a.jni_include if lang == "java" else [])]
             if lang == "go":  # the trampoline is defined by cgo's export file
