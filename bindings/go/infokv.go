@@ -456,7 +456,8 @@ type Result struct {
 // Generate decodes prompt into seq (may be empty when the sequence has logits), then samples up to maxTokens
 // tokens, stopping at EOS. onToken (may be nil) sees each token; returning an error stops generation. When ctx
 // is cancelled or onToken fails, the error matches ErrCancelled and unwraps to the cause; the tokens made so far
-// are returned and stay in the sequence.
+// are returned and stay in the sequence. onToken runs on the generating goroutine while the session is locked: it
+// must not call methods of the same session (other sessions are fine).
 func (s *Session) Generate(ctx context.Context, seq int32, prompt []int32, maxTokens int, sampler *Sampler,
 	onToken func(Token) error) (Result, error) {
 	if ctx == nil {
