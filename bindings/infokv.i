@@ -12,6 +12,8 @@
  *   byte buffers out    (char *out, size_t capacity)  (void *out, size_t capacity)  (uint8_t *out, size_t capacity)
  *   token buffers out   (int32_t *out_tokens, size_t capacity)
  *   float buffers out   (float *out, size_t capacity)
+ *   number arrays out   (int32_t|int64_t|uint64_t|double *out, size_t capacity) — an `*out` followed by `capacity` is
+ *                       always an array, never a scalar
  *   text/bytes in       (const char *text, size_t text_len)  (const char *json, size_t json_len)
  *                       (const void *data, size_t size|len)  (const uint8_t *data, size_t size|len)
  *                       (const void *buffer, size_t size|len)
@@ -37,7 +39,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "infokv/infokv.h"
 %}
 
 %include <stdint.i>
@@ -115,7 +116,10 @@ IKV_PY_SCALAR_OUT(double, PyFloat_FromDouble)
 %typemap(in, noblock=1) (CTYPE *out, size_t capacity) (PyObject *buf = NULL) {
   {
     Py_ssize_t cap = PyLong_AsSsize_t($input);
-    if (cap < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0"); SWIG_fail; }
+    if (cap < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0");
+      SWIG_fail;
+    }
     buf = PyBytes_FromStringAndSize(NULL, cap);
     if (buf == NULL) SWIG_fail;
     $1 = ($1_ltype)(cap > 0 ? PyBytes_AS_STRING(buf) : NULL);
@@ -137,7 +141,10 @@ IKV_PY_BYTES_OUT(uint8_t)
 %typemap(in, noblock=1) (CTYPE *NAME, size_t capacity) (PyObject *arr = NULL) {
   {
     Py_ssize_t cap = PyLong_AsSsize_t($input);
-    if (cap < 0) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0"); SWIG_fail; }
+    if (cap < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0");
+      SWIG_fail;
+    }
     npy_intp dims[1] = {(npy_intp)cap};
     arr = PyArray_SimpleNew(1, dims, NPTYPE);
     if (arr == NULL) SWIG_fail;
@@ -155,6 +162,10 @@ IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_tokens)
 IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_ids)
 IKV_PY_ARRAY_OUT(float, NPY_FLOAT32, out)
 IKV_PY_ARRAY_OUT(float, NPY_FLOAT32, out_logits)
+IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out)
+IKV_PY_ARRAY_OUT(int64_t, NPY_INT64, out)
+IKV_PY_ARRAY_OUT(uint64_t, NPY_UINT64, out)
+IKV_PY_ARRAY_OUT(double, NPY_FLOAT64, out)
 
 /* text and bytes in: str (encoded as UTF-8) or any bytes-like object */
 %define IKV_PY_BYTES_IN(CTYPE, NAME, LEN)
@@ -242,10 +253,11 @@ IKV_PY_INTS_IN(prompt, n_prompt)
 /* ====================================================================================================== */
 #elif defined(SWIGJAVA)
 /* ====================================================================================================== */
+/* uint64_t by value (a seed) as a Java long, bit for bit, instead of SWIG's BigInteger */
+%apply int64_t { uint64_t };
 %pragma(java) jniclassclassmodifiers="final class"
 %pragma(java) moduleclassmodifiers="final class"
 %typemap(javaclassmodifiers) SWIGTYPE, SWIGTYPE *, SWIGTYPE &, SWIGTYPE [] "class"
-%typemap(javaclassmodifiers) ikv_session_options, ikv_sampler_options "public class"
 %pragma(java) jniclasscode=%{
   static { NativeLoader.load(); }
 %}
@@ -350,6 +362,7 @@ IKV_JAVA_SCALAR_OUT(double, jdoubleArray, double[], jdouble, SetDoubleArrayRegio
 %typemap(freearg, noblock=1) (CTYPE NAME, size_t LEN) {
   if (elems$argnum) (*jenv)->RELEASE(jenv, $input, elems$argnum, MODE);
 }
+%typemap(argout) (CTYPE NAME, size_t LEN) ""
 %enddef
 IKV_JAVA_ARRAY(char *, out, capacity, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, 0)
 IKV_JAVA_ARRAY(void *, out, capacity, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, 0)
@@ -358,6 +371,10 @@ IKV_JAVA_ARRAY(int32_t *, out_tokens, capacity, jintArray, int[], jint, GetIntAr
 IKV_JAVA_ARRAY(int32_t *, out_ids, capacity, jintArray, int[], jint, GetIntArrayElements, ReleaseIntArrayElements, 0)
 IKV_JAVA_ARRAY(float *, out, capacity, jfloatArray, float[], jfloat, GetFloatArrayElements, ReleaseFloatArrayElements, 0)
 IKV_JAVA_ARRAY(float *, out_logits, capacity, jfloatArray, float[], jfloat, GetFloatArrayElements, ReleaseFloatArrayElements, 0)
+IKV_JAVA_ARRAY(int32_t *, out, capacity, jintArray, int[], jint, GetIntArrayElements, ReleaseIntArrayElements, 0)
+IKV_JAVA_ARRAY(int64_t *, out, capacity, jlongArray, long[], jlong, GetLongArrayElements, ReleaseLongArrayElements, 0)
+IKV_JAVA_ARRAY(uint64_t *, out, capacity, jlongArray, long[], jlong, GetLongArrayElements, ReleaseLongArrayElements, 0)
+IKV_JAVA_ARRAY(double *, out, capacity, jdoubleArray, double[], jdouble, GetDoubleArrayElements, ReleaseDoubleArrayElements, 0)
 IKV_JAVA_ARRAY(const char *, text, text_len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
 IKV_JAVA_ARRAY(const char *, json, json_len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
 IKV_JAVA_ARRAY(const void *, data, size, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
@@ -380,7 +397,11 @@ IKV_JAVA_ARRAY(const int32_t *, prompt, n_prompt, jintArray, int[], jint, GetInt
     if (n % 2 != 0) { SWIG_JavaThrowException(jenv, SWIG_JavaIllegalArgumentException, "batch array must hold (seq, token) pairs"); return $null; }
     jint *e = $input ? (*jenv)->GetIntArrayElements(jenv, $input, NULL) : NULL;
     split = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
-    if (!split) { if (e) (*jenv)->ReleaseIntArrayElements(jenv, $input, e, JNI_ABORT); SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory"); return $null; }
+    if (!split) {
+      if (e) (*jenv)->ReleaseIntArrayElements(jenv, $input, e, JNI_ABORT);
+      SWIG_JavaThrowException(jenv, SWIG_JavaOutOfMemoryError, "out of memory");
+      return $null;
+    }
     for (jsize i = 0; i < n / 2; ++i) { split[i] = e[2 * i]; split[n / 2 + i] = e[2 * i + 1]; }
     if (e) (*jenv)->ReleaseIntArrayElements(jenv, $input, e, JNI_ABORT);
     $1 = n > 0 ? split : NULL; $2 = n > 0 ? split + n / 2 : NULL; $3 = (size_t)(n / 2);
@@ -447,10 +468,12 @@ IKV_GO_SCALAR_OUT(double, float64)
 /* slices: the slice's length is the C length/capacity */
 %define IKV_GO_SLICE(CTYPE, NAME, LEN, GOTYPE)
 %typemap(gotype) (CTYPE NAME, size_t LEN) "GOTYPE"
+%typemap(imtype) (CTYPE NAME, size_t LEN) "GOTYPE"
 %typemap(in, noblock=1) (CTYPE NAME, size_t LEN) {
   $1 = ($1_ltype)($input.len > 0 ? $input.array : NULL);
   $2 = (size_t)$input.len;
 }
+%typemap(argout) (CTYPE NAME, size_t LEN) ""
 %enddef
 IKV_GO_SLICE(char *, out, capacity, []byte)
 IKV_GO_SLICE(void *, out, capacity, []byte)
@@ -459,6 +482,10 @@ IKV_GO_SLICE(int32_t *, out_tokens, capacity, []int32)
 IKV_GO_SLICE(int32_t *, out_ids, capacity, []int32)
 IKV_GO_SLICE(float *, out, capacity, []float32)
 IKV_GO_SLICE(float *, out_logits, capacity, []float32)
+IKV_GO_SLICE(int32_t *, out, capacity, []int32)
+IKV_GO_SLICE(int64_t *, out, capacity, []int64)
+IKV_GO_SLICE(uint64_t *, out, capacity, []uint64)
+IKV_GO_SLICE(double *, out, capacity, []float64)
 IKV_GO_SLICE(const void *, data, size, []byte)
 IKV_GO_SLICE(const void *, data, len, []byte)
 IKV_GO_SLICE(const uint8_t *, data, size, []byte)

@@ -62,9 +62,13 @@ const (
 
 // Model is a loaded GGUF model: immutable, memory-mapped, shareable by goroutines and sessions.
 type Model struct {
-	mu       sync.Mutex
-	h        capi.Struct_SS_ikv_model
-	sessions map[*Session]struct{}
+	// mu is held for reading during every call on the model or its sessions and for writing by Close, so Close
+	// waits for calls in progress
+	mu sync.RWMutex
+	h  capi.Struct_SS_ikv_model
+	// the C handles of the model's open sessions (addresses, not *Session: a reference back to the sessions would
+	// make a cycle that keeps finalizers from running)
+	sessions map[uintptr]capi.Struct_SS_ikv_session
 }
 
 // Load loads a GGUF model. Close it when done (a finalizer frees it otherwise).
@@ -73,7 +77,7 @@ func Load(path string) (*Model, error) {
 	if err := call(func() int { return capi.Ikv_model_load(&p, path) }); err != nil {
 		return nil, err
 	}
-	m := &Model{h: capi.SwigcptrStruct_SS_ikv_model(p), sessions: map[*Session]struct{}{}}
+	m := &Model{h: capi.SwigcptrStruct_SS_ikv_model(p), sessions: map[uintptr]capi.Struct_SS_ikv_session{}}
 	runtime.SetFinalizer(m, func(m *Model) { m.Close() })
 	return m, nil
 }
@@ -81,14 +85,11 @@ func Load(path string) (*Model, error) {
 // Close frees the model, closing its open sessions first. Safe to call more than once.
 func (m *Model) Close() error {
 	m.mu.Lock()
-	sessions := m.sessions
-	m.sessions = map[*Session]struct{}{}
-	m.mu.Unlock()
-	for s := range sessions {
-		s.Close()
-	}
-	m.mu.Lock()
 	defer m.mu.Unlock()
+	for k, h := range m.sessions {
+		capi.Ikv_session_free(h)
+		delete(m.sessions, k)
+	}
 	if m.h != nil {
 		capi.Ikv_model_free(m.h)
 		m.h = nil
@@ -96,24 +97,22 @@ func (m *Model) Close() error {
 	return nil
 }
 
-func (m *Model) handle() (capi.Struct_SS_ikv_model, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// with runs f with the model open; Close waits until f returns.
+func (m *Model) with(f func(h capi.Struct_SS_ikv_model) error) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
 	if m.h == nil {
-		return nil, &Error{Status: int32(capi.IKV_ERR_BAD_HANDLE), Message: "the model is closed"}
+		return &Error{Status: int32(capi.IKV_ERR_BAD_HANDLE), Message: "the model is closed"}
 	}
-	return m.h, nil
+	return f(m.h)
 }
 
 // Int reads an integer property (capi IKV_MODEL_* values; see the named accessors).
 func (m *Model) Int(property int) (int64, error) {
-	h, err := m.handle()
-	if err != nil {
-		return 0, err
-	}
 	var v int64
-	err = call(func() int { return capi.Ikv_model_get_int(&v, h, property) })
-	runtime.KeepAlive(m)
+	err := m.with(func(h capi.Struct_SS_ikv_model) error {
+		return call(func() int { return capi.Ikv_model_get_int(&v, h, property) })
+	})
 	return v, err
 }
 
@@ -137,21 +136,21 @@ func (m *Model) WeightBytes() int64 { return m.mustInt(capi.IKV_MODEL_WEIGHT_BYT
 
 // Describe returns the model's description (architecture, sizes, tokenizer, tensor types) as raw JSON.
 func (m *Model) Describe() (json.RawMessage, error) {
-	h, err := m.handle()
-	if err != nil {
-		return nil, err
-	}
-	defer runtime.KeepAlive(m)
-	var n uint64
-	err = call(func() int { return capi.Ikv_model_describe(nil, &n, h) })
-	if err != nil && !errors.Is(err, ErrBufferTooSmall) {
-		return nil, err
-	}
-	buf := make([]byte, n+1)
-	if err := call(func() int { return capi.Ikv_model_describe(buf, &n, h) }); err != nil {
-		return nil, err
-	}
-	return json.RawMessage(buf[:n]), nil
+	var out json.RawMessage
+	err := m.with(func(h capi.Struct_SS_ikv_model) error {
+		var n uint64
+		err := call(func() int { return capi.Ikv_model_describe(nil, &n, h) })
+		if err != nil && !errors.Is(err, ErrBufferTooSmall) {
+			return err
+		}
+		buf := make([]byte, n+1)
+		if err := call(func() int { return capi.Ikv_model_describe(buf, &n, h) }); err != nil {
+			return err
+		}
+		out = json.RawMessage(buf[:n])
+		return nil
+	})
+	return out, err
 }
 
 // Info decodes Describe into a map.
@@ -166,22 +165,20 @@ func (m *Model) Info() (map[string]any, error) {
 
 // Tokenize turns text into token ids; addBOS prepends the model's BOS token.
 func (m *Model) Tokenize(text string, addBOS bool) ([]int32, error) {
-	h, err := m.handle()
-	if err != nil {
-		return nil, err
-	}
-	defer runtime.KeepAlive(m)
 	bos := 0
 	if addBOS {
 		bos = 1
 	}
 	out := make([]int32, len(text)+2)
 	var n uint64
-	err = call(func() int { return capi.Ikv_tokenize(out, &n, h, text, bos) })
-	if errors.Is(err, ErrBufferTooSmall) {
-		out = make([]int32, n)
-		err = call(func() int { return capi.Ikv_tokenize(out, &n, h, text, bos) })
-	}
+	err := m.with(func(h capi.Struct_SS_ikv_model) error {
+		err := call(func() int { return capi.Ikv_tokenize(out, &n, h, text, bos) })
+		if errors.Is(err, ErrBufferTooSmall) {
+			out = make([]int32, n)
+			err = call(func() int { return capi.Ikv_tokenize(out, &n, h, text, bos) })
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -190,18 +187,16 @@ func (m *Model) Tokenize(text string, addBOS bool) ([]int32, error) {
 
 // Detokenize turns token ids into text.
 func (m *Model) Detokenize(tokens []int32) (string, error) {
-	h, err := m.handle()
-	if err != nil {
-		return "", err
-	}
-	defer runtime.KeepAlive(m)
 	buf := make([]byte, 8*len(tokens)+16)
 	var n uint64
-	err = call(func() int { return capi.Ikv_detokenize(buf, &n, h, tokens) })
-	if errors.Is(err, ErrBufferTooSmall) {
-		buf = make([]byte, n+1)
-		err = call(func() int { return capi.Ikv_detokenize(buf, &n, h, tokens) })
-	}
+	err := m.with(func(h capi.Struct_SS_ikv_model) error {
+		err := call(func() int { return capi.Ikv_detokenize(buf, &n, h, tokens) })
+		if errors.Is(err, ErrBufferTooSmall) {
+			buf = make([]byte, n+1)
+			err = call(func() int { return capi.Ikv_detokenize(buf, &n, h, tokens) })
+		}
+		return err
+	})
 	if err != nil {
 		return "", err
 	}
@@ -281,10 +276,6 @@ type Session struct {
 
 // NewSession creates a session over the model.
 func (m *Model) NewSession(opts ...SessionOption) (*Session, error) {
-	mh, err := m.handle()
-	if err != nil {
-		return nil, err
-	}
 	o := capi.NewIkv_session_options()
 	defer capi.DeleteIkv_session_options(o)
 	if err := call(func() int { return capi.Ikv_session_options_init(o) }); err != nil {
@@ -296,13 +287,16 @@ func (m *Model) NewSession(opts ...SessionOption) (*Session, error) {
 		}
 	}
 	var p uintptr
-	if err := call(func() int { return capi.Ikv_session_create(&p, mh, o) }); err != nil {
+	m.mu.Lock() // exclusive: the new session joins m.sessions before Close can run
+	defer m.mu.Unlock()
+	if m.h == nil {
+		return nil, &Error{Status: int32(capi.IKV_ERR_BAD_HANDLE), Message: "the model is closed"}
+	}
+	if err := call(func() int { return capi.Ikv_session_create(&p, m.h, o) }); err != nil {
 		return nil, err
 	}
 	s := &Session{h: capi.SwigcptrStruct_SS_ikv_session(p), model: m}
-	m.mu.Lock()
-	m.sessions[s] = struct{}{}
-	m.mu.Unlock()
+	m.sessions[p] = s.h
 	runtime.SetFinalizer(s, func(s *Session) { s.Close() })
 	return s, nil
 }
@@ -312,11 +306,13 @@ func (s *Session) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.h != nil {
-		capi.Ikv_session_free(s.h)
-		s.h = nil
 		s.model.mu.Lock()
-		delete(s.model.sessions, s)
+		if _, open := s.model.sessions[s.h.Swigcptr()]; open { // not already freed by Model.Close
+			capi.Ikv_session_free(s.h)
+			delete(s.model.sessions, s.h.Swigcptr())
+		}
 		s.model.mu.Unlock()
+		s.h = nil
 	}
 	return nil
 }
@@ -325,8 +321,13 @@ func (s *Session) Close() error {
 func (s *Session) with(f func(h capi.Struct_SS_ikv_session) int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.model.mu.RLock()
+	defer s.model.mu.RUnlock()
 	if s.h == nil {
 		return &Error{Status: int32(capi.IKV_ERR_BAD_HANDLE), Message: "the session is closed"}
+	}
+	if _, open := s.model.sessions[s.h.Swigcptr()]; !open {
+		return &Error{Status: int32(capi.IKV_ERR_BAD_HANDLE), Message: "the session's model is closed"}
 	}
 	return call(func() int { return f(s.h) })
 }
@@ -455,7 +456,8 @@ type Result struct {
 // Generate decodes prompt into seq (may be empty when the sequence has logits), then samples up to maxTokens
 // tokens, stopping at EOS. onToken (may be nil) sees each token; returning an error stops generation. When ctx
 // is cancelled or onToken fails, the error matches ErrCancelled and unwraps to the cause; the tokens made so far
-// are returned and stay in the sequence.
+// are returned and stay in the sequence. onToken runs on the generating goroutine while the session is locked: it
+// must not call methods of the same session (other sessions are fine).
 func (s *Session) Generate(ctx context.Context, seq int32, prompt []int32, maxTokens int, sampler *Sampler,
 	onToken func(Token) error) (Result, error) {
 	if ctx == nil {

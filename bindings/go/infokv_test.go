@@ -343,3 +343,29 @@ func TestSequencesAccountingAndCompression(t *testing.T) {
 		t.Fatalf("generate after compression: %v %d", err, len(res.Tokens))
 	}
 }
+
+func TestClosingTheModelClosesItsSessions(t *testing.T) {
+	m, err := infokv.Load(modelPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := m.NewSession()
+	m.Close()
+	if err := s.Decode(0, []int32{1}); !errors.Is(err, infokv.ErrBadHandle) {
+		t.Fatalf("session of a closed model: %v", err)
+	}
+	s.Close()
+	m.Close()
+}
+
+func TestUnclosedObjectsAreFinalized(t *testing.T) {
+	path := modelPath(t)
+	for i := 0; i < 20; i++ {
+		m, _ := infokv.Load(path)
+		s, _ := m.NewSession(infokv.WithKVPoolBlocks(64))
+		_ = s.Decode(0, []int32{1})
+	}
+	for i := 0; i < 5; i++ {
+		runtime.GC() // finalizers free them; this must neither crash nor hang
+	}
+}

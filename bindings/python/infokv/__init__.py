@@ -403,7 +403,8 @@ class Session:
                  sampler: Optional[Sampler] = None, **sampling: Any) -> Iterator[Token]:
         """Streams generated tokens as an iterator of :class:`Token` (id, text). Leaving the loop early (break,
         or closing the iterator) cancels the generation; what was generated stays in the sequence.
-        Generation runs in a worker thread with the GIL released; errors are raised from the iterator."""
+        Generation runs in a worker thread with the GIL released; errors are raised from the iterator. The session
+        stays locked until generation ends: other calls on it from the loop body wait for that."""
         own = sampler is None
         smp = Sampler(**sampling) if own else sampler
         ids = self._prompt_ids(prompt, add_bos)

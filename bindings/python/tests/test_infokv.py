@@ -235,3 +235,31 @@ def test_the_module_runs_generate(model_path):
                         "Once upon a time", "--max-tokens", "40", "--temperature", "0"],
                        capture_output=True, text=True, check=True)
     assert EXPECTED_TEXT in r.stdout
+
+
+def test_the_gil_is_released_during_decode(model):
+    # While another thread decodes a long prompt, this thread must keep running: with the GIL held it would stall
+    # for the whole decode.
+    import time
+    ids = [model.bos] + [403] * 480
+    with model.session(threads=1) as s:
+        started, done = threading.Event(), threading.Event()
+        span = {}
+
+        def work():
+            started.set()
+            t0 = time.perf_counter()
+            s.decode(ids)
+            span["decode"] = time.perf_counter() - t0
+            done.set()
+
+        th = threading.Thread(target=work)
+        th.start()
+        started.wait()
+        last, max_gap = time.perf_counter(), 0.0
+        while not done.is_set():
+            now = time.perf_counter()
+            max_gap, last = max(max_gap, now - last), now
+        th.join()
+    assert span["decode"] > 0.05, "decode too fast to tell"
+    assert max_gap < span["decode"] / 2, f"this thread stalled {max_gap:.3f}s of a {span['decode']:.3f}s decode"

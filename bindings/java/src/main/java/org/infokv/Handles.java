@@ -1,0 +1,42 @@
+package org.infokv;
+
+import java.lang.ref.Cleaner;
+
+/** The shared Cleaner: a safety net that frees native handles of objects that were never closed. */
+final class Handles {
+  static final Cleaner CLEANER = Cleaner.create();
+
+  private Handles() {}
+
+  static InfokvException closed(String what) {
+    return new InfokvException(Status.BAD_HANDLE.code(), "the " + what + " is closed");
+  }
+
+  /** Sets a numeric field of a SWIG options proxy by its C name ("budget_fraction" calls setBudget_fraction). */
+  static void setField(Object struct, String name, Number value) {
+    String setter = "set" + Character.toUpperCase(name.charAt(0)) + name.substring(1);
+    if (name.equals("struct_size") || name.equals("version")) throw badOption(name);
+    for (java.lang.reflect.Method m : struct.getClass().getMethods()) {
+      if (!m.getName().equals(setter) || m.getParameterCount() != 1) continue;
+      Class<?> t = m.getParameterTypes()[0];
+      Object arg;
+      if (t == int.class) arg = value.intValue();
+      else if (t == long.class) arg = value.longValue();
+      else if (t == float.class) arg = value.floatValue();
+      else if (t == double.class) arg = value.doubleValue();
+      else if (t == java.math.BigInteger.class) arg = java.math.BigInteger.valueOf(value.longValue());
+      else throw badOption(name);
+      try {
+        m.invoke(struct, arg);
+        return;
+      } catch (ReflectiveOperationException e) {
+        throw new IllegalStateException(e);
+      }
+    }
+    throw badOption(name);
+  }
+
+  private static InfokvException badOption(String name) {
+    return new InfokvException(Status.INVALID_ARGUMENT.code(), "unknown option " + name);
+  }
+}

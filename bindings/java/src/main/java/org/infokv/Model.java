@@ -1,0 +1,125 @@
+package org.infokv;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+
+/**
+ * A loaded GGUF model: memory-mapped, immutable, shareable by threads and sessions. Close it after its sessions
+ * (try-with-resources); a Cleaner frees it if it becomes unreachable unclosed.
+ */
+public final class Model implements AutoCloseable {
+  private static final class State implements Runnable {
+    volatile SWIGTYPE_p_ikv_model handle;
+    // the open sessions' native states (not the Session objects, so that those can still be collected)
+    final java.util.Set<Runnable> sessions = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+
+    State(SWIGTYPE_p_ikv_model h) { handle = h; }
+
+    @Override
+    public synchronized void run() {
+      Runnable[] open;
+      synchronized (sessions) {
+        open = sessions.toArray(new Runnable[0]);
+      }
+      for (Runnable r : open) r.run(); // the C contract: sessions are freed before their model
+      SWIGTYPE_p_ikv_model h = handle;
+      handle = null;
+      if (h != null) InfokvNative.ikv_model_free(h);
+    }
+  }
+
+  private final State state;
+  private final java.lang.ref.Cleaner.Cleanable cleanable;
+  private final String path;
+
+  private Model(String path, SWIGTYPE_p_ikv_model h) {
+    this.path = path;
+    this.state = new State(h);
+    this.cleanable = Handles.CLEANER.register(this, state);
+  }
+
+  /** Loads a model; InfokvException (Status.IO, BAD_MODEL, UNSUPPORTED, ...) on failure. */
+  public static Model load(String path) {
+    long[] out = new long[1];
+    InfokvException.check(InfokvNative.ikv_model_load(out, path));
+    return new Model(path, new SWIGTYPE_p_ikv_model(out[0], false));
+  }
+
+  java.util.Set<Runnable> sessionStates() { return state.sessions; }
+
+  SWIGTYPE_p_ikv_model handle() {
+    SWIGTYPE_p_ikv_model h = state.handle;
+    if (h == null) throw Handles.closed("model");
+    return h;
+  }
+
+  /** Frees the model, closing its open sessions first. Idempotent. */
+  @Override
+  public void close() { cleanable.clean(); }
+
+  public String path() { return path; }
+
+  /** An integer property by its IKV_MODEL_* code. */
+  public long getInt(int property) {
+    long[] out = new long[1];
+    InfokvException.check(InfokvNative.ikv_model_get_int(out, handle(), property));
+    return out[0];
+  }
+
+  public int nVocab() { return (int) getInt(InfokvNativeConstants.IKV_MODEL_N_VOCAB); }
+  public int nLayer() { return (int) getInt(InfokvNativeConstants.IKV_MODEL_N_LAYER); }
+  public int nEmbd() { return (int) getInt(InfokvNativeConstants.IKV_MODEL_N_EMBD); }
+  public int nHead() { return (int) getInt(InfokvNativeConstants.IKV_MODEL_N_HEAD); }
+  public int nHeadKv() { return (int) getInt(InfokvNativeConstants.IKV_MODEL_N_HEAD_KV); }
+  public int nCtxTrain() { return (int) getInt(InfokvNativeConstants.IKV_MODEL_N_CTX_TRAIN); }
+  public int bos() { return (int) getInt(InfokvNativeConstants.IKV_MODEL_BOS); }
+  public int eos() { return (int) getInt(InfokvNativeConstants.IKV_MODEL_EOS); }
+  public long nParams() { return getInt(InfokvNativeConstants.IKV_MODEL_N_PARAMS); }
+  public long weightBytes() { return getInt(InfokvNativeConstants.IKV_MODEL_WEIGHT_BYTES); }
+
+  /** The model's description (architecture, sizes, tokenizer, tensor types) as a JSON object. */
+  public String describe() {
+    long[] len = new long[1];
+    int st = InfokvNative.ikv_model_describe(null, len, handle());
+    if (st != Status.BUFFER_TOO_SMALL.code()) InfokvException.check(st);
+    byte[] buf = new byte[(int) len[0] + 1];
+    InfokvException.check(InfokvNative.ikv_model_describe(buf, len, handle()));
+    return new String(buf, 0, (int) len[0], StandardCharsets.UTF_8);
+  }
+
+  /** Text to token ids; addBos prepends the model's BOS token. */
+  public int[] tokenize(String text, boolean addBos) {
+    byte[] utf8 = text.getBytes(StandardCharsets.UTF_8);
+    int[] out = new int[utf8.length + 2];
+    long[] count = new long[1];
+    int st = InfokvNative.ikv_tokenize(out, count, handle(), utf8, addBos ? 1 : 0);
+    if (st == Status.BUFFER_TOO_SMALL.code()) {
+      out = new int[(int) count[0]];
+      st = InfokvNative.ikv_tokenize(out, count, handle(), utf8, addBos ? 1 : 0);
+    }
+    InfokvException.check(st);
+    return Arrays.copyOf(out, (int) count[0]);
+  }
+
+  /** Token ids to text. */
+  public String detokenize(int[] tokens) {
+    byte[] buf = new byte[8 * tokens.length + 16];
+    long[] len = new long[1];
+    int st = InfokvNative.ikv_detokenize(buf, len, handle(), tokens);
+    if (st == Status.BUFFER_TOO_SMALL.code()) {
+      buf = new byte[(int) len[0] + 1];
+      st = InfokvNative.ikv_detokenize(buf, len, handle(), tokens);
+    }
+    InfokvException.check(st);
+    return new String(buf, 0, (int) len[0], StandardCharsets.UTF_8);
+  }
+
+  /** A new session with default options. */
+  public Session newSession() { return new Session(this, null); }
+
+  /** A new session with the given options. */
+  public Session newSession(SessionOptions options) { return new Session(this, options); }
+
+  /** The library's version string. */
+  public static String version() { return InfokvNative.ikv_version_string(); }
+}

@@ -1,0 +1,215 @@
+package org.infokv;
+
+import java.io.ByteArrayOutputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+
+/**
+ * A KV cache over a model with sequences (sequence 0 exists from the start). Calls on one session are serialised
+ * (a session may be handed between threads); sessions on one model run in parallel.
+ */
+public final class Session implements AutoCloseable {
+  private static final class State implements Runnable {
+    volatile SWIGTYPE_p_ikv_session handle;
+    final java.util.Set<Runnable> registry;
+
+    State(SWIGTYPE_p_ikv_session h, java.util.Set<Runnable> registry) {
+      handle = h;
+      this.registry = registry;
+    }
+
+    @Override
+    public synchronized void run() {
+      SWIGTYPE_p_ikv_session h = handle;
+      handle = null;
+      if (h != null) InfokvNative.ikv_session_free(h);
+      synchronized (registry) {
+        registry.remove(this);
+      }
+    }
+  }
+
+  public static final int KV_BLOCKS_TOTAL = InfokvNativeConstants.IKV_KV_BLOCKS_TOTAL;
+  public static final int KV_BLOCKS_USED = InfokvNativeConstants.IKV_KV_BLOCKS_USED;
+  public static final int KV_BLOCKS_FREE = InfokvNativeConstants.IKV_KV_BLOCKS_FREE;
+  public static final int KV_BLOCK_BYTES = InfokvNativeConstants.IKV_KV_BLOCK_BYTES;
+  public static final int KV_BYTES_USED = InfokvNativeConstants.IKV_KV_BYTES_USED;
+  public static final int KV_BLOCK_SIZE = InfokvNativeConstants.IKV_KV_BLOCK_SIZE;
+
+  private final Model model;
+  private final State state;
+  private final java.lang.ref.Cleaner.Cleanable cleanable;
+
+  Session(Model model, SessionOptions options) {
+    this.model = model;
+    long[] out = new long[1];
+    ikv_session_options o = (options == null ? SessionOptions.defaults() : options).toNative();
+    try {
+      InfokvException.check(InfokvNative.ikv_session_create(out, model.handle(), o));
+    } finally {
+      o.delete();
+    }
+    state = new State(new SWIGTYPE_p_ikv_session(out[0], false), model.sessionStates());
+    synchronized (state.registry) {
+      state.registry.add(state);
+    }
+    // the Cleaner's action holds no reference to the model; the session object does, so the model outlives it
+    cleanable = Handles.CLEANER.register(this, state);
+  }
+
+  private SWIGTYPE_p_ikv_session h() {
+    SWIGTYPE_p_ikv_session h = state.handle;
+    if (h == null) throw Handles.closed("session");
+    return h;
+  }
+
+  @Override
+  public void close() { cleanable.clean(); }
+
+  public Model model() { return model; }
+
+  public int addSequence() {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      int[] out = new int[1];
+      InfokvException.check(InfokvNative.ikv_seq_add(out, h()));
+      return out[0];
+    }
+  }
+
+  /** A new sequence sharing src's cache (copy-on-write) and logits. */
+  public int fork(int src) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      int[] out = new int[1];
+      InfokvException.check(InfokvNative.ikv_seq_fork(out, h(), src));
+      return out[0];
+    }
+  }
+
+  public void remove(int seq) { InfokvException.check(InfokvNative.ikv_seq_remove(h(), seq)); }
+
+  public synchronized void truncate(int seq, long length) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      InfokvException.check(InfokvNative.ikv_seq_truncate(h(), seq, length));
+    }
+  }
+
+  public long length(int seq) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      long[] out = new long[1];
+      InfokvException.check(InfokvNative.ikv_seq_length(out, h(), seq));
+      return out[0];
+    }
+  }
+
+  /** Tokens kept in one layer (below the length after compression). */
+  public long kept(int seq, int layer) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      long[] out = new long[1];
+      InfokvException.check(InfokvNative.ikv_seq_kept(out, h(), seq, layer));
+      return out[0];
+    }
+  }
+
+  /** Bytes of KV blocks the sequence holds. */
+  public long kvBytes(int seq) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      long[] out = new long[1];
+      InfokvException.check(InfokvNative.ikv_seq_kv_bytes(out, h(), seq));
+      return out[0];
+    }
+  }
+
+  /** One pool statistic (KV_BLOCKS_TOTAL, KV_BYTES_USED, ...). */
+  public long kvStat(int stat) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      long[] out = new long[1];
+      InfokvException.check(InfokvNative.ikv_kv_stat(out, h(), stat));
+      return out[0];
+    }
+  }
+
+  /** Appends tokens to a sequence and runs the model (all or nothing). */
+  public void decode(int seq, int[] tokens) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      InfokvException.check(InfokvNative.ikv_decode(h(), seq, tokens));
+    }
+  }
+
+  /** Item i appends tokens[i] to seqIds[i], in one batch. */
+  public void decodeBatch(int[] seqIds, int[] tokens) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      if (seqIds.length != tokens.length) throw new IllegalArgumentException("seqIds and tokens differ in length");
+      int[] pairs = new int[2 * tokens.length];
+      for (int i = 0; i < tokens.length; i++) {
+        pairs[2 * i] = seqIds[i];
+        pairs[2 * i + 1] = tokens[i];
+      }
+      InfokvException.check(InfokvNative.ikv_decode_batch(h(), pairs));
+    }
+  }
+
+  /** The logits of the sequence's latest token (n_vocab floats). */
+  public float[] logits(int seq) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      float[] out = new float[model.nVocab()];
+      long[] n = new long[1];
+      InfokvException.check(InfokvNative.ikv_get_logits(out, n, h(), seq));
+      return n[0] == out.length ? out : Arrays.copyOf(out, (int) n[0]);
+    }
+  }
+
+  /** Marks positions [begin, end) as never evicted (fair: a fair-share span instead). */
+  public void protect(int seq, long begin, long end, boolean fair) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      InfokvException.check(InfokvNative.ikv_seq_protect(h(), seq, begin, end, fair ? 1 : 0));
+    }
+  }
+
+  /** Compresses now to budgetTokens per layer (0: the session's budget). */
+  public void compress(int seq, int budgetTokens) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      InfokvException.check(InfokvNative.ikv_seq_compress(h(), seq, budgetTokens));
+    }
+  }
+
+  public int sample(Sampler sampler, int seq) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      int[] out = new int[1];
+      InfokvException.check(InfokvNative.ikv_sample(out, sampler.handle(), h(), seq));
+      return out[0];
+    }
+  }
+
+  /**
+   * Decodes the prompt into seq (may be null/empty when the sequence has logits), then generates up to maxTokens
+   * tokens, stopping at EOS, streaming each to the listener (may be null), which can stop it by returning false.
+   * An exception thrown by the listener propagates. Generated tokens stay in the sequence either way.
+   */
+  public GenerationResult generate(int seq, int[] prompt, int maxTokens, Sampler sampler,
+                                                TokenListener listener) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      ByteArrayOutputStream text = new ByteArrayOutputStream();
+      boolean[] stopped = {false};
+      NativeTokenSink sink = (token, utf8) -> {
+        text.write(utf8, 0, utf8.length);
+        if (listener != null && !listener.onToken(token, new String(utf8, StandardCharsets.UTF_8))) {
+          stopped[0] = true;
+          return 1;
+        }
+        return 0;
+      };
+      int[] out = new int[Math.max(maxTokens, 0)];
+      long[] count = new long[1];
+      int st = InfokvNative.ikv_generate(out, count, h(), seq, prompt, maxTokens, sampler.handle(), sink);
+      boolean cancelled = st == Status.CANCELLED.code() && stopped[0];
+      if (!cancelled) InfokvException.check(st);
+      int n = (int) Math.min(count[0], out.length);
+      return new GenerationResult(Arrays.copyOf(out, n), text.toString(StandardCharsets.UTF_8), cancelled);
+    }
+  }
+
+  /** Tokenizes text (with BOS) and generates into sequence 0. */
+  public GenerationResult generate(String prompt, int maxTokens, Sampler sampler, TokenListener listener) {
+    return generate(0, model.tokenize(prompt, true), maxTokens, sampler, listener);
+  }
+}

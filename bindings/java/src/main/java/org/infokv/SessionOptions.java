@@ -1,0 +1,47 @@
+package org.infokv;
+
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/**
+ * Session settings: the fields of the C ikv_session_options, set by name. The named setters cover the common
+ * ones; {@link #set(String, Number)} reaches any field, including ones added to the C ABI later.
+ */
+public final class SessionOptions {
+  public static final int POLICY_NONE = InfokvNativeConstants.IKV_POLICY_NONE;
+  public static final int POLICY_INFOKV = InfokvNativeConstants.IKV_POLICY_INFOKV;
+  public static final int POLICY_SNAPKV = InfokvNativeConstants.IKV_POLICY_SNAPKV;
+  public static final int POLICY_H2O = InfokvNativeConstants.IKV_POLICY_H2O;
+  public static final int POLICY_STREAMING = InfokvNativeConstants.IKV_POLICY_STREAMING;
+  public static final int POLICY_TOVA = InfokvNativeConstants.IKV_POLICY_TOVA;
+  public static final int POLICY_PYRAMIDKV = InfokvNativeConstants.IKV_POLICY_PYRAMIDKV;
+  public static final int KV_F32 = InfokvNativeConstants.IKV_KV_F32;
+  public static final int KV_F16 = InfokvNativeConstants.IKV_KV_F16;
+  public static final int KV_BF16 = InfokvNativeConstants.IKV_KV_BF16;
+
+  private final Map<String, Number> fields = new LinkedHashMap<>();
+
+  public static SessionOptions defaults() { return new SessionOptions(); }
+
+  /** Sets a field by its C name ("interval", "alpha", "window", "kv_pool_bytes", ...). */
+  public SessionOptions set(String field, Number value) { fields.put(field, value); return this; }
+
+  public SessionOptions threads(int n) { return set("n_threads", n); }
+  public SessionOptions kvDtype(int dtype) { return set("kv_dtype", dtype); }
+  public SessionOptions blockSize(int tokens) { return set("block_size", tokens); }
+  public SessionOptions kvPoolBlocks(long blocks) { return set("kv_pool_blocks", blocks); }
+  public SessionOptions kvPoolBytes(long bytes) { return set("kv_pool_bytes", bytes); }
+  /** The compression policy (POLICY_INFOKV, ...); it needs a budget. */
+  public SessionOptions policy(int policy) { return set("policy", policy); }
+  /** Keeps this fraction of a sequence's tokens per layer when compressing, (0, 1]. */
+  public SessionOptions budgetFraction(double f) { set("budget_tokens", 0); return set("budget_fraction", f); }
+  /** Keeps this many tokens per layer when compressing. */
+  public SessionOptions budgetTokens(int n) { set("budget_fraction", 0.0); return set("budget_tokens", n); }
+
+  ikv_session_options toNative() {
+    ikv_session_options o = new ikv_session_options();
+    InfokvException.check(InfokvNative.ikv_session_options_init(o));
+    for (Map.Entry<String, Number> e : fields.entrySet()) Handles.setField(o, e.getKey(), e.getValue());
+    return o;
+  }
+}

@@ -1,0 +1,227 @@
+package org.infokv;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+class InfokvTest {
+  static final String EXPECTED_TEXT =
+      ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball.";
+  static Path modelsDir;
+  static String modelPath;
+  static int[] referenceIds;
+  static Model model;
+
+  @BeforeAll
+  static void setUp() throws Exception {
+    String d = System.getenv("INFOKV_MODELS_DIR");
+    if (d == null || d.isEmpty()) fail("INFOKV_MODELS_DIR is not set (ctest sets it from the CMake cache variable)");
+    modelsDir = Path.of(d, "stories260K");
+    Path gguf = modelsDir.resolve("stories260K.gguf");
+    if (!Files.isRegularFile(gguf)) fail("test model missing: " + gguf); // fail loudly, never skip
+    modelPath = gguf.toString();
+    String json = Files.readString(modelsDir.resolve("reference.json"));
+    Matcher m = Pattern.compile("\"generated_ids_after_prompt\"\\s*:\\s*\\[([^\\]]*)\\]").matcher(json);
+    assertTrue(m.find(), "reference.json has no generated_ids_after_prompt");
+    String[] parts = m.group(1).split(",");
+    referenceIds = new int[parts.length];
+    for (int i = 0; i < parts.length; i++) referenceIds[i] = Integer.parseInt(parts[i].trim());
+    model = Model.load(modelPath);
+  }
+
+  @AfterAll
+  static void tearDown() {
+    if (model != null) model.close();
+  }
+
+  @Test
+  void greedyGenerationMatchesTheReference() {
+    StringBuilder streamed = new StringBuilder();
+    try (Session s = model.newSession(); Sampler greedy = Sampler.greedy()) {
+      GenerationResult r = s.generate("Once upon a time", 40, greedy, (tok, text) -> {
+        streamed.append(text);
+        return true;
+      });
+      assertArrayEquals(referenceIds, r.tokens());
+      assertEquals(EXPECTED_TEXT, r.text());
+      assertEquals(EXPECTED_TEXT, streamed.toString());
+      assertFalse(r.cancelled());
+    }
+  }
+
+  @Test
+  void modelInfoAndTokenizer() {
+    assertEquals(512, model.nVocab());
+    assertEquals(1, model.bos());
+    assertTrue(model.nLayer() > 0);
+    assertTrue(model.describe().contains("\"n_vocab\""));
+    assertArrayEquals(new int[] {1, 403, 407, 261, 378}, model.tokenize("Once upon a time", true));
+    assertEquals("Once upon a time", model.detokenize(new int[] {403, 407, 261, 378}).trim());
+  }
+
+  @Test
+  void aBadPathThrowsAnIoError() {
+    InfokvException e = assertThrows(InfokvException.class, () -> Model.load("/definitely/not/here.gguf"));
+    assertEquals(Status.IO, e.kind());
+    assertEquals(-2, e.status());
+    assertTrue(e.getMessage().contains("not/here"));
+  }
+
+  @Test
+  void errorsCarryTheirStatusAndChangeNothing() {
+    try (Session s = model.newSession()) {
+      InfokvException e = assertThrows(InfokvException.class, () -> s.logits(0));
+      assertEquals(Status.BAD_STATE, e.kind());
+      s.decode(0, new int[] {1});
+      e = assertThrows(InfokvException.class, () -> s.decode(0, new int[] {model.nVocab() + 5}));
+      assertEquals(Status.OUT_OF_RANGE, e.kind());
+      assertEquals(1, s.length(0));
+      assertEquals(Status.NOT_FOUND, assertThrows(InfokvException.class, () -> s.length(99)).kind());
+      assertEquals(Status.BAD_STATE, assertThrows(InfokvException.class, () -> s.compress(0, 0)).kind());
+      s.close();
+      assertEquals(Status.BAD_HANDLE, assertThrows(InfokvException.class, () -> s.length(0)).kind());
+    }
+    try (Session full = model.newSession(SessionOptions.defaults().kvPoolBlocks(model.nLayer()))) {
+      int[] toks = new int[40];
+      for (int i = 0; i < toks.length; i++) toks[i] = i + 1;
+      assertEquals(Status.KV_FULL, assertThrows(InfokvException.class, () -> full.decode(0, toks)).kind());
+      assertEquals(0, full.length(0));
+    }
+    assertEquals(Status.INVALID_ARGUMENT,
+        assertThrows(InfokvException.class, () -> model.newSession(SessionOptions.defaults().set("nope", 1))).kind());
+  }
+
+  @Test
+  void aListenerCanCancelGeneration() {
+    try (Session s = model.newSession(); Sampler greedy = Sampler.greedy()) {
+      int[] count = {0};
+      GenerationResult r = s.generate("Once upon a time", 40, greedy, (tok, text) -> ++count[0] < 5);
+      assertTrue(r.cancelled());
+      assertEquals(5, r.tokens().length);
+      assertEquals(5 + 5 - 1, s.length(0));
+    }
+  }
+
+  @Test
+  void aListenerExceptionPropagates() {
+    try (Session s = model.newSession(); Sampler greedy = Sampler.greedy()) {
+      IllegalStateException e = assertThrows(IllegalStateException.class,
+          () -> s.generate("Once upon a time", 40, greedy, (tok, text) -> { throw new IllegalStateException("boom"); }));
+      assertEquals("boom", e.getMessage());
+      s.decode(0, new int[] {1}); // still usable
+    }
+  }
+
+  @Test
+  void sessionsOnOneModelRunInParallelThreads() throws Exception {
+    ExecutorService pool = Executors.newFixedThreadPool(4);
+    try {
+      List<Future<int[][]>> futures = new ArrayList<>();
+      for (int t = 0; t < 4; t++) {
+        futures.add(pool.submit(() -> {
+          int[][] runs = new int[3][];
+          try (Session s = model.newSession(SessionOptions.defaults().threads(1)); Sampler g = Sampler.greedy()) {
+            for (int i = 0; i < 3; i++) {
+              s.truncate(0, 0);
+              runs[i] = s.generate("Once upon a time", 40, g, null).tokens();
+            }
+          }
+          return runs;
+        }));
+      }
+      for (Future<int[][]> f : futures)
+        for (int[] run : f.get()) assertArrayEquals(referenceIds, run);
+    } finally {
+      pool.shutdown();
+    }
+  }
+
+  static long rssKiB() throws Exception {
+    for (String line : Files.readAllLines(Path.of("/proc/self/status")))
+      if (line.startsWith("VmRSS:")) return Long.parseLong(line.split("\\s+")[1]);
+    throw new IllegalStateException("no VmRSS");
+  }
+
+  static void cycle() {
+    try (Model m = Model.load(modelPath);
+         Session s = m.newSession(SessionOptions.defaults().kvPoolBlocks(64));
+         Sampler g = Sampler.greedy()) {
+      s.decode(0, new int[] {1, 403});
+      s.sample(g, 0);
+    }
+  }
+
+  @Test
+  void aThousandCreateDestroyCyclesDoNotLeak() throws Exception {
+    for (int i = 0; i < 300; i++) cycle(); // JIT and allocator warm-up
+    System.gc();
+    long before = rssKiB();
+    for (int i = 0; i < 1000; i++) cycle();
+    System.gc();
+    long after = rssKiB();
+    assertTrue(after - before < 16 * 1024, "RSS grew by " + (after - before) + " KiB over 1000 cycles");
+  }
+
+  @Test
+  void closingTheModelClosesItsSessions() {
+    Model m = Model.load(modelPath);
+    Session s = m.newSession();
+    m.close();
+    assertEquals(Status.BAD_HANDLE, assertThrows(InfokvException.class, () -> s.decode(0, new int[] {1})).kind());
+    s.close();
+    m.close();
+  }
+
+  @Test
+  void unclosedObjectsAreCleanedUp() throws Exception {
+    for (int i = 0; i < 20; i++) {
+      Model m = Model.load(modelPath);
+      m.newSession(SessionOptions.defaults().kvPoolBlocks(64)).decode(0, new int[] {1});
+    }
+    for (int i = 0; i < 3; i++) {
+      System.gc();
+      Thread.sleep(20);
+    }
+  }
+
+  @Test
+  void sequencesAccountingAndCompression() {
+    try (Session s = model.newSession()) {
+      s.decode(0, model.tokenize("Once upon a time", true));
+      int child = s.fork(0);
+      assertArrayEquals(s.logits(0), s.logits(child));
+      s.decode(child, new int[] {432});
+      assertEquals(6, s.length(child));
+      s.truncate(child, 2);
+      s.remove(child);
+      int other = s.addSequence();
+      s.decodeBatch(new int[] {0, other}, new int[] {432, 1});
+      assertEquals(1, s.length(other));
+      assertEquals(s.kvStat(Session.KV_BLOCKS_TOTAL), s.kvStat(Session.KV_BLOCKS_USED) + s.kvStat(Session.KV_BLOCKS_FREE));
+    }
+    String text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ".repeat(3);
+    try (Session c = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_INFOKV).budgetFraction(0.5));
+         Sampler smp = new Sampler(SamplerOptions.defaults().temperature(0.8f).topK(20).seed(7))) {
+      int[] ids = model.tokenize(text, true);
+      c.protect(0, 0, 4, false);
+      c.decode(0, ids);
+      assertTrue(c.kept(0, 0) <= (ids.length + 1) / 2 + 1);
+      long before = c.kvBytes(0);
+      c.compress(0, 16);
+      assertEquals(16, c.kept(0, 0));
+      assertTrue(c.kvBytes(0) < before);
+      assertEquals(10, c.generate(0, null, 10, smp, null).tokens().length);
+    }
+  }
+}
