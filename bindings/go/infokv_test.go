@@ -162,7 +162,7 @@ func TestCallbackAndContextCancelGeneration(t *testing.T) {
 	if !errors.Is(err, infokv.ErrCancelled) || !errors.Is(err, stop) || len(res.Tokens) != 5 {
 		t.Fatalf("callback cancel: err %v tokens %d", err, len(res.Tokens))
 	}
-	if n, _ := s.Length(0); n != 5+5-1 {
+	if n, _ := s.Length(0); n != 5+5 {
 		t.Fatalf("length after cancel %d", n)
 	}
 

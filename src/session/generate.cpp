@@ -38,13 +38,15 @@ GenerateResult generate(Session &session, int32_t seq, const std::vector<int32_t
     }
     sampler.accept(next);
     res.tokens.push_back(next);
+    // Every generated token is decoded, the last one too: the sequence then holds everything it produced and its
+    // logits predict what follows, so a later generate (or a snapshot) continues exactly where this one stopped.
+    session.decode({{seq, next, false}});
     std::string piece = detok.push(next);
     res.text += piece;
     if (on_token && !on_token(next, piece)) {
       res.cancelled = true;
       break;
     }
-    if (i + 1 < max_tokens) session.decode({{seq, next, false}});
   }
   std::string tail = detok.flush();
   res.text += tail;
@@ -75,7 +77,7 @@ std::vector<GenerateResult> generate_batch(Session &session, const std::vector<i
       samplers[s].accept(next);
       res[s].tokens.push_back(next);
       res[s].text += detok[s].push(next);
-      if (i + 1 < max_tokens) batch.push_back({seqs[s], next, false});
+      batch.push_back({seqs[s], next, false});
     }
     if (batch.empty()) break;
     session.decode(batch);

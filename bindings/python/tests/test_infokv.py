@@ -33,7 +33,7 @@ def test_generate_streams_tokens_as_an_iterator(model, reference):
         pieces = list(s.generate("Once upon a time", max_tokens=40, temperature=0))
         assert [p.id for p in pieces if p.id >= 0] == reference["prompt_once_upon_a_time"]["generated_ids_after_prompt"]
         assert "".join(p.text for p in pieces) == EXPECTED_TEXT
-        assert s.length(0) == 5 + 40 - 1  # the last sampled token is not decoded yet
+        assert s.length(0) == 5 + 40  # every generated token is decoded, the last one too
 
 
 def test_logits_are_a_numpy_array_matching_the_reference(model, reference):
@@ -101,7 +101,7 @@ def test_a_callback_can_cancel_generation(model):
         c = s.complete("Once upon a time", 40, temperature=0, on_token=lambda t: seen.append(t) or len(seen) < 5)
         assert c.cancelled
         assert len(seen) == 5 and len(c.tokens) == 5
-        assert s.length(0) == 5 + 5 - 1  # what was generated stays (the last token is not decoded yet)
+        assert s.length(0) == 5 + 5  # what was generated stays, decoded
 
 
 def test_breaking_out_of_the_iterator_cancels(model):
