@@ -408,7 +408,9 @@ class Session:
         own = sampler is None
         smp = Sampler(**sampling) if own else sampler
         ids = self._prompt_ids(prompt, add_bos)
-        q: "queue.Queue[Any]" = queue.Queue()
+        # A one-slot queue keeps the worker at most a token or two ahead of the consumer, so leaving the loop
+        # stops generation promptly instead of after the worker has raced to max_tokens.
+        q: "queue.Queue[Any]" = queue.Queue(maxsize=1)
         stop = threading.Event()
         done = object()
 
@@ -439,6 +441,11 @@ class Session:
                     yield item
             finally:
                 stop.set()
+                while t.is_alive():  # drain so a worker blocked on the full queue can finish
+                    try:
+                        q.get(timeout=0.05)
+                    except queue.Empty:
+                        pass
                 t.join()
                 if own:
                     smp.close()
