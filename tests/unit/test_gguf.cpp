@@ -795,3 +795,33 @@ TEST(ModelLoad, TestConvertersRoundToNearest) {
     if (x != 0.0f) EXPECT_LE(std::fabs(static_cast<double>(infokv::bf16_to_float(bh)) - x), std::ldexp(1.0, std::ilogb(x) - 8)) << x;
   }
 }
+
+// general.alignment = 1 is a legal (power-of-two) alignment: tensors may then start at any byte. A 1-byte tensor
+// placed first pushes every weight to an odd address; the model must load and compute exactly as the aligned copy
+// (under UBSan this also checks that no kernel dereferences a misaligned float or half pointer).
+TEST(ModelLoad, ByteAlignedTensorsComputeLikeAlignedOnes) {
+  for (uint32_t type : {0u, 1u, 30u}) {  // F32, F16, BF16 weights
+    SCOPED_TRACE("weight type " + std::to_string(type));
+    const std::vector<uint8_t> base = tiny_llama().build();
+    GgufFile f(base.data(), base.size());
+    auto conv = type == 0 ? infokv_test::TensorEditor(nullptr) : infokv_test::convert_f32_to(type);
+    std::vector<uint8_t> aligned = infokv_test::rewrite_gguf(f, conv).build();
+    GgufBuilder b;
+    b.set_alignment(1).add_u32("general.alignment", 1);
+    const uint8_t one = 7;
+    b.add_tensor("pad.byte", static_cast<uint32_t>(infokv::GgmlType::I8), {1}, &one, 1);
+    GgufFile fa(aligned.data(), aligned.size());
+    for (const auto &kv : fa.metadata()) b.add_raw(kv.first, static_cast<uint32_t>(kv.second.type), infokv_test::gguf_value_payload(kv.second));
+    for (const auto &t : fa.tensors())
+      b.add_tensor(t.name, t.type, std::vector<uint64_t>(t.ne, t.ne + t.n_dims), t.data, static_cast<size_t>(t.n_bytes));
+    std::vector<uint8_t> packed = b.build();
+    GgufFile fp(packed.data(), packed.size());
+    ASSERT_EQ(fp.alignment(), 1u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(fp.find_tensor("token_embd.weight")->data) % 2, 1u);
+    TempFile ta(aligned), tp(packed);
+    auto ma = Model::load(ta.path());
+    auto mp = Model::load(tp.path());
+    const std::vector<int32_t> toks = {1, 3, 4, 5, 7};
+    EXPECT_EQ(infokv_test::logits_per_position(ma, toks), infokv_test::logits_per_position(mp, toks));
+  }
+}
