@@ -1,4 +1,5 @@
 // out[n, m] = x[n, k] · W[m, k]^T for f32/f16/bf16 weights. AVX2+FMA path chosen at run time, portable fallback.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -130,8 +131,14 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
   }
 }
 
+// F16C is read from CPUID leaf 1 (ECX bit 29) because clang before 15 rejects __builtin_cpu_supports("f16c").
+bool have_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+}
+
 bool have_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
   return ok;
 }
 

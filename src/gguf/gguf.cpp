@@ -178,8 +178,10 @@ void GgufFile::parse() {
   }
 
   if (const GgufValue *a = find("general.alignment")) {
-    if (!a->is_integer() || a->u == 0 || a->u > (1u << 20) || (a->u & (a->u - 1)) != 0)
-      corrupt("general.alignment must be a power of two up to 1 MiB");
+    // The GGUF spec requires a multiple of 8: that keeps every tensor naturally aligned for its element type in
+    // the (page-aligned) mapping, which the kernels rely on when they read weights as float / half arrays.
+    if (!a->is_integer() || a->u < 8 || a->u > (1u << 20) || (a->u & (a->u - 1)) != 0)
+      corrupt("general.alignment must be a power of two from 8 to 1 MiB");
     alignment_ = static_cast<uint32_t>(a->u);
   }
 

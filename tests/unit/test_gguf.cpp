@@ -473,7 +473,7 @@ TEST(GgufCrafted, MisalignedAndOutOfFileOffsetsAreRejected) {
                              .add_tensor_info("b", 0, {8}, 32).build()), Status::bad_model);
   EXPECT_EQ(parse_status(GgufBuilder().set_alignment(64).add_u32("general.alignment", 64).add_tensor_f32("a", {8}, v)
                              .add_tensor_info("b", 0, {8}, 0).build()), Status::ok);
-  for (uint32_t a : {0u, 3u, 48u, 1u << 21}) {
+  for (uint32_t a : {0u, 1u, 2u, 3u, 4u, 48u, 1u << 21}) {
     EXPECT_EQ(parse_status(GgufBuilder().add_u32("general.alignment", a).add_tensor_f32("a", {8}, v).build()), Status::bad_model) << a;
   }
   EXPECT_EQ(parse_status(GgufBuilder().add_string("general.alignment", "32").build()), Status::bad_model);
@@ -793,5 +793,46 @@ TEST(ModelLoad, TestConvertersRoundToNearest) {
     const uint16_t bh = infokv_test::test_float_to_bf16(x);
     EXPECT_EQ(bh, infokv::float_to_bf16(x)) << x;
     if (x != 0.0f) EXPECT_LE(std::fabs(static_cast<double>(infokv::bf16_to_float(bh)) - x), std::ldexp(1.0, std::ilogb(x) - 8)) << x;
+  }
+}
+
+// The GGUF spec requires general.alignment to be a multiple of 8: 1, 2 and 4 would let weights start at odd
+// addresses, where the kernels' float / half loads are undefined behaviour (UBSan reported exactly that before the
+// reader refused them). Alignment 8 with a 1-byte tensor first puts every weight at a multiple of 8 but not of 32:
+// the model must compute exactly as the 32-aligned copy.
+TEST(ModelLoad, AlignmentBelow8IsRefusedAnd8ComputesLike32) {
+  for (uint32_t type : {0u, 1u, 30u}) {  // F32, F16, BF16 weights
+    SCOPED_TRACE("weight type " + std::to_string(type));
+    const std::vector<uint8_t> base = tiny_llama().build();
+    GgufFile f(base.data(), base.size());
+    auto conv = type == 0 ? infokv_test::TensorEditor(nullptr) : infokv_test::convert_f32_to(type);
+    std::vector<uint8_t> aligned = infokv_test::rewrite_gguf(f, conv).build();
+    GgufFile fa(aligned.data(), aligned.size());
+    auto packed_with = [&](uint32_t alignment) {
+      GgufBuilder b;
+      b.set_alignment(alignment).add_u32("general.alignment", alignment);
+      const uint8_t one = 7;
+      b.add_tensor("pad.byte", static_cast<uint32_t>(infokv::GgmlType::I8), {1}, &one, 1);
+      for (const auto &kv : fa.metadata())
+        b.add_raw(kv.first, static_cast<uint32_t>(kv.second.type), infokv_test::gguf_value_payload(kv.second));
+      for (const auto &t : fa.tensors())
+        b.add_tensor(t.name, t.type, std::vector<uint64_t>(t.ne, t.ne + t.n_dims), t.data, static_cast<size_t>(t.n_bytes));
+      return b.build();
+    };
+    for (uint32_t a : {1u, 2u, 4u}) {
+      std::string msg;
+      EXPECT_EQ(load_status(packed_with(a), &msg), Status::bad_model) << a;
+      EXPECT_NE(msg.find("general.alignment"), std::string::npos) << msg;
+    }
+    std::vector<uint8_t> packed = packed_with(8);
+    GgufFile fp(packed.data(), packed.size());
+    ASSERT_EQ(fp.alignment(), 8u);
+    TempFile ta(aligned), tp(packed);
+    auto ma = Model::load(ta.path());
+    auto mp = Model::load(tp.path());
+    EXPECT_EQ(mp->gguf().find_tensor("token_embd.weight")->offset, 8u);  // not a multiple of 32
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(mp->gguf().find_tensor("token_embd.weight")->data) % 8, 0u);
+    const std::vector<int32_t> toks = {1, 3, 4, 5, 7};
+    EXPECT_EQ(infokv_test::logits_per_position(ma, toks), infokv_test::logits_per_position(mp, toks));
   }
 }

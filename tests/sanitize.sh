@@ -1,0 +1,23 @@
+#!/bin/sh
+# Builds everything with AddressSanitizer + UndefinedBehaviorSanitizer (INFOKV_SANITIZE=ON) in its own folder and
+# runs the unit tests (ctest -L unit) under it; any sanitizer report fails the run.
+# usage: tests/sanitize.sh [BUILD_DIR (default <repo>/build-asan)]
+# env: LABELS (ctest label regex, default "unit"; "unit|cli" adds the corrupted-model CLI runs), JOBS (default: all
+#      cores), INFOKV_MODELS_DIR / INFOKV_CORPORA_DIR as for the normal tests.
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-asan}
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3)
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFOKV_SANITIZE=ON \
+  -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_TESTS=ON -DPython3_EXECUTABLE="$py" >/dev/null
+cmake --build "$build" -j "$jobs"
+
+# halt_on_error / abort: the first report fails the test that triggered it.
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1}
+UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export ASAN_OPTIONS UBSAN_OPTIONS
+cd "$build"
+exec ctest -L "${LABELS:-unit}" --output-on-failure -j "$jobs"
