@@ -81,6 +81,7 @@ infokv::SamplerParams to_sampler_params(const ikv_sampler_options *o) {
   infokv::SamplerParams p;
   if (o == nullptr) return p;
   require(o->struct_size >= sizeof(ikv_sampler_options), "ikv_sampler_options.struct_size is too small (initialise with IKV_SAMPLER_OPTIONS_INIT)");
+  require(o->version >= 1, "ikv_sampler_options.version must be >= 1");
   p.temperature = o->temperature;
   p.top_k = o->top_k;
   p.top_p = o->top_p;

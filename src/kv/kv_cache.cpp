@@ -15,7 +15,10 @@ int32_t blocks_for(int64_t slots, int32_t bs) { return static_cast<int32_t>((slo
 
 KvCache::KvCache(const KvConfig &cfg) : cfg_(cfg) {
   if (cfg.block_size < 1 || cfg.block_size > 4096) fail(Status::invalid_argument, "block size must be in [1, 4096]");
-  if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 30)) fail(Status::invalid_argument, "KV pool must hold at least one block");
+  // 2^26 blocks of 16 tokens is a billion tokens per layer-pool: more is a mistake, and the per-block bookkeeping
+  // (8 bytes a block) would itself be gigabytes.
+  if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 26))
+    fail(Status::invalid_argument, "KV pool must hold between 1 and 2^26 blocks (got " + std::to_string(cfg.n_blocks) + ")");
   block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
   pool_size_ = static_cast<size_t>(block_bytes_ * cfg.n_blocks);
   // Anonymous, lazily committed memory: a large pool costs address space, not RAM, until blocks are written.

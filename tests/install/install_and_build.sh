@@ -44,10 +44,10 @@ check_output() {  # $1: label, $2: output file
   fi
 }
 
-# 1. pkg-config + cc, strict C99. --define-prefix: the .pc was configured for CMAKE_INSTALL_PREFIX, and we
-#    installed elsewhere; pkgconf derives the prefix from where the .pc file lies.
+# 1. pkg-config + cc, strict C99. The .pc is relocatable (its prefix comes from ${pcfiledir}), so installing
+#    to a temporary prefix needs no --define-prefix.
 pcdir=$(dirname "$pc")
-flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --define-prefix --cflags --libs infokv)
+flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs infokv)
 echo "pkg-config: $flags"
 # shellcheck disable=SC2086
 "$cc" -std=c99 -Wall -Wextra -pedantic -Werror "$src/samples/c/generate.c" $flags -Wl,-rpath,"$libdir" \
