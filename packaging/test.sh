@@ -29,4 +29,10 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
   run_build cuda -DINFOKV_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="75-virtual;80-real"
 fi
+echo "=== AddressSanitizer + UndefinedBehaviorSanitizer build, unit tests"
+JOBS="$JOBS" bash tests/sanitize.sh "$ROOT/build-ci/asan"
+echo "=== fuzzing (libFuzzer, ${INFOKV_FUZZ_SECONDS:-45} s per target)"
+for target in $(ls tests/fuzz/run*.sh); do
+  FUZZ_BUILD_DIR="$ROOT/build-ci/fuzz" JOBS="$JOBS" sh "$target" "${INFOKV_FUZZ_SECONDS:-45}"
+done
 echo "=== all tests passed"
