@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "infokv/infokv.h"
+#include "config/config.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
@@ -16,6 +17,10 @@ struct ikv_model {
 };
 struct ikv_session {
   std::unique_ptr<infokv::Session> session;
+  int64_t protect_prefix = 0;  // from a config: applied to every new sequence
+};
+struct ikv_config {
+  infokv::Config config;
 };
 struct ikv_sampler {
   std::unique_ptr<infokv::Sampler> sampler;

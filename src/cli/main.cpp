@@ -19,10 +19,14 @@ const char *kUsage =
     "  perplexity  --model PATH --file PATH [--max-tokens N]  perplexity of a text\n"
     "  eval        --model PATH --file PATH --prefix N --continuation M --policies LIST --budgets LIST\n"
     "              compression quality: KL to the full cache, top-1 agreement, perplexity, KV bytes\n"
+    "  snapshot    inspect FILE [--json]                       check a snapshot and describe it (no model needed)\n"
     "  version     print the version\n"
     "\n"
     "--model defaults to $INFOKV_MODELS_DIR/stories260K/stories260K.gguf (INFOKV_MODELS_DIR defaults to\n"
-    "../shared/models). Every command takes --json for machine-readable output on stdout.\n";
+    "../shared/models). Every command takes --json for machine-readable output on stdout.\n"
+    "generate, perplexity and eval take --config FILE.json (schemas/config.fbs); flags given override it.\n"
+    "generate --save-snapshot FILE saves the sequence after generating; --load-snapshot FILE continues from one\n"
+    "(--prompt is then optional and appended when given).\n";
 
 }  // namespace
 
@@ -37,6 +41,7 @@ int main(int argc, char **argv) {
     if (cmd == "generate") return infokv::cli::cmd_generate(argc, argv);
     if (cmd == "perplexity") return infokv::cli::cmd_perplexity(argc, argv);
     if (cmd == "eval") return infokv::cli::cmd_eval(argc, argv);
+    if (cmd == "snapshot") return infokv::cli::cmd_snapshot(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;

@@ -137,7 +137,10 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
   const int64_t qd = static_cast<int64_t>(sum.n_heads) * sum.head_dim;
   const int64_t slot_bytes = 2 * sum.n_kv_heads * row;
   int max_channels = 0;
-  for (int32_t si = 0; si < h->n_sequences(); ++si) {
+  // The chunk buffer is reused: nothing read from one chunk may be used after the next is read.
+  const int32_t n_sequences = h->n_sequences();
+  h = nullptr;
+  for (int32_t si = 0; si < n_sequences; ++si) {
     const std::string where = "sequence " + std::to_string(si);
     c = rd.next();
     if (c == nullptr || c->kind() != fb::ChunkKind::SEQUENCE || c->sequence() == nullptr) bad(where + ": sequence chunk missing");
@@ -194,10 +197,12 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
         if (sp->begin() < 0 || sp->end() < sp->begin()) bad(where + ": invalid protected span");
         if (sq != nullptr) sq->st.spans.push_back(ProtectedSpan{sp->begin(), sp->end(), sp->fair()});
       }
-    if (s->layer_chunks() < sum.n_layer) bad(where + ": too few layer chunks");
+    const int32_t layer_chunks = s->layer_chunks();
+    if (layer_chunks < sum.n_layer) bad(where + ": too few layer chunks");
+    s = nullptr;
     int32_t layer = 0, first = 0, last_pos = -1;
     bool started = false;  // the current layer has had a chunk (a layer with nothing kept has one empty chunk)
-    for (int32_t ci = 0; ci < s->layer_chunks(); ++ci) {
+    for (int32_t ci = 0; ci < layer_chunks; ++ci) {
       c = rd.next();
       const std::string lw = where + " chunk " + std::to_string(ci);
       if (c == nullptr || c->kind() != fb::ChunkKind::LAYER || c->layer() == nullptr) bad(lw + ": layer chunk missing");
@@ -261,12 +266,12 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
       }
       first += n;
       started = true;
-      if (ci + 1 == s->layer_chunks() && (layer != sum.n_layer - 1 || first != kept)) bad(where + ": layer chunks do not cover every layer");
+      if (ci + 1 == layer_chunks && (layer != sum.n_layer - 1 || first != kept)) bad(where + ": layer chunks do not cover every layer");
     }
     sum.sequences.push_back(std::move(ss));
   }
   if (rd.next() != nullptr) bad("chunks after the last sequence");
-  sum.file_bytes = rd.bytes_read() + 16;
+  sum.file_bytes = rd.bytes_read();
   sum.n_chunks = rd.chunks();
   int64_t missing = 0;
   for (const SequenceSummary &ss : sum.sequences) {
