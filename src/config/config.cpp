@@ -1,6 +1,8 @@
 #include "config/config.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include <flatbuffers/idl.h>
@@ -33,6 +35,27 @@ template <typename T>
 void in_range(const char *field, T v, T lo, T hi) {
   if (!(v >= lo && v <= hi))  // also refuses NaN
     bad(std::string(field) + " = " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// The parser's messages start "LINE: COL: error: ..." but do not always name the field (an integer that does not
+// fit, for one); the key written last before that point is the one at fault.
+std::string field_near_error(const std::string &text, const std::string &err) {
+  long line = 0, col = 0;
+  if (std::sscanf(err.c_str(), "%ld: %ld:", &line, &col) != 2 || line < 1 || col < 0) return "";
+  size_t off = 0;
+  for (long l = 1; l < line && off != std::string::npos; ++l) {
+    off = text.find('\n', off);
+    if (off != std::string::npos) ++off;
+  }
+  if (off == std::string::npos) return "";
+  off = std::min(text.size(), off + static_cast<size_t>(col));
+  const size_t colon = text.rfind(':', off == 0 ? 0 : off - 1);
+  if (colon == std::string::npos) return "";
+  const size_t q2 = text.rfind('"', colon);
+  if (q2 == std::string::npos || q2 == 0) return "";
+  const size_t q1 = text.rfind('"', q2 - 1);
+  if (q1 == std::string::npos) return "";
+  return text.substr(q1 + 1, q2 - q1 - 1);
 }
 
 }  // namespace
@@ -147,9 +170,8 @@ Config config_from_json(const std::string &text) {
   flatbuffers::Parser p(json_options());
   parser_with_schema(p);
   if (!p.Parse(text.c_str())) {
-    std::string e = p.error_;
-    // The parser's own location prefix is noise for a config (it names no file); keep its reason.
-    bad("invalid JSON: " + e);
+    const std::string field = field_near_error(text, p.error_);
+    bad("invalid JSON" + (field.empty() ? std::string() : " at field \"" + field + "\"") + ": " + p.error_);
   }
   return config_from_binary(p.builder_.GetBufferPointer(), p.builder_.GetSize());
 }
