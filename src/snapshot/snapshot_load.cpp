@@ -368,7 +368,7 @@ std::string ints(const std::vector<int32_t> &v) {
   for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
   return s + "]";
 }
-std::string num(double v) { std::ostringstream s; s.precision(9); s << v; return s.str(); }
+std::string num(double v) { std::ostringstream s; s.precision(7); s << v; return s.str(); }
 }  // namespace
 
 std::string summary_json(const Summary &s) {
