@@ -52,10 +52,18 @@ int32_t restore_from(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_
       return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot holds " + std::to_string(sum.sequences.size()) +
                                                                      " sequences; the id buffer holds " + std::to_string(capacity));
   }
-  const std::vector<int32_t> ids =
-      infokv::snapshot::restore(*session->session, sampler != nullptr ? sampler->sampler.get() : nullptr, src);
+  // The sampler is committed only with the sequences (the file may have changed since it was counted).
+  std::unique_ptr<infokv::Sampler> staged_sampler;
+  if (sampler != nullptr) staged_sampler = std::make_unique<infokv::Sampler>(*sampler->sampler);
+  const std::vector<int32_t> ids = infokv::snapshot::restore(*session->session, staged_sampler.get(), src);
   *out_count = ids.size();
+  if (out_seqs != nullptr && ids.size() > capacity) {
+    for (int32_t id : ids) session->session->remove_sequence(id);
+    return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot changed while it was read and now holds " +
+                                                                   std::to_string(ids.size()) + " sequences");
+  }
   if (out_seqs != nullptr) std::copy(ids.begin(), ids.end(), out_seqs);
+  if (sampler != nullptr) *sampler->sampler = std::move(*staged_sampler);
   return IKV_OK;
 }
 

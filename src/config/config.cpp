@@ -58,9 +58,25 @@ std::string field_near_error(const std::string &text, const std::string &err) {
   return text.substr(q1 + 1, q2 - q1 - 1);
 }
 
+bool valid_utf8(const std::string &s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : -1;
+    if (n < 0 || c == 0xc0 || c == 0xc1 || c > 0xf4 || i + static_cast<size_t>(n) >= s.size() + (n == 0 ? 1 : 0)) return false;
+    for (int k = 1; k <= n; ++k)
+      if ((static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0xc0) != 0x80) return false;
+    i += static_cast<size_t>(n) + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 void validate_config(const Config &c) {
+  // Strings must be UTF-8 without NUL: the JSON writer cannot represent anything else.
+  if (!valid_utf8(c.model_path) || c.model_path.find('\0') != std::string::npos) bad("model_path is not valid UTF-8 text");
+  if (!valid_utf8(c.device) || c.device.find('\0') != std::string::npos) bad("device is not valid UTF-8 text");
   const std::string &d = c.device;
   bool dev_ok = d.empty() || d == "auto" || d == "cpu" || d == "cuda";
   if (!dev_ok && d.size() > 5 && d.compare(0, 5, "cuda:") == 0 && d.size() <= 9) {

@@ -126,6 +126,14 @@ TEST(Config, BinaryReaderRefusesForeignAndDamagedBuffers) {
   }
 }
 
+TEST(Config, StringsMustBeUtf8SoTheJsonWriterCanWriteThem) {
+  Config c;
+  c.model_path = "stories\xd0\xb4\xd0\x8c\x8b.gguf";  // found by fuzz_config: the binary form accepted it
+  EXPECT_THROW(config_to_binary(c), Error);
+  c.model_path = "stories\xd0\xb4.gguf";
+  EXPECT_NO_THROW(config_to_json(c));
+}
+
 TEST(ConfigCapi, CreateParseWriteAndFree) {
   ikv_config *c = nullptr;
   const char *j = R"({"model_path": "x.gguf", "threads": 2})";

@@ -1,0 +1,70 @@
+// libFuzzer target for the snapshot reader: inspect() (no model) on every input, and restore() into a session of
+// stories260K when $INFOKV_MODELS_DIR (or ../shared/models) holds it. Any exception is fine; a crash, a sanitizer
+// report, or a restore that changes the session's state after failing is a bug.
+// Build: clang++ -fsanitize=fuzzer,address,undefined with infokv_core (see the note in tests/fuzz/CMakeLists.txt).
+// -DINFOKV_FUZZ_STANDALONE gives a main() that runs the files named on the command line (for GCC builds).
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.hpp"
+#include "session/session.hpp"
+#include "snapshot/snapshot.hpp"
+#include "util/error.hpp"
+
+namespace {
+
+std::shared_ptr<const infokv::Model> fuzz_model() {
+  static std::shared_ptr<const infokv::Model> m = [] {
+    const char *d = std::getenv("INFOKV_MODELS_DIR");
+    const std::string dir = d != nullptr && *d != '\0' ? d : "../shared/models";
+    try {
+      return infokv::Model::load(dir + "/stories260K/stories260K.gguf");
+    } catch (const infokv::Error &) {
+      return std::shared_ptr<const infokv::Model>();
+    }
+  }();
+  return m;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  try {
+    infokv::snapshot::MemorySource src(data, size);
+    (void)infokv::snapshot::inspect(src);
+  } catch (const infokv::Error &) {
+  }
+  auto m = fuzz_model();
+  if (!m) return 0;
+  infokv::SessionOptions o;
+  o.n_threads = 1;
+  o.kv_pool_blocks = 256;
+  infokv::Session s(m, o);
+  const int64_t used = s.kv().stats().blocks_used;
+  try {
+    infokv::snapshot::MemorySource src(data, size);
+    infokv::Sampler sampler(infokv::SamplerParams{});
+    (void)infokv::snapshot::restore(s, &sampler, src);
+  } catch (const infokv::Error &) {
+    if (s.kv().stats().blocks_used != used || !s.kv().sequence_ids().empty()) std::abort();  // not all-or-nothing
+  }
+  s.kv().check_invariants();
+  return 0;
+}
+
+#ifdef INFOKV_FUZZ_STANDALONE
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::ifstream f(argv[i], std::ios::binary);
+    std::vector<uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    LLVMFuzzerTestOneInput(b.data(), b.size());
+  }
+  return 0;
+}
+#endif
