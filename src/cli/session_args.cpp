@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "cli/args.hpp"
 #include "config/config.hpp"
@@ -50,7 +52,20 @@ Config config_from_args(const Args &a) {
 std::string model_path_from(const Args &a) {
   if (a.has("model")) return a.str("model");
   const Config c = config_from_args(a);
-  return c.model_path.empty() ? default_model_path() : c.model_path;
+  if (c.model_path.empty()) return default_model_path();
+  if (c.model_path[0] == '/') return c.model_path;
+  // A relative model_path is looked up next to the config file, then under $INFOKV_MODELS_DIR, then as given.
+  const std::string cfg = a.str("config");
+  const size_t slash = cfg.rfind('/');
+  std::vector<std::string> candidates;
+  candidates.push_back((slash == std::string::npos ? std::string() : cfg.substr(0, slash + 1)) + c.model_path);
+  if (const char *d = std::getenv("INFOKV_MODELS_DIR")) candidates.push_back(std::string(d) + "/" + c.model_path);
+  for (const std::string &p : candidates)
+    if (std::FILE *f = std::fopen(p.c_str(), "rb")) {
+      std::fclose(f);
+      return p;
+    }
+  return c.model_path;
 }
 
 CompressionConfig compression_from(const Args &a) { return compression_from(a, CompressionConfig{}); }

@@ -165,3 +165,37 @@ TEST(ConfigCapi, CreateParseWriteAndFree) {
 }
 
 }  // namespace
+
+// Inputs the fuzzers found (tests/data/fuzz/config/): each must be refused or read without a crash.
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#ifndef INFOKV_TEST_DATA_DIR
+#define INFOKV_TEST_DATA_DIR "tests/data"
+#endif
+namespace {
+TEST(Config, FuzzRegressionInputsAreHandled) {
+  const std::string dir = std::string(INFOKV_TEST_DATA_DIR) + "/fuzz/config";
+  DIR *d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << dir;
+  int n = 0;
+  while (dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(dir + "/" + e->d_name, std::ios::binary);
+    std::ostringstream s;
+    s << f.rdbuf();
+    const std::string b = s.str();
+    for (int form = 0; form < 2; ++form) {
+      try {
+        const Config c = form == 0 ? config_from_json(b) : config_from_binary(b.data(), b.size());
+        (void)config_to_json(c);
+      } catch (const Error &err) {
+        EXPECT_EQ(err.status(), Status::bad_config) << e->d_name << ": " << err.what();
+      }
+    }
+    ++n;
+  }
+  closedir(d);
+  EXPECT_GT(n, 0);
+}
+}  // namespace
