@@ -175,7 +175,7 @@ int32_t ikv_sampler_create_with_config(ikv_sampler **out, const ikv_config *conf
   });
 }
 
-int32_t ikv_session_save_file(ikv_session *session, int32_t seq, const ikv_sampler *sampler, const char *path) {
+int32_t ikv_session_save_file(const ikv_session *session, int32_t seq, const ikv_sampler *sampler, const char *path) {
   return guard([&] {
     check_handle(session, "session");
     if (sampler != nullptr) check_handle(sampler, "sampler");
@@ -186,7 +186,7 @@ int32_t ikv_session_save_file(ikv_session *session, int32_t seq, const ikv_sampl
   });
 }
 
-int32_t ikv_session_save_buffer(void *out, size_t capacity, size_t *out_len, ikv_session *session, int32_t seq,
+int32_t ikv_session_save_buffer(void *out, size_t capacity, size_t *out_len, const ikv_session *session, int32_t seq,
                                 const ikv_sampler *sampler) {
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {

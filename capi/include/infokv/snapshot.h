@@ -29,13 +29,13 @@ extern "C" {
  * @return IKV_OK; IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT (NULL path, seq < -1); IKV_ERR_NOT_FOUND;
  *         IKV_ERR_IO; IKV_ERR_OUT_OF_MEMORY. The session is not changed.
  */
-IKV_API int32_t ikv_session_save_file(ikv_session *session, int32_t seq, const ikv_sampler *sampler, const char *path);
+IKV_API int32_t ikv_session_save_file(const ikv_session *session, int32_t seq, const ikv_sampler *sampler, const char *path);
 
 /**
  * Saves into the caller's buffer. Call with out NULL and capacity 0 to learn the size (*out_len).
  * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL (only *out_len set); the statuses of ikv_session_save_file but IKV_ERR_IO.
  */
-IKV_API int32_t ikv_session_save_buffer(void *out, size_t capacity, size_t *out_len, ikv_session *session, int32_t seq,
+IKV_API int32_t ikv_session_save_buffer(void *out, size_t capacity, size_t *out_len, const ikv_session *session, int32_t seq,
                                         const ikv_sampler *sampler);
 
 /**
