@@ -126,9 +126,11 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
       flatbuffers::FlatBufferBuilder b(1024 + st.tokens.size() * 4 + st.logits.size() * 4);
       std::vector<flatbuffers::Offset<fb::Span>> spans;
       for (const ProtectedSpan &sp : st.spans) spans.push_back(fb::CreateSpan(b, sp.begin, sp.end, sp.fair));
+      const std::vector<float> no_logits;
+      const std::vector<float> &logits = st.has_logits ? st.logits : no_logits;
       auto meta = fb::CreateSequenceDirect(
           b, static_cast<int32_t>(si), ids[si], c.length, &st.tokens, vec_hash(st.tokens), st.has_logits,
-          st.has_logits ? &st.logits : nullptr, st.has_logits ? vec_hash(st.logits) : 0, st.pending_entropy,
+          &logits, vec_hash(logits), st.pending_entropy,
           st.since_compress, st.prefilled, st.n_compressions, &spans, &c.window_pos, &kept, layer_chunks);
       fb::ChunkBuilder cb(b);
       cb.add_kind(fb::ChunkKind::SEQUENCE);

@@ -159,6 +159,26 @@ TEST(Snapshot, WholeSessionSavesEverySequence) {
   EXPECT_EQ(b.logits(ids[1]), a.logits(s1));
 }
 
+TEST(Snapshot, EmptyAndTruncatedSequencesRoundTrip) {
+  auto m = stories_model();
+  Session a(m, session_opts());
+  const int32_t empty = a.add_sequence();
+  const int32_t cut = a.add_sequence();
+  prefill(a, cut, nullptr, story_prompt(*m));
+  a.truncate(cut, 5);  // no logits after a truncate
+  Session b(m, session_opts());
+  const std::vector<int32_t> ids = restore_bytes(b, nullptr, save_bytes(a, -1, nullptr));
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(b.info(ids[0]).length, 0);
+  EXPECT_EQ(b.info(ids[1]).length, 5);
+  EXPECT_EQ(b.tokens(ids[1]), a.tokens(cut));
+  EXPECT_THROW(b.logits(ids[1]), Error);
+  b.decode({{ids[0], 1, false}});
+  a.decode({{empty, 1, false}});
+  EXPECT_EQ(b.logits(ids[0]), a.logits(empty));
+  b.kv().check_invariants();
+}
+
 TEST(Snapshot, CompressedToAQuarterIsAtMostThirtyPercentOfUncompressed) {
   auto m = stories_model();
   std::string text;
