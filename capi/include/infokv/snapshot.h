@@ -11,6 +11,10 @@
  * The restoring session may use another KV dtype (values are converted; exact continuation needs the same dtype)
  * or block size. Its compression policy is its own: create it with the snapshot's policy (ikv_snapshot_inspect
  * shows it) to continue exactly as the saving session would have.
+ *
+ * A snapshot holds what the session has decoded. ikv_generate returns its last token without decoding it (no
+ * logits are needed after it); to save a conversation that continues after that token, ikv_decode it first, as
+ * `infokv generate --save-snapshot` does. Forked sequences saved together are stored separately (no sharing).
  */
 #ifndef INFOKV_SNAPSHOT_H
 #define INFOKV_SNAPSHOT_H
