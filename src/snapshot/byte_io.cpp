@@ -1,5 +1,6 @@
 #include "snapshot/byte_io.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -14,6 +15,7 @@ void VectorSink::write(const void *p, size_t n) {
 }
 
 void SpanSink::write(const void *p, size_t n) {
+  if (n == 0) return;
   if (n > cap_ - n_) fail(Status::buffer_too_small, "snapshot buffer of " + std::to_string(cap_) + " bytes is too small");
   std::memcpy(p_ + n_, p, n);
   n_ += n;
@@ -21,6 +23,7 @@ void SpanSink::write(const void *p, size_t n) {
 
 size_t MemorySource::read(void *p, size_t n) {
   const size_t k = std::min(n, n_ - off_);
+  if (k == 0) return 0;
   std::memcpy(p, p_ + off_, k);
   off_ += k;
   return k;
