@@ -26,7 +26,8 @@ const char *kUsage =
     "../shared/models). Every command takes --json for machine-readable output on stdout.\n"
     "generate, perplexity and eval take --config FILE.json (schemas/config.fbs); flags given override it.\n"
     "generate --save-snapshot FILE saves the sequence after generating; --load-snapshot FILE continues from one\n"
-    "(--prompt is then optional and appended when given).\n";
+    "(--prompt is then optional and appended when given; the snapshot's policy, KV dtype and sampler are used\n"
+    "unless --config or a flag sets them).\n";
 
 }  // namespace
 
