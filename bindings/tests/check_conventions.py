@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Checks that functions the C ABI will gain (snapshots, configs, arrays) bind through bindings/infokv.i by their
-parameter names alone: SWIG wraps a synthetic header that uses every convention, for Python, Java and Go, the
+parameter names alone: SWIG wraps a synthetic header (its functions named ikv_fut_* so they never collide with real ones) that uses every convention, for Python, Java and Go, the
 generated C compiles without warnings, and each function has the shape the language layers expect."""
 import argparse
 import pathlib
@@ -12,37 +12,36 @@ import tempfile
 
 FUTURE_H = r"""
 #include "infokv/infokv.h"
-typedef struct ikv_config ikv_config;
-IKV_API int32_t ikv_config_from_json(ikv_config **out, const char *json, size_t json_len);
-IKV_API int32_t ikv_config_to_binary(void *out, size_t capacity, size_t *out_len, const ikv_config *config);
-IKV_API int32_t ikv_config_from_binary(ikv_config **out, const void *data, size_t size);
-IKV_API void ikv_config_free(ikv_config *config);
-IKV_API int32_t ikv_session_save(const ikv_session *session, int32_t seq, const char *path);
-IKV_API int32_t ikv_session_restore(int32_t *out_seq, ikv_session *session, const char *path);
-IKV_API int32_t ikv_session_save_buffer(uint8_t *out, size_t capacity, size_t *out_len,
+IKV_API int32_t ikv_fut_config_from_json(ikv_config **out, const char *json, size_t json_len);
+IKV_API int32_t ikv_fut_config_to_binary(void *out, size_t capacity, size_t *out_len, const ikv_config *config);
+IKV_API int32_t ikv_fut_config_from_binary(ikv_config **out, const void *data, size_t size);
+IKV_API void ikv_fut_config_free(ikv_config *config);
+IKV_API int32_t ikv_fut_session_save(const ikv_session *session, int32_t seq, const char *path);
+IKV_API int32_t ikv_fut_session_restore(int32_t *out_seq, ikv_session *session, const char *path);
+IKV_API int32_t ikv_fut_session_save_buffer(uint8_t *out, size_t capacity, size_t *out_len,
                                         const ikv_session *session, int32_t seq);
-IKV_API int32_t ikv_session_restore_buffer(int32_t *out_seq, ikv_session *session, const uint8_t *data, size_t len);
-IKV_API int32_t ikv_seq_kept_all(int64_t *out, size_t capacity, size_t *out_count, const ikv_session *session,
+IKV_API int32_t ikv_fut_session_restore_buffer(int32_t *out_seq, ikv_session *session, const uint8_t *data, size_t len);
+IKV_API int32_t ikv_fut_seq_kept_all(int64_t *out, size_t capacity, size_t *out_count, const ikv_session *session,
                                  int32_t seq);
-IKV_API int32_t ikv_config_get_double(double *out_value, const ikv_config *config, const char *key);
+IKV_API int32_t ikv_fut_config_get_double(double *out_value, const ikv_config *config, const char *key);
 """
 
 # function -> (python signature, java signature fragment, go signature fragment)
 EXPECT = {
-    "ikv_config_from_json": ("(json)", "(long[] out, byte[] json)", "(arg1 *uintptr, arg2 string)"),
-    "ikv_config_to_binary": ("(out, config)", "(byte[] out, long[] out_len, SWIGTYPE_p_ikv_config config)",
-                             "(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config)"),
-    "ikv_config_from_binary": ("(data)", "(long[] out, byte[] data)", "(arg1 *uintptr, arg2 []byte)"),
-    "ikv_session_restore": ("(session, path)", "(int[] out_seq, SWIGTYPE_p_ikv_session session, String path)",
+    "ikv_fut_config_from_json": ("(json)", "(long[] out, byte[] json)", "(arg1 *uintptr, arg2 string)"),
+    "ikv_fut_config_to_binary": ("(out, config)", "(byte[] out, long[] out_len, SWIGTYPE_p_ikv_config config)",
+                             "(arg1 []byte, arg2 *uint64, arg3 Ikv_config)"),
+    "ikv_fut_config_from_binary": ("(data)", "(long[] out, byte[] data)", "(arg1 *uintptr, arg2 []byte)"),
+    "ikv_fut_session_restore": ("(session, path)", "(int[] out_seq, SWIGTYPE_p_ikv_session session, String path)",
                             "(arg1 *int32, arg2 Struct_SS_ikv_session, arg3 string)"),
-    "ikv_session_save_buffer": ("(out, session, seq)", "(byte[] out, long[] out_len, SWIGTYPE_p_ikv_session session, int seq)",
+    "ikv_fut_session_save_buffer": ("(out, session, seq)", "(byte[] out, long[] out_len, SWIGTYPE_p_ikv_session session, int seq)",
                                 "(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 int)"),
-    "ikv_session_restore_buffer": ("(session, data)", "(int[] out_seq, SWIGTYPE_p_ikv_session session, byte[] data)",
+    "ikv_fut_session_restore_buffer": ("(session, data)", "(int[] out_seq, SWIGTYPE_p_ikv_session session, byte[] data)",
                                    "(arg1 *int32, arg2 Struct_SS_ikv_session, arg3 []byte)"),
-    "ikv_seq_kept_all": ("(out, session, seq)", "(long[] out, long[] out_count, SWIGTYPE_p_ikv_session session, int seq)",
+    "ikv_fut_seq_kept_all": ("(out, session, seq)", "(long[] out, long[] out_count, SWIGTYPE_p_ikv_session session, int seq)",
                          "(arg1 []int64, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 int)"),
-    "ikv_config_get_double": ("(config, key)", "(double[] out_value, SWIGTYPE_p_ikv_config config, String key)",
-                              "(arg1 *float64, arg2 Struct_SS_ikv_config, arg3 string)"),
+    "ikv_fut_config_get_double": ("(config, key)", "(double[] out_value, SWIGTYPE_p_ikv_config config, String key)",
+                              "(arg1 *float64, arg2 Ikv_config, arg3 string)"),
 }
 
 
@@ -66,7 +65,8 @@ def main():
     try:
         inc = tmp / "inc" / "infokv"
         inc.mkdir(parents=True)
-        shutil.copy(pathlib.Path(a.capi_include) / "infokv" / "infokv.h", inc / "infokv.h")
+        for h in (pathlib.Path(a.capi_include) / "infokv").glob("*.h"):  # infokv.h includes its siblings
+            shutil.copy(h, inc / h.name)
         (inc / "future.h").write_text(FUTURE_H)
         (tmp / "infokv_headers.i").write_text(
             '%{\n#include "infokv/infokv.h"\n%}\n%include "infokv/infokv.h"\n'

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "infokv/infokv.h"
+#include "config/config.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
@@ -17,6 +18,10 @@ struct ikv_model {
 };
 struct ikv_session {
   std::unique_ptr<infokv::Session> session;
+  int64_t protect_prefix = 0;  // from a config: applied to every new sequence
+};
+struct ikv_config {
+  infokv::Config config;
 };
 struct ikv_sampler {
   std::unique_ptr<infokv::Sampler> sampler;
@@ -28,11 +33,12 @@ namespace capi {
 // Every live handle is registered with its kind, so that a freed or foreign pointer, or a live handle of another
 // kind (a model passed as a session), is refused instead of dereferenced.
 // This is the one piece of process-wide state: handles cross threads, so the registry must too.
-enum class HandleKind { model, session, sampler };
+enum class HandleKind { model, session, sampler, config };
 template <typename H> struct HandleKindOf;
 template <> struct HandleKindOf<ikv_model> { static constexpr HandleKind value = HandleKind::model; };
 template <> struct HandleKindOf<ikv_session> { static constexpr HandleKind value = HandleKind::session; };
 template <> struct HandleKindOf<ikv_sampler> { static constexpr HandleKind value = HandleKind::sampler; };
+template <> struct HandleKindOf<ikv_config> { static constexpr HandleKind value = HandleKind::config; };
 template <typename H> constexpr HandleKind kind_of() { return HandleKindOf<std::remove_const_t<H>>::value; }
 
 void register_handle(const void *p, HandleKind kind);

@@ -241,7 +241,9 @@ int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session) {
   return guard([&] {
     check_handle(session, "session");
     require(out_seq != nullptr, "out_seq must not be NULL");
-    *out_seq = session->session->add_sequence();
+    const int32_t id = session->session->add_sequence();
+    if (session->protect_prefix > 0) session->session->protect(id, infokv::ProtectedSpan{0, session->protect_prefix, false});
+    *out_seq = id;
     return IKV_OK;
   });
 }

@@ -37,20 +37,29 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_snapshot(int argc, char **argv);
 
 }  // namespace cli
 }  // namespace infokv
 
+#include "config/config.hpp"
 #include "session/session.hpp"
 
 namespace infokv {
 namespace cli {
 
-// Options shared by the commands that build a session (threads, KV layout, compression policy).
+// Options shared by the commands that build a session (threads, KV layout, compression policy, --config FILE).
 const std::set<std::string> &session_option_names();
+// --config FILE (JSON, or the binary form) as the base, each flag given overriding it.
 SessionOptions session_options_from(const Args &a);
-// The --policy/--budget/... part alone (policy none when --policy is absent).
+SessionOptions session_options_from(const Args &a, const SessionOptions &base);
+// The --policy/--budget/... part alone (policy none when neither --policy nor the base sets one).
 CompressionConfig compression_from(const Args &a);
+CompressionConfig compression_from(const Args &a, const CompressionConfig &base);
+// The config named by --config (defaults without one). Throws Error(invalid_argument) naming the file and field.
+Config config_from_args(const Args &a);
+// --model, else the config's model_path, else default_model_path().
+std::string model_path_from(const Args &a);
 // "0.25" -> fraction, "128" (an integer > 1) -> tokens; "25%" -> fraction.
 void parse_budget(const std::string &s, double *fraction, int32_t *tokens);
 

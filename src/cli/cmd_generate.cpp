@@ -6,6 +6,7 @@
 #include "cli/json.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
+#include "snapshot/snapshot.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -30,40 +31,96 @@ std::string kv_json(const Session &s, int32_t seq) {
   return o.dump();
 }
 
+std::string snapshot_json(const std::string &path, int64_t bytes) {
+  snapshot::FileSource f(path);
+  const snapshot::Summary sm = snapshot::inspect(f);
+  JsonObject o;
+  o.str("path", path)
+      .integer("bytes", bytes)
+      .integer("kept_kv_bytes", sm.kept_kv_bytes)
+      .integer("full_kv_bytes", sm.full_kv_bytes)
+      .integer("uncompressed_estimate_bytes", sm.uncompressed_estimate_bytes)
+      .num("ratio", sm.uncompressed_estimate_bytes > 0 ? static_cast<double>(bytes) / static_cast<double>(sm.uncompressed_estimate_bytes) : 1.0);
+  return o.dump();
+}
+
+// The sampler flags given on the command line, applied over `base`.
+SamplerParams sampler_from(const Args &a, SamplerParams sp) {
+  sp.temperature = static_cast<float>(a.number("temperature", sp.temperature, 0.0, 100.0));
+  sp.top_k = static_cast<int32_t>(a.integer("top-k", sp.top_k, 0, 1 << 24));
+  sp.top_p = static_cast<float>(a.number("top-p", sp.top_p, 0.0, 1.0));
+  sp.min_p = static_cast<float>(a.number("min-p", sp.min_p, 0.0, 1.0));
+  sp.repeat_penalty = static_cast<float>(a.number("repeat-penalty", sp.repeat_penalty, 1e-3, 100.0));
+  sp.repeat_last_n = static_cast<int32_t>(a.integer("repeat-last-n", sp.repeat_last_n, 0, 1 << 20));
+  sp.seed = static_cast<uint64_t>(a.integer("seed", static_cast<int64_t>(sp.seed), 0, INT64_MAX));
+  return sp;
+}
+
 }  // namespace
 
 int cmd_generate(int argc, char **argv) {
   std::set<std::string> valued = {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                                  "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix"};
+                                  "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix",
+                                  "save-snapshot", "load-snapshot"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json", "no-bos"});
-  const std::string path = a.str("model", default_model_path());
-  const std::string prompt_text = a.required("prompt");
+  const Config cfg = config_from_args(a);
+  const std::string path = model_path_from(a);
+  const std::string load_path = a.str("load-snapshot");
+  const std::string save_path = a.str("save-snapshot");
+  if (load_path.empty() && !a.has("prompt")) fail(Status::invalid_argument, "missing required option --prompt");
+  const std::string prompt_text = a.str("prompt");
   const int32_t max_tokens = static_cast<int32_t>(a.integer("max-tokens", 64, 0, 1 << 24));
-  SamplerParams sp;
-  sp.temperature = static_cast<float>(a.number("temperature", 0.8, 0.0, 100.0));
-  sp.top_k = static_cast<int32_t>(a.integer("top-k", 40, 0, 1 << 24));
-  sp.top_p = static_cast<float>(a.number("top-p", 0.95, 0.0, 1.0));
-  sp.min_p = static_cast<float>(a.number("min-p", 0.05, 0.0, 1.0));
-  sp.repeat_penalty = static_cast<float>(a.number("repeat-penalty", 1.0, 1e-3, 100.0));
-  sp.repeat_last_n = static_cast<int32_t>(a.integer("repeat-last-n", 64, 0, 1 << 20));
-  sp.seed = static_cast<uint64_t>(a.integer("seed", 0, 0, INT64_MAX));
   const int32_t parallel = static_cast<int32_t>(a.integer("parallel", 1, 1, 1024));
-  const int64_t protect_prefix = a.integer("protect-prefix", 0, 0, INT64_MAX);
+  const int64_t protect_prefix = a.integer("protect-prefix", cfg.protect_prefix, 0, INT64_MAX);
   const bool json = a.flag("json");
-  SessionOptions so = session_options_from(a);
+  if (parallel != 1 && (!load_path.empty() || !save_path.empty()))
+    fail(Status::invalid_argument, "--save-snapshot and --load-snapshot work with one sequence (--parallel 1)");
+
+  SessionOptions base = cfg.session;
+  SamplerParams sp = cfg.sampler;
+  snapshot::Summary loaded;
+  if (!load_path.empty()) {
+    // Continue as the saving run would have: its policy, KV dtype and sampler, unless a config or flag says otherwise.
+    snapshot::FileSource f(load_path);
+    loaded = snapshot::inspect(f);
+    if (!a.has("config")) {
+      base.compression = loaded.compression;
+      base.kv_dtype = loaded.kv_dtype;
+      base.block_size = loaded.block_size;
+    }
+    if (loaded.has_sampler) sp = loaded.sampler;
+  }
+  sp = sampler_from(a, sp);
+  SessionOptions so = session_options_from(a, base);
 
   auto model = Model::load(path);
   Session session(model, so);
-  const int32_t seq = session.add_sequence();
-  std::vector<int32_t> prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
-  if (prompt.empty()) fail(Status::invalid_argument, "the prompt is empty and the model has no BOS token");
-  if (protect_prefix > 0) session.protect(seq, ProtectedSpan{0, protect_prefix, false});
+  int32_t seq = -1;
+  std::vector<int32_t> prompt;
+  Sampler sampler(sp);
+  JsonObject loaded_json;
+  if (!load_path.empty()) {
+    Sampler restored(sp);
+    const std::vector<int32_t> ids = snapshot::restore_file(session, &restored, load_path);
+    if (ids.empty()) fail(Status::invalid_argument, load_path + " holds no sequence");
+    seq = ids[0];
+    // Keep the restored RNG and history under the (possibly overridden) parameters.
+    sampler.rng().set_state(restored.rng().state());
+    sampler.set_history(std::vector<int32_t>(restored.history().begin(), restored.history().end()));
+    prompt = model->tokenizer().encode(prompt_text, false);
+    loaded_json.str("path", load_path).integer("sequences", static_cast<int64_t>(ids.size()))
+        .integer("length", session.info(seq).length);
+  } else {
+    seq = session.add_sequence();
+    prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
+    if (prompt.empty()) fail(Status::invalid_argument, "the prompt is empty and the model has no BOS token");
+    if (protect_prefix > 0) session.protect(seq, ProtectedSpan{0, protect_prefix, false});
+  }
 
   JsonObject out;
   out.ints("prompt_tokens", prompt);
   if (parallel == 1) {
-    Sampler sampler(sp);
     std::string kv_before, kv_after;
     int64_t compressions_before = 0;
     // Stream to the terminal as tokens come unless JSON was asked for.
@@ -76,7 +133,7 @@ int cmd_generate(int argc, char **argv) {
       };
     }
     GenerateResult r;
-    if (so.compression.enabled()) {
+    if (so.compression.enabled() && load_path.empty()) {
       // Prefill alone first so the accounting before and after the first compression can be reported.
       const bool after = so.compression.compress_after_prefill;
       CompressionConfig cc = so.compression;
@@ -98,7 +155,16 @@ int cmd_generate(int argc, char **argv) {
       r.prefill_tokens = static_cast<int64_t>(prompt.size());
       r.prefill_seconds = prefill_s;
     } else {
+      if (prompt.empty() && !session.seq_state(seq).has_logits)
+        fail(Status::invalid_argument, load_path + " has no logits to continue from: give --prompt");
       r = generate(session, seq, prompt, max_tokens, sampler, cb);
+    }
+    std::string saved_json;
+    if (!save_path.empty()) {
+      // generate() decoded every token it returned, so the snapshot continues exactly where this run stopped.
+      const int64_t bytes = snapshot::save_file(session, seq, &sampler, save_path);
+      saved_json = snapshot_json(save_path, bytes);
+      if (!json) std::fprintf(stderr, "[snapshot saved to %s: %lld bytes]\n", save_path.c_str(), static_cast<long long>(bytes));
     }
     if (!json) {
       std::printf("\n");
@@ -121,15 +187,16 @@ int cmd_generate(int argc, char **argv) {
         .num("decode_tokens_per_second", r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0);
     out.raw("timings", timings.dump());
     out.raw("kv", kv_json(session, seq));
+    if (!saved_json.empty()) out.raw("snapshot_saved", saved_json);
+    if (!load_path.empty()) out.raw("snapshot_loaded", loaded_json.dump());
     if (so.compression.enabled()) {
       JsonObject comp;
       comp.str("policy", policy_name(so.compression.policy))
           .num("budget_fraction", so.compression.budget_fraction)
           .integer("budget_tokens", so.compression.budget_tokens)
           .integer("compressions", session.compressions(seq))
-          .integer("compressions_after_prefill", compressions_before)
-          .raw("kv_before", kv_before)
-          .raw("kv_after", kv_after);
+          .integer("compressions_after_prefill", compressions_before);
+      if (!kv_before.empty()) comp.raw("kv_before", kv_before).raw("kv_after", kv_after);
       out.raw("compression", comp.dump());
     }
   } else {

@@ -23,10 +23,15 @@ const char *kUsage =
     "              the token ids of a text (special-token texts become those tokens unless --no-special)\n"
     "  synth       --preset llama-3.2-1b|llama-3.1-8b|smollm2-135m|stories260k --out FILE.gguf\n"
     "              [--dtype f16|bf16|f32] [--seed S]  random weights at a real model's shapes (GGUF)\n"
+    "  snapshot    inspect FILE [--json]                       check a snapshot and describe it (no model needed)\n"
     "  version     print the version\n"
     "\n"
     "--model defaults to $INFOKV_MODELS_DIR/stories260K/stories260K.gguf (INFOKV_MODELS_DIR defaults to\n"
-    "../shared/models). Every command takes --json for machine-readable output on stdout.\n";
+    "../shared/models). Every command takes --json for machine-readable output on stdout.\n"
+    "generate, perplexity and eval take --config FILE.json (schemas/config.fbs); flags given override it.\n"
+    "generate --save-snapshot FILE saves the sequence after generating; --load-snapshot FILE continues from one\n"
+    "(--prompt is then optional and appended when given; the snapshot's policy, KV dtype and sampler are used\n"
+    "unless --config or a flag sets them).\n";
 
 }  // namespace
 
@@ -43,6 +48,7 @@ int main(int argc, char **argv) {
     if (cmd == "eval") return infokv::cli::cmd_eval(argc, argv);
     if (cmd == "tokenize") return infokv::cli::cmd_tokenize(argc, argv);
     if (cmd == "synth") return infokv::cli::cmd_synth(argc, argv);
+    if (cmd == "snapshot") return infokv::cli::cmd_snapshot(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;

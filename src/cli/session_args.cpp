@@ -1,6 +1,9 @@
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "cli/args.hpp"
+#include "config/config.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -10,7 +13,7 @@ const std::set<std::string> &session_option_names() {
   static const std::set<std::string> names = {
       "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "ubatch", "policy", "budget",
       "compress-interval", "window", "alpha", "tau", "entropy-top-k", "pool-kernel-prefill", "pool-kernel-decode",
-      "budget-shape", "beta", "sink", "device"};
+      "budget-shape", "beta", "sink", "device", "config"};
   return names;
 }
 
@@ -33,11 +36,46 @@ void parse_budget(const std::string &s, double *fraction, int32_t *tokens) {
   }
 }
 
-CompressionConfig compression_from(const Args &a) {
-  CompressionConfig c;
-  c.policy = parse_policy(a.str("policy", "none"));
+Config config_from_args(const Args &a) {
+  if (!a.has("config")) return Config{};
+  const std::string path = a.str("config");
+  const std::string text = read_file(path);
+  try {
+    // The binary form carries the identifier "IKVC" at bytes 4..7; anything else is read as JSON.
+    if (text.size() >= 8 && text.compare(4, 4, "IKVC") == 0) return config_from_binary(text.data(), text.size());
+    return config_from_json(text);
+  } catch (const Error &e) {
+    fail(Status::invalid_argument, path + ": " + e.what());
+  }
+}
+
+std::string model_path_from(const Args &a) {
+  if (a.has("model")) return a.str("model");
+  const Config c = config_from_args(a);
+  if (c.model_path.empty()) return default_model_path();
+  if (c.model_path[0] == '/') return c.model_path;
+  // A relative model_path is looked up next to the config file, then under $INFOKV_MODELS_DIR, then as given.
+  const std::string cfg = a.str("config");
+  const size_t slash = cfg.rfind('/');
+  std::vector<std::string> candidates;
+  candidates.push_back((slash == std::string::npos ? std::string() : cfg.substr(0, slash + 1)) + c.model_path);
+  if (const char *d = std::getenv("INFOKV_MODELS_DIR")) candidates.push_back(std::string(d) + "/" + c.model_path);
+  for (const std::string &p : candidates)
+    if (std::FILE *f = std::fopen(p.c_str(), "rb")) {
+      std::fclose(f);
+      return p;
+    }
+  return c.model_path;
+}
+
+CompressionConfig compression_from(const Args &a) { return compression_from(a, CompressionConfig{}); }
+
+CompressionConfig compression_from(const Args &a, const CompressionConfig &base) {
+  CompressionConfig c = base;
+  if (a.has("policy")) c.policy = parse_policy(a.str("policy"));
   if (a.has("budget")) parse_budget(a.str("budget"), &c.budget_fraction, &c.budget_tokens);
-  if (c.policy != PolicyKind::none && !a.has("budget")) fail(Status::invalid_argument, "--policy needs --budget");
+  if (c.policy != PolicyKind::none && c.budget_fraction <= 0 && c.budget_tokens <= 0)
+    fail(Status::invalid_argument, "--policy needs --budget");
   c.interval = static_cast<int32_t>(a.integer("compress-interval", c.interval, 1, 1 << 30));
   c.window = static_cast<int32_t>(a.integer("window", c.window, -1, 4096));
   c.alpha = static_cast<float>(a.number("alpha", c.alpha, 0.0, 1.0));
@@ -45,34 +83,41 @@ CompressionConfig compression_from(const Args &a) {
   c.entropy_top_k = static_cast<int32_t>(a.integer("entropy-top-k", c.entropy_top_k, 1, 1 << 24));
   c.pool_kernel_prefill = static_cast<int32_t>(a.integer("pool-kernel-prefill", c.pool_kernel_prefill, 1, 63));
   c.pool_kernel_decode = static_cast<int32_t>(a.integer("pool-kernel-decode", c.pool_kernel_decode, 1, 63));
-  const std::string shape = a.str("budget-shape", "uniform");
-  if (shape == "uniform") c.shape = BudgetShape::uniform;
-  else if (shape == "pyramid") c.shape = BudgetShape::pyramid;
-  else fail(Status::invalid_argument, "--budget-shape must be uniform or pyramid");
+  if (a.has("budget-shape")) {
+    const std::string shape = a.str("budget-shape");
+    if (shape == "uniform") c.shape = BudgetShape::uniform;
+    else if (shape == "pyramid") c.shape = BudgetShape::pyramid;
+    else fail(Status::invalid_argument, "--budget-shape must be uniform or pyramid");
+  }
   c.beta = static_cast<float>(a.number("beta", c.beta, 1.0001, 1e6));
   c.sink = static_cast<int32_t>(a.integer("sink", c.sink, 0, 1 << 20));
   c.validate();
   return c;
 }
 
-SessionOptions session_options_from(const Args &a) {
-  SessionOptions o;
-  o.n_threads = static_cast<int32_t>(a.integer("threads", 0, 0, 1024));
-  o.device = a.str("device", "cpu");
-  const std::string dt = a.str("kv-dtype", "f16");
-  if (dt == "f32") o.kv_dtype = KvDtype::f32;
-  else if (dt == "f16") o.kv_dtype = KvDtype::f16;
-  else if (dt == "bf16") o.kv_dtype = KvDtype::bf16;
-  else fail(Status::invalid_argument, "--kv-dtype must be f32, f16 or bf16");
-  o.block_size = static_cast<int32_t>(a.integer("block-size", 16, 1, 1024));
-  o.ubatch = static_cast<int32_t>(a.integer("ubatch", 256, 1, 1 << 16));
+SessionOptions session_options_from(const Args &a) { return session_options_from(a, config_from_args(a).session); }
+
+SessionOptions session_options_from(const Args &a, const SessionOptions &base) {
+  SessionOptions o = base;
+  o.n_threads = static_cast<int32_t>(a.integer("threads", o.n_threads, 0, 1024));
+  o.device = a.str("device", o.device);
+  if (a.has("kv-dtype")) {
+    const std::string dt = a.str("kv-dtype");
+    if (dt == "f32") o.kv_dtype = KvDtype::f32;
+    else if (dt == "f16") o.kv_dtype = KvDtype::f16;
+    else if (dt == "bf16") o.kv_dtype = KvDtype::bf16;
+    else fail(Status::invalid_argument, "--kv-dtype must be f32, f16 or bf16");
+  }
+  o.block_size = static_cast<int32_t>(a.integer("block-size", o.block_size, 1, 1024));
+  o.ubatch = static_cast<int32_t>(a.integer("ubatch", o.ubatch, 1, 1 << 16));
   if (a.has("kv-pool-mb")) {
     const double mb = a.number("kv-pool-mb", 0, 1e-6, 1 << 20);
     o.kv_pool_bytes = static_cast<int64_t>(mb * 1024.0 * 1024.0);
     if (o.kv_pool_bytes < 1) o.kv_pool_bytes = 1;
+    o.kv_pool_blocks = 0;
   }
-  o.kv_pool_blocks = a.integer("kv-pool-blocks", 0, 0, int64_t{1} << 30);
-  o.compression = compression_from(a);
+  o.kv_pool_blocks = a.integer("kv-pool-blocks", o.kv_pool_blocks, 0, int64_t{1} << 30);
+  o.compression = compression_from(a, o.compression);
   return o;
 }
 

@@ -275,6 +275,29 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
   }
 }
 
+std::vector<int32_t> KvCache::alloc_blocks(int64_t n) {
+  if (n < 0 || n > free_blocks())
+    fail(Status::kv_full, "KV cache full: " + std::to_string(n) + " blocks needed, " + std::to_string(free_blocks()) + " free");
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out.push_back(alloc_block());
+  return out;
+}
+
+void KvCache::adopt(int32_t id, SeqCache &&s) {
+  bool ok = seqs_.count(id) == 0 && s.layers.size() == static_cast<size_t>(cfg_.n_layer) &&
+            s.window_q.size() == static_cast<size_t>(cfg_.n_layer);
+  for (const LayerSlots &L : s.layers) {
+    ok = ok && static_cast<int32_t>(L.blocks.size()) == blocks_for(L.n(), cfg_.block_size);
+    for (const auto &ch : L.imp) ok = ok && ch.size() == L.pos.size();
+  }
+  if (!ok) {
+    release_all(s);
+    fail(Status::invalid_argument, "adopt: sequence " + std::to_string(id) + " exists or does not fit the cache layout");
+  }
+  seqs_.emplace(id, std::move(s));
+}
+
 cpu::PagedKv KvCache::view(int32_t id, int32_t layer) {
   LayerSlots &L = seq_mut(id).layers.at(static_cast<size_t>(layer));
   cpu::PagedKv v;

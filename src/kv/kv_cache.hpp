@@ -85,8 +85,15 @@ class KvCache {
   // All or nothing: throws kv_full (changing nothing) if copy-on-write of shared blocks needs more free blocks.
   void compact(int32_t id, const std::vector<std::vector<int32_t>> &keep);
 
+  // Takes `n` blocks from the pool (reference count 1 each), all or nothing (throws kv_full).
+  std::vector<int32_t> alloc_blocks(int64_t n);
+  // Adds sequence `id` whose block tables hold blocks from alloc_blocks() (their references pass to it).
+  // Throws invalid_argument if `id` exists or the tables do not fit the slots (the blocks are then released).
+  void adopt(int32_t id, SeqCache &&s);
+
   cpu::PagedKv view(int32_t id, int32_t layer);
   uint8_t *pool() { return pool_; }
+  const uint8_t *pool() const { return pool_; }
   int32_t refcount(int32_t block) const { return refcount_[static_cast<size_t>(block)]; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
 

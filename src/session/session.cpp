@@ -73,6 +73,14 @@ int32_t Session::add_sequence() {
   return id;
 }
 
+int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st) {
+  while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
+  const int32_t id = next_id_++;
+  kv_->adopt(id, std::move(cache));
+  seqs_[id] = std::move(st);
+  return id;
+}
+
 void Session::remove_sequence(int32_t seq) {
   kv_->remove(seq);
   seqs_.erase(seq);

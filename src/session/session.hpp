@@ -80,7 +80,7 @@ class Session {
   void compress(int32_t seq, int32_t budget_tokens = 0);
   int64_t compressions(int32_t seq) const;
 
- private:
+  // Per-sequence state beyond the KV cache. Public so that snapshots (src/snapshot/) can save and restore it.
   struct SeqState {
     std::vector<int32_t> tokens;
     std::vector<float> logits;
@@ -91,6 +91,12 @@ class Session {
     int64_t n_compressions = 0;
     std::vector<ProtectedSpan> spans;
   };
+  const SeqState &seq_state(int32_t seq) const { return state(seq); }
+  // Adds a sequence from a cache whose blocks the caller already took from kv() (see KvCache::adopt) and its
+  // state; returns the new id. Used by snapshot restore after every check has passed.
+  int32_t adopt_sequence(SeqCache &&cache, SeqState &&st);
+
+ private:
   struct Chunk;
   void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,

@@ -1,0 +1,88 @@
+/*
+ * infokv configs: one FlatBuffers schema (schemas/config.fbs, compiled into the library) for everything a user
+ * may set. Build a config from JSON text or from the binary form, read it back in either form, and create models,
+ * sessions and samplers from it. Included by infokv.h; the conventions at the top of infokv.h apply.
+ *
+ * Thread safety: an ikv_config is immutable after it is made, so it may be shared by threads.
+ */
+#ifndef INFOKV_CONFIG_H
+#define INFOKV_CONFIG_H
+
+#ifndef INFOKV_INFOKV_H
+#error "include <infokv/infokv.h>, not <infokv/config.h>"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ikv_config ikv_config;
+
+/**
+ * Creates a config holding every default.
+ * @return IKV_OK, IKV_ERR_INVALID_ARGUMENT (NULL out), IKV_ERR_OUT_OF_MEMORY. Free with ikv_config_free().
+ */
+IKV_API int32_t ikv_config_create(ikv_config **out);
+
+/**
+ * Parses a JSON config (the field names of schemas/config.fbs, e.g. {"threads": 4, "compression": {"policy":
+ * "infokv", "budget_fraction": 0.25}}). Absent fields keep their defaults.
+ * @param text  UTF-8 JSON of `len` bytes (need not be NUL-terminated; must not contain NUL).
+ * @return IKV_OK; IKV_ERR_BAD_CONFIG for invalid JSON, an unknown field or an out-of-range value (the message
+ *         names the field); IKV_ERR_INVALID_ARGUMENT for NULL arguments; IKV_ERR_OUT_OF_MEMORY.
+ */
+IKV_API int32_t ikv_config_from_json(ikv_config **out, const char *text, size_t len);
+
+/**
+ * Reads the binary form (a FlatBuffer with identifier "IKVC"); it is verified before it is read.
+ * @return IKV_OK; IKV_ERR_BAD_CONFIG (not a config, fails verification, or an out-of-range value);
+ *         IKV_ERR_INVALID_ARGUMENT; IKV_ERR_OUT_OF_MEMORY.
+ */
+IKV_API int32_t ikv_config_from_binary(ikv_config **out, const void *bytes, size_t len);
+
+/**
+ * Writes the config as indented JSON listing every field (NUL-terminated) into the caller's buffer.
+ * @param out      buffer of `capacity` bytes (NULL with capacity 0 to query the size).
+ * @param out_len  receives the length without the NUL.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL (only *out_len set); IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT.
+ */
+IKV_API int32_t ikv_config_to_json(char *out, size_t capacity, size_t *out_len, const ikv_config *config);
+
+/**
+ * Writes the binary form into the caller's buffer (same size-query protocol as ikv_config_to_json; no NUL).
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL; IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT.
+ */
+IKV_API int32_t ikv_config_to_binary(void *out, size_t capacity, size_t *out_len, const ikv_config *config);
+
+/** Frees a config; NULL is ignored. Objects made from it do not need it any more. */
+IKV_API void ikv_config_free(ikv_config *config);
+
+/**
+ * Copies the config's model path ("" when unset), NUL-terminated, with the size-query protocol.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL; IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT.
+ */
+IKV_API int32_t ikv_config_get_model_path(char *out, size_t capacity, size_t *out_len, const ikv_config *config);
+
+/**
+ * Loads the model named by the config's model_path.
+ * @return the statuses of ikv_model_load; IKV_ERR_BAD_CONFIG when model_path is empty; IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_model_load_with_config(ikv_model **out, const ikv_config *config);
+
+/**
+ * Creates a session (with one empty sequence, id 0) from the config's threads, KV layout, pool size, compression
+ * and protection settings. protection.protect_prefix is applied to sequence 0 and to every sequence added later
+ * with ikv_seq_add. The device must be "cpu" or "auto" in this version ("cuda..." gives IKV_ERR_NO_DEVICE).
+ * self_tuning is stored but has no effect yet (the tuner is not built).
+ * @return the statuses of ikv_session_create; IKV_ERR_NO_DEVICE.
+ */
+IKV_API int32_t ikv_session_create_with_config(ikv_session **out, ikv_model *model, const ikv_config *config);
+
+/** Creates a sampler from the config's sampler settings. Statuses as ikv_sampler_create, plus IKV_ERR_BAD_HANDLE. */
+IKV_API int32_t ikv_sampler_create_with_config(ikv_sampler **out, const ikv_config *config);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFOKV_CONFIG_H */

@@ -1,0 +1,227 @@
+#include "config/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include <flatbuffers/idl.h>
+
+#include "infokv_fb/config_generated.h"
+#include "util/error.hpp"
+
+namespace infokv {
+
+namespace fbc = ::infokv::config;
+
+namespace {
+
+[[noreturn]] void bad(const std::string &m) { fail(Status::bad_config, "config: " + m); }
+
+void parser_with_schema(flatbuffers::Parser &p) {
+  if (!p.Parse(schema_text_config())) fail(Status::internal, "embedded config schema does not parse: " + p.error_);
+}
+
+flatbuffers::IDLOptions json_options() {
+  flatbuffers::IDLOptions o;
+  o.strict_json = true;                      // plain JSON: quoted keys, no trailing commas
+  o.skip_unexpected_fields_in_json = false;  // an unknown field is an error naming it
+  o.output_default_scalars_in_json = true;
+  o.indent_step = 2;
+  return o;
+}
+
+template <typename T>
+void in_range(const char *field, T v, T lo, T hi) {
+  if (!(v >= lo && v <= hi))  // also refuses NaN
+    bad(std::string(field) + " = " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+// The parser's messages start "LINE: COL: error: ..." but do not always name the field (an integer that does not
+// fit, for one); the key written last before that point is the one at fault.
+std::string field_near_error(const std::string &text, const std::string &err) {
+  long line = 0, col = 0;
+  if (std::sscanf(err.c_str(), "%ld: %ld:", &line, &col) != 2 || line < 1 || col < 0) return "";
+  size_t off = 0;
+  for (long l = 1; l < line && off != std::string::npos; ++l) {
+    off = text.find('\n', off);
+    if (off != std::string::npos) ++off;
+  }
+  if (off == std::string::npos) return "";
+  off = std::min(text.size(), off + static_cast<size_t>(col));
+  const size_t colon = text.rfind(':', off == 0 ? 0 : off - 1);
+  if (colon == std::string::npos) return "";
+  const size_t q2 = text.rfind('"', colon);
+  if (q2 == std::string::npos || q2 == 0) return "";
+  const size_t q1 = text.rfind('"', q2 - 1);
+  if (q1 == std::string::npos) return "";
+  return text.substr(q1 + 1, q2 - q1 - 1);
+}
+
+bool valid_utf8(const std::string &s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int n = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : -1;
+    if (n < 0 || c == 0xc0 || c == 0xc1 || c > 0xf4 || i + static_cast<size_t>(n) >= s.size() + (n == 0 ? 1 : 0)) return false;
+    for (int k = 1; k <= n; ++k)
+      if ((static_cast<unsigned char>(s[i + static_cast<size_t>(k)]) & 0xc0) != 0x80) return false;
+    i += static_cast<size_t>(n) + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+void validate_config(const Config &c) {
+  // Strings must be UTF-8 without NUL: the JSON writer cannot represent anything else.
+  if (!valid_utf8(c.model_path) || c.model_path.find('\0') != std::string::npos) bad("model_path is not valid UTF-8 text");
+  if (!valid_utf8(c.device) || c.device.find('\0') != std::string::npos) bad("device is not valid UTF-8 text");
+  const std::string &d = c.device;
+  bool dev_ok = d.empty() || d == "auto" || d == "cpu" || d == "cuda";
+  if (!dev_ok && d.size() > 5 && d.compare(0, 5, "cuda:") == 0 && d.size() <= 9) {
+    dev_ok = true;
+    for (size_t i = 5; i < d.size(); ++i) dev_ok = dev_ok && d[i] >= '0' && d[i] <= '9';
+  }
+  if (!dev_ok) bad("device = \"" + d + "\" must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"");
+  const SessionOptions &s = c.session;
+  in_range("threads", s.n_threads, 0, 1024);
+  in_range("block_size", s.block_size, 1, 1024);
+  in_range("ubatch", s.ubatch, 1, 1 << 16);
+  in_range<int64_t>("kv_pool_bytes", s.kv_pool_bytes, 0, int64_t{1} << 46);
+  in_range<int64_t>("kv_pool_blocks", s.kv_pool_blocks, 0, int64_t{1} << 30);
+  const CompressionConfig &k = s.compression;
+  in_range("compression.budget_fraction", k.budget_fraction, 0.0, 1.0);
+  in_range("compression.budget_tokens", k.budget_tokens, 0, 1 << 30);
+  in_range("compression.window", k.window, -1, 4096);
+  in_range("compression.interval", k.interval, 1, 1 << 30);
+  in_range("compression.alpha", k.alpha, 0.0f, 1.0f);
+  in_range("compression.tau", k.tau, 0.0f, 1e6f);
+  in_range("compression.entropy_top_k", k.entropy_top_k, 1, 1 << 24);
+  in_range("compression.pool_kernel_prefill", k.pool_kernel_prefill, 1, 63);
+  in_range("compression.pool_kernel_decode", k.pool_kernel_decode, 1, 63);
+  if (!(k.beta > 1.0f && k.beta <= 1e6f)) bad("compression.beta = " + std::to_string(k.beta) + " must be in (1, 1e6]");
+  in_range("compression.sink", k.sink, 0, 1 << 20);
+  if (k.enabled() && k.budget_fraction <= 0 && k.budget_tokens <= 0)
+    bad("compression.policy " + std::string(policy_name(k.policy)) + " needs compression.budget_fraction or budget_tokens");
+  try {
+    k.validate();
+  } catch (const Error &e) {
+    bad(std::string("compression: ") + e.what());
+  }
+  const SamplerParams &p = c.sampler;
+  in_range("sampler.temperature", p.temperature, -1e3f, 1e3f);
+  in_range("sampler.top_k", p.top_k, -1, 1 << 24);
+  in_range("sampler.top_p", p.top_p, 0.0f, 1.0f);
+  in_range("sampler.min_p", p.min_p, 0.0f, 1.0f);
+  if (!(p.repeat_penalty > 0.0f && p.repeat_penalty <= 100.0f)) bad("sampler.repeat_penalty must be in (0, 100]");
+  in_range("sampler.repeat_last_n", p.repeat_last_n, 0, 1 << 20);
+  in_range<int64_t>("protection.protect_prefix", c.protect_prefix, 0, int64_t{1} << 40);
+  in_range("self_tuning.kl_bound", c.self_tuning.kl_bound, 0.0f, 100.0f);
+  in_range("self_tuning.probe_tokens", c.self_tuning.probe_tokens, 1, 1 << 20);
+}
+
+Config config_from_binary(const void *data, size_t size) {
+  if (data == nullptr || size < 8 || size > (size_t{1} << 31) - 1) bad("binary config is empty or too large");
+  // The verifier wants the buffer aligned; a caller's bytes may not be.
+  std::vector<uint8_t> copy(static_cast<const uint8_t *>(data), static_cast<const uint8_t *>(data) + size);
+  if (!flatbuffers::BufferHasIdentifier(copy.data(), fbc::ConfigIdentifier())) bad("not an infokv config (identifier is not IKVC)");
+  flatbuffers::Verifier v(copy.data(), copy.size());
+  if (!fbc::VerifyConfigBuffer(v)) bad("binary config fails the FlatBuffers verifier");
+  const fbc::Config *f = fbc::GetConfig(copy.data());
+  Config c;
+  if (f->model_path() != nullptr) c.model_path = f->model_path()->str();
+  if (f->device() != nullptr && f->device()->size() > 0) c.device = f->device()->str();
+  SessionOptions &s = c.session;
+  s.device = c.device;  // the session selects (and refuses) the device
+  s.n_threads = f->threads();
+  const int dt = static_cast<int>(f->kv_dtype());
+  if (dt < 0 || dt > 3) bad("kv_dtype = " + std::to_string(dt) + " is not f32, f16 or bf16");
+  if (dt != 0) s.kv_dtype = static_cast<KvDtype>(dt);
+  if (f->block_size() != 0) s.block_size = f->block_size();
+  s.kv_pool_bytes = f->kv_pool_bytes();
+  s.kv_pool_blocks = f->kv_pool_blocks();
+  if (f->ubatch() != 0) s.ubatch = f->ubatch();
+  if (const fbc::Compression *k = f->compression()) {
+    CompressionConfig &cc = s.compression;
+    const int pol = static_cast<int>(k->policy());
+    if (pol < 0 || pol > 7) bad("compression.policy = " + std::to_string(pol) + " is not a known policy");
+    cc.policy = pol == 0 ? PolicyKind::none : static_cast<PolicyKind>(pol - 1);
+    cc.budget_fraction = k->budget_fraction();
+    cc.budget_tokens = k->budget_tokens();
+    cc.window = k->window();
+    cc.interval = k->interval();
+    cc.alpha = k->alpha();
+    cc.tau = k->tau();
+    cc.entropy_top_k = k->entropy_top_k();
+    cc.pool_kernel_prefill = k->pool_kernel_prefill();
+    cc.pool_kernel_decode = k->pool_kernel_decode();
+    const int sh = static_cast<int>(k->shape());
+    if (sh < 0 || sh > 2) bad("compression.shape = " + std::to_string(sh) + " is not uniform or pyramid");
+    cc.shape = sh == 2 ? BudgetShape::pyramid : BudgetShape::uniform;
+    cc.beta = k->beta();
+    cc.sink = k->sink();
+    cc.compress_after_prefill = k->compress_after_prefill();
+  }
+  if (const fbc::Protection *p = f->protection()) c.protect_prefix = p->protect_prefix();
+  if (const fbc::Sampler *p = f->sampler()) {
+    c.sampler.temperature = p->temperature();
+    c.sampler.top_k = p->top_k();
+    c.sampler.top_p = p->top_p();
+    c.sampler.min_p = p->min_p();
+    c.sampler.repeat_penalty = p->repeat_penalty();
+    c.sampler.repeat_last_n = p->repeat_last_n();
+    c.sampler.seed = p->seed();
+  }
+  if (const fbc::SelfTuning *t = f->self_tuning()) {
+    c.self_tuning.enabled = t->enabled();
+    c.self_tuning.kl_bound = t->kl_bound();
+    c.self_tuning.probe_tokens = t->probe_tokens();
+  }
+  validate_config(c);
+  return c;
+}
+
+Config config_from_json(const std::string &text) {
+  if (text.find('\0') != std::string::npos) bad("JSON text contains a NUL byte");
+  flatbuffers::Parser p(json_options());
+  parser_with_schema(p);
+  if (!p.Parse(text.c_str())) {
+    const std::string field = field_near_error(text, p.error_);
+    bad("invalid JSON" + (field.empty() ? std::string() : " at field \"" + field + "\"") + ": " + p.error_);
+  }
+  return config_from_binary(p.builder_.GetBufferPointer(), p.builder_.GetSize());
+}
+
+std::vector<uint8_t> config_to_binary(const Config &c) {
+  validate_config(c);
+  flatbuffers::FlatBufferBuilder b(512);
+  b.ForceDefaults(true);  // so the JSON form lists every setting
+  const CompressionConfig &k = c.session.compression;
+  auto comp = fbc::CreateCompression(b, static_cast<fbc::Policy>(static_cast<int16_t>(k.policy) + 1), k.budget_fraction,
+                                     k.budget_tokens, k.window, k.interval, k.alpha, k.tau, k.entropy_top_k,
+                                     k.pool_kernel_prefill, k.pool_kernel_decode,
+                                     static_cast<fbc::BudgetShape>(static_cast<int16_t>(k.shape) + 1), k.beta, k.sink,
+                                     k.compress_after_prefill);
+  auto prot = fbc::CreateProtection(b, c.protect_prefix);
+  const SamplerParams &p = c.sampler;
+  auto samp = fbc::CreateSampler(b, p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed);
+  auto tune = fbc::CreateSelfTuning(b, c.self_tuning.enabled, c.self_tuning.kl_bound, c.self_tuning.probe_tokens);
+  const SessionOptions &s = c.session;
+  auto root = fbc::CreateConfigDirect(b, c.model_path.c_str(), c.device.c_str(), s.n_threads,
+                                      static_cast<fbc::KvDtype>(static_cast<int16_t>(s.kv_dtype)), s.block_size,
+                                      s.kv_pool_bytes, s.kv_pool_blocks, s.ubatch, comp, prot, samp, tune);
+  fbc::FinishConfigBuffer(b, root);
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+std::string config_to_json(const Config &c) {
+  const std::vector<uint8_t> bin = config_to_binary(c);
+  flatbuffers::Parser p(json_options());
+  parser_with_schema(p);
+  std::string out;
+  if (!flatbuffers::GenerateText(p, bin.data(), &out)) fail(Status::internal, "config: cannot write JSON");
+  return out;
+}
+
+}  // namespace infokv

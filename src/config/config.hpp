@@ -1,0 +1,38 @@
+// The user configuration (schemas/config.fbs): read from JSON text or the binary FlatBuffer, validated, and
+// written back in both forms. Every failure throws Error(bad_config) with a message naming the field.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.hpp"
+#include "session/session.hpp"
+
+namespace infokv {
+
+struct SelfTuningConfig {
+  bool enabled = false;     // stored and validated; the tuner is not built yet (no effect in this version)
+  float kl_bound = 0.05f;   // nats
+  int32_t probe_tokens = 64;
+};
+
+struct Config {
+  std::string model_path;
+  std::string device = "auto";  // "cpu", "cuda", "cuda:N", "auto"
+  SessionOptions session;
+  SamplerParams sampler;
+  int64_t protect_prefix = 0;
+  SelfTuningConfig self_tuning;
+};
+
+Config config_from_json(const std::string &text);
+Config config_from_binary(const void *data, size_t size);
+std::string config_to_json(const Config &c);  // every field, defaults included, indented
+std::vector<uint8_t> config_to_binary(const Config &c);
+void validate_config(const Config &c);  // the semantic checks both readers run
+
+// The schema texts compiled into the library (generated from schemas/*.fbs at build time).
+const char *schema_text_config();
+const char *schema_text_snapshot();
+
+}  // namespace infokv

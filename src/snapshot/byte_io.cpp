@@ -1,0 +1,86 @@
+#include "snapshot/byte_io.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "util/error.hpp"
+
+namespace infokv {
+namespace snapshot {
+
+void VectorSink::write(const void *p, size_t n) {
+  const auto *b = static_cast<const uint8_t *>(p);
+  bytes_.insert(bytes_.end(), b, b + n);
+}
+
+void SpanSink::write(const void *p, size_t n) {
+  if (n == 0) return;
+  if (n > cap_ - n_) fail(Status::buffer_too_small, "snapshot buffer of " + std::to_string(cap_) + " bytes is too small");
+  std::memcpy(p_ + n_, p, n);
+  n_ += n;
+}
+
+size_t MemorySource::read(void *p, size_t n) {
+  const size_t k = std::min(n, n_ - off_);
+  if (k == 0) return 0;
+  std::memcpy(p, p_ + off_, k);
+  off_ += k;
+  return k;
+}
+
+FileSink::FileSink(const std::string &path) : path_(path), tmp_(path + ".tmp") {
+  f_ = std::fopen(tmp_.c_str(), "wb");
+  if (f_ == nullptr) fail(Status::io, "cannot create '" + tmp_ + "': " + std::strerror(errno));
+}
+
+FileSink::~FileSink() {
+  if (f_ != nullptr) {
+    std::fclose(f_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void FileSink::write(const void *p, size_t n) {
+  if (n != 0 && std::fwrite(p, 1, n, f_) != n) fail(Status::io, "cannot write '" + tmp_ + "': " + std::strerror(errno));
+  n_ += n;
+}
+
+void FileSink::commit() {
+  const bool flushed = std::fflush(f_) == 0;
+  const int rc = std::fclose(f_);
+  f_ = nullptr;
+  if (!flushed || rc != 0) {
+    std::remove(tmp_.c_str());
+    fail(Status::io, "cannot write '" + tmp_ + "': " + std::strerror(errno));
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp_.c_str());
+    fail(Status::io, "cannot rename '" + tmp_ + "' to '" + path_ + "': " + why);
+  }
+}
+
+FileSource::FileSource(const std::string &path) : path_(path) {
+  f_ = std::fopen(path.c_str(), "rb");
+  if (f_ == nullptr) fail(Status::io, "cannot open '" + path + "': " + std::strerror(errno));
+  if (std::fseek(f_, 0, SEEK_END) != 0 || (size_ = std::ftell(f_)) < 0 || std::fseek(f_, 0, SEEK_SET) != 0) {
+    std::fclose(f_);
+    f_ = nullptr;
+    fail(Status::io, "cannot read '" + path + "'");
+  }
+}
+
+FileSource::~FileSource() {
+  if (f_ != nullptr) std::fclose(f_);
+}
+
+size_t FileSource::read(void *p, size_t n) {
+  const size_t k = std::fread(p, 1, n, f_);
+  if (k < n && std::ferror(f_)) fail(Status::io, "cannot read '" + path_ + "': " + std::strerror(errno));
+  off_ += static_cast<int64_t>(k);
+  return k;
+}
+
+}  // namespace snapshot
+}  // namespace infokv

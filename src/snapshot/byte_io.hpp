@@ -1,0 +1,107 @@
+// Byte streams for snapshots: a snapshot is written to and read from a stream one chunk at a time, so files of
+// any size never sit in memory twice. Files are owned by RAII objects; every failure throws Error(io).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace infokv {
+namespace snapshot {
+
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  virtual void write(const void *p, size_t n) = 0;
+};
+
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Reads up to n bytes; returns how many (fewer only at the end of the data).
+  virtual size_t read(void *p, size_t n) = 0;
+  // Bytes left, or -1 when unknown. Lets a reader refuse a size field larger than the data before allocating.
+  virtual int64_t remaining() const = 0;
+};
+
+class CountingSink : public ByteSink {
+ public:
+  void write(const void *, size_t n) override { n_ += n; }
+  size_t size() const { return n_; }
+
+ private:
+  size_t n_ = 0;
+};
+
+class VectorSink : public ByteSink {
+ public:
+  void write(const void *p, size_t n) override;
+  std::vector<uint8_t> &bytes() { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+// Writes into a caller's buffer of fixed capacity; throws Error(buffer_too_small) past its end.
+class SpanSink : public ByteSink {
+ public:
+  SpanSink(uint8_t *p, size_t cap) : p_(p), cap_(cap) {}
+  void write(const void *p, size_t n) override;
+  size_t size() const { return n_; }
+
+ private:
+  uint8_t *p_;
+  size_t cap_;
+  size_t n_ = 0;
+};
+
+class MemorySource : public ByteSource {
+ public:
+  MemorySource(const void *p, size_t n) : p_(static_cast<const uint8_t *>(p)), n_(n) {}
+  size_t read(void *p, size_t n) override;
+  int64_t remaining() const override { return static_cast<int64_t>(n_ - off_); }
+
+ private:
+  const uint8_t *p_;
+  size_t n_;
+  size_t off_ = 0;
+};
+
+// Writes to `path` + ".tmp" and renames it over `path` on commit(), so a failed save never leaves half a file
+// under the final name (the temporary is removed by the destructor).
+class FileSink : public ByteSink {
+ public:
+  explicit FileSink(const std::string &path);
+  ~FileSink() override;
+  FileSink(const FileSink &) = delete;
+  FileSink &operator=(const FileSink &) = delete;
+  void write(const void *p, size_t n) override;
+  void commit();
+  size_t size() const { return n_; }
+
+ private:
+  std::string path_, tmp_;
+  std::FILE *f_ = nullptr;
+  size_t n_ = 0;
+};
+
+class FileSource : public ByteSource {
+ public:
+  explicit FileSource(const std::string &path);
+  ~FileSource() override;
+  FileSource(const FileSource &) = delete;
+  FileSource &operator=(const FileSource &) = delete;
+  size_t read(void *p, size_t n) override;
+  int64_t remaining() const override { return size_ - off_; }
+  int64_t size() const { return size_; }
+
+ private:
+  std::string path_;
+  std::FILE *f_ = nullptr;
+  int64_t size_ = 0;
+  int64_t off_ = 0;
+};
+
+}  // namespace snapshot
+}  // namespace infokv

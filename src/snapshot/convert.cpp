@@ -1,0 +1,63 @@
+#include "snapshot/convert.hpp"
+
+#include <cstring>
+
+#include "util/fp16.hpp"
+
+namespace infokv {
+namespace snapshot {
+
+flatbuffers::Offset<fb::CompressionParams> to_fb(flatbuffers::FlatBufferBuilder &b, const CompressionConfig &c) {
+  return fb::CreateCompressionParams(b, static_cast<fb::Policy>(static_cast<int16_t>(c.policy) + 1), c.budget_fraction,
+                                     c.budget_tokens, c.window, c.pool_kernel_prefill, c.pool_kernel_decode, c.alpha, c.tau,
+                                     c.entropy_top_k, c.interval,
+                                     static_cast<fb::BudgetShape>(static_cast<int16_t>(c.shape) + 1), c.beta, c.sink,
+                                     c.compress_after_prefill);
+}
+
+CompressionConfig from_fb(const fb::CompressionParams *p) {
+  CompressionConfig c;
+  if (p == nullptr) return c;
+  const int pol = static_cast<int>(p->policy()) - 1;
+  c.policy = pol >= 0 && pol <= static_cast<int>(PolicyKind::pyramidkv) ? static_cast<PolicyKind>(pol) : PolicyKind::none;
+  c.budget_fraction = p->budget_fraction();
+  c.budget_tokens = p->budget_tokens();
+  c.window = p->window();
+  c.pool_kernel_prefill = p->pool_kernel_prefill();
+  c.pool_kernel_decode = p->pool_kernel_decode();
+  c.alpha = p->alpha();
+  c.tau = p->tau();
+  c.entropy_top_k = p->entropy_top_k();
+  c.interval = p->interval();
+  c.shape = p->shape() == fb::BudgetShape::PYRAMID ? BudgetShape::pyramid : BudgetShape::uniform;
+  c.beta = p->beta();
+  c.sink = p->sink();
+  c.compress_after_prefill = p->compress_after_prefill();
+  return c;
+}
+
+namespace {
+float load(const uint8_t *p, KvDtype t) {
+  if (t == KvDtype::f32) { float f; std::memcpy(&f, p, 4); return f; }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return t == KvDtype::f16 ? fp16_to_float(h) : bf16_to_float(h);
+}
+void store(uint8_t *p, KvDtype t, float f) {
+  if (t == KvDtype::f32) { std::memcpy(p, &f, 4); return; }
+  const uint16_t h = t == KvDtype::f16 ? float_to_fp16(f) : float_to_bf16(f);
+  std::memcpy(p, &h, 2);
+}
+}  // namespace
+
+void convert_rows(uint8_t *dst, KvDtype dst_t, const uint8_t *src, KvDtype src_t, int64_t n_elems) {
+  if (dst_t == src_t) {
+    std::memcpy(dst, src, static_cast<size_t>(n_elems * kv_dtype_size(src_t)));
+    return;
+  }
+  const int ds = kv_dtype_size(dst_t), ss = kv_dtype_size(src_t);
+  for (int64_t i = 0; i < n_elems; ++i) store(dst + i * ds, dst_t, load(src + i * ss, src_t));
+}
+
+}  // namespace snapshot
+}  // namespace infokv

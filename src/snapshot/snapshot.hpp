@@ -1,0 +1,80 @@
+// Snapshots of a session's sequences (KV cache as kept after compression, importance state, logical length,
+// tokens, logits, protected spans, and optionally a sampler's state) in the container format described at the
+// top of schemas/snapshot.fbs. Restore is all or nothing: every check passes before any state changes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.hpp"
+#include "session/session.hpp"
+#include "snapshot/byte_io.hpp"
+
+namespace infokv {
+namespace snapshot {
+
+constexpr uint32_t kFormatVersion = 1;     // what this version writes
+constexpr uint32_t kMinReaderVersion = 1;  // the oldest reader that can read what this version writes
+constexpr uint32_t kReaderVersion = 1;     // the newest format this version reads
+
+struct SaveOptions {
+  int64_t max_chunk_bytes = int64_t{1} << 30;  // bulk bytes per layer chunk before a layer is split (< 2 GiB)
+  uint32_t format_version = kFormatVersion;    // tests only: to make snapshots of other versions
+  uint32_t min_reader_version = kMinReaderVersion;
+  int64_t created_unix_ms = -1;                // -1: now (golden files fix it)
+};
+
+// Writes sequence `seq` (or every sequence when seq < 0) and the sampler's state (when not null).
+// Throws Error(not_found) for an unknown sequence, Error(io) for a failed write.
+void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink &out, const SaveOptions &opts = {});
+// Writes a file atomically (a temporary renamed over `path`); returns its size in bytes.
+int64_t save_file(const Session &session, int32_t seq, const Sampler *sampler, const std::string &path,
+                  const SaveOptions &opts = {});
+
+// Restores the snapshot's sequences into `session` as new sequences and returns their ids in file order; when
+// `sampler` is not null and the snapshot has sampler state, the sampler is replaced by it. Throws, changing
+// nothing: Error(bad_snapshot) for damaged or inconsistent data, Error(version) for a format this version cannot
+// read, Error(wrong_model) for another model, tokenizer or head layout, Error(kv_full) when the pool cannot
+// hold the kept tokens, Error(io) for a failed read.
+std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in);
+std::vector<int32_t> restore_file(Session &session, Sampler *sampler, const std::string &path);
+
+struct SequenceSummary {
+  int32_t saved_id = 0;
+  int64_t length = 0;
+  int64_t n_compressions = 0;
+  bool has_logits = false;
+  std::vector<int32_t> kept_per_layer;
+  int64_t n_spans = 0;
+  int64_t window_rows = 0;
+  int64_t layer_chunks = 0;
+};
+
+struct Summary {
+  uint32_t format_version = 0;
+  uint32_t min_reader_version = 0;
+  std::string producer;
+  uint64_t weights_fingerprint = 0;
+  uint64_t tokenizer_fingerprint = 0;
+  KvDtype kv_dtype = KvDtype::f16;
+  int32_t block_size = 0, n_layer = 0, n_kv_heads = 0, head_dim = 0, n_heads = 0, n_vocab = 0;
+  CompressionConfig compression;
+  int64_t created_unix_ms = 0;
+  bool has_sampler = false;
+  SamplerParams sampler;
+  int64_t kept_kv_bytes = 0;
+  int64_t full_kv_bytes = 0;
+  int64_t file_bytes = 0;
+  int64_t n_chunks = 0;
+  int64_t uncompressed_estimate_bytes = 0;  // what the snapshot would take with every position kept
+  std::vector<SequenceSummary> sequences;
+};
+
+// Reads and checks a whole snapshot (container, checksums, verifier, invariants) without a model.
+// Throws like restore() except for wrong_model and kv_full.
+Summary inspect(ByteSource &in);
+std::string summary_json(const Summary &s);
+std::string summary_text(const Summary &s);
+
+}  // namespace snapshot
+}  // namespace infokv

@@ -1,0 +1,436 @@
+// Snapshot reader: reads and checks everything into staging structures first; restore() then commits them to the
+// session only when every check has passed (and the pool has room), so a refused snapshot changes nothing.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "snapshot/container.hpp"
+#include "snapshot/convert.hpp"
+#include "snapshot/snapshot.hpp"
+#include "util/error.hpp"
+
+namespace infokv {
+namespace snapshot {
+
+namespace {
+
+[[noreturn]] void bad(const std::string &m) { fail(Status::bad_snapshot, "corrupt snapshot: " + m); }
+
+struct StagedLayer {
+  std::vector<int32_t> pos;
+  std::vector<uint8_t> k, v;  // [n_slots][n_kv_heads][head_dim] of the snapshot's dtype (token-major)
+  std::array<std::vector<float>, kImpChannels> imp;
+  std::vector<float> window_q;
+};
+
+struct StagedSeq {
+  Session::SeqState st;
+  int64_t length = 0;
+  std::vector<int32_t> window_pos;
+  std::vector<StagedLayer> layers;
+};
+
+struct Staged {
+  KvDtype dtype = KvDtype::f16;
+  bool has_sampler = false;
+  SamplerParams sp;
+  uint64_t rng[4] = {0, 0, 0, 0};
+  std::vector<int32_t> history;
+  std::vector<StagedSeq> seqs;
+};
+
+template <typename T>
+void check_hash(const flatbuffers::Vector<T> *v, uint64_t h, const std::string &what) {
+  const size_t n = v == nullptr ? 0 : v->size() * sizeof(T);
+  const void *p = v == nullptr ? static_cast<const void *>("") : static_cast<const void *>(v->data());
+  if (xxh3(p, n) != h) bad("checksum mismatch in " + what);
+}
+
+template <typename T>
+size_t vsize(const flatbuffers::Vector<T> *v) { return v == nullptr ? 0 : v->size(); }
+
+// Reads the whole snapshot. `model` (may be null) is checked against the header; `staged` (may be null) receives
+// the data. Fills `sum` either way.
+void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) {
+  ChunkReader rd(in);
+  const fb::Chunk *c = rd.next();
+  if (c == nullptr || c->kind() != fb::ChunkKind::HEADER || c->header() == nullptr) bad("the first chunk is not a header");
+  const fb::Header *h = c->header();
+  sum.format_version = h->format_version();
+  sum.min_reader_version = h->min_reader_version();
+  if (h->min_reader_version() > kReaderVersion)
+    fail(Status::version, "snapshot format " + std::to_string(h->format_version()) + " needs a reader of version " +
+                              std::to_string(h->min_reader_version()) + "; this infokv reads up to version " +
+                              std::to_string(kReaderVersion));
+  if (h->format_version() < 1 || h->min_reader_version() < 1 || h->min_reader_version() > h->format_version())
+    bad("invalid format version " + std::to_string(h->format_version()) + " / minimum reader " + std::to_string(h->min_reader_version()));
+  sum.producer = h->producer() != nullptr ? h->producer()->str() : "";
+  sum.weights_fingerprint = h->weights_fingerprint();
+  sum.tokenizer_fingerprint = h->tokenizer_fingerprint();
+  const int dt = static_cast<int>(h->kv_dtype());
+  if (dt < 1 || dt > 3) bad("unknown KV dtype " + std::to_string(dt));
+  sum.kv_dtype = static_cast<KvDtype>(dt);
+  sum.block_size = h->block_size();
+  sum.n_layer = h->n_layer();
+  sum.n_kv_heads = h->n_kv_heads();
+  sum.head_dim = h->head_dim();
+  sum.n_heads = h->n_heads();
+  sum.n_vocab = h->n_vocab();
+  sum.compression = from_fb(h->compression());
+  sum.created_unix_ms = h->created_unix_ms();
+  sum.kept_kv_bytes = h->kept_kv_bytes();
+  sum.full_kv_bytes = h->full_kv_bytes();
+  auto in_range = [](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
+  if (!in_range(sum.block_size, 1, 4096) || !in_range(sum.n_layer, 1, 4096) || !in_range(sum.n_kv_heads, 1, 4096) ||
+      !in_range(sum.head_dim, 1, 4096) || !in_range(sum.n_heads, 1, 65536) || !in_range(sum.n_vocab, 1, 1 << 26) ||
+      sum.n_heads % sum.n_kv_heads != 0)
+    bad("implausible cache layout in the header");
+  if (!in_range(h->n_sequences(), 0, 1 << 20)) bad("implausible sequence count " + std::to_string(h->n_sequences()));
+  if (model != nullptr) {
+    const HParams &hp = model->hparams();
+    auto hex = [](uint64_t v) { std::ostringstream s; s << std::hex << v; return s.str(); };
+    if (sum.weights_fingerprint != model->weights_fingerprint())
+      fail(Status::wrong_model, "snapshot was made with another model (weights fingerprint " + hex(sum.weights_fingerprint) +
+                                    ", this model " + hex(model->weights_fingerprint()) + ")");
+    if (sum.tokenizer_fingerprint != model->tokenizer().fingerprint())
+      fail(Status::wrong_model, "snapshot was made with another tokenizer (fingerprint " + hex(sum.tokenizer_fingerprint) +
+                                    ", this model " + hex(model->tokenizer().fingerprint()) + ")");
+    if (sum.n_layer != hp.n_layer || sum.n_kv_heads != hp.n_head_kv || sum.head_dim != hp.head_dim ||
+        sum.n_heads != hp.n_head || sum.n_vocab != hp.n_vocab)
+      fail(Status::wrong_model, "snapshot head layout (layers " + std::to_string(sum.n_layer) + ", kv heads " +
+                                    std::to_string(sum.n_kv_heads) + ", head dim " + std::to_string(sum.head_dim) +
+                                    ") differs from the model's");
+  }
+  if (h->sampler() != nullptr) {
+    const fb::SamplerState *s = h->sampler();
+    sum.has_sampler = true;
+    sum.sampler.temperature = s->temperature();
+    sum.sampler.top_k = s->top_k();
+    sum.sampler.top_p = s->top_p();
+    sum.sampler.min_p = s->min_p();
+    sum.sampler.repeat_penalty = s->repeat_penalty();
+    sum.sampler.repeat_last_n = s->repeat_last_n();
+    sum.sampler.seed = s->seed();
+    if (vsize(s->rng()) != 4) bad("sampler RNG state must have 4 words");
+    uint64_t rng[4];
+    for (int i = 0; i < 4; ++i) rng[i] = s->rng()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    try {
+      Sampler probe(sum.sampler);
+      probe.rng().set_state(rng);
+    } catch (const Error &e) {
+      bad(std::string("sampler state: ") + e.what());
+    }
+    if (vsize(s->history()) > static_cast<size_t>(std::max(0, sum.sampler.repeat_last_n))) bad("sampler history longer than repeat_last_n");
+    if (staged != nullptr) {
+      staged->has_sampler = true;
+      staged->sp = sum.sampler;
+      std::copy(rng, rng + 4, staged->rng);
+      if (s->history() != nullptr) staged->history.assign(s->history()->begin(), s->history()->end());
+    }
+  }
+  if (staged != nullptr) staged->dtype = sum.kv_dtype;
+
+  const int64_t es = kv_dtype_size(sum.kv_dtype);
+  const int64_t row = static_cast<int64_t>(sum.head_dim) * es;
+  const int64_t qd = static_cast<int64_t>(sum.n_heads) * sum.head_dim;
+  const int64_t slot_bytes = 2 * sum.n_kv_heads * row;
+  int max_channels = 0;
+  // The chunk buffer is reused: nothing read from one chunk may be used after the next is read.
+  const int32_t n_sequences = h->n_sequences();
+  h = nullptr;
+  for (int32_t si = 0; si < n_sequences; ++si) {
+    const std::string where = "sequence " + std::to_string(si);
+    c = rd.next();
+    if (c == nullptr || c->kind() != fb::ChunkKind::SEQUENCE || c->sequence() == nullptr) bad(where + ": sequence chunk missing");
+    const fb::Sequence *s = c->sequence();
+    if (s->index() != si) bad(where + ": out of order");
+    const int64_t len = s->length();
+    if (!in_range(len, 0, (int64_t{1} << 31) - 2)) bad(where + ": invalid length");
+    if (static_cast<int64_t>(vsize(s->tokens())) != len) bad(where + ": token count differs from the length");
+    check_hash(s->tokens(), s->tokens_xxh3(), where + " tokens");
+    if (s->tokens() != nullptr)
+      for (int32_t t : *s->tokens())
+        if (t < 0 || t >= sum.n_vocab) bad(where + ": token id outside the vocabulary");
+    if (s->has_logits() ? vsize(s->logits()) != static_cast<size_t>(sum.n_vocab) : vsize(s->logits()) != 0)
+      bad(where + ": logits size differs from the vocabulary");
+    check_hash(s->logits(), s->logits_xxh3(), where + " logits");
+    if (s->since_compress() < 0 || s->n_compressions() < 0 || !std::isfinite(s->pending_entropy())) bad(where + ": invalid counters");
+    if (vsize(s->kept_per_layer()) != static_cast<size_t>(sum.n_layer)) bad(where + ": kept counts do not match the layers");
+    const size_t n_wpos = vsize(s->window_pos());
+    if (n_wpos > 65536) bad(where + ": observation window too large");
+    for (size_t i = 0; i < n_wpos; ++i) {
+      const int32_t p = s->window_pos()->Get(static_cast<flatbuffers::uoffset_t>(i));
+      if (p < 0 || p >= len || (i > 0 && p <= s->window_pos()->Get(static_cast<flatbuffers::uoffset_t>(i - 1))))
+        bad(where + ": window positions not ascending within the length");
+    }
+    SequenceSummary ss;
+    ss.saved_id = s->saved_id();
+    ss.length = len;
+    ss.n_compressions = s->n_compressions();
+    ss.has_logits = s->has_logits();
+    ss.window_rows = static_cast<int64_t>(n_wpos);
+    ss.layer_chunks = s->layer_chunks();
+    ss.n_spans = static_cast<int64_t>(vsize(s->spans()));
+    for (int32_t k : *s->kept_per_layer()) {
+      if (k < 0 || k > len) bad(where + ": kept count beyond the length");
+      ss.kept_per_layer.push_back(k);
+    }
+    StagedSeq *sq = nullptr;
+    if (staged != nullptr) {
+      staged->seqs.emplace_back();
+      sq = &staged->seqs.back();
+      sq->length = len;
+      sq->st.tokens.assign(s->tokens()->begin(), s->tokens()->end());
+      sq->st.has_logits = s->has_logits();
+      if (s->has_logits()) sq->st.logits.assign(s->logits()->begin(), s->logits()->end());
+      sq->st.pending_entropy = s->pending_entropy();
+      sq->st.since_compress = s->since_compress();
+      sq->st.prefilled = s->prefilled();
+      sq->st.n_compressions = s->n_compressions();
+      if (s->window_pos() != nullptr) sq->window_pos.assign(s->window_pos()->begin(), s->window_pos()->end());
+      sq->layers.resize(static_cast<size_t>(sum.n_layer));
+    }
+    if (s->spans() != nullptr)
+      for (const fb::Span *sp : *s->spans()) {
+        if (sp->begin() < 0 || sp->end() < sp->begin()) bad(where + ": invalid protected span");
+        if (sq != nullptr) sq->st.spans.push_back(ProtectedSpan{sp->begin(), sp->end(), sp->fair()});
+      }
+    const int32_t layer_chunks = s->layer_chunks();
+    if (layer_chunks < sum.n_layer) bad(where + ": too few layer chunks");
+    s = nullptr;
+    int32_t layer = 0, first = 0, last_pos = -1;
+    bool started = false;  // the current layer has had a chunk (a layer with nothing kept has one empty chunk)
+    for (int32_t ci = 0; ci < layer_chunks; ++ci) {
+      c = rd.next();
+      const std::string lw = where + " chunk " + std::to_string(ci);
+      if (c == nullptr || c->kind() != fb::ChunkKind::LAYER || c->layer() == nullptr) bad(lw + ": layer chunk missing");
+      const fb::Layer *L = c->layer();
+      if (started && first == ss.kept_per_layer[static_cast<size_t>(layer)]) {  // previous layer complete: next one
+        ++layer;
+        first = 0;
+        last_pos = -1;
+        started = false;
+        if (layer >= sum.n_layer) bad(lw + ": more layer chunks than layers");
+      }
+      const int32_t kept = ss.kept_per_layer[static_cast<size_t>(layer)];
+      if (L->seq_index() != si || L->layer() != layer || L->first_slot() != first) bad(lw + ": out of order");
+      const int32_t n = L->n_slots();
+      if (n < 0 || n > kept - first || (n == 0 && kept != 0)) bad(lw + ": slot count does not add up to the kept count");
+      if (vsize(L->pos()) != static_cast<size_t>(n)) bad(lw + ": positions size");
+      const size_t kv_size = static_cast<size_t>(n) * static_cast<size_t>(sum.n_kv_heads) * static_cast<size_t>(row);
+      if (vsize(L->k()) != kv_size || vsize(L->v()) != kv_size) bad(lw + ": K/V size does not match the layout");
+      if ((L->imp_mask() & ~((1u << kImpChannels) - 1)) != 0) bad(lw + ": unknown importance channel");
+      int n_ch = 0;
+      for (int ch = 0; ch < kImpChannels; ++ch) n_ch += (L->imp_mask() >> ch) & 1;
+      max_channels = std::max(max_channels, n_ch);
+      if (vsize(L->imp()) != static_cast<size_t>(n_ch) * static_cast<size_t>(n)) bad(lw + ": importance size");
+      const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(qd) : 0;
+      if (vsize(L->window_q()) != wq_size) bad(lw + ": window query size");
+      check_hash(L->pos(), L->pos_xxh3(), lw + " positions");
+      check_hash(L->k(), L->k_xxh3(), lw + " K");
+      check_hash(L->v(), L->v_xxh3(), lw + " V");
+      check_hash(L->imp(), L->imp_xxh3(), lw + " importance");
+      check_hash(L->window_q(), L->window_q_xxh3(), lw + " window queries");
+      for (int32_t j = 0; j < n; ++j) {
+        const int32_t p = L->pos()->Get(static_cast<flatbuffers::uoffset_t>(j));
+        if (p <= last_pos || p >= len) bad(lw + ": positions not ascending within the length");
+        last_pos = p;
+      }
+      if (sq != nullptr) {
+        StagedLayer &SL = sq->layers[static_cast<size_t>(layer)];
+        SL.pos.insert(SL.pos.end(), L->pos()->begin(), L->pos()->end());
+        const size_t nh = static_cast<size_t>(sum.n_kv_heads), r = static_cast<size_t>(row);
+        SL.k.resize(static_cast<size_t>(first + n) * nh * r);
+        SL.v.resize(SL.k.size());
+        for (size_t hh = 0; hh < nh; ++hh)
+          for (int32_t j = 0; j < n; ++j) {
+            const size_t src = (hh * static_cast<size_t>(n) + static_cast<size_t>(j)) * r;
+            const size_t dst = ((static_cast<size_t>(first + j)) * nh + hh) * r;
+            std::memcpy(SL.k.data() + dst, L->k()->data() + src, r);
+            std::memcpy(SL.v.data() + dst, L->v()->data() + src, r);
+          }
+        int k = 0;
+        for (int ch = 0; ch < kImpChannels; ++ch) {
+          auto &dst = SL.imp[static_cast<size_t>(ch)];
+          if ((L->imp_mask() >> ch) & 1) {
+            const float *p = L->imp()->data() + static_cast<size_t>(k) * static_cast<size_t>(n);
+            dst.insert(dst.end(), p, p + n);
+            ++k;
+          } else {
+            dst.resize(static_cast<size_t>(first + n), 0.0f);
+          }
+        }
+        if (first == 0 && L->window_q() != nullptr) SL.window_q.assign(L->window_q()->begin(), L->window_q()->end());
+      }
+      first += n;
+      started = true;
+      if (ci + 1 == layer_chunks && (layer != sum.n_layer - 1 || first != kept)) bad(where + ": layer chunks do not cover every layer");
+    }
+    sum.sequences.push_back(std::move(ss));
+  }
+  if (rd.next() != nullptr) bad("chunks after the last sequence");
+  sum.file_bytes = rd.bytes_read();
+  sum.n_chunks = rd.chunks();
+  int64_t missing = 0;
+  for (const SequenceSummary &ss : sum.sequences) {
+    int64_t kept = 0;
+    for (int32_t k : ss.kept_per_layer) kept += k;
+    missing += ss.length * sum.n_layer - kept;
+  }
+  sum.uncompressed_estimate_bytes = sum.file_bytes + missing * (slot_bytes + 4 + 4 * max_channels);
+}
+
+}  // namespace
+
+std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in) {
+  Staged staged;
+  Summary sum;
+  read_all(in, &session.model(), &staged, sum);
+  KvCache &kv = session.kv();
+  const KvConfig &kc = kv.config();
+  const int32_t bs = kc.block_size;
+  int64_t need = 0;
+  for (const StagedSeq &s : staged.seqs)
+    for (const StagedLayer &L : s.layers) need += (static_cast<int64_t>(L.pos.size()) + bs - 1) / bs;
+  if (need > kv.free_blocks())
+    fail(Status::kv_full, "KV cache full: the snapshot needs " + std::to_string(need) + " blocks, " +
+                              std::to_string(kv.free_blocks()) + " are free");
+  Sampler new_sampler(staged.has_sampler ? staged.sp : SamplerParams{});
+  if (staged.has_sampler) {
+    new_sampler.rng().set_state(staged.rng);
+    new_sampler.set_history(staged.history);
+  }
+  // Every check has passed: commit.
+  std::vector<int32_t> ids;
+  const int64_t es = kv_dtype_size(kc.dtype), src_es = kv_dtype_size(staged.dtype);
+  const int64_t hd = kc.head_dim, nkv = kc.n_kv_heads;
+  try {
+    for (StagedSeq &s : staged.seqs) {
+      SeqCache c;
+      c.length = s.length;
+      c.layers.resize(s.layers.size());
+      c.window_q.resize(s.layers.size());
+      c.window_pos = std::move(s.window_pos);
+      for (size_t l = 0; l < s.layers.size(); ++l) {
+        StagedLayer &SL = s.layers[l];
+        LayerSlots &L = c.layers[l];
+        const auto n = static_cast<int64_t>(SL.pos.size());
+        L.blocks = kv.alloc_blocks((n + bs - 1) / bs);
+        uint8_t *pool = kv.pool();
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t h = 0; h < nkv; ++h)
+            for (int which = 0; which < 2; ++which) {
+              uint8_t *dst = pool + static_cast<int64_t>(L.blocks[static_cast<size_t>(j / bs)]) * kv.block_bytes() +
+                             ((which * nkv + h) * bs + j % bs) * hd * es;
+              const uint8_t *src = (which == 0 ? SL.k : SL.v).data() + (j * nkv + h) * hd * src_es;
+              convert_rows(dst, kc.dtype, src, staged.dtype, hd);
+            }
+        L.pos = std::move(SL.pos);
+        L.imp = std::move(SL.imp);
+        c.window_q[l] = std::move(SL.window_q);
+      }
+      ids.push_back(session.adopt_sequence(std::move(c), std::move(s.st)));
+    }
+  } catch (...) {
+    for (int32_t id : ids) session.remove_sequence(id);
+    throw;
+  }
+  if (sampler != nullptr && staged.has_sampler) *sampler = std::move(new_sampler);
+  return ids;
+}
+
+std::vector<int32_t> restore_file(Session &session, Sampler *sampler, const std::string &path) {
+  FileSource f(path);
+  return restore(session, sampler, f);
+}
+
+Summary inspect(ByteSource &in) {
+  Summary s;
+  read_all(in, nullptr, nullptr, s);
+  return s;
+}
+
+namespace {
+std::string jstr(const std::string &s) {
+  std::string o = "\"";
+  for (unsigned char ch : s) {
+    if (ch == '"' || ch == '\\') { o += '\\'; o += static_cast<char>(ch); }
+    else if (ch < 0x20 || ch >= 0x7f) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", ch); o += b; }
+    else o += static_cast<char>(ch);
+  }
+  return o + "\"";
+}
+std::string hex(uint64_t v) { char b[24]; std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v)); return b; }
+std::string ints(const std::vector<int32_t> &v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+std::string num(double v) { std::ostringstream s; s.precision(7); s << v; return s.str(); }
+}  // namespace
+
+std::string summary_json(const Summary &s) {
+  std::ostringstream o;
+  const CompressionConfig &c = s.compression;
+  o << "{\"format_version\":" << s.format_version << ",\"min_reader_version\":" << s.min_reader_version
+    << ",\"producer\":" << jstr(s.producer) << ",\"weights_fingerprint\":\"" << hex(s.weights_fingerprint)
+    << "\",\"tokenizer_fingerprint\":\"" << hex(s.tokenizer_fingerprint) << "\",\"kv_dtype\":\"" << kv_dtype_name(s.kv_dtype)
+    << "\",\"block_size\":" << s.block_size << ",\"n_layer\":" << s.n_layer << ",\"n_kv_heads\":" << s.n_kv_heads
+    << ",\"head_dim\":" << s.head_dim << ",\"n_heads\":" << s.n_heads << ",\"n_vocab\":" << s.n_vocab
+    << ",\"created_unix_ms\":" << s.created_unix_ms << ",\"compression\":{\"policy\":\"" << policy_name(c.policy)
+    << "\",\"budget_fraction\":" << num(c.budget_fraction) << ",\"budget_tokens\":" << c.budget_tokens
+    << ",\"window\":" << c.window << ",\"interval\":" << c.interval << ",\"alpha\":" << num(c.alpha)
+    << ",\"tau\":" << num(c.tau) << ",\"entropy_top_k\":" << c.entropy_top_k << ",\"pool_kernel_prefill\":"
+    << c.pool_kernel_prefill << ",\"pool_kernel_decode\":" << c.pool_kernel_decode << ",\"shape\":\""
+    << (c.shape == BudgetShape::pyramid ? "pyramid" : "uniform") << "\",\"beta\":" << num(c.beta) << ",\"sink\":" << c.sink
+    << ",\"compress_after_prefill\":" << (c.compress_after_prefill ? "true" : "false") << "}";
+  o << ",\"sampler\":";
+  if (s.has_sampler)
+    o << "{\"temperature\":" << num(s.sampler.temperature) << ",\"top_k\":" << s.sampler.top_k << ",\"top_p\":"
+      << num(s.sampler.top_p) << ",\"min_p\":" << num(s.sampler.min_p) << ",\"repeat_penalty\":" << num(s.sampler.repeat_penalty)
+      << ",\"repeat_last_n\":" << s.sampler.repeat_last_n << ",\"seed\":" << s.sampler.seed << "}";
+  else
+    o << "null";
+  o << ",\"file_bytes\":" << s.file_bytes << ",\"chunks\":" << s.n_chunks << ",\"kept_kv_bytes\":" << s.kept_kv_bytes
+    << ",\"full_kv_bytes\":" << s.full_kv_bytes << ",\"uncompressed_estimate_bytes\":" << s.uncompressed_estimate_bytes
+    << ",\"sequences\":[";
+  for (size_t i = 0; i < s.sequences.size(); ++i) {
+    const SequenceSummary &q = s.sequences[i];
+    o << (i ? "," : "") << "{\"saved_id\":" << q.saved_id << ",\"length\":" << q.length << ",\"compressions\":"
+      << q.n_compressions << ",\"has_logits\":" << (q.has_logits ? "true" : "false") << ",\"protected_spans\":" << q.n_spans
+      << ",\"window_rows\":" << q.window_rows << ",\"layer_chunks\":" << q.layer_chunks
+      << ",\"kept_per_layer\":" << ints(q.kept_per_layer) << "}";
+  }
+  o << "]}";
+  return o.str();
+}
+
+std::string summary_text(const Summary &s) {
+  std::ostringstream o;
+  o << "infokv snapshot, format " << s.format_version << " (readers >= " << s.min_reader_version << "), by "
+    << s.producer << "\n";
+  o << "model:        weights " << hex(s.weights_fingerprint) << ", tokenizer " << hex(s.tokenizer_fingerprint) << "\n";
+  o << "layout:       " << s.n_layer << " layers, " << s.n_heads << " heads, " << s.n_kv_heads << " KV heads of "
+    << s.head_dim << ", vocab " << s.n_vocab << "\n";
+  o << "KV cache:     " << kv_dtype_name(s.kv_dtype) << ", block size " << s.block_size << "\n";
+  const CompressionConfig &c = s.compression;
+  o << "policy:       " << policy_name(c.policy);
+  if (c.enabled())
+    o << " (budget " << (c.budget_tokens > 0 ? std::to_string(c.budget_tokens) + " tokens" : num(c.budget_fraction))
+      << ", window " << c.window << ", interval " << c.interval << ", alpha " << num(c.alpha) << ")";
+  o << "\n";
+  o << "sampler:      " << (s.has_sampler ? "seed " + std::to_string(s.sampler.seed) + ", temperature " + num(s.sampler.temperature) : "none") << "\n";
+  o << "size:         " << s.file_bytes << " bytes in " << s.n_chunks << " chunks; KV kept " << s.kept_kv_bytes
+    << " of " << s.full_kv_bytes << " bytes; uncompressed snapshot about " << s.uncompressed_estimate_bytes << " bytes\n";
+  for (size_t i = 0; i < s.sequences.size(); ++i) {
+    const SequenceSummary &q = s.sequences[i];
+    o << "sequence " << i << ": length " << q.length << ", compressions " << q.n_compressions << ", kept per layer "
+      << ints(q.kept_per_layer) << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace snapshot
+}  // namespace infokv

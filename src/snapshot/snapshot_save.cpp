@@ -1,0 +1,180 @@
+// Snapshot writer: one header chunk, then per sequence a sequence chunk and its layer chunks (schemas/snapshot.fbs).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "snapshot/container.hpp"
+#include "snapshot/convert.hpp"
+#include "snapshot/snapshot.hpp"
+#include "util/error.hpp"
+
+namespace infokv {
+namespace snapshot {
+
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Gathers K (which = 0) or V (which = 1) of slots [first, first + n) of one layer into [n_kv_heads][n][head_dim].
+void gather(std::vector<uint8_t> &out, const KvCache &kv, const LayerSlots &L, int32_t first, int32_t n, int which) {
+  const KvConfig &c = kv.config();
+  const size_t row = static_cast<size_t>(c.head_dim) * static_cast<size_t>(kv_dtype_size(c.dtype));
+  out.resize(static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(n) * row);
+  const uint8_t *pool = kv.pool();
+  for (int32_t h = 0; h < c.n_kv_heads; ++h)
+    for (int32_t j = 0; j < n; ++j) {
+      const int32_t s = first + j;
+      const uint8_t *src = pool + static_cast<int64_t>(L.blocks[static_cast<size_t>(s / c.block_size)]) * kv.block_bytes() +
+                           ((static_cast<int64_t>(which) * c.n_kv_heads + h) * c.block_size + s % c.block_size) * static_cast<int64_t>(row);
+      std::memcpy(out.data() + (static_cast<size_t>(h) * static_cast<size_t>(n) + static_cast<size_t>(j)) * row, src, row);
+    }
+}
+
+template <typename T>
+uint64_t vec_hash(const std::vector<T> &v) { return xxh3(v.data(), v.size() * sizeof(T)); }
+
+}  // namespace
+
+void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink &out, const SaveOptions &opts) {
+  const KvCache &kv = session.kv();
+  const KvConfig &kc = kv.config();
+  const HParams &hp = session.model().hparams();
+  std::vector<int32_t> ids;
+  if (seq < 0) {
+    ids = kv.sequence_ids();
+  } else {
+    if (!session.has_sequence(seq)) fail(Status::not_found, "no sequence " + std::to_string(seq));
+    ids.push_back(seq);
+  }
+  const int64_t slot_bytes = int64_t{2} * kc.n_kv_heads * kc.head_dim * kv_dtype_size(kc.dtype);
+  int64_t kept_bytes = 0, full_bytes = 0;
+  for (int32_t id : ids) {
+    const SeqCache &c = kv.seq(id);
+    full_bytes += c.length * kc.n_layer * slot_bytes;
+    for (const LayerSlots &L : c.layers) kept_bytes += static_cast<int64_t>(L.n()) * slot_bytes;
+  }
+
+  ChunkWriter w(out);
+  {
+    flatbuffers::FlatBufferBuilder b(1024);
+    auto comp = to_fb(b, session.options().compression);
+    flatbuffers::Offset<fb::SamplerState> samp;
+    if (sampler != nullptr) {
+      const SamplerParams &p = sampler->params();
+      // Rng::state is const-accessible only through a copy of the sampler's rng (Sampler::rng() is non-const).
+      Sampler copy = *sampler;
+      const uint64_t *st = copy.rng().state();
+      std::vector<uint64_t> rng(st, st + 4);
+      std::vector<int32_t> hist(sampler->history().begin(), sampler->history().end());
+      samp = fb::CreateSamplerStateDirect(b, p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n,
+                                          p.seed, &rng, &hist);
+    }
+    auto producer = b.CreateString(std::string("infokv ") + "0.1.0");
+    fb::HeaderBuilder h(b);
+    h.add_format_version(opts.format_version);
+    h.add_min_reader_version(opts.min_reader_version);
+    h.add_producer(producer);
+    h.add_weights_fingerprint(session.model().weights_fingerprint());
+    h.add_tokenizer_fingerprint(session.model().tokenizer().fingerprint());
+    h.add_kv_dtype(static_cast<fb::KvDtype>(static_cast<int16_t>(kc.dtype)));
+    h.add_block_size(kc.block_size);
+    h.add_n_layer(hp.n_layer);
+    h.add_n_kv_heads(hp.n_head_kv);
+    h.add_head_dim(hp.head_dim);
+    h.add_n_heads(hp.n_head);
+    h.add_n_vocab(hp.n_vocab);
+    h.add_compression(comp);
+    h.add_created_unix_ms(opts.created_unix_ms >= 0 ? opts.created_unix_ms : now_ms());
+    h.add_n_sequences(static_cast<int32_t>(ids.size()));
+    if (sampler != nullptr) h.add_sampler(samp);
+    h.add_kept_kv_bytes(kept_bytes);
+    h.add_full_kv_bytes(full_bytes);
+    auto hdr = h.Finish();
+    fb::ChunkBuilder cb(b);
+    cb.add_kind(fb::ChunkKind::HEADER);
+    cb.add_header(hdr);
+    fb::FinishChunkBuffer(b, cb.Finish());
+    w.put(b);
+  }
+
+  const int64_t qd = static_cast<int64_t>(hp.n_head) * hp.head_dim;
+  std::vector<uint8_t> kbuf, vbuf;
+  for (size_t si = 0; si < ids.size(); ++si) {
+    const SeqCache &c = kv.seq(ids[si]);
+    const Session::SeqState &st = session.seq_state(ids[si]);
+    // Which importance channels each layer stores, and how it is split into chunks.
+    std::vector<uint32_t> masks(c.layers.size(), 0);
+    std::vector<int32_t> per_chunk(c.layers.size(), 1);
+    int32_t layer_chunks = 0;
+    std::vector<int32_t> kept;
+    for (size_t l = 0; l < c.layers.size(); ++l) {
+      const LayerSlots &L = c.layers[l];
+      kept.push_back(L.n());
+      int n_ch = 0;
+      for (int ch = 0; ch < kImpChannels; ++ch)
+        if (std::any_of(L.imp[static_cast<size_t>(ch)].begin(), L.imp[static_cast<size_t>(ch)].end(), [](float x) { return x != 0.0f; })) {
+          masks[l] |= 1u << ch;
+          ++n_ch;
+        }
+      const int64_t per_slot = slot_bytes + 4 + 4 * n_ch;
+      per_chunk[l] = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(INT32_MAX, opts.max_chunk_bytes / per_slot)));
+      layer_chunks += L.n() == 0 ? 1 : (L.n() + per_chunk[l] - 1) / per_chunk[l];
+    }
+    {
+      flatbuffers::FlatBufferBuilder b(1024 + st.tokens.size() * 4 + st.logits.size() * 4);
+      std::vector<flatbuffers::Offset<fb::Span>> spans;
+      for (const ProtectedSpan &sp : st.spans) spans.push_back(fb::CreateSpan(b, sp.begin, sp.end, sp.fair));
+      const std::vector<float> no_logits;
+      const std::vector<float> &logits = st.has_logits ? st.logits : no_logits;
+      auto meta = fb::CreateSequenceDirect(
+          b, static_cast<int32_t>(si), ids[si], c.length, &st.tokens, vec_hash(st.tokens), st.has_logits,
+          &logits, vec_hash(logits), st.pending_entropy,
+          st.since_compress, st.prefilled, st.n_compressions, &spans, &c.window_pos, &kept, layer_chunks);
+      fb::ChunkBuilder cb(b);
+      cb.add_kind(fb::ChunkKind::SEQUENCE);
+      cb.add_sequence(meta);
+      fb::FinishChunkBuffer(b, cb.Finish());
+      w.put(b);
+    }
+    for (size_t l = 0; l < c.layers.size(); ++l) {
+      const LayerSlots &L = c.layers[l];
+      int32_t first = 0;
+      do {
+        const int32_t n = std::min(per_chunk[l], L.n() - first);
+        gather(kbuf, kv, L, first, n, 0);
+        gather(vbuf, kv, L, first, n, 1);
+        std::vector<int32_t> pos(L.pos.begin() + first, L.pos.begin() + first + n);
+        std::vector<float> imp;
+        for (int ch = 0; ch < kImpChannels; ++ch)
+          if (masks[l] & (1u << ch)) imp.insert(imp.end(), L.imp[static_cast<size_t>(ch)].begin() + first, L.imp[static_cast<size_t>(ch)].begin() + first + n);
+        const std::vector<float> empty;
+        const std::vector<float> &wq = first == 0 ? c.window_q[l] : empty;
+        if (static_cast<int64_t>(wq.size()) != static_cast<int64_t>(first == 0 ? c.window_pos.size() : 0) * qd)
+          fail(Status::internal, "window queries do not match their positions");
+        flatbuffers::FlatBufferBuilder b(static_cast<size_t>(1024 + kbuf.size() * 2 + pos.size() * 4 + imp.size() * 4 + wq.size() * 4));
+        auto layer = fb::CreateLayerDirect(b, static_cast<int32_t>(si), static_cast<int32_t>(l), first, n, &pos, vec_hash(pos),
+                                           &kbuf, vec_hash(kbuf), &vbuf, vec_hash(vbuf), masks[l], &imp, vec_hash(imp), &wq,
+                                           vec_hash(wq));
+        fb::ChunkBuilder cb(b);
+        cb.add_kind(fb::ChunkKind::LAYER);
+        cb.add_layer(layer);
+        fb::FinishChunkBuffer(b, cb.Finish());
+        w.put(b);
+        first += n;
+      } while (first < L.n());
+    }
+  }
+  w.finish();
+}
+
+int64_t save_file(const Session &session, int32_t seq, const Sampler *sampler, const std::string &path, const SaveOptions &opts) {
+  FileSink f(path);
+  save(session, seq, sampler, f, opts);
+  f.commit();
+  return static_cast<int64_t>(f.size());
+}
+
+}  // namespace snapshot
+}  // namespace infokv

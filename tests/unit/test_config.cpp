@@ -1,0 +1,201 @@
+// Configs: JSON and binary readers (strict, naming the field at fault), writers, round trips, and the C ABI.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "config/config.hpp"
+#include "infokv/infokv.h"
+#include "util/error.hpp"
+
+using namespace infokv;
+
+namespace {
+
+Status json_status(const std::string &text, std::string *msg = nullptr) {
+  try {
+    config_from_json(text);
+  } catch (const Error &e) {
+    if (msg != nullptr) *msg = e.what();
+    return e.status();
+  }
+  return Status::ok;
+}
+
+TEST(Config, EmptyJsonGivesDefaults) {
+  const Config c = config_from_json("{}");
+  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.session.block_size, 16);
+  EXPECT_EQ(c.session.kv_dtype, KvDtype::f16);
+  EXPECT_EQ(c.session.compression.policy, PolicyKind::none);
+  EXPECT_FLOAT_EQ(c.sampler.temperature, 0.8f);
+  EXPECT_FALSE(c.self_tuning.enabled);
+}
+
+TEST(Config, JsonSetsEveryGroup) {
+  const Config c = config_from_json(R"({
+    "model_path": "m.gguf", "device": "cuda:1", "threads": 3, "kv_dtype": "bf16", "block_size": 32,
+    "kv_pool_bytes": 1048576, "ubatch": 64,
+    "compression": {"policy": "infokv", "budget_fraction": 0.25, "alpha": 0.95, "interval": 128, "shape": "pyramid"},
+    "protection": {"protect_prefix": 12},
+    "sampler": {"temperature": 0, "seed": 99, "top_k": 5},
+    "self_tuning": {"enabled": true, "kl_bound": 0.1, "probe_tokens": 32}
+  })");
+  EXPECT_EQ(c.model_path, "m.gguf");
+  EXPECT_EQ(c.device, "cuda:1");
+  EXPECT_EQ(c.session.n_threads, 3);
+  EXPECT_EQ(c.session.kv_dtype, KvDtype::bf16);
+  EXPECT_EQ(c.session.block_size, 32);
+  EXPECT_EQ(c.session.kv_pool_bytes, 1048576);
+  EXPECT_EQ(c.session.ubatch, 64);
+  EXPECT_EQ(c.session.compression.policy, PolicyKind::infokv);
+  EXPECT_DOUBLE_EQ(c.session.compression.budget_fraction, 0.25);
+  EXPECT_FLOAT_EQ(c.session.compression.alpha, 0.95f);
+  EXPECT_EQ(c.session.compression.interval, 128);
+  EXPECT_EQ(c.session.compression.shape, BudgetShape::pyramid);
+  EXPECT_EQ(c.protect_prefix, 12);
+  EXPECT_FLOAT_EQ(c.sampler.temperature, 0.0f);
+  EXPECT_EQ(c.sampler.seed, 99u);
+  EXPECT_EQ(c.sampler.top_k, 5);
+  EXPECT_TRUE(c.self_tuning.enabled);
+  EXPECT_EQ(c.self_tuning.probe_tokens, 32);
+}
+
+TEST(Config, UnknownFieldIsAnErrorNamingIt) {
+  std::string msg;
+  EXPECT_EQ(json_status(R"({"thread": 4})", &msg), Status::bad_config);
+  EXPECT_NE(msg.find("thread"), std::string::npos) << msg;
+  EXPECT_EQ(json_status(R"({"compression": {"polcy": "infokv"}})", &msg), Status::bad_config);
+  EXPECT_NE(msg.find("polcy"), std::string::npos) << msg;
+}
+
+TEST(Config, OutOfRangeValuesAreErrorsNamingTheField) {
+  const std::pair<const char *, const char *> cases[] = {
+      {R"({"threads": -1})", "threads"},
+      {R"({"block_size": 5000})", "block_size"},
+      {R"({"compression": {"alpha": 1.5}})", "compression.alpha"},
+      {R"({"compression": {"policy": "snapkv"}})", "budget"},
+      {R"({"compression": {"budget_fraction": 2}})", "compression.budget_fraction"},
+      {R"({"sampler": {"top_p": -0.5}})", "sampler.top_p"},
+      {R"({"device": "tpu"})", "device"},
+      {R"({"self_tuning": {"probe_tokens": 0}})", "self_tuning.probe_tokens"},
+      {R"({"kv_dtype": "f8"})", "f8"},
+      {R"({"threads": 99999999999})", "threads"},
+  };
+  for (const auto &c : cases) {
+    std::string msg;
+    EXPECT_EQ(json_status(c.first, &msg), Status::bad_config) << c.first;
+    EXPECT_NE(msg.find(c.second), std::string::npos) << c.first << " -> " << msg;
+  }
+}
+
+TEST(Config, MalformedJsonIsBadConfig) {
+  for (const char *t : {"", "{", "{\"threads\": }", "[1]", "{threads: 1}", "{\"threads\": 1,}", "null"})
+    EXPECT_EQ(json_status(t), Status::bad_config) << t;
+  EXPECT_EQ(json_status(std::string("{}\0{\"x\":1}", 11)), Status::bad_config);
+}
+
+TEST(Config, JsonAndBinaryRoundTrip) {
+  const Config c = config_from_json(R"({"threads": 2, "compression": {"policy": "h2o", "budget_tokens": 64}, "sampler": {"seed": 5}})");
+  const std::vector<uint8_t> bin = config_to_binary(c);
+  const Config d = config_from_binary(bin.data(), bin.size());
+  EXPECT_EQ(d.session.n_threads, 2);
+  EXPECT_EQ(d.session.compression.policy, PolicyKind::h2o);
+  EXPECT_EQ(d.session.compression.budget_tokens, 64);
+  const std::string json = config_to_json(d);
+  EXPECT_NE(json.find("\"policy\": \"h2o\""), std::string::npos) << json;
+  const Config e = config_from_json(json);
+  EXPECT_EQ(config_to_binary(e), bin);
+}
+
+TEST(Config, BinaryReaderRefusesForeignAndDamagedBuffers) {
+  const std::vector<uint8_t> bin = config_to_binary(Config{});
+  std::vector<uint8_t> wrong = bin;
+  wrong[4] = 'X';  // identifier
+  EXPECT_THROW(config_from_binary(wrong.data(), wrong.size()), Error);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<uint8_t> b = bin;
+    for (int k = 0; k < 3; ++k) b[rng() % b.size()] = static_cast<uint8_t>(rng());
+    if (rng() % 4 == 0) b.resize(rng() % b.size());
+    try {
+      config_from_binary(b.data(), b.size());
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), Status::bad_config);
+    }
+  }
+}
+
+TEST(Config, StringsMustBeUtf8SoTheJsonWriterCanWriteThem) {
+  Config c;
+  c.model_path = "stories\xd0\xb4\xd0\x8c\x8b.gguf";  // found by fuzz_config: the binary form accepted it
+  EXPECT_THROW(config_to_binary(c), Error);
+  c.model_path = "stories\xd0\xb4.gguf";
+  EXPECT_NO_THROW(config_to_json(c));
+}
+
+TEST(ConfigCapi, CreateParseWriteAndFree) {
+  ikv_config *c = nullptr;
+  const char *j = R"({"model_path": "x.gguf", "threads": 2})";
+  ASSERT_EQ(ikv_config_from_json(&c, j, std::strlen(j)), IKV_OK);
+  size_t n = 0;
+  EXPECT_EQ(ikv_config_get_model_path(nullptr, 0, &n, c), IKV_ERR_BUFFER_TOO_SMALL);
+  std::string path(n + 1, '\0');
+  ASSERT_EQ(ikv_config_get_model_path(&path[0], path.size(), &n, c), IKV_OK);
+  EXPECT_STREQ(path.c_str(), "x.gguf");
+  ASSERT_EQ(ikv_config_to_binary(nullptr, 0, &n, c), IKV_ERR_BUFFER_TOO_SMALL);
+  std::vector<uint8_t> bin(n);
+  ASSERT_EQ(ikv_config_to_binary(bin.data(), bin.size(), &n, c), IKV_OK);
+  ikv_config *d = nullptr;
+  ASSERT_EQ(ikv_config_from_binary(&d, bin.data(), bin.size()), IKV_OK);
+  ASSERT_EQ(ikv_config_to_json(nullptr, 0, &n, d), IKV_ERR_BUFFER_TOO_SMALL);
+  std::string json(n + 1, '\0');
+  ASSERT_EQ(ikv_config_to_json(&json[0], json.size(), &n, d), IKV_OK);
+  EXPECT_NE(json.find("\"threads\": 2"), std::string::npos) << json;
+  ikv_config_free(c);
+  ikv_config_free(d);
+  ikv_config_free(nullptr);
+
+  ikv_config *bad = reinterpret_cast<ikv_config *>(0x1);
+  const char *u = R"({"nope": 1})";
+  EXPECT_EQ(ikv_config_from_json(&bad, u, std::strlen(u)), IKV_ERR_BAD_CONFIG);
+  EXPECT_EQ(bad, nullptr);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("nope"), std::string::npos);
+  EXPECT_EQ(ikv_config_to_json(nullptr, 0, &n, reinterpret_cast<ikv_config *>(&n)), IKV_ERR_BAD_HANDLE);
+}
+
+}  // namespace
+
+// Inputs the fuzzers found (tests/data/fuzz/config/): each must be refused or read without a crash.
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#ifndef INFOKV_TEST_DATA_DIR
+#define INFOKV_TEST_DATA_DIR "tests/data"
+#endif
+namespace {
+TEST(Config, FuzzRegressionInputsAreHandled) {
+  const std::string dir = std::string(INFOKV_TEST_DATA_DIR) + "/fuzz/config";
+  DIR *d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << dir;
+  int n = 0;
+  while (dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(dir + "/" + e->d_name, std::ios::binary);
+    std::ostringstream s;
+    s << f.rdbuf();
+    const std::string b = s.str();
+    for (int form = 0; form < 2; ++form) {
+      try {
+        const Config c = form == 0 ? config_from_json(b) : config_from_binary(b.data(), b.size());
+        (void)config_to_json(c);
+      } catch (const Error &err) {
+        EXPECT_EQ(err.status(), Status::bad_config) << e->d_name << ": " << err.what();
+      }
+    }
+    ++n;
+  }
+  closedir(d);
+  EXPECT_GT(n, 0);
+}
+}  // namespace

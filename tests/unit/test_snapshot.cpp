@@ -1,0 +1,348 @@
+// Snapshots: exact continuation, dtype and block-size conversion, chunking, size, and refusal of damaged, foreign
+// and future snapshots with the right status and no state change.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "infokv_fb/snapshot_generated.h"
+#include "snapshot/snapshot.hpp"
+#include "snapshot_test_util.hpp"
+#include "util/error.hpp"
+
+using namespace infokv;
+using namespace infokv_test;
+
+namespace {
+
+std::vector<uint8_t> save_bytes(const Session &s, int32_t seq, const Sampler *sp, const snapshot::SaveOptions &o = {}) {
+  snapshot::VectorSink sink;
+  snapshot::save(s, seq, sp, sink, o);
+  return sink.bytes();
+}
+
+std::vector<int32_t> restore_bytes(Session &s, Sampler *sp, const std::vector<uint8_t> &b) {
+  snapshot::MemorySource src(b.data(), b.size());
+  return snapshot::restore(s, sp, src);
+}
+
+Status restore_status(Session &s, Sampler *sp, const std::vector<uint8_t> &b) {
+  try {
+    restore_bytes(s, sp, b);
+  } catch (const Error &e) {
+    return e.status();
+  }
+  return Status::ok;
+}
+
+// Everything a failed restore must leave untouched.
+struct Observed {
+  KvStats stats;
+  std::vector<int32_t> ids;
+  std::vector<float> logits0;
+  std::vector<uint64_t> rng;
+  bool operator==(const Observed &o) const {
+    return stats.blocks_used == o.stats.blocks_used && stats.blocks_free == o.stats.blocks_free && ids == o.ids &&
+           logits0 == o.logits0 && rng == o.rng;
+  }
+};
+Observed observe(Session &s, Sampler &sp) {
+  Observed o;
+  o.stats = s.kv().stats();
+  o.ids = s.kv().sequence_ids();
+  o.logits0 = s.logits(o.ids.front());
+  o.rng.assign(sp.rng().state(), sp.rng().state() + 4);
+  return o;
+}
+
+struct Case {
+  PolicyKind policy;
+  double budget;
+  int32_t interval;
+  float temperature;
+};
+
+class SnapshotContinuation : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SnapshotContinuation, RestoredSessionContinuesWithIdenticalTokensAndLogits) {
+  const Case c = GetParam();
+  auto m = stories_model();
+  SamplerParams sp;
+  sp.temperature = c.temperature;
+  sp.seed = 1234;
+  sp.repeat_penalty = 1.1f;
+  Session a(m, session_opts(c.policy, c.budget, c.interval));
+  const int32_t seq = a.add_sequence();
+  a.protect(seq, ProtectedSpan{0, 3, false});
+  Sampler sa(sp);
+  prefill(a, seq, &sa, story_prompt(*m));
+  continue_n(a, seq, sa, 12);
+  const std::vector<uint8_t> snap = save_bytes(a, seq, &sa);
+  const Trace want = continue_n(a, seq, sa, 20);
+
+  Session b(m, session_opts(c.policy, c.budget, c.interval));
+  Sampler sb(SamplerParams{});  // replaced by the snapshot's sampler
+  const std::vector<int32_t> ids = restore_bytes(b, &sb, snap);
+  ASSERT_EQ(ids.size(), 1u);
+  EXPECT_EQ(b.protected_spans(ids[0]).size(), 1u);
+  b.kv().check_invariants();
+  const Trace got = continue_n(b, ids[0], sb, 20);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  for (size_t i = 0; i < got.logits.size(); ++i)
+    ASSERT_EQ(0, std::memcmp(got.logits[i].data(), want.logits[i].data(), got.logits[i].size() * sizeof(float))) << "step " << i;
+  EXPECT_EQ(b.compressions(ids[0]), a.compressions(seq));
+  EXPECT_EQ(b.info(ids[0]).kept_per_layer, a.info(seq).kept_per_layer);
+}
+
+INSTANTIATE_TEST_SUITE_P(PoliciesAndSampling, SnapshotContinuation,
+                         ::testing::Values(Case{PolicyKind::none, 0, 1024, 0.0f}, Case{PolicyKind::none, 0, 1024, 0.9f},
+                                           Case{PolicyKind::infokv, 0.5, 6, 0.0f}, Case{PolicyKind::infokv, 0.5, 6, 0.9f},
+                                           Case{PolicyKind::h2o, 0.4, 5, 0.9f}, Case{PolicyKind::snapkv, 0.3, 7, 0.0f}));
+
+TEST(Snapshot, DifferentBlockSizeAndManySmallChunksRestoreExactly) {
+  auto m = stories_model();
+  Session a(m, session_opts(PolicyKind::infokv, 0.5, 5));
+  const int32_t seq = a.add_sequence();
+  Sampler sa(SamplerParams{});
+  prefill(a, seq, &sa, story_prompt(*m));
+  continue_n(a, seq, sa, 6);
+  snapshot::SaveOptions o;
+  o.max_chunk_bytes = 700;  // a few slots per chunk: every layer split
+  const std::vector<uint8_t> snap = save_bytes(a, seq, &sa, o);
+  snapshot::MemorySource src(snap.data(), snap.size());
+  const snapshot::Summary sum = snapshot::inspect(src);
+  EXPECT_GT(sum.sequences[0].layer_chunks, sum.n_layer);
+  const Trace want = continue_n(a, seq, sa, 10);
+
+  Session b(m, session_opts(PolicyKind::infokv, 0.5, 5, KvDtype::f16, 5));
+  Sampler sb(SamplerParams{});
+  const int32_t id = restore_bytes(b, &sb, snap).at(0);
+  b.kv().check_invariants();
+  const Trace got = continue_n(b, id, sb, 10);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.logits, want.logits);
+}
+
+TEST(Snapshot, F16SnapshotRestoresIntoF32AndBf16Sessions) {
+  auto m = stories_model();
+  Session a(m, session_opts());
+  const int32_t seq = a.add_sequence();
+  prefill(a, seq, nullptr, story_prompt(*m));
+  const std::vector<uint8_t> snap = save_bytes(a, seq, nullptr);
+  a.decode({{seq, 300, false}});
+  const std::vector<float> want = a.logits(seq);
+  for (KvDtype dt : {KvDtype::f32, KvDtype::bf16}) {
+    Session b(m, session_opts(PolicyKind::none, 0, 1024, dt));
+    const int32_t id = restore_bytes(b, nullptr, snap).at(0);
+    b.decode({{id, 300, false}});
+    const std::vector<float> &got = b.logits(id);
+    double max_diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - want[i])));
+    EXPECT_LT(max_diff, dt == KvDtype::f32 ? 0.02 : 0.25) << kv_dtype_name(dt);
+  }
+}
+
+TEST(Snapshot, WholeSessionSavesEverySequence) {
+  auto m = stories_model();
+  Session a(m, session_opts());
+  const int32_t s0 = a.add_sequence();
+  prefill(a, s0, nullptr, story_prompt(*m));
+  const int32_t s1 = a.fork_sequence(s0);
+  a.decode({{s1, 42, false}});
+  const std::vector<uint8_t> snap = save_bytes(a, -1, nullptr);
+  Session b(m, session_opts());
+  const std::vector<int32_t> ids = restore_bytes(b, nullptr, snap);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(b.tokens(ids[0]), a.tokens(s0));
+  EXPECT_EQ(b.tokens(ids[1]), a.tokens(s1));
+  EXPECT_EQ(b.logits(ids[1]), a.logits(s1));
+}
+
+TEST(Snapshot, EmptyAndTruncatedSequencesRoundTrip) {
+  auto m = stories_model();
+  Session a(m, session_opts());
+  const int32_t empty = a.add_sequence();
+  const int32_t cut = a.add_sequence();
+  prefill(a, cut, nullptr, story_prompt(*m));
+  a.truncate(cut, 5);  // no logits after a truncate
+  Session b(m, session_opts());
+  const std::vector<int32_t> ids = restore_bytes(b, nullptr, save_bytes(a, -1, nullptr));
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(b.info(ids[0]).length, 0);
+  EXPECT_EQ(b.info(ids[1]).length, 5);
+  EXPECT_EQ(b.tokens(ids[1]), a.tokens(cut));
+  EXPECT_THROW(b.logits(ids[1]), Error);
+  b.decode({{ids[0], 1, false}});
+  a.decode({{empty, 1, false}});
+  EXPECT_EQ(b.logits(ids[0]), a.logits(empty));
+  b.kv().check_invariants();
+}
+
+TEST(Snapshot, CompressedToAQuarterIsAtMostThirtyPercentOfUncompressed) {
+  auto m = stories_model();
+  std::string text;
+  // Long enough that the fixed part (observation-window queries: 32 rows x n_heads x head_dim floats per layer,
+  // and the logits) is small next to the kept K/V.
+  for (int i = 0; i < 62; ++i) text += "Once upon a time, there was a little girl named Lily. She loved to play in the park. ";
+  std::vector<int32_t> p = m->tokenizer().encode(text, true);
+  p.resize(std::min<size_t>(p.size(), 2400));
+  Session full(m, session_opts());
+  Session comp(m, session_opts(PolicyKind::snapkv, 0.25));
+  const int32_t a = full.add_sequence(), b = comp.add_sequence();
+  prefill(full, a, nullptr, p);
+  prefill(comp, b, nullptr, p);
+  const size_t n_full = save_bytes(full, a, nullptr).size(), n_comp = save_bytes(comp, b, nullptr).size();
+  EXPECT_LE(static_cast<double>(n_comp), 0.30 * static_cast<double>(n_full)) << n_comp << " vs " << n_full;
+}
+
+// A small compressed snapshot and a session with state of its own for the refusal tests.
+struct Damage : ::testing::Test {
+  void SetUp() override {
+    auto m = stories_model();
+    Session a(m, session_opts(PolicyKind::infokv, 0.5));
+    const int32_t seq = a.add_sequence();
+    Sampler sa(SamplerParams{});
+    prefill(a, seq, &sa, m->tokenizer().encode("Once upon a time", true));
+    snap = save_bytes(a, seq, &sa);
+    target = std::make_unique<Session>(m, session_opts(PolicyKind::infokv, 0.5));
+    const int32_t t = target->add_sequence();
+    prefill(*target, t, nullptr, m->tokenizer().encode("Lily had a dog", true));
+    sampler = std::make_unique<Sampler>(SamplerParams{});
+    before = observe(*target, *sampler);
+  }
+  void expect_untouched() {
+    EXPECT_TRUE(observe(*target, *sampler) == before);
+    target->kv().check_invariants();
+  }
+  std::vector<uint8_t> snap;
+  std::unique_ptr<Session> target;
+  std::unique_ptr<Sampler> sampler;
+  Observed before;
+};
+
+TEST_F(Damage, IntactSnapshotRestores) { EXPECT_EQ(restore_status(*target, sampler.get(), snap), Status::ok); }
+
+TEST_F(Damage, EveryFlippedByteIsRefusedAsBadSnapshot) {
+  for (size_t i = 0; i < snap.size(); ++i) {
+    std::vector<uint8_t> bad = snap;
+    bad[i] ^= static_cast<uint8_t>(1u << (i % 8));
+    ASSERT_EQ(restore_status(*target, sampler.get(), bad), Status::bad_snapshot) << "byte " << i;
+  }
+  expect_untouched();
+}
+
+TEST_F(Damage, EveryTruncationIsRefusedAsBadSnapshot) {
+  for (size_t n = 0; n < snap.size(); ++n) {
+    std::vector<uint8_t> bad(snap.begin(), snap.begin() + static_cast<long>(n));
+    ASSERT_EQ(restore_status(*target, sampler.get(), bad), Status::bad_snapshot) << "length " << n;
+  }
+  std::vector<uint8_t> longer = snap;
+  longer.push_back(0);
+  EXPECT_EQ(restore_status(*target, sampler.get(), longer), Status::bad_snapshot);
+  expect_untouched();
+}
+
+TEST_F(Damage, RandomMutationsNeverCrashAndNeverChangeState) {
+  std::mt19937_64 rng(7);
+  for (int it = 0; it < 3000; ++it) {
+    std::vector<uint8_t> bad = snap;
+    const int kind = static_cast<int>(rng() % 4);
+    const int n = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < n; ++k) {
+      const size_t at = rng() % bad.size();
+      if (kind == 0) bad[at] = static_cast<uint8_t>(rng());
+      else if (kind == 1) bad.erase(bad.begin() + static_cast<long>(at));
+      else if (kind == 2) bad.insert(bad.begin() + static_cast<long>(at), static_cast<uint8_t>(rng()));
+      else bad[at] ^= 0x80;
+      if (bad.empty()) break;
+    }
+    if (bad == snap) continue;  // a mutation that undid itself
+    const Status st = restore_status(*target, sampler.get(), bad);
+    ASSERT_NE(st, Status::ok) << "iteration " << it;
+    ASSERT_NE(st, Status::internal) << "iteration " << it;
+  }
+  expect_untouched();
+}
+
+// Edits the header chunk (a FlatBuffers in-place mutation) and re-seals the container, so only the edit differs.
+template <typename F>
+std::vector<uint8_t> with_header(const std::vector<uint8_t> &snap, F edit) {
+  auto chunks = split_chunks(snap);
+  auto *c = snap::GetMutableChunk(chunks[0].data());
+  edit(c->mutable_header());
+  return join_chunks(chunks);
+}
+
+TEST_F(Damage, ResealedUneditedSnapshotRestores) {
+  EXPECT_EQ(restore_status(*target, sampler.get(), join_chunks(split_chunks(snap))), Status::ok);
+}
+
+TEST_F(Damage, AnotherModelsFingerprintIsRefusedAsWrongModel) {
+  auto w = with_header(snap, [](snap::Header *h) { ASSERT_TRUE(h->mutate_weights_fingerprint(h->weights_fingerprint() ^ 1)); });
+  EXPECT_EQ(restore_status(*target, sampler.get(), w), Status::wrong_model);
+  auto t = with_header(snap, [](snap::Header *h) { ASSERT_TRUE(h->mutate_tokenizer_fingerprint(h->tokenizer_fingerprint() + 1)); });
+  EXPECT_EQ(restore_status(*target, sampler.get(), t), Status::wrong_model);
+  auto l = with_header(snap, [](snap::Header *h) { ASSERT_TRUE(h->mutate_head_dim(h->head_dim() * 2)); });
+  EXPECT_EQ(restore_status(*target, sampler.get(), l), Status::wrong_model);
+  expect_untouched();
+}
+
+TEST_F(Damage, NewerFormatIsRefusedAsVersion) {
+  auto v = with_header(snap, [](snap::Header *h) {
+    ASSERT_TRUE(h->mutate_min_reader_version(snapshot::kReaderVersion + 1));
+    ASSERT_TRUE(h->mutate_format_version(snapshot::kReaderVersion + 1));
+  });
+  EXPECT_EQ(restore_status(*target, sampler.get(), v), Status::version);
+  // A newer writer whose files old readers may still read (min_reader_version 1) restores.
+  auto ok = with_header(snap, [](snap::Header *h) { ASSERT_TRUE(h->mutate_format_version(7)); });
+  EXPECT_EQ(restore_status(*target, sampler.get(), ok), Status::ok);
+}
+
+TEST_F(Damage, SemanticViolationInsideValidChunksIsRefused) {
+  auto chunks = split_chunks(snap);
+  // positions not ascending in the first layer chunk (index 2: header, sequence, layer 0)
+  auto *layer = snap::GetMutableChunk(chunks[2].data())->mutable_layer();
+  ASSERT_NE(layer, nullptr);
+  auto *pos = layer->mutable_pos();
+  ASSERT_GE(pos->size(), 2u);
+  pos->Mutate(1, pos->Get(0));
+  EXPECT_EQ(restore_status(*target, sampler.get(), join_chunks(chunks)), Status::bad_snapshot);
+  expect_untouched();
+}
+
+TEST_F(Damage, FullPoolIsRefusedAsKvFullWithNothingChanged) {
+  auto m = stories_model();
+  SessionOptions o = session_opts(PolicyKind::infokv, 0.5);
+  o.kv_pool_blocks = 6;
+  Session small(m, o);
+  const int32_t s = small.add_sequence();
+  prefill(small, s, nullptr, m->tokenizer().encode("Lily had a dog", true));
+  const KvStats st = small.kv().stats();
+  try {
+    restore_bytes(small, nullptr, snap);
+    FAIL() << "restored into a full pool";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::kv_full);
+  }
+  EXPECT_EQ(small.kv().stats().blocks_used, st.blocks_used);
+  EXPECT_EQ(small.kv().sequence_ids().size(), 1u);
+}
+
+TEST(Snapshot, InspectNeedsNoModelAndReportsLayout) {
+  auto m = stories_model();
+  Session a(m, session_opts(PolicyKind::snapkv, 0.5));
+  const int32_t seq = a.add_sequence();
+  prefill(a, seq, nullptr, story_prompt(*m));
+  const std::vector<uint8_t> b = save_bytes(a, seq, nullptr);
+  snapshot::MemorySource src(b.data(), b.size());
+  const snapshot::Summary s = snapshot::inspect(src);
+  EXPECT_EQ(s.file_bytes, static_cast<int64_t>(b.size()));
+  EXPECT_EQ(s.n_layer, m->hparams().n_layer);
+  EXPECT_EQ(s.compression.policy, PolicyKind::snapkv);
+  EXPECT_EQ(s.sequences.at(0).kept_per_layer, a.info(seq).kept_per_layer);
+  EXPECT_FALSE(s.has_sampler);
+  EXPECT_NE(snapshot::summary_json(s).find("\"kept_per_layer\""), std::string::npos);
+}
+
+}  // namespace
