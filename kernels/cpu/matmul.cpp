@@ -1,5 +1,4 @@
 // out[n, m] = x[n, k] · W[m, k]^T for f32/f16/bf16 weights. AVX2+FMA path chosen at run time, portable fallback.
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include "gguf/ggml_types.hpp"
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/ops.hpp"
+#include "util/cpu_features.hpp"
 #include "util/fp16.hpp"
 #include "util/thread_pool.hpp"
 
@@ -132,15 +132,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
 }
 
 // F16C is read from CPUID leaf 1 (ECX bit 29) because clang before 15 rejects __builtin_cpu_supports("f16c").
-bool have_f16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-}
-
-bool have_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
-  return ok;
-}
+bool have_avx2() { return cpu_has_avx2_fma_f16c(); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gguf/ggml_types.hpp"
+#include "util/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/ops.hpp"
 #include "util/thread_pool.hpp"
@@ -108,7 +109,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
 }
 
 bool have_avx2_fma() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  static const bool ok = cpu_has_avx2_fma_f16c();
   return ok;
 }
 

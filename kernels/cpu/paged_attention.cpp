@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/ops.hpp"
+#include "util/cpu_features.hpp"
 #include "util/fp16.hpp"
 #include "util/thread_pool.hpp"
 
@@ -46,7 +47,7 @@ __attribute__((target("avx2,f16c"))) void load_f16_hw(float *dst, const uint16_t
 }
 
 bool have_f16c() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool ok = cpu_has_avx2_fma_f16c();
   return ok;
 }
 

@@ -1,0 +1,10 @@
+// Run-time CPU feature checks for the vectorised kernels (one place, so every kernel agrees).
+#pragma once
+
+namespace infokv {
+
+// AVX2 + FMA + F16C: the x86-64-v3 subset the CPU kernels' fast paths use. F16C is read from CPUID directly
+// because clang's __builtin_cpu_supports does not know the "f16c" feature name.
+bool cpu_has_avx2_fma_f16c();
+
+}  // namespace infokv
