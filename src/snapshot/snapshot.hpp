@@ -22,6 +22,13 @@ struct SaveOptions {
   uint32_t format_version = kFormatVersion;    // tests only: to make snapshots of other versions
   uint32_t min_reader_version = kMinReaderVersion;
   int64_t created_unix_ms = -1;                // -1: now (golden files fix it)
+  // The observation-window queries (the last <= 32 queries of every layer) cost as much as ~64 cached tokens, a
+  // fixed cost that would dominate a compressed snapshot of a short context. They matter only to a compression
+  // that runs before the restored sequence has decoded a new window. Auto keeps them when the policy's next
+  // scheduled compression falls within that span; a compression forced earlier (full pool, explicit call) then
+  // scores with the rows decoded since the restore. Always/never override.
+  enum class WindowQueries { automatic, always, never };
+  WindowQueries window_queries = WindowQueries::automatic;
 };
 
 // Writes sequence `seq` (or every sequence when seq < 0) and the sampler's state (when not null).

@@ -109,6 +109,13 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     std::vector<int32_t> per_chunk(c.layers.size(), 1);
     int32_t layer_chunks = 0;
     std::vector<int32_t> kept;
+    const CompressionConfig &cc = session.options().compression;
+    const int64_t rows = static_cast<int64_t>(c.window_pos.size());
+    bool keep_window = opts.window_queries == SaveOptions::WindowQueries::always;
+    if (opts.window_queries == SaveOptions::WindowQueries::automatic)
+      keep_window = cc.enabled() && rows > 0 && cc.interval - st.since_compress <= rows;
+    const std::vector<int32_t> no_rows;
+    const std::vector<int32_t> &window_pos = keep_window ? c.window_pos : no_rows;
     for (size_t l = 0; l < c.layers.size(); ++l) {
       const LayerSlots &L = c.layers[l];
       kept.push_back(L.n());
@@ -131,7 +138,7 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
       auto meta = fb::CreateSequenceDirect(
           b, static_cast<int32_t>(si), ids[si], c.length, &st.tokens, vec_hash(st.tokens), st.has_logits,
           &logits, vec_hash(logits), st.pending_entropy,
-          st.since_compress, st.prefilled, st.n_compressions, &spans, &c.window_pos, &kept, layer_chunks);
+          st.since_compress, st.prefilled, st.n_compressions, &spans, &window_pos, &kept, layer_chunks);
       fb::ChunkBuilder cb(b);
       cb.add_kind(fb::ChunkKind::SEQUENCE);
       cb.add_sequence(meta);
@@ -150,8 +157,8 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
         for (int ch = 0; ch < kImpChannels; ++ch)
           if (masks[l] & (1u << ch)) imp.insert(imp.end(), L.imp[static_cast<size_t>(ch)].begin() + first, L.imp[static_cast<size_t>(ch)].begin() + first + n);
         const std::vector<float> empty;
-        const std::vector<float> &wq = first == 0 ? c.window_q[l] : empty;
-        if (static_cast<int64_t>(wq.size()) != static_cast<int64_t>(first == 0 ? c.window_pos.size() : 0) * qd)
+        const std::vector<float> &wq = first == 0 && keep_window ? c.window_q[l] : empty;
+        if (static_cast<int64_t>(wq.size()) != static_cast<int64_t>(first == 0 ? window_pos.size() : 0) * qd)
           fail(Status::internal, "window queries do not match their positions");
         flatbuffers::FlatBufferBuilder b(static_cast<size_t>(1024 + kbuf.size() * 2 + pos.size() * 4 + imp.size() * 4 + wq.size() * 4));
         auto layer = fb::CreateLayerDirect(b, static_cast<int32_t>(si), static_cast<int32_t>(l), first, n, &pos, vec_hash(pos),
