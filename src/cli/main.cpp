@@ -33,6 +33,19 @@ const char *kUsage =
     "(--prompt is then optional and appended when given; the snapshot's policy, KV dtype and sampler are used\n"
     "unless --config or a flag sets them).\n";
 
+const char *kOptions =
+    "\n"
+    "generate: --prompt TEXT --max-tokens N (64) --temperature T (0.8; 0 is greedy) --top-k K (40) --top-p P (0.95)\n"
+    "          --min-p P (0.05) --repeat-penalty R (1) --repeat-last-n N (64) --seed S (0) --parallel N (1)\n"
+    "          --protect-prefix N --no-bos --chat --system TEXT --save-snapshot FILE --load-snapshot FILE\n"
+    "session:  --threads N (cores) --device cpu|cuda|cuda:N|auto (cpu) --kv-dtype f32|f16|bf16 (f16)\n"
+    "          --block-size B (16) --kv-pool-mb M | --kv-pool-blocks N --ubatch N (256) --config FILE\n"
+    "compress: --policy none|infokv|snapkv|h2o|streaming|tova|pyramidkv --budget 0.25|25%|128\n"
+    "          --compress-interval N (1024) --window W (min(32, budget/4)) --alpha A (0.9) --tau T (1)\n"
+    "          --entropy-top-k K (256) --pool-kernel-prefill 5 --pool-kernel-decode 7\n"
+    "          --budget-shape uniform|pyramid --beta B (20) --sink N (4)\n"
+    "eval:     --prefix N --continuation M --policies LIST --budgets LIST --windows K (1) --offset T (0) --plot F.svg\n";
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -41,6 +54,12 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  for (int i = 2; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(kUsage, stdout);
+      std::fputs(kOptions, stdout);
+      return 0;
+    }
   try {
     if (cmd == "info") return infokv::cli::cmd_info(argc, argv);
     if (cmd == "generate") return infokv::cli::cmd_generate(argc, argv);
