@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "gguf/ggml_types.hpp"
@@ -70,6 +71,50 @@ __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s, sh));
 }
 
+// AVX2 block expansions for the common 32-element types (the scalar ones above remain the reference; these may
+// round q * d + m once instead of twice).
+__attribute__((target("avx2,fma,f16c"))) inline float h2f_f16c(const uint8_t *p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void store_u8x16(float *y, __m128i q, __m256 d, __m256 m, bool has_min) {
+  __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+  __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)));
+  _mm256_storeu_ps(y, has_min ? _mm256_fmadd_ps(a, d, m) : _mm256_mul_ps(a, d));
+  _mm256_storeu_ps(y + 8, has_min ? _mm256_fmadd_ps(b, d, m) : _mm256_mul_ps(b, d));
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void q4_0_avx2(float *y, const uint8_t *b) {
+  const __m256 d = _mm256_set1_ps(h2f_f16c(b));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
+  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  // (q - 8) as signed bytes, widened with sign
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
+  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
+  _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
+  _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+  _mm256_storeu_ps(y + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
+  _mm256_storeu_ps(y + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void q4_1_avx2(float *y, const uint8_t *b) {
+  const __m256 d = _mm256_set1_ps(h2f_f16c(b)), m = _mm256_set1_ps(h2f_f16c(b + 2));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  store_u8x16(y, _mm_and_si128(q, mask), d, m, true);
+  store_u8x16(y + 16, _mm_and_si128(_mm_srli_epi16(q, 4), mask), d, m, true);
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void q8_0_avx2(float *y, const uint8_t *b) {
+  const __m256 d = _mm256_set1_ps(h2f_f16c(b));
+  for (int j = 0; j < 32; j += 8) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + 2 + j));
+    _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+  }
+}
+
 template <BlockFn F, int64_t QK, int64_t BB>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const uint8_t *w, int64_t n,
                                                         int64_t m0, int64_t m1, int64_t m, int64_t k) {
@@ -121,11 +166,11 @@ RowsFn pick() {
 
 RowsFn rows_for(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return pick<dq::q4_0, 32, 18>();
-    case GgmlType::Q4_1: return pick<dq::q4_1, 32, 20>();
+    case GgmlType::Q4_0: return have_avx2_fma() ? rows_avx2<q4_0_avx2, 32, 18> : rows_generic<dq::q4_0, 32, 18>;
+    case GgmlType::Q4_1: return have_avx2_fma() ? rows_avx2<q4_1_avx2, 32, 20> : rows_generic<dq::q4_1, 32, 20>;
     case GgmlType::Q5_0: return pick<dq::q5_0, 32, 22>();
     case GgmlType::Q5_1: return pick<dq::q5_1, 32, 24>();
-    case GgmlType::Q8_0: return pick<dq::q8_0, 32, 34>();
+    case GgmlType::Q8_0: return have_avx2_fma() ? rows_avx2<q8_0_avx2, 32, 34> : rows_generic<dq::q8_0, 32, 34>;
     case GgmlType::Q4_K: return pick<dq::q4_k, 256, 144>();
     case GgmlType::Q5_K: return pick<dq::q5_k, 256, 176>();
     case GgmlType::Q6_K: return pick<dq::q6_k, 256, 210>();
