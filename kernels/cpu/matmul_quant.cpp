@@ -142,12 +142,15 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
     }
     for (; t < n; ++t) {
       const float *xr = x + t * k;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-      for (int64_t i = 0; i < k; i += 16) {  // k is a multiple of 32
+      // Four independent chains hide the FMA latency; k is a multiple of 32.
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k; i += 32) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), _mm256_loadu_ps(y + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 24), _mm256_loadu_ps(y + i + 24), a3);
       }
-      out[t * m + r] = hsum8(_mm256_add_ps(a0, a1));
+      out[t * m + r] = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     }
   }
 }

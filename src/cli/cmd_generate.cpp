@@ -3,6 +3,7 @@
 
 #include "cli/args.hpp"
 #include "cli/json.hpp"
+#include "tokenizer/chat.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "util/error.hpp"
@@ -33,9 +34,9 @@ std::string kv_json(const Session &s, int32_t seq) {
 
 int cmd_generate(int argc, char **argv) {
   std::set<std::string> valued = {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                                  "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix"};
+                                  "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix", "system"};
   for (const auto &n : session_option_names()) valued.insert(n);
-  Args a(argc, argv, 2, valued, {"json", "no-bos"});
+  Args a(argc, argv, 2, valued, {"json", "no-bos", "chat"});
   const std::string path = a.str("model", default_model_path());
   const std::string prompt_text = a.required("prompt");
   const int32_t max_tokens = static_cast<int32_t>(a.integer("max-tokens", 64, 0, 1 << 24));
@@ -55,7 +56,18 @@ int cmd_generate(int argc, char **argv) {
   auto model = Model::load(path);
   Session session(model, so);
   const int32_t seq = session.add_sequence();
-  std::vector<int32_t> prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
+  std::vector<int32_t> prompt;
+  if (a.flag("chat")) {
+    // The prompt is the user turn of a conversation in the model's chat format (--system adds a system turn).
+    const ChatTemplate tmpl = ChatTemplate::detect(model->gguf(), model->tokenizer());
+    std::vector<ChatMessage> msgs;
+    if (a.has("system")) msgs.push_back({"system", a.str("system")});
+    msgs.push_back({"user", prompt_text});
+    prompt = tmpl.encode(model->tokenizer(), msgs, true);
+  } else {
+    if (a.has("system")) fail(Status::invalid_argument, "--system needs --chat");
+    prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
+  }
   if (prompt.empty()) fail(Status::invalid_argument, "the prompt is empty and the model has no BOS token");
   if (protect_prefix > 0) session.protect(seq, ProtectedSpan{0, protect_prefix, false});
 

@@ -15,7 +15,10 @@ const char *kUsage =
     "\n"
     "commands:\n"
     "  info        --model PATH [--json]                      architecture, sizes, tokenizer, tensor types\n"
-    "  generate    --model PATH --prompt TEXT [options]       generate a continuation (see generate --help)\n"
+    "  generate    --model PATH --prompt TEXT [options]       generate a continuation; --chat [--system TEXT]\n"
+    "              makes the prompt the user turn of a chat in the model's format\n"
+    "  chat        --model PATH [--system TEXT] [--max-tokens N] [sampling and session options]\n"
+    "              interactive chat in the model's chat format (ChatML, Llama 3), streamed; reads stdin\n"
     "  perplexity  --model PATH --file PATH [--max-tokens N]  perplexity of a text\n"
     "  eval        --model PATH --file PATH --prefix N --continuation M --policies LIST --budgets LIST\n"
     "              compression quality: KL to the full cache, top-1 agreement, perplexity, KV bytes\n"
@@ -40,6 +43,7 @@ int main(int argc, char **argv) {
     if (cmd == "perplexity") return infokv::cli::cmd_perplexity(argc, argv);
     if (cmd == "eval") return infokv::cli::cmd_eval(argc, argv);
     if (cmd == "tokenize") return infokv::cli::cmd_tokenize(argc, argv);
+    if (cmd == "chat") return infokv::cli::cmd_chat(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;

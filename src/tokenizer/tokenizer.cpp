@@ -160,6 +160,13 @@ Tokenizer Tokenizer::load(const GgufFile &file, const std::string *pre_override)
   t.unk_ = special_id(file, "tokenizer.ggml.unknown_token_id", bpe ? -1 : 0, nv);
   t.add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token", !bpe);
   t.add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix", !bpe);
+  const int32_t eot = special_id(file, "tokenizer.ggml.eot_token_id", -1, nv);
+  if (eot >= 0) t.eog_.push_back(eot);
+  for (const char *p : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"}) {
+    auto it = t.piece_to_id_.find(p);
+    if (it != t.piece_to_id_.end() && t.types_[static_cast<size_t>(it->second)] == TokenType::control)
+      t.eog_.push_back(it->second);
+  }
   if (bpe) {
     t.init_bpe(file, pre_override != nullptr ? *pre_override : file.get_string("tokenizer.ggml.pre", "gpt2"));
     return t;

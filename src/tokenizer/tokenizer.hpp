@@ -38,6 +38,13 @@ class Tokenizer {
   int32_t bos() const { return bos_; }  // -1 when the model has none
   int32_t eos() const { return eos_; }  // -1 when the model has none
   bool add_bos() const { return add_bos_; }
+  // End of generation: EOS, tokenizer.ggml.eot_token_id, and the control tokens <|im_end|>, <|eot_id|>,
+  // <|end_of_text|>, <|endoftext|> where the vocabulary has them (as llama.cpp's special_eog_ids).
+  bool is_eog(int32_t id) const {
+    if (id == eos_) return true;
+    for (int32_t e : eog_) if (e == id) return true;
+    return false;
+  }
   bool valid(int32_t id) const { return id >= 0 && id < n_vocab(); }
   const std::string &piece(int32_t id) const { return pieces_.at(static_cast<size_t>(id)); }  // vocabulary text as stored
   TokenType type(int32_t id) const { return types_.at(static_cast<size_t>(id)); }
@@ -85,6 +92,7 @@ class Tokenizer {
   int32_t unk_ = -1;
   bool add_bos_ = true;
   bool add_space_prefix_ = true;
+  std::vector<int32_t> eog_;
   // Byte-level BPE only.
   BpePre pre_ = BpePre::gpt2;
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank (lower merges first)

@@ -135,7 +135,7 @@ TEST(BpeSmolLM2, RoundTripsReferenceTextsAndArbitraryBytes) {
 TEST(BpeSmolLM2, InvalidUtf8BytesAreKeptAsBytes) {
   REQUIRE_SMOLLM2(f);
   Tokenizer tok = Tokenizer::from_gguf(*f);
-  for (const std::string s : {std::string("\x80"), std::string("a\xc3"), std::string("\xe2\x82 x"),
+  for (const std::string &s : {std::string("\x80"), std::string("a\xc3"), std::string("\xe2\x82 x"),
                               std::string("\xed\xa0\x80 surrogate"), std::string("\xe0\x80\xaf overlong"),
                               std::string("ok \xf4\x90\x80\x80 big")}) {
     const std::vector<int32_t> ids = tok.encode(s, false);
