@@ -2,11 +2,24 @@
 
 #include "gguf/gguf.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "tokenizer/unicode.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
 
 namespace {
+
+// Jinja's |trim (Python's str.strip()): white space removed at both ends.
+std::string trim(const std::string &s) {
+  std::vector<uint32_t> cps;
+  std::vector<size_t> offs;
+  unicode::decode_utf8(s, &cps, &offs);
+  size_t b = 0, e = cps.size();
+  auto ws = [](uint32_t c) { return unicode::is_whitespace(c) || (c >= 0x1C && c <= 0x1F); };
+  while (b < e && ws(cps[b])) ++b;
+  while (e > b && ws(cps[e - 1])) --e;
+  return s.substr(offs[b], offs[e] - offs[b]);
+}
 
 struct Piece {
   std::string text;
@@ -31,7 +44,7 @@ std::vector<Piece> pieces(const ChatTemplate &t, const std::vector<ChatMessage> 
       out.push_back({"<|start_header_id|>", true});
       out.push_back({m.role, false});
       out.push_back({"<|end_header_id|>", true});
-      out.push_back({"\n\n" + m.content, false});
+      out.push_back({"\n\n" + trim(m.content), false});  // Llama 3's template trims contents
       out.push_back({"<|eot_id|>", true});
     }
     if (add_generation_prompt) out.push_back({"<|start_header_id|>assistant<|end_header_id|>\n\n", true});
