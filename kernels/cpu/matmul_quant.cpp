@@ -155,6 +155,64 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
   }
 }
 
+// Decode-sized products (fewer than 4 tokens) skip the row expansion: each block's integers are converted in
+// registers and dotted with x directly, and the block's scale (and min, through the block sum of x) is applied
+// once per block: dot(x, q*d + m) = d * dot(x, q) + m * sum(x).
+enum class Fused { q4_0, q4_1, q8_0 };
+
+template <Fused K>
+__attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
+  constexpr int64_t BB = K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : 34;
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, row += BB, x += 32) {
+    __m256 q0, q1, q2, q3;
+    if constexpr (K == Fused::q8_0) {
+      const uint8_t *q = row + 2;
+      q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q))));
+      q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 8))));
+      q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 16))));
+      q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 24))));
+    } else {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + (K == Fused::q4_1 ? 4 : 2)));
+      const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+      q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+      q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+      q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+      q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+    }
+    __m256 p = _mm256_mul_ps(q0, _mm256_loadu_ps(x));
+    p = _mm256_fmadd_ps(q1, _mm256_loadu_ps(x + 8), p);
+    p = _mm256_fmadd_ps(q2, _mm256_loadu_ps(x + 16), p);
+    p = _mm256_fmadd_ps(q3, _mm256_loadu_ps(x + 24), p);
+    const float d = h2f_f16c(row);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc);
+    if constexpr (K == Fused::q4_1) acc_min += h2f_f16c(row + 2) * sx[b];
+    if constexpr (K == Fused::q4_0) acc_min -= 8.0f * d * sx[b];
+  }
+  return hsum8(acc) + acc_min;
+}
+
+template <Fused K>
+__attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
+                                                         int64_t m0, int64_t m1, int64_t m, int64_t k) {
+  constexpr int64_t BB = K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : 34;
+  const int64_t nb = k / 32;
+  static thread_local std::vector<float> sums;
+  sums.assign(static_cast<size_t>(n * nb), 0.0f);
+  if (K != Fused::q8_0)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t b = 0; b < nb; ++b) {
+        float s = 0;
+        for (int j = 0; j < 32; ++j) s += x[t * k + b * 32 + j];
+        sums[static_cast<size_t>(t * nb + b)] = s;
+      }
+  for (int64_t r = m0; r < m1; ++r)
+    for (int64_t t = 0; t < n; ++t)
+      out[t * m + r] = dot_fused<K>(w + r * nb * BB, x + t * k, sums.data() + t * nb, nb);
+}
+
 bool have_avx2_fma() {
   static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return ok;
@@ -218,6 +276,14 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   RowsFn fn = rows_for(w_type);
   QuantKind q;
   if (fn == nullptr || !quant_kind(w_type, &q) || k % q.block_elems != 0) return false;
+  if (n < 4 && have_avx2_fma()) {
+    switch (static_cast<GgmlType>(w_type)) {
+      case GgmlType::Q4_0: fn = rows_fused<Fused::q4_0>; break;
+      case GgmlType::Q4_1: fn = rows_fused<Fused::q4_1>; break;
+      case GgmlType::Q8_0: fn = rows_fused<Fused::q8_0>; break;
+      default: break;
+    }
+  }
   const auto *wb = static_cast<const uint8_t *>(w);
   auto body = [&](int64_t m0, int64_t m1) { fn(out, x, wb, n, m0, m1, m, k); };
   const int64_t work = n * m * k;
