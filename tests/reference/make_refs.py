@@ -122,8 +122,19 @@ def corpus_cases(corpora):
     return cases
 
 
+def fuzz_cases(n=1000):
+    """Short random strings over an alphabet chosen to stress the pre-tokenisers' corner cases."""
+    import random
+    alpha = list("aAbZz09 5  \t\n\r'.,!?-_()\"") + [
+        "'s", "'T", "'re", "'LL", "\u00a0", "\u3000", "\u2028", "\u00e9", "\u00df", "\u216b", "\u00bd", "\u0663",
+        "\u4e2d", "\u6587", "\U0001F600", "\U0001F44D\U0001F3FD", "\u200d", "\u0301", "\u01c5", "\x0b", "\x0c",
+        "\x85", "\u1680", "<|im_start|>", "<|im_end|>", "\u0120", "\x00", "\x1f"]
+    rng = random.Random(5)
+    return [''.join(rng.choice(alpha) for _ in range(rng.randint(1, 25))) for _ in range(n)]
+
+
 def tokenizer_refs(reader, corpora):
-    cases = EDGE + corpus_cases(corpora)
+    cases = EDGE + corpus_cases(corpora) + fuzz_cases()
     for pre, name in (('smollm', 'bpe_smollm2_refs.txt'), ('llama3', 'bpe_llama3pre_refs.txt')):
         tok = hf_tokenizer(reader, pre)
         with open(os.path.join(DATA, name), 'w') as f:
