@@ -19,7 +19,7 @@ int cmd_chat(int argc, char **argv) {
                                   "repeat-penalty", "repeat-last-n", "seed"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {});
-  const std::string path = a.str("model", default_model_path());
+  const std::string path = resolve_model_path(a.str("model", default_model_path()));
   const int32_t max_tokens = static_cast<int32_t>(a.integer("max-tokens", 512, 1, 1 << 24));
   SamplerParams sp;
   sp.temperature = static_cast<float>(a.number("temperature", 0.7, 0.0, 100.0));

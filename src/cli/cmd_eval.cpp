@@ -131,7 +131,7 @@ int cmd_eval(int argc, char **argv) {
   std::set<std::string> valued = {"model", "file", "prefix", "continuation", "policies", "budgets", "plot", "windows", "offset"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json"});
-  const std::string path = a.str("model", default_model_path());
+  const std::string path = resolve_model_path(a.str("model", default_model_path()));
   const std::string text = read_file(a.required("file"));
   const int64_t N = a.integer("prefix", 0, 1, 1 << 24);
   const int64_t M = a.integer("continuation", 0, 1, 1 << 24);

@@ -37,7 +37,7 @@ int cmd_generate(int argc, char **argv) {
                                   "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix", "system"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json", "no-bos", "chat"});
-  const std::string path = a.str("model", default_model_path());
+  const std::string path = resolve_model_path(a.str("model", default_model_path()));
   const std::string prompt_text = a.required("prompt");
   const int32_t max_tokens = static_cast<int32_t>(a.integer("max-tokens", 64, 0, 1 << 24));
   SamplerParams sp;

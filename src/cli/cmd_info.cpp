@@ -11,7 +11,7 @@ namespace cli {
 
 int cmd_info(int argc, char **argv) {
   Args a(argc, argv, 2, {"model"}, {"json"});
-  const std::string path = a.str("model", default_model_path());
+  const std::string path = resolve_model_path(a.str("model", default_model_path()));
   auto m = Model::load(path);
   if (a.flag("json")) {
     std::printf("%s\n", describe_json(*m).c_str());

@@ -22,7 +22,7 @@ int cmd_perplexity(int argc, char **argv) {
   std::set<std::string> valued = {"model", "file", "max-tokens"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json"});
-  const std::string path = a.str("model", default_model_path());
+  const std::string path = resolve_model_path(a.str("model", default_model_path()));
   const std::string text = read_file(a.required("file"));
   const int64_t max_tokens = a.integer("max-tokens", 0, 0, INT64_MAX);
   SessionOptions so = session_options_from(a);

@@ -27,7 +27,8 @@ const char *kUsage =
     "  version     print the version\n"
     "\n"
     "--model defaults to $INFOKV_MODELS_DIR/stories260K/stories260K.gguf (INFOKV_MODELS_DIR defaults to\n"
-    "../shared/models). Every command takes --json for machine-readable output on stdout.\n";
+    "../shared/models). --model smollm2 names SmolLM2-135M-Instruct as installed by packaging/fetch_models.sh\n"
+    "(e.g. infokv chat --model smollm2). Every command takes --json for machine-readable output on stdout.\n";
 
 }  // namespace
 
