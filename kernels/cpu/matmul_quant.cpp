@@ -115,6 +115,36 @@ __attribute__((target("avx2,fma,f16c"))) inline void q8_0_avx2(float *y, const u
   }
 }
 
+__attribute__((target("avx2,fma,f16c"))) inline void store_i8x16(float *y, __m128i q, float s) {
+  const __m256 sv = _mm256_set1_ps(s);
+  _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), sv));
+  _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), sv));
+}
+
+// Q6_K, 16 values per vector: element 16g + i of the super-block has scale g (see dq::q6_k).
+__attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const uint8_t *b) {
+  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
+  const float d = h2f_f16c(b + 208);
+  const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3), off = _mm_set1_epi8(32);
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+    for (int c = 0; c < 2; ++c) {
+      const __m128i l0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(ql + 16 * c));
+      const __m128i l1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(ql + 32 + 16 * c));
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qh + 16 * c));
+      const __m128i q[4] = {
+          _mm_or_si128(_mm_and_si128(l0, m4), _mm_slli_epi16(_mm_and_si128(h, m2), 4)),
+          _mm_or_si128(_mm_and_si128(l1, m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 2), m2), 4)),
+          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l0, 4), m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 4), m2), 4)),
+          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l1, 4), m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 6), m2), 4))};
+      for (int r = 0; r < 4; ++r) {
+        const int g = 8 * n + 2 * r + c;
+        store_i8x16(y + 16 * g, _mm_sub_epi8(q[r], off), d * sc[g]);
+      }
+    }
+  }
+}
+
 template <BlockFn F, int64_t QK, int64_t BB>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const uint8_t *w, int64_t n,
                                                         int64_t m0, int64_t m1, int64_t m, int64_t k) {
@@ -234,7 +264,7 @@ RowsFn rows_for(uint32_t type) {
     case GgmlType::Q8_0: return have_avx2_fma() ? rows_avx2<q8_0_avx2, 32, 34> : rows_generic<dq::q8_0, 32, 34>;
     case GgmlType::Q4_K: return pick<dq::q4_k, 256, 144>();
     case GgmlType::Q5_K: return pick<dq::q5_k, 256, 176>();
-    case GgmlType::Q6_K: return pick<dq::q6_k, 256, 210>();
+    case GgmlType::Q6_K: return have_avx2_fma() ? rows_avx2<q6_k_avx2, 256, 210> : rows_generic<dq::q6_k, 256, 210>;
     default: return nullptr;
   }
 }
