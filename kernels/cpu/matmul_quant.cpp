@@ -188,7 +188,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
 // Decode-sized products (fewer than 4 tokens) skip the row expansion: each block's integers are converted in
 // registers and dotted with x directly, and the block's scale (and min, through the block sum of x) is applied
 // once per block: dot(x, q*d + m) = d * dot(x, q) + m * sum(x).
-enum class Fused { q4_0, q4_1, q8_0 };
+enum class Fused { q4_0, q4_1, q8_0, q4_k };
 
 template <Fused K>
 __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
@@ -224,10 +224,43 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, con
   return hsum8(acc) + acc_min;
 }
 
+// dot of 32 unsigned bytes with x[32]
+__attribute__((target("avx2,fma,f16c"))) inline __m256 dot32_u8(__m256i v, const float *xx) {
+  const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
+  __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a)), _mm256_loadu_ps(xx));
+  p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8))), _mm256_loadu_ps(xx + 8), p);
+  p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), _mm256_loadu_ps(xx + 16), p);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))), _mm256_loadu_ps(xx + 24), p);
+}
+
+// Q4_K: 8 sub-blocks of 32 per super-block, each with its own 6-bit scale and min:
+// dot(x, d*sc*q - dmin*m) = d*sc * dot(x, q) - dmin*m * sum(x) per sub-block. sx holds the 32-element sums of x.
+__attribute__((target("avx2,fma,f16c"))) float dot_fused_q4k(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 144) {
+    const float d = h2f_f16c(row), dmin = h2f_f16c(row + 2);
+    const uint8_t *scales = row + 4, *qs = row + 16;
+    for (int j = 0; j < 4; ++j, x += 64, sx += 2) {
+      uint8_t sc1, m1, sc2, m2;
+      dq::scale_min_k4(2 * j, scales, &sc1, &m1);
+      dq::scale_min_k4(2 * j + 1, scales, &sc2, &m2);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
+      const __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1), dot32_u8(lo, x), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2), dot32_u8(hi, x + 32), acc);
+      acc_min -= dmin * m1 * sx[0] + dmin * m2 * sx[1];
+    }
+  }
+  return hsum8(acc) + acc_min;
+}
+
 template <Fused K>
 __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
                                                          int64_t m0, int64_t m1, int64_t m, int64_t k) {
-  constexpr int64_t BB = K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : 34;
+  // Bytes of one row; Q4_K packs 8 sums' worth of 32 elements into each 144-byte super-block.
+  const int64_t row_bytes = K == Fused::q4_k ? k / 256 * 144 : k / 32 * (K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : 34);
   const int64_t nb = k / 32;
   static thread_local std::vector<float> sums;
   sums.assign(static_cast<size_t>(n * nb), 0.0f);
@@ -240,7 +273,8 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
       }
   for (int64_t r = m0; r < m1; ++r)
     for (int64_t t = 0; t < n; ++t)
-      out[t * m + r] = dot_fused<K>(w + r * nb * BB, x + t * k, sums.data() + t * nb, nb);
+      if constexpr (K == Fused::q4_k) out[t * m + r] = dot_fused_q4k(w + r * row_bytes, x + t * k, sums.data() + t * nb, nb);
+      else out[t * m + r] = dot_fused<K>(w + r * row_bytes, x + t * k, sums.data() + t * nb, nb);
 }
 
 bool have_avx2_fma() {
@@ -311,6 +345,7 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
       case GgmlType::Q4_0: fn = rows_fused<Fused::q4_0>; break;
       case GgmlType::Q4_1: fn = rows_fused<Fused::q4_1>; break;
       case GgmlType::Q8_0: fn = rows_fused<Fused::q8_0>; break;
+      case GgmlType::Q4_K: fn = rows_fused<Fused::q4_k>; break;
       default: break;
     }
   }
