@@ -32,7 +32,7 @@ int cmd_chat(int argc, char **argv) {
 
   auto model = Model::load(path);
   const Tokenizer &tok = model->tokenizer();
-  const ChatTemplate tmpl = ChatTemplate::detect(model->gguf(), tok);
+  const ChatTemplate tmpl = ChatTemplate::detect(model->chat_template(), tok);
   if (tmpl.format == ChatFormat::none)
     fail(Status::unsupported, "the model has no chat template infokv knows (ChatML or Llama 3); use generate");
   Session session(model, session_options_from(a));

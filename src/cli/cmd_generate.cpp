@@ -59,7 +59,7 @@ int cmd_generate(int argc, char **argv) {
   std::vector<int32_t> prompt;
   if (a.flag("chat")) {
     // The prompt is the user turn of a conversation in the model's chat format (--system adds a system turn).
-    const ChatTemplate tmpl = ChatTemplate::detect(model->gguf(), model->tokenizer());
+    const ChatTemplate tmpl = ChatTemplate::detect(model->chat_template(), model->tokenizer());
     std::vector<ChatMessage> msgs;
     if (a.has("system")) msgs.push_back({"system", a.str("system")});
     msgs.push_back({"user", prompt_text});

@@ -80,8 +80,11 @@ const char *chat_format_name(ChatFormat f) {
 }
 
 ChatTemplate ChatTemplate::detect(const GgufFile &file, const Tokenizer &tok) {
+  return detect(file.get_string("tokenizer.chat_template", ""), tok);
+}
+
+ChatTemplate ChatTemplate::detect(const std::string &tmpl, const Tokenizer &tok) {
   ChatTemplate t;
-  const std::string tmpl = file.get_string("tokenizer.chat_template", "");
   if (tmpl.find("<|im_start|>") != std::string::npos) {
     t.format = ChatFormat::chatml;
     t.default_system = default_system_of(tmpl);

@@ -29,6 +29,8 @@ struct ChatTemplate {
   // Detects the format from tokenizer.chat_template, falling back to the vocabulary's marker tokens.
   // format == none when neither names a format infokv knows.
   static ChatTemplate detect(const GgufFile &file, const Tokenizer &tok);
+  // The same from the template text itself (empty: none given).
+  static ChatTemplate detect(const std::string &tmpl, const Tokenizer &tok);
 
   // The conversation as the template renders it (markup included), for display and tests.
   std::string render(const std::vector<ChatMessage> &messages, bool add_generation_prompt) const;

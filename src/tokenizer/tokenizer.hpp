@@ -10,6 +10,7 @@
 namespace infokv {
 
 class GgufFile;
+class JsonValue;
 
 // llama.cpp's token attribute numbering (tokenizer.ggml.token_type).
 enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
@@ -31,6 +32,10 @@ class Tokenizer {
   static Tokenizer from_gguf(const GgufFile &file);
   // The same, with tokenizer.ggml.pre replaced by `pre` (a BPE vocabulary under another pre-tokeniser; tests).
   static Tokenizer from_gguf(const GgufFile &file, const std::string &pre);
+  // A Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3 pre-tokenisers), with the
+  // special ids and add_bos from tokenizer_config.json / config.json when given (null: absent).
+  // Throws Error(bad_model) for malformed content, Error(unsupported) for another tokenizer kind.
+  static Tokenizer from_hf(const JsonValue &tokenizer_json, const JsonValue *tokenizer_config, const JsonValue *config);
 
   TokenizerKind kind() const { return kind_; }
   const std::string &model_name() const { return model_name_; }  // "llama", ...
@@ -76,6 +81,8 @@ class Tokenizer {
   static Tokenizer load(const GgufFile &file, const std::string *pre_override);
   std::vector<int32_t> encode_spm(std::string_view text) const;
   void init_bpe(const GgufFile &file, const std::string &pre);
+  void init_bpe(const std::string &pre, const std::vector<std::string_view> &merges);
+  void init_eog();
   void encode_bpe(std::string_view text, bool parse_special, std::vector<int32_t> *out) const;
   void bpe_word(std::string_view word, std::vector<int32_t> *out) const;
   std::string bpe_token_bytes(int32_t id) const;
