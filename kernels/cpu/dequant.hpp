@@ -119,22 +119,26 @@ inline void q5_k(float *y, const uint8_t *b) {
 }
 
 // Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} -> (d * sc) * (q6 - 32), 16 sub-blocks of 16.
+// Written as two simple loops (unpack the 6-bit integers, then scale 16 at a time) so that compilers vectorise it.
 inline void q6_k(float *y, const uint8_t *b) {
   const uint8_t *ql = b, *qh = b + 128;
   const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
   const float d = h2f(b + 208);
-  for (int n = 0; n < 256; n += 128, ql += 64, qh += 32, sc += 8) {
+  int8_t q[256];
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t *l0 = ql + 64 * n, *h0 = qh + 32 * n;
+    int8_t *o = q + 128 * n;
     for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      y[n + l] = (d * sc[is]) * static_cast<float>(q1);
-      y[n + l + 32] = (d * sc[is + 2]) * static_cast<float>(q2);
-      y[n + l + 64] = (d * sc[is + 4]) * static_cast<float>(q3);
-      y[n + l + 96] = (d * sc[is + 6]) * static_cast<float>(q4);
+      o[l] = static_cast<int8_t>(((l0[l] & 0x0F) | (((h0[l] >> 0) & 3) << 4)) - 32);
+      o[l + 32] = static_cast<int8_t>(((l0[l + 32] & 0x0F) | (((h0[l] >> 2) & 3) << 4)) - 32);
+      o[l + 64] = static_cast<int8_t>(((l0[l] >> 4) | (((h0[l] >> 4) & 3) << 4)) - 32);
+      o[l + 96] = static_cast<int8_t>(((l0[l + 32] >> 4) | (((h0[l] >> 6) & 3) << 4)) - 32);
     }
+  }
+  // Element 16g..16g+15 uses scale g: within each 128 half, l < 16 and l >= 16 of every 32-run take is and is+1.
+  for (int g = 0; g < 16; ++g) {
+    const float s = d * sc[g];
+    for (int i = 0; i < 16; ++i) y[16 * g + i] = s * static_cast<float>(q[16 * g + i]);
   }
 }
 

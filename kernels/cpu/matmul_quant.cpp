@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "gguf/ggml_types.hpp"
@@ -71,6 +72,80 @@ __attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s, sh));
 }
 
+// AVX2 block expansions for the common 32-element types (the scalar ones above remain the reference; these may
+// round q * d + m once instead of twice).
+__attribute__((target("avx2,fma,f16c"))) inline float h2f_f16c(const uint8_t *p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void store_u8x16(float *y, __m128i q, __m256 d, __m256 m, bool has_min) {
+  __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+  __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)));
+  _mm256_storeu_ps(y, has_min ? _mm256_fmadd_ps(a, d, m) : _mm256_mul_ps(a, d));
+  _mm256_storeu_ps(y + 8, has_min ? _mm256_fmadd_ps(b, d, m) : _mm256_mul_ps(b, d));
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void q4_0_avx2(float *y, const uint8_t *b) {
+  const __m256 d = _mm256_set1_ps(h2f_f16c(b));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
+  const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+  // (q - 8) as signed bytes, widened with sign
+  const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
+  const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
+  _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
+  _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+  _mm256_storeu_ps(y + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
+  _mm256_storeu_ps(y + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void q4_1_avx2(float *y, const uint8_t *b) {
+  const __m256 d = _mm256_set1_ps(h2f_f16c(b)), m = _mm256_set1_ps(h2f_f16c(b + 2));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  store_u8x16(y, _mm_and_si128(q, mask), d, m, true);
+  store_u8x16(y + 16, _mm_and_si128(_mm_srli_epi16(q, 4), mask), d, m, true);
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void q8_0_avx2(float *y, const uint8_t *b) {
+  const __m256 d = _mm256_set1_ps(h2f_f16c(b));
+  for (int j = 0; j < 32; j += 8) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + 2 + j));
+    _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline void store_i8x16(float *y, __m128i q, float s) {
+  const __m256 sv = _mm256_set1_ps(s);
+  _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), sv));
+  _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), sv));
+}
+
+// Q6_K, 16 values per vector: element 16g + i of the super-block has scale g (see dq::q6_k).
+__attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const uint8_t *b) {
+  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
+  const float d = h2f_f16c(b + 208);
+  const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3), off = _mm_set1_epi8(32);
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+    for (int c = 0; c < 2; ++c) {
+      const __m128i l0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(ql + 16 * c));
+      const __m128i l1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(ql + 32 + 16 * c));
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qh + 16 * c));
+      const __m128i q[4] = {
+          _mm_or_si128(_mm_and_si128(l0, m4), _mm_slli_epi16(_mm_and_si128(h, m2), 4)),
+          _mm_or_si128(_mm_and_si128(l1, m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 2), m2), 4)),
+          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l0, 4), m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 4), m2), 4)),
+          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l1, 4), m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 6), m2), 4))};
+      for (int r = 0; r < 4; ++r) {
+        const int g = 8 * n + 2 * r + c;
+        store_i8x16(y + 16 * g, _mm_sub_epi8(q[r], off), d * sc[g]);
+      }
+    }
+  }
+}
+
 template <BlockFn F, int64_t QK, int64_t BB>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const uint8_t *w, int64_t n,
                                                         int64_t m0, int64_t m1, int64_t m, int64_t k) {
@@ -98,14 +173,109 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
     }
     for (; t < n; ++t) {
       const float *xr = x + t * k;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-      for (int64_t i = 0; i < k; i += 16) {  // k is a multiple of 32
+      // Four independent chains hide the FMA latency; k is a multiple of 32.
+      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < k; i += 32) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), _mm256_loadu_ps(y + i), a0);
         a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 24), _mm256_loadu_ps(y + i + 24), a3);
       }
-      out[t * m + r] = hsum8(_mm256_add_ps(a0, a1));
+      out[t * m + r] = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
     }
   }
+}
+
+// Decode-sized products (fewer than 4 tokens) skip the row expansion: each block's integers are converted in
+// registers and dotted with x directly, and the block's scale (and min, through the block sum of x) is applied
+// once per block: dot(x, q*d + m) = d * dot(x, q) + m * sum(x).
+enum class Fused { q4_0, q4_1, q8_0, q4_k };
+
+template <Fused K>
+__attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
+  constexpr int64_t BB = K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : 34;
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b, row += BB, x += 32) {
+    __m256 q0, q1, q2, q3;
+    if constexpr (K == Fused::q8_0) {
+      const uint8_t *q = row + 2;
+      q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q))));
+      q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 8))));
+      q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 16))));
+      q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 24))));
+    } else {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + (K == Fused::q4_1 ? 4 : 2)));
+      const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+      q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+      q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+      q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+      q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+    }
+    __m256 p = _mm256_mul_ps(q0, _mm256_loadu_ps(x));
+    p = _mm256_fmadd_ps(q1, _mm256_loadu_ps(x + 8), p);
+    p = _mm256_fmadd_ps(q2, _mm256_loadu_ps(x + 16), p);
+    p = _mm256_fmadd_ps(q3, _mm256_loadu_ps(x + 24), p);
+    const float d = h2f_f16c(row);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc);
+    if constexpr (K == Fused::q4_1) acc_min += h2f_f16c(row + 2) * sx[b];
+    if constexpr (K == Fused::q4_0) acc_min -= 8.0f * d * sx[b];
+  }
+  return hsum8(acc) + acc_min;
+}
+
+// dot of 32 unsigned bytes with x[32]
+__attribute__((target("avx2,fma,f16c"))) inline __m256 dot32_u8(__m256i v, const float *xx) {
+  const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
+  __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a)), _mm256_loadu_ps(xx));
+  p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8))), _mm256_loadu_ps(xx + 8), p);
+  p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b)), _mm256_loadu_ps(xx + 16), p);
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))), _mm256_loadu_ps(xx + 24), p);
+}
+
+// Q4_K: 8 sub-blocks of 32 per super-block, each with its own 6-bit scale and min:
+// dot(x, d*sc*q - dmin*m) = d*sc * dot(x, q) - dmin*m * sum(x) per sub-block. sx holds the 32-element sums of x.
+__attribute__((target("avx2,fma,f16c"))) float dot_fused_q4k(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
+  __m256 acc = _mm256_setzero_ps();
+  float acc_min = 0.0f;
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 144) {
+    const float d = h2f_f16c(row), dmin = h2f_f16c(row + 2);
+    const uint8_t *scales = row + 4, *qs = row + 16;
+    for (int j = 0; j < 4; ++j, x += 64, sx += 2) {
+      uint8_t sc1, m1, sc2, m2;
+      dq::scale_min_k4(2 * j, scales, &sc1, &m1);
+      dq::scale_min_k4(2 * j + 1, scales, &sc2, &m2);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
+      const __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1), dot32_u8(lo, x), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2), dot32_u8(hi, x + 32), acc);
+      acc_min -= dmin * m1 * sx[0] + dmin * m2 * sx[1];
+    }
+  }
+  return hsum8(acc) + acc_min;
+}
+
+template <Fused K>
+__attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
+                                                         int64_t m0, int64_t m1, int64_t m, int64_t k) {
+  // Bytes of one row; Q4_K packs 8 sums' worth of 32 elements into each 144-byte super-block.
+  const int64_t row_bytes = K == Fused::q4_k ? k / 256 * 144 : k / 32 * (K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : 34);
+  const int64_t nb = k / 32;
+  static thread_local std::vector<float> sums;
+  sums.assign(static_cast<size_t>(n * nb), 0.0f);
+  if (K != Fused::q8_0)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t b = 0; b < nb; ++b) {
+        float s = 0;
+        for (int j = 0; j < 32; ++j) s += x[t * k + b * 32 + j];
+        sums[static_cast<size_t>(t * nb + b)] = s;
+      }
+  for (int64_t r = m0; r < m1; ++r)
+    for (int64_t t = 0; t < n; ++t)
+      if constexpr (K == Fused::q4_k) out[t * m + r] = dot_fused_q4k(w + r * row_bytes, x + t * k, sums.data() + t * nb, nb);
+      else out[t * m + r] = dot_fused<K>(w + r * row_bytes, x + t * k, sums.data() + t * nb, nb);
 }
 
 bool have_avx2_fma() {
@@ -122,14 +292,14 @@ RowsFn pick() {
 
 RowsFn rows_for(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return pick<dq::q4_0, 32, 18>();
-    case GgmlType::Q4_1: return pick<dq::q4_1, 32, 20>();
+    case GgmlType::Q4_0: return have_avx2_fma() ? rows_avx2<q4_0_avx2, 32, 18> : rows_generic<dq::q4_0, 32, 18>;
+    case GgmlType::Q4_1: return have_avx2_fma() ? rows_avx2<q4_1_avx2, 32, 20> : rows_generic<dq::q4_1, 32, 20>;
     case GgmlType::Q5_0: return pick<dq::q5_0, 32, 22>();
     case GgmlType::Q5_1: return pick<dq::q5_1, 32, 24>();
-    case GgmlType::Q8_0: return pick<dq::q8_0, 32, 34>();
+    case GgmlType::Q8_0: return have_avx2_fma() ? rows_avx2<q8_0_avx2, 32, 34> : rows_generic<dq::q8_0, 32, 34>;
     case GgmlType::Q4_K: return pick<dq::q4_k, 256, 144>();
     case GgmlType::Q5_K: return pick<dq::q5_k, 256, 176>();
-    case GgmlType::Q6_K: return pick<dq::q6_k, 256, 210>();
+    case GgmlType::Q6_K: return have_avx2_fma() ? rows_avx2<q6_k_avx2, 256, 210> : rows_generic<dq::q6_k, 256, 210>;
     default: return nullptr;
   }
 }
@@ -171,6 +341,15 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   RowsFn fn = rows_for(w_type);
   QuantKind q;
   if (fn == nullptr || !quant_kind(w_type, &q) || k % q.block_elems != 0) return false;
+  if (n < 4 && have_avx2_fma()) {
+    switch (static_cast<GgmlType>(w_type)) {
+      case GgmlType::Q4_0: fn = rows_fused<Fused::q4_0>; break;
+      case GgmlType::Q4_1: fn = rows_fused<Fused::q4_1>; break;
+      case GgmlType::Q8_0: fn = rows_fused<Fused::q8_0>; break;
+      case GgmlType::Q4_K: fn = rows_fused<Fused::q4_k>; break;
+      default: break;
+    }
+  }
   const auto *wb = static_cast<const uint8_t *>(w);
   auto body = [&](int64_t m0, int64_t m1) { fn(out, x, wb, n, m0, m1, m, k); };
   const int64_t work = n * m * k;

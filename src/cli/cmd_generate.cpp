@@ -4,6 +4,7 @@
 
 #include "cli/args.hpp"
 #include "cli/json.hpp"
+#include "tokenizer/chat.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "snapshot/snapshot.hpp"
@@ -61,9 +62,9 @@ SamplerParams sampler_from(const Args &a, SamplerParams sp) {
 int cmd_generate(int argc, char **argv) {
   std::set<std::string> valued = {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                                   "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix",
-                                  "save-snapshot", "load-snapshot"};
+                                  "save-snapshot", "load-snapshot", "system"};
   for (const auto &n : session_option_names()) valued.insert(n);
-  Args a(argc, argv, 2, valued, {"json", "no-bos"});
+  Args a(argc, argv, 2, valued, {"json", "no-bos", "chat"});
   const Config cfg = config_from_args(a);
   const std::string path = model_path_from(a);
   const std::string load_path = a.str("load-snapshot");
@@ -100,7 +101,9 @@ int cmd_generate(int argc, char **argv) {
   std::vector<int32_t> prompt;
   Sampler sampler(sp);
   JsonObject loaded_json;
+  if (a.has("system") && !a.flag("chat")) fail(Status::invalid_argument, "--system needs --chat");
   if (!load_path.empty()) {
+    if (a.flag("chat")) fail(Status::invalid_argument, "--chat starts a conversation; it cannot continue a snapshot");
     Sampler restored(sp);
     const std::vector<int32_t> ids = snapshot::restore_file(session, &restored, load_path);
     if (ids.empty()) fail(Status::invalid_argument, load_path + " holds no sequence");
@@ -113,7 +116,16 @@ int cmd_generate(int argc, char **argv) {
         .integer("length", session.info(seq).length);
   } else {
     seq = session.add_sequence();
-    prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
+    if (a.flag("chat")) {
+      // The prompt is the user turn of a conversation in the model's chat format (--system adds a system turn).
+      const ChatTemplate tmpl = ChatTemplate::detect(model->chat_template(), model->tokenizer());
+      std::vector<ChatMessage> msgs;
+      if (a.has("system")) msgs.push_back({"system", a.str("system")});
+      msgs.push_back({"user", prompt_text});
+      prompt = tmpl.encode(model->tokenizer(), msgs, true);
+    } else {
+      prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
+    }
     if (prompt.empty()) fail(Status::invalid_argument, "the prompt is empty and the model has no BOS token");
     if (protect_prefix > 0) session.protect(seq, ProtectedSpan{0, protect_prefix, false});
   }

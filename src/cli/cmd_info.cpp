@@ -12,7 +12,7 @@ namespace cli {
 
 int cmd_info(int argc, char **argv) {
   Args a(argc, argv, 2, {"model"}, {"json"});
-  const std::string path = a.str("model", default_model_path());
+  const std::string path = resolve_model_path(a.str("model", default_model_path()));
   auto m = Model::load(path);
   if (a.flag("json")) {
     // The model's description plus what this build can run on ("devices").
@@ -25,8 +25,9 @@ int cmd_info(int argc, char **argv) {
   }
   const HParams &hp = m->hparams();
   std::printf("model        %s\n", path.c_str());
-  std::printf("name         %s\n", m->gguf().get_string("general.name", "").c_str());
-  std::printf("architecture %s (GGUF v%u)\n", hp.arch.c_str(), m->gguf().version());
+  std::printf("name         %s\n", m->name().c_str());
+  if (m->has_gguf()) std::printf("architecture %s (GGUF v%u)\n", hp.arch.c_str(), m->gguf().version());
+  else std::printf("architecture %s (%s)\n", hp.arch.c_str(), m->format().c_str());
   std::printf("parameters   %llu (%llu bytes of weights)\n", static_cast<unsigned long long>(m->n_params()),
               static_cast<unsigned long long>(m->weight_bytes()));
   std::printf("layers       %d, embedding %d, feed-forward %d\n", hp.n_layer, hp.n_embd, hp.n_ff);
@@ -35,11 +36,7 @@ int cmd_info(int argc, char **argv) {
   std::printf("tokenizer    %s, %d tokens, BOS %d, EOS %d\n", m->tokenizer().model_name().c_str(), m->tokenizer().n_vocab(),
               m->tokenizer().bos(), m->tokenizer().eos());
   std::printf("output       %s\n", m->tied_output() ? "tied to the token embedding" : "separate matrix");
-  std::map<std::string, int> types;
-  for (const auto &t : m->gguf().tensors()) {
-    const char *n = ggml_type_name(t.type);
-    ++types[n ? n : "?"];
-  }
+  const std::map<std::string, int> &types = m->tensor_types();
   {
     const DeviceReport dr = device_report();
     std::printf("devices      cpu; CUDA %s, %d device(s)%s%s\n", dr.cuda_compiled ? "compiled in" : "not compiled in",

@@ -15,7 +15,7 @@ int cmd_tokenize(int argc, char **argv) {
   if (a.has("text") == a.has("file")) fail(Status::invalid_argument, "give exactly one of --text T and --file F");
   const std::string text = a.has("text") ? a.str("text") : read_file(a.str("file"));
   // Only the tokenizer metadata is needed: the weights are not checked or touched.
-  GgufFile file(a.str("model", default_model_path()));
+  GgufFile file(resolve_model_path(a.str("model", default_model_path())));
   Tokenizer tok = Tokenizer::from_gguf(file);
   const std::vector<int32_t> ids = tok.encode(text, a.flag("bos"), !a.flag("no-special"));
   if (a.flag("json")) {

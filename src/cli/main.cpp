@@ -15,7 +15,10 @@ const char *kUsage =
     "\n"
     "commands:\n"
     "  info        --model PATH [--json]                      architecture, sizes, tokenizer, tensor types\n"
-    "  generate    --model PATH --prompt TEXT [options]       generate a continuation (see generate --help)\n"
+    "  generate    --model PATH --prompt TEXT [options]       generate a continuation; --chat [--system TEXT]\n"
+    "              makes the prompt the user turn of a chat in the model's format\n"
+    "  chat        --model PATH [--system TEXT] [--max-tokens N] [sampling and session options]\n"
+    "              interactive chat in the model's chat format (ChatML, Llama 3), streamed; reads stdin\n"
     "  perplexity  --model PATH --file PATH [--max-tokens N]  perplexity of a text\n"
     "  eval        --model PATH --file PATH --prefix N --continuation M --policies LIST --budgets LIST\n"
     "              compression quality: KL to the full cache, top-1 agreement, perplexity, KV bytes\n"
@@ -27,7 +30,8 @@ const char *kUsage =
     "  version     print the version\n"
     "\n"
     "--model defaults to $INFOKV_MODELS_DIR/stories260K/stories260K.gguf (INFOKV_MODELS_DIR defaults to\n"
-    "../shared/models). Every command takes --json for machine-readable output on stdout.\n"
+    "../shared/models). --model smollm2 names SmolLM2-135M-Instruct as installed by packaging/fetch_models.sh\n"
+    "(e.g. infokv chat --model smollm2). Every command takes --json for machine-readable output on stdout.\n"
     "generate, perplexity and eval take --config FILE.json (schemas/config.fbs); flags given override it.\n"
     "generate --save-snapshot FILE saves the sequence after generating; --load-snapshot FILE continues from one\n"
     "(--prompt is then optional and appended when given; the snapshot's policy, KV dtype and sampler are used\n"
@@ -68,6 +72,7 @@ int main(int argc, char **argv) {
     if (cmd == "tokenize") return infokv::cli::cmd_tokenize(argc, argv);
     if (cmd == "synth") return infokv::cli::cmd_synth(argc, argv);
     if (cmd == "snapshot") return infokv::cli::cmd_snapshot(argc, argv);
+    if (cmd == "chat") return infokv::cli::cmd_chat(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;

@@ -50,7 +50,7 @@ Config config_from_args(const Args &a) {
 }
 
 std::string model_path_from(const Args &a) {
-  if (a.has("model")) return a.str("model");
+  if (a.has("model")) return resolve_model_path(a.str("model"));
   const Config c = config_from_args(a);
   if (c.model_path.empty()) return default_model_path();
   if (c.model_path[0] == '/') return c.model_path;

@@ -34,20 +34,16 @@ std::string describe_json(const Model &m) {
   const HParams &hp = m.hparams();
   std::ostringstream js;
   js << "{\"architecture\":\"" << json_escape(hp.arch) << "\",\"name\":\""
-     << json_escape(m.gguf().get_string("general.name", "")) << "\",\"gguf_version\":" << m.gguf().version()
+     << json_escape(m.name()) << "\",\"format\":\"" << m.format() << "\",\"gguf_version\":" << (m.has_gguf() ? m.gguf().version() : 0)
      << ",\"n_vocab\":" << hp.n_vocab << ",\"n_embd\":" << hp.n_embd << ",\"n_layer\":" << hp.n_layer
      << ",\"n_head\":" << hp.n_head << ",\"n_head_kv\":" << hp.n_head_kv << ",\"head_dim\":" << hp.head_dim
      << ",\"n_ff\":" << hp.n_ff << ",\"n_ctx_train\":" << hp.n_ctx_train << ",\"rope_theta\":" << hp.rope_theta
      << ",\"rms_eps\":" << hp.rms_eps << ",\"n_params\":" << m.n_params() << ",\"weight_bytes\":" << m.weight_bytes()
-     << ",\"file_bytes\":" << m.gguf().file_size() << ",\"tied_output\":" << (m.tied_output() ? "true" : "false")
+     << ",\"file_bytes\":" << m.file_bytes() << ",\"tied_output\":" << (m.tied_output() ? "true" : "false")
      << ",\"tokenizer\":{\"model\":\"" << json_escape(m.tokenizer().model_name())
      << "\",\"n_vocab\":" << m.tokenizer().n_vocab() << ",\"bos\":" << m.tokenizer().bos()
      << ",\"eos\":" << m.tokenizer().eos() << "},\"tensor_types\":{";
-  std::map<std::string, int> types;
-  for (const auto &t : m.gguf().tensors()) {
-    const char *n = ggml_type_name(t.type);
-    ++types[n ? n : "?"];
-  }
+  const std::map<std::string, int> &types = m.tensor_types();
   bool first = true;
   for (const auto &kv : types) {
     js << (first ? "" : ",") << "\"" << kv.first << "\":" << kv.second;

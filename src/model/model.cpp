@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "gguf/ggml_types.hpp"
 #include "kernels/ops.hpp"
@@ -89,10 +90,19 @@ uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
 }  // namespace
 
 std::shared_ptr<const Model> Model::load(const std::string &path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return load_hf(path);
   std::shared_ptr<Model> m(new Model());
   m->path_ = path;
   m->file_ = std::make_unique<GgufFile>(path);
   const GgufFile &f = *m->file_;
+  m->name_ = f.get_string("general.name", "");
+  m->chat_template_ = f.get_string("tokenizer.chat_template", "");
+  m->file_bytes_ = f.file_size();
+  for (const GgufTensor &t : f.tensors()) {
+    const char *tn = ggml_type_name(t.type);
+    ++m->tensor_types_[tn != nullptr ? tn : "?"];
+  }
   HParams &hp = m->hp_;
   hp.arch = f.get_string_req("general.architecture");
   if (hp.arch != "llama") fail(Status::unsupported, "unsupported architecture '" + hp.arch + "' (infokv runs 'llama')");

@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <map>
+
 #include "gguf/gguf.hpp"
+#include "model/safetensors.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace infokv {
@@ -42,12 +45,24 @@ struct LayerWeights {
 
 class Model {
  public:
-  // Loads a GGUF model. Throws Error(io|bad_model|unsupported) with a message naming the problem.
+  // Loads a GGUF file, or a Hugging Face checkpoint directory (config.json of a LlamaForCausalLM, model.safetensors
+  // or sharded *.safetensors with model.safetensors.index.json, tokenizer.json; f32/f16/bf16 weights).
+  // Throws Error(io|bad_model|unsupported) with a message naming the problem.
   static std::shared_ptr<const Model> load(const std::string &path);
+
+  // "gguf" or "safetensors".
+  const std::string &format() const { return format_; }
+  bool has_gguf() const { return file_ != nullptr; }
+  const std::string &name() const { return name_; }
+  // The chat template text (tokenizer.chat_template or tokenizer_config.json's chat_template); may be empty.
+  const std::string &chat_template() const { return chat_template_; }
+  // Tensor count per element type name ("Q4_1": 210, ...), and the bytes of the model's files.
+  const std::map<std::string, int> &tensor_types() const { return tensor_types_; }
+  uint64_t file_bytes() const { return file_bytes_; }
 
   const HParams &hparams() const { return hp_; }
   const Tokenizer &tokenizer() const { return tok_; }
-  const GgufFile &gguf() const { return *file_; }
+  const GgufFile &gguf() const { return *file_; }  // only when has_gguf()
   const std::string &path() const { return path_; }
   const Weight &token_embd() const { return tok_embd_; }
   const Weight &output() const { return output_; }  // the embedding itself when tied
@@ -61,7 +76,15 @@ class Model {
 
  private:
   Model() = default;
+  static std::shared_ptr<const Model> load_hf(const std::string &dir);
   std::string path_;
+  std::string format_ = "gguf";
+  std::string name_;
+  std::string chat_template_;
+  std::map<std::string, int> tensor_types_;
+  uint64_t file_bytes_ = 0;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::vector<std::vector<uint8_t>> owned_;  // weights rearranged at load (HF q/k rows)
   std::unique_ptr<GgufFile> file_;
   HParams hp_;
   Tokenizer tok_;

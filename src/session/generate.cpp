@@ -32,7 +32,7 @@ GenerateResult generate(Session &session, int32_t seq, const std::vector<int32_t
   for (int32_t i = 0; i < max_tokens; ++i) {
     const std::vector<float> &lg = session.logits(seq);
     const int32_t next = sampler.sample(lg.data(), static_cast<int32_t>(lg.size()));
-    if (next == tok.eos()) {
+    if (tok.is_eog(next)) {
       res.stopped_by_eos = true;
       break;
     }
@@ -69,7 +69,7 @@ std::vector<GenerateResult> generate_batch(Session &session, const std::vector<i
       if (!live[s]) continue;
       const std::vector<float> &lg = session.logits(seqs[s]);
       const int32_t next = samplers[s].sample(lg.data(), static_cast<int32_t>(lg.size()));
-      if (next == tok.eos()) {
+      if (tok.is_eog(next)) {
         res[s].stopped_by_eos = true;
         live[s] = 0;
         continue;

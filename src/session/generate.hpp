@@ -13,7 +13,7 @@ namespace infokv {
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (EOS not included)
   std::string text;
-  bool stopped_by_eos = false;
+  bool stopped_by_eos = false;  // stopped at an end-of-generation token (EOS, <|im_end|>, ...; Tokenizer::is_eog)
   bool cancelled = false;
   double prefill_seconds = 0;
   double decode_seconds = 0;
@@ -25,7 +25,8 @@ struct GenerateResult {
 using TokenCallback = std::function<bool(int32_t token, const std::string &text)>;
 
 // Decodes `prompt` (may be empty when the sequence already has logits) into `seq`, then samples up to
-// max_tokens tokens. Stops at EOS.
+// max_tokens tokens. Stops at an end-of-generation token, which is not appended to the sequence. The last token
+// of a run that reaches max_tokens is not decoded either: a caller that continues the sequence decodes it first.
 GenerateResult generate(Session &session, int32_t seq, const std::vector<int32_t> &prompt, int32_t max_tokens,
                         Sampler &sampler, const TokenCallback &on_token);
 

@@ -184,6 +184,12 @@ struct PairLess {
 }  // namespace
 
 void Tokenizer::init_bpe(const GgufFile &file, const std::string &pre) {
+  const GgufValue *merges = file.get_array("tokenizer.ggml.merges", GgufValueType::STRING);
+  if (merges == nullptr) fail(Status::bad_model, "missing metadata key 'tokenizer.ggml.merges' (needed by a gpt2 tokenizer)");
+  init_bpe(pre, merges->strings);
+}
+
+void Tokenizer::init_bpe(const std::string &pre, const std::vector<std::string_view> &merges) {
   if (pre == "gpt2" || pre == "gpt-2") pre_ = BpePre::gpt2;
   else if (pre == "smollm") pre_ = BpePre::smollm;
   else if (pre == "llama-bpe" || pre == "llama3") pre_ = BpePre::llama3;
@@ -200,18 +206,16 @@ void Tokenizer::init_bpe(const GgufFile &file, const std::string &pre) {
     char_byte_[cp] = static_cast<int16_t>(b);
   }
 
-  const GgufValue *merges = file.get_array("tokenizer.ggml.merges", GgufValueType::STRING);
-  if (merges == nullptr) fail(Status::bad_model, "missing metadata key 'tokenizer.ggml.merges' (needed by a gpt2 tokenizer)");
-  if (merges->count > static_cast<uint64_t>(INT32_MAX)) fail(Status::bad_model, "tokenizer.ggml.merges has too many entries");
-  merges_.reserve(static_cast<size_t>(merges->count));
-  merge_rank_.reserve(static_cast<size_t>(merges->count));
-  for (size_t k = 0; k < merges->count; ++k) {
-    std::string_view m = merges->strings[k];
+  if (merges.size() > static_cast<size_t>(INT32_MAX)) fail(Status::bad_model, "tokenizer merges have too many entries");
+  merges_.reserve(merges.size());
+  merge_rank_.reserve(merges.size());
+  for (size_t k = 0; k < merges.size(); ++k) {
+    std::string_view m = merges[k];
     // "left right": both halves non-empty. The left half may itself start with a space only in vocabularies that
     // contain one, hence the search from 1 (as llama.cpp).
     const size_t sp = m.size() < 2 ? std::string_view::npos : m.find(' ', 1);
     if (sp == std::string_view::npos || sp + 1 >= m.size())
-      fail(Status::bad_model, "tokenizer.ggml.merges entry " + std::to_string(k) + " is not of the form 'left right'");
+      fail(Status::bad_model, "tokenizer merges entry " + std::to_string(k) + " is not of the form 'left right'");
     merges_.emplace_back(m);
     merge_rank_.emplace(merges_.back(), static_cast<int32_t>(k));  // the first (best) rank of a repeated merge wins
   }

@@ -160,6 +160,9 @@ Tokenizer Tokenizer::load(const GgufFile &file, const std::string *pre_override)
   t.unk_ = special_id(file, "tokenizer.ggml.unknown_token_id", bpe ? -1 : 0, nv);
   t.add_bos_ = file.get_bool("tokenizer.ggml.add_bos_token", !bpe);
   t.add_space_prefix_ = file.get_bool("tokenizer.ggml.add_space_prefix", !bpe);
+  const int32_t eot = special_id(file, "tokenizer.ggml.eot_token_id", -1, nv);
+  if (eot >= 0) t.eog_.push_back(eot);
+  t.init_eog();
   if (bpe) {
     t.init_bpe(file, pre_override != nullptr ? *pre_override : file.get_string("tokenizer.ggml.pre", "gpt2"));
     return t;
@@ -174,6 +177,14 @@ Tokenizer Tokenizer::load(const GgufFile &file, const std::string *pre_override)
     t.byte_to_id_[b] = it != t.piece_to_id_.end() ? it->second : t.unk_;
   }
   return t;
+}
+
+void Tokenizer::init_eog() {
+  for (const char *p : {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"}) {
+    auto it = piece_to_id_.find(p);
+    if (it != piece_to_id_.end() && types_[static_cast<size_t>(it->second)] == TokenType::control)
+      eog_.push_back(it->second);
+  }
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {

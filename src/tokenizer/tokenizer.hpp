@@ -10,6 +10,7 @@
 namespace infokv {
 
 class GgufFile;
+class JsonValue;
 
 // llama.cpp's token attribute numbering (tokenizer.ggml.token_type).
 enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
@@ -31,6 +32,10 @@ class Tokenizer {
   static Tokenizer from_gguf(const GgufFile &file);
   // The same, with tokenizer.ggml.pre replaced by `pre` (a BPE vocabulary under another pre-tokeniser; tests).
   static Tokenizer from_gguf(const GgufFile &file, const std::string &pre);
+  // A Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3 pre-tokenisers), with the
+  // special ids and add_bos from tokenizer_config.json / config.json when given (null: absent).
+  // Throws Error(bad_model) for malformed content, Error(unsupported) for another tokenizer kind.
+  static Tokenizer from_hf(const JsonValue &tokenizer_json, const JsonValue *tokenizer_config, const JsonValue *config);
 
   TokenizerKind kind() const { return kind_; }
   const std::string &model_name() const { return model_name_; }  // "llama", ...
@@ -38,6 +43,13 @@ class Tokenizer {
   int32_t bos() const { return bos_; }  // -1 when the model has none
   int32_t eos() const { return eos_; }  // -1 when the model has none
   bool add_bos() const { return add_bos_; }
+  // End of generation: EOS, tokenizer.ggml.eot_token_id, and the control tokens <|im_end|>, <|eot_id|>,
+  // <|end_of_text|>, <|endoftext|> where the vocabulary has them (as llama.cpp's special_eog_ids).
+  bool is_eog(int32_t id) const {
+    if (id == eos_) return true;
+    for (int32_t e : eog_) if (e == id) return true;
+    return false;
+  }
   bool valid(int32_t id) const { return id >= 0 && id < n_vocab(); }
   const std::string &piece(int32_t id) const { return pieces_.at(static_cast<size_t>(id)); }  // vocabulary text as stored
   TokenType type(int32_t id) const { return types_.at(static_cast<size_t>(id)); }
@@ -69,6 +81,8 @@ class Tokenizer {
   static Tokenizer load(const GgufFile &file, const std::string *pre_override);
   std::vector<int32_t> encode_spm(std::string_view text) const;
   void init_bpe(const GgufFile &file, const std::string &pre);
+  void init_bpe(const std::string &pre, const std::vector<std::string_view> &merges);
+  void init_eog();
   void encode_bpe(std::string_view text, bool parse_special, std::vector<int32_t> *out) const;
   void bpe_word(std::string_view word, std::vector<int32_t> *out) const;
   std::string bpe_token_bytes(int32_t id) const;
@@ -85,6 +99,7 @@ class Tokenizer {
   int32_t unk_ = -1;
   bool add_bos_ = true;
   bool add_space_prefix_ = true;
+  std::vector<int32_t> eog_;
   // Byte-level BPE only.
   BpePre pre_ = BpePre::gpt2;
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank (lower merges first)

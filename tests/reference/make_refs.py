@@ -122,8 +122,19 @@ def corpus_cases(corpora):
     return cases
 
 
+def fuzz_cases(n=1000):
+    """Short random strings over an alphabet chosen to stress the pre-tokenisers' corner cases."""
+    import random
+    alpha = list("aAbZz09 5  \t\n\r'.,!?-_()\"") + [
+        "'s", "'T", "'re", "'LL", "\u00a0", "\u3000", "\u2028", "\u00e9", "\u00df", "\u216b", "\u00bd", "\u0663",
+        "\u4e2d", "\u6587", "\U0001F600", "\U0001F44D\U0001F3FD", "\u200d", "\u0301", "\u01c5", "\x0b", "\x0c",
+        "\x85", "\u1680", "<|im_start|>", "<|im_end|>", "\u0120", "\x00", "\x1f"]
+    rng = random.Random(5)
+    return [''.join(rng.choice(alpha) for _ in range(rng.randint(1, 25))) for _ in range(n)]
+
+
 def tokenizer_refs(reader, corpora):
-    cases = EDGE + corpus_cases(corpora)
+    cases = EDGE + corpus_cases(corpora) + fuzz_cases()
     for pre, name in (('smollm', 'bpe_smollm2_refs.txt'), ('llama3', 'bpe_llama3pre_refs.txt')):
         tok = hf_tokenizer(reader, pre)
         with open(os.path.join(DATA, name), 'w') as f:
@@ -218,6 +229,42 @@ def logits_refs(reader):
             print('logits', repr(p), '->', repr(tok.decode(greedy)))
 
 
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+CONVERSATIONS = [
+    [('user', 'What is the capital of France?')],
+    [('system', 'You are terse.'), ('user', 'Hi!')],
+    [('user', 'Hello'), ('assistant', 'Hi! How can I help?'), ('user', '  Tell me a joke.\n')],
+    [('user', 'line one\nline two\n\n  indented'), ('assistant', ' leading space'), ('user', '\u00e9t\u00e9 \U0001F600 123')],
+]
+
+
+def chat_refs(reader):
+    """SmolLM2's own template (from the GGUF) and Llama 3's, rendered by jinja2; SmolLM2's also tokenised by HF."""
+    import jinja2
+    env = jinja2.Environment()
+    smol = env.from_string(field(reader, 'tokenizer.chat_template'))
+    llama3 = env.from_string(LLAMA3_TEMPLATE)
+    tok = hf_tokenizer(reader, 'smollm')
+    with open(os.path.join(DATA, 'chat_refs.txt'), 'w') as out:
+        out.write('# jinja2 %s renderings; ids by HF tokenizers with the SmolLM2 vocabulary\n' % jinja2.__version__)
+        for conv in CONVERSATIONS:
+            msgs = [{'role': r, 'content': c} for r, c in conv]
+            out.write('conv\n')
+            for r, c in conv:
+                out.write('msg\t%s\t%s\n' % (r, c.encode('utf-8').hex()))
+            text = smol.render(messages=msgs, add_generation_prompt=True)
+            out.write('chatml\t%s\n' % text.encode('utf-8').hex())
+            out.write('chatml_ids\t%s\n' % ' '.join(map(str, tok.encode(text).ids)))
+            text3 = llama3.render(messages=msgs, add_generation_prompt=True, bos_token='<|begin_of_text|>')
+            out.write('llama3\t%s\n' % text3.encode('utf-8').hex())
+    print('chat', len(CONVERSATIONS), 'conversations')
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--smollm2', required=True)
@@ -228,6 +275,7 @@ def main():
     reader = GGUFReader(a.smollm2)
     dequant_refs(reader, os.path.join(DATA, 'dequant_refs.bin'))
     tokenizer_refs(reader, a.corpora)
+    chat_refs(reader)
     if not a.skip_logits:
         logits_refs(reader)
 

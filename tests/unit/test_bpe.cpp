@@ -135,7 +135,7 @@ TEST(BpeSmolLM2, RoundTripsReferenceTextsAndArbitraryBytes) {
 TEST(BpeSmolLM2, InvalidUtf8BytesAreKeptAsBytes) {
   REQUIRE_SMOLLM2(f);
   Tokenizer tok = Tokenizer::from_gguf(*f);
-  for (const std::string s : {std::string("\x80"), std::string("a\xc3"), std::string("\xe2\x82 x"),
+  for (const std::string &s : {std::string("\x80"), std::string("a\xc3"), std::string("\xe2\x82 x"),
                               std::string("\xed\xa0\x80 surrogate"), std::string("\xe0\x80\xaf overlong"),
                               std::string("ok \xf4\x90\x80\x80 big")}) {
     const std::vector<int32_t> ids = tok.encode(s, false);
@@ -230,3 +230,26 @@ TEST(BpeSynthetic, RejectsBrokenMetadataWithoutCrashing) {
       .add_i32_array("tokenizer.ggml.merges", {1, 2});
   expect_status(wrong_type, Status::bad_model, "tokenizer.ggml.merges");
 }
+
+#ifdef INFOKV_CLI_PATH
+TEST(TokenizeCli, PrintsTheIdsOfATextAndOfAFile) {
+  ASSERT_TRUE(std::filesystem::exists(infokv_test::smollm2_path()))
+      << "SmolLM2 GGUF missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)";
+  auto run = [](const std::string &args) {
+    const std::string cmd = std::string(INFOKV_CLI_PATH) + " tokenize --model '" + infokv_test::smollm2_path() + "' " + args;
+    FILE *p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[256];
+    size_t n;
+    while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+    EXPECT_EQ(p != nullptr ? pclose(p) : -1, 0) << cmd;
+    return out;
+  };
+  EXPECT_EQ(run("--text 'Hello world, 42'"), "19556 905 28 216 36 34\n");
+  EXPECT_EQ(run("--text '<|im_start|>x' --json"), "{\"n_tokens\":2,\"ids\":[1,104]}\n");
+  const std::string path = (std::filesystem::temp_directory_path() / "infokv_tokenize_test.txt").string();
+  std::ofstream(path) << "Hello world, 42";
+  EXPECT_EQ(run("--file '" + path + "'"), "19556 905 28 216 36 34\n");
+  std::filesystem::remove(path);
+}
+#endif

@@ -1,0 +1,259 @@
+// Quantised weights: block dequantisation bit-exact against the gguf package (tests/reference/make_refs.py), the
+// quantised matmul against a float64 dot of the dequantised rows (1 and 2 threads, several token counts), embedding
+// rows, and a whole tiny Llama whose every matrix is quantised against the same model stored as F32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <unistd.h>
+
+#include "gguf/ggml_types.hpp"
+#include "gguf_builder.hpp"
+#include "kernels/ops.hpp"
+#include "model/model.hpp"
+#include "session/session.hpp"
+#include "test_paths.hpp"
+#include "util/error.hpp"
+#include "util/fp16.hpp"
+#include "util/thread_pool.hpp"
+
+using infokv::GgmlType;
+using infokv_test::GgufBuilder;
+
+namespace {
+
+const std::vector<GgmlType> kQuantTypes = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                           GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+uint32_t u(GgmlType t) { return static_cast<uint32_t>(t); }
+
+// Offsets of the f16 scale fields of a block, which random bytes must keep finite.
+std::vector<size_t> f16_fields(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
+    case GgmlType::Q6_K: return {208};
+    default: return {0};
+  }
+}
+
+// n_blocks random blocks of type t with scales of magnitude about `scale`.
+std::vector<uint8_t> random_blocks(GgmlType t, size_t n_blocks, float scale, std::mt19937_64 &rng) {
+  const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
+  std::vector<uint8_t> b(n_blocks * tr.block_bytes);
+  for (uint8_t &x : b) x = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> nd(0.0f, scale);
+  for (size_t k = 0; k < n_blocks; ++k)
+    for (size_t off : f16_fields(t)) {
+      uint16_t h = infokv::float_to_fp16(nd(rng));
+      std::memcpy(&b[k * tr.block_bytes + off], &h, 2);
+    }
+  return b;
+}
+
+}  // namespace
+
+TEST(Dequant, BitExactWithGgufPackageForEverySupportedType) {
+  std::ifstream in(infokv_test::test_data_dir() + "/dequant_refs.bin", std::ios::binary);
+  ASSERT_TRUE(in.good()) << "tests/data/dequant_refs.bin missing";
+  std::set<uint32_t> seen;
+  while (true) {
+    uint32_t hdr[3];
+    if (!in.read(reinterpret_cast<char *>(hdr), sizeof(hdr))) break;
+    std::vector<uint8_t> blocks(hdr[2]);
+    std::vector<float> want(hdr[1]), got(hdr[1], -1.0f);
+    in.read(reinterpret_cast<char *>(blocks.data()), hdr[2]);
+    in.read(reinterpret_cast<char *>(want.data()), hdr[1] * 4);
+    ASSERT_TRUE(in.good());
+    const char *name = infokv::ggml_type_name(hdr[0]);
+    ASSERT_TRUE(infokv::cpu::dequantize(got.data(), blocks.data(), hdr[0], hdr[1])) << name;
+    size_t bad = 0;
+    for (size_t k = 0; k < want.size(); ++k)
+      if (infokv::float_to_bits(got[k]) != infokv::float_to_bits(want[k]) && ++bad <= 3)
+        ADD_FAILURE() << name << " element " << k << ": got " << got[k] << ", want " << want[k];
+    EXPECT_EQ(bad, 0u) << name;
+    seen.insert(hdr[0]);
+  }
+  for (GgmlType t : kQuantTypes) EXPECT_TRUE(seen.count(u(t))) << infokv::ggml_type_name(u(t)) << " has no reference";
+}
+
+TEST(Dequant, RejectsPartialBlocksAndUnsupportedTypes) {
+  std::vector<float> out(512);
+  std::vector<uint8_t> in(1024);
+  EXPECT_FALSE(infokv::cpu::dequantize(out.data(), in.data(), u(GgmlType::Q4_0), 31));
+  EXPECT_FALSE(infokv::cpu::dequantize(out.data(), in.data(), u(GgmlType::Q4_K), 128));
+  EXPECT_FALSE(infokv::cpu::dequantize(out.data(), in.data(), u(GgmlType::Q2_K), 256));
+  EXPECT_FALSE(infokv::cpu::dequantize(out.data(), in.data(), u(GgmlType::IQ4_NL), 32));
+  EXPECT_FALSE(infokv::cpu::weight_type_supported(u(GgmlType::Q3_K)));
+  EXPECT_TRUE(infokv::cpu::weight_type_supported(u(GgmlType::Q6_K)));
+}
+
+TEST(QuantMatmul, MatchesFloat64DotOfDequantisedRowsOnOneAndTwoThreads) {
+  std::mt19937_64 rng(42);
+  infokv::ThreadPool pool2(2);
+  for (GgmlType t : kQuantTypes) {
+    const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
+    const int64_t k = 512, m = 37;
+    const std::vector<uint8_t> w = random_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
+    std::vector<float> wf(static_cast<size_t>(m * k));
+    ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(t), m * k));
+    for (int64_t n : {1, 3, 4, 9}) {
+      std::vector<float> x(static_cast<size_t>(n * k));
+      std::normal_distribution<float> nd(0, 1);
+      for (float &v : x) v = nd(rng);
+      for (infokv::ThreadPool *pool : {static_cast<infokv::ThreadPool *>(nullptr), &pool2}) {
+        std::vector<float> out(static_cast<size_t>(n * m), NAN);
+        ASSERT_TRUE(infokv::cpu::matmul(out.data(), x.data(), w.data(), u(t), n, m, k, pool)) << tr.name;
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t r = 0; r < m; ++r) {
+            double ref = 0, mag = 0;
+            for (int64_t j = 0; j < k; ++j) {
+              ref += static_cast<double>(x[i * k + j]) * wf[r * k + j];
+              mag += std::fabs(static_cast<double>(x[i * k + j]) * wf[r * k + j]);
+            }
+            ASSERT_NEAR(out[i * m + r], ref, 1e-5 * mag + 1e-6) << tr.name << " n=" << n << " row " << r;
+          }
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, EmbeddingRowsEqualDequantisedRows) {
+  std::mt19937_64 rng(3);
+  for (GgmlType t : kQuantTypes) {
+    const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
+    const int64_t d = 512, rows = 5;
+    const std::vector<uint8_t> w = random_blocks(t, static_cast<size_t>(rows * d / tr.block_elems), 0.02f, rng);
+    std::vector<float> all(static_cast<size_t>(rows * d)), row(static_cast<size_t>(d));
+    ASSERT_TRUE(infokv::cpu::dequantize(all.data(), w.data(), u(t), rows * d));
+    for (int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(infokv::cpu::get_row(row.data(), w.data(), u(t), r, d));
+      EXPECT_EQ(0, std::memcmp(row.data(), all.data() + r * d, static_cast<size_t>(d) * 4)) << tr.name << " row " << r;
+    }
+  }
+}
+
+// ---- a whole model ----
+
+namespace {
+
+constexpr int kEmbd = 256, kFf = 512, kVocab = 8, kHeads = 4, kKvHeads = 2;
+
+// A one-layer Llama, every matrix (embedding too) of type `t` with the given blocks; when `as_f32`, the same
+// values dequantised and stored as F32 instead.
+std::string write_tiny_model(GgmlType t, bool as_f32, uint64_t seed, const std::string &path) {
+  std::mt19937_64 rng(seed);
+  GgufBuilder b;
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a", "b", "c", "d", "e"};
+  b.add_string("general.architecture", "llama")
+      .add_u32("llama.embedding_length", kEmbd)
+      .add_u32("llama.block_count", 1)
+      .add_u32("llama.attention.head_count", kHeads)
+      .add_u32("llama.attention.head_count_kv", kKvHeads)
+      .add_u32("llama.feed_forward_length", kFf)
+      .add_u32("llama.context_length", 64)
+      .add_string("tokenizer.ggml.model", "llama")
+      .add_string_array("tokenizer.ggml.tokens", toks)
+      .add_f32_array("tokenizer.ggml.scores", std::vector<float>(toks.size(), 0.0f))
+      .add_i32_array("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1, 1, 1});
+  const int hd = kEmbd / kHeads;
+  auto mat = [&](const std::string &name, uint64_t cols, uint64_t rows, float scale) {
+    const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
+    std::vector<uint8_t> q = random_blocks(t, cols * rows / tr.block_elems, scale, rng);
+    if (as_f32) {
+      std::vector<float> f(cols * rows);
+      infokv::cpu::dequantize(f.data(), q.data(), u(t), static_cast<int64_t>(f.size()));
+      b.add_tensor_f32(name, {cols, rows}, f);
+    } else {
+      b.add_tensor(name, u(t), {cols, rows}, q.data(), q.size());
+    }
+  };
+  mat("token_embd.weight", kEmbd, kVocab, 0.05f);
+  b.add_tensor_f32("output_norm.weight", {kEmbd}, std::vector<float>(kEmbd, 1.0f));
+  b.add_tensor_f32("blk.0.attn_norm.weight", {kEmbd}, std::vector<float>(kEmbd, 1.0f));
+  b.add_tensor_f32("blk.0.ffn_norm.weight", {kEmbd}, std::vector<float>(kEmbd, 1.0f));
+  mat("blk.0.attn_q.weight", kEmbd, kHeads * hd, 0.01f);
+  mat("blk.0.attn_k.weight", kEmbd, kKvHeads * hd, 0.01f);
+  mat("blk.0.attn_v.weight", kEmbd, kKvHeads * hd, 0.01f);
+  mat("blk.0.attn_output.weight", kHeads * hd, kEmbd, 0.01f);
+  mat("blk.0.ffn_gate.weight", kEmbd, kFf, 0.01f);
+  mat("blk.0.ffn_up.weight", kEmbd, kFf, 0.01f);
+  mat("blk.0.ffn_down.weight", kFf, kEmbd, 0.01f);
+  const std::vector<uint8_t> bytes = b.build();
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+std::vector<float> run_logits(const std::string &path, int threads) {
+  auto model = infokv::Model::load(path);
+  infokv::SessionOptions so;
+  so.n_threads = threads;
+  so.kv_dtype = infokv::KvDtype::f32;
+  infokv::Session s(model, so);
+  const int32_t seq = s.add_sequence();
+  std::vector<infokv::BatchToken> batch;
+  for (int32_t tok : {1, 3, 4, 5, 6, 7}) batch.push_back({seq, tok, false});
+  s.decode(batch);
+  std::vector<float> out = s.logits(seq);
+  s.decode({{seq, 4, false}});  // one decode step after the prefill
+  out.insert(out.end(), s.logits(seq).begin(), s.logits(seq).end());
+  return out;
+}
+
+std::string tmp_path(const std::string &name) {
+  return (std::filesystem::temp_directory_path() / ("infokv_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+}  // namespace
+
+TEST(QuantModel, EveryTypeGivesTheLogitsOfItsDequantisedF32Twin) {
+  for (GgmlType t : kQuantTypes) {
+    const std::string name = infokv::ggml_type_name(u(t));
+    const std::string pq = write_tiny_model(t, false, 11, tmp_path(name + "_q.gguf"));
+    const std::string pf = write_tiny_model(t, true, 11, tmp_path(name + "_f.gguf"));
+    for (int threads : {1, 2}) {
+      const std::vector<float> lq = run_logits(pq, threads), lf = run_logits(pf, threads);
+      ASSERT_EQ(lq.size(), lf.size());
+      float mag = 0;
+      for (float v : lf) mag = std::max(mag, std::fabs(v));
+      ASSERT_GT(mag, 0.0f) << name;
+      for (size_t k = 0; k < lq.size(); ++k) {
+        ASSERT_TRUE(std::isfinite(lq[k])) << name;
+        EXPECT_NEAR(lq[k], lf[k], 1e-4f * mag + 1e-6f) << name << " logit " << k << " threads " << threads;
+      }
+    }
+    std::filesystem::remove(pq);
+    std::filesystem::remove(pf);
+  }
+}
+
+TEST(QuantModel, UnsupportedTypeIsRejectedNamingTypeAndTensor) {
+  // Q2_K is a valid GGUF type (the reader accepts its geometry) with no kernel here.
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>", "a"};
+  GgufBuilder m;
+  m.add_string("general.architecture", "llama")
+      .add_u32("llama.embedding_length", kEmbd)
+      .add_u32("llama.block_count", 1)
+      .add_u32("llama.attention.head_count", kHeads)
+      .add_u32("llama.feed_forward_length", kFf)
+      .add_string("tokenizer.ggml.model", "llama")
+      .add_string_array("tokenizer.ggml.tokens", toks);
+  std::vector<uint8_t> q2(kEmbd * 4 / 256 * 84, 0);
+  m.add_tensor("token_embd.weight", u(GgmlType::Q2_K), {kEmbd, 4}, q2.data(), q2.size());
+  const std::vector<uint8_t> bytes = m.build();
+  const std::string path = tmp_path("q2k.gguf");
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  try {
+    infokv::Model::load(path);
+    ADD_FAILURE() << "Q2_K model loaded";
+  } catch (const infokv::Error &e) {
+    EXPECT_EQ(e.status(), infokv::Status::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Q2_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("token_embd.weight"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}

