@@ -41,7 +41,7 @@ func main() {
 	prompt := "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " +
 		"One day, she saw a big, red ball. She wanted to play with it."
 	show := func(t infokv.Token) error { fmt.Print(t.Text); return nil }
-	first, err := session.GenerateText(context.Background(), prompt, 24, infokv.Greedy(), show)
+	_, err = session.GenerateText(context.Background(), prompt, 24, infokv.Greedy(), show)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -97,5 +97,5 @@ func main() {
 	if !reflect.DeepEqual(got.Tokens, want.Tokens) {
 		log.Fatalf("restored continuation differs: %v vs %v", got.Tokens, want.Tokens)
 	}
-	fmt.Printf("continuation matches the uninterrupted session: %d tokens (first part %d)\n", len(got.Tokens), len(first.Tokens))
+	fmt.Printf("continuation matches the uninterrupted session: %d tokens\n", len(got.Tokens))
 }
