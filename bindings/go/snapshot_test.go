@@ -218,3 +218,94 @@ func TestModelSessionSamplerFromConfig(t *testing.T) {
 		t.Fatalf("want ErrBadConfig for a config without a model path, got %v", err)
 	}
 }
+
+// otherModel writes a copy of the model with slightly different weights (another weights fingerprint).
+func otherModel(t *testing.T) string {
+	data, err := os.ReadFile(modelPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid := len(data) / 2
+	for i := mid; i < mid+4096; i++ {
+		data[i] ^= 0x01
+	}
+	p := filepath.Join(t.TempDir(), "other.gguf")
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSnapshotOfAnotherModelIsErrWrongModel(t *testing.T) {
+	m := load(t)
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prompt, _ := m.Tokenize("Once upon a time", true)
+	greedyTokens(t, s, 0, prompt, 5)
+	data, err := s.SaveBytes(0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := infokv.Load(otherModel(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	s2, err := other.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := s2.RestoreBytes(data, nil); !errors.Is(err, infokv.ErrWrongModel) {
+		t.Fatalf("want ErrWrongModel, got %v", err)
+	}
+	if n, _ := s2.Length(0); n != 0 {
+		t.Fatalf("a failed restore changed the session: length %d", n)
+	}
+}
+
+func TestSavedSamplerStateContinuesASampledRunExactly(t *testing.T) {
+	m := load(t)
+	prompt, _ := m.Tokenize("Once upon a time", true)
+	newSampler := func(opts ...infokv.SamplerOption) *infokv.Sampler {
+		smp, err := infokv.NewSampler(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { smp.Close() })
+		return smp
+	}
+	gen := func(s *infokv.Session, seq int32, p []int32, n int, smp *infokv.Sampler) []int32 {
+		res, err := s.Generate(context.Background(), seq, p, n, smp, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Tokens
+	}
+	opts := []infokv.SamplerOption{infokv.Temperature(0.9), infokv.TopK(40), infokv.Seed(1234)}
+	s, _ := m.NewSession()
+	whole := gen(s, 0, prompt, 30, newSampler(opts...))
+	s.Close()
+	s, _ = m.NewSession()
+	smp := newSampler(opts...)
+	first := gen(s, 0, prompt, 10, smp)
+	data, err := s.SaveBytes(0, smp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s2, _ := m.NewSession()
+	defer s2.Close()
+	smp2 := newSampler(infokv.Temperature(0.1), infokv.Seed(7)) // takes the saved state
+	ids, err := s2.RestoreBytes(data, smp2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := gen(s2, ids[0], nil, 20, smp2)
+	if got := append(append([]int32{}, first...), rest...); !reflect.DeepEqual(got, whole) {
+		t.Fatalf("continued %v, uninterrupted %v", got, whole)
+	}
+}

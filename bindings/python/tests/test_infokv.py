@@ -372,3 +372,38 @@ def test_model_session_and_sampler_from_a_config(model_path, reference):
     with infokv.Config() as empty:
         with pytest.raises(infokv.BadConfigError):
             infokv.Model.from_config(empty)
+
+
+def _other_model(model_path, tmp_path):
+    """A copy of the model with slightly different weights (another weights fingerprint)."""
+    data = bytearray(open(model_path, "rb").read())
+    mid = len(data) // 2
+    for i in range(mid, mid + 4096):
+        data[i] ^= 0x01
+    p = tmp_path / "other.gguf"
+    p.write_bytes(bytes(data))
+    return p
+
+
+def test_a_snapshot_of_another_model_raises_wrong_model(model, model_path, tmp_path):
+    with model.session() as s:
+        s.complete("Once upon a time", 5, temperature=0)
+        data = s.save_bytes()
+    with infokv.Model(_other_model(model_path, tmp_path)) as other, other.session() as s2:
+        with pytest.raises(infokv.WrongModelError) as e:
+            s2.restore(data)
+        assert e.value.status == infokv.WrongModelError.status
+        assert s2.length(0) == 0 and len(s2.complete("Once upon a time", 5, temperature=0).tokens) == 5
+
+
+def test_a_saved_sampler_state_continues_a_sampled_run_exactly(model):
+    opts = dict(temperature=0.9, top_k=40, seed=1234)
+    with model.session() as s, infokv.Sampler(**opts) as smp:
+        whole = s.complete("Once upon a time", 30, sampler=smp).tokens
+    with model.session() as s, infokv.Sampler(**opts) as smp:
+        first = s.complete("Once upon a time", 10, sampler=smp).tokens
+        data = s.save_bytes(sampler=smp)
+    with model.session() as s2, infokv.Sampler(temperature=0.1, seed=7) as smp2:  # takes the saved state
+        (seq,) = s2.restore(data, sampler=smp2)
+        rest = s2.complete(None, 20, seq=seq, sampler=smp2).tokens
+    assert first + rest == whole

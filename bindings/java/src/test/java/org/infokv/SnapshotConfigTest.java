@@ -133,4 +133,44 @@ class SnapshotConfigTest {
       assertEquals(Status.BAD_CONFIG, assertThrows(InfokvException.class, () -> Model.load(empty)).kind());
     }
   }
+
+  @Test
+  void snapshotOfAnotherModelIsWrongModel() throws Exception {
+    byte[] weights = Files.readAllBytes(Path.of(modelPath));
+    int mid = weights.length / 2;
+    for (int i = mid; i < mid + 4096; i++) weights[i] ^= 1; // slightly different weights: another fingerprint
+    Path other = tmp.resolve("other.gguf");
+    Files.write(other, weights);
+    try (Model m = Model.load(modelPath); Session s = m.newSession(); Model o = Model.load(other.toString());
+         Session s2 = o.newSession()) {
+      greedy(s, 0, m.tokenize("Once upon a time", true), 5);
+      byte[] data = s.saveBytes(0, null);
+      assertEquals(Status.WRONG_MODEL, assertThrows(InfokvException.class, () -> s2.restore(data, null)).kind());
+      assertEquals(0, s2.length(0));
+    }
+  }
+
+  @Test
+  void savedSamplerStateContinuesASampledRunExactly() {
+    SamplerOptions opts = SamplerOptions.defaults().temperature(0.9f).topK(40).seed(1234);
+    try (Model m = Model.load(modelPath)) {
+      int[] prompt = m.tokenize("Once upon a time", true);
+      int[] whole, first;
+      byte[] data;
+      try (Session s = m.newSession(); Sampler smp = new Sampler(opts)) {
+        whole = s.generate(0, prompt, 30, smp, null).tokens();
+      }
+      try (Session s = m.newSession(); Sampler smp = new Sampler(opts)) {
+        first = s.generate(0, prompt, 10, smp, null).tokens();
+        data = s.saveBytes(0, smp);
+      }
+      try (Session s2 = m.newSession(); Sampler smp2 = new Sampler(SamplerOptions.defaults().temperature(0.1f).seed(7))) {
+        int seq = s2.restore(data, smp2)[0]; // the sampler takes the saved state
+        int[] rest = s2.generate(seq, null, 20, smp2, null).tokens();
+        int[] got = Arrays.copyOf(first, first.length + rest.length);
+        System.arraycopy(rest, 0, got, first.length, rest.length);
+        assertArrayEquals(whole, got);
+      }
+    }
+  }
 }
