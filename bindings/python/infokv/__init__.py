@@ -107,13 +107,20 @@ class Config:
     def __init__(self) -> None:
         """A config holding every default."""
         self._h = None
+        self._lock = threading.RLock()
         self._h = _check(_c.ikv_config_create())
 
     @classmethod
     def _wrap(cls, h: Any) -> "Config":
         c = cls.__new__(cls)
+        c._lock = threading.RLock()
         c._h = h
         return c
+
+    def _use(self, f: Callable[[Any], Any]) -> Any:
+        """Calls f with the live handle; close() waits until it returns (the C call releases the GIL)."""
+        with self._lock:
+            return f(self.handle)
 
     @classmethod
     def from_json(cls, text: Union[str, bytes]) -> "Config":
@@ -132,22 +139,23 @@ class Config:
 
     def to_json(self) -> str:
         """Every field as indented JSON."""
-        return _sized_bytes(_c.ikv_config_to_json, self.handle).decode("utf-8")
+        return self._use(lambda h: _sized_bytes(_c.ikv_config_to_json, h)).decode("utf-8")
 
     def to_dict(self) -> Dict[str, Any]:
         return json.loads(self.to_json())
 
     def to_binary(self) -> bytes:
         """The binary form."""
-        return _sized_bytes(_c.ikv_config_to_binary, self.handle)
+        return self._use(lambda h: _sized_bytes(_c.ikv_config_to_binary, h))
 
     @property
     def model_path(self) -> str:
         """The config's model path ("" when unset)."""
-        return _sized_bytes(_c.ikv_config_get_model_path, self.handle).decode("utf-8")
+        return self._use(lambda h: _sized_bytes(_c.ikv_config_get_model_path, h)).decode("utf-8")
 
     def close(self) -> None:
-        h, self._h = self._h, None
+        with self._lock:
+            h, self._h = self._h, None
         if h is not None:
             _c.ikv_config_free(h)
 
@@ -202,7 +210,7 @@ class Model:
         if (path is None) == (config is None):
             raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, "give a path or a config (one of them)")
         if config is not None:
-            self._h = _check(_c.ikv_model_load_with_config(config.handle))
+            self._h = _check(config._use(_c.ikv_model_load_with_config))
             self.path = config.model_path
         else:
             self._h = _check(_c.ikv_model_load(os.fspath(path)))  # type: ignore[arg-type]
@@ -344,7 +352,7 @@ class Sampler:
         """A sampler from the config's sampler settings."""
         s = cls.__new__(cls)
         s._h = None
-        s._h = _check(_c.ikv_sampler_create_with_config(config.handle))
+        s._h = _check(config._use(_c.ikv_sampler_create_with_config))
         return s
 
     def close(self) -> None:
@@ -393,7 +401,7 @@ class Session:
             if options:
                 raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
                                            f"give a config or options, not both (options: {sorted(options)})")
-            self._h = _check(_c.ikv_session_create_with_config(model.handle, config.handle))
+            self._h = _check(config._use(lambda h: _c.ikv_session_create_with_config(model.handle, h)))
         else:
             opts = _c.ikv_session_options()
             _check(_c.ikv_session_options_init(opts))

@@ -61,6 +61,13 @@ public final class Config implements AutoCloseable {
     return new Config(out[0]);
   }
 
+  /** Runs f with the live handle; close() waits until it returns. */
+  <T> T use(java.util.function.Function<SWIGTYPE_p_ikv_config, T> f) {
+    synchronized (state) {
+      return f.apply(handle());
+    }
+  }
+
   SWIGTYPE_p_ikv_config handle() {
     SWIGTYPE_p_ikv_config h = state.handle;
     if (h == null) throw Handles.closed("config");

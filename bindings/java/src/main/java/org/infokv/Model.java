@@ -48,7 +48,7 @@ public final class Model implements AutoCloseable {
   /** Loads the model named by the config's model_path (Status.BAD_CONFIG when it is empty). */
   public static Model load(Config config) {
     long[] out = new long[1];
-    InfokvException.check(InfokvNative.ikv_model_load_with_config(out, config.handle()));
+    InfokvException.check(config.use(h -> InfokvNative.ikv_model_load_with_config(out, h)));
     return new Model(config.modelPath(), new SWIGTYPE_p_ikv_model(out[0], false));
   }
 

@@ -33,7 +33,7 @@ public final class Sampler implements AutoCloseable {
   /** A sampler from the config's sampler settings. */
   public Sampler(Config config) {
     long[] out = new long[1];
-    InfokvException.check(InfokvNative.ikv_sampler_create_with_config(out, config.handle()));
+    InfokvException.check(config.use(h -> InfokvNative.ikv_sampler_create_with_config(out, h)));
     state = new State(new SWIGTYPE_p_ikv_sampler(out[0], false));
     cleanable = Handles.CLEANER.register(this, state);
   }

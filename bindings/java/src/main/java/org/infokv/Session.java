@@ -61,7 +61,7 @@ public final class Session implements AutoCloseable {
 
   private static long create(Model model, Config config) {
     long[] out = new long[1];
-    InfokvException.check(InfokvNative.ikv_session_create_with_config(out, model.handle(), config.handle()));
+    InfokvException.check(config.use(h -> InfokvNative.ikv_session_create_with_config(out, model.handle(), h)));
     return out[0];
   }
 
