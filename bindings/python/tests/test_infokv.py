@@ -407,3 +407,18 @@ def test_a_saved_sampler_state_continues_a_sampled_run_exactly(model):
         (seq,) = s2.restore(data, sampler=smp2)
         rest = s2.complete(None, 20, seq=seq, sampler=smp2).tokens
     assert first + rest == whole
+
+
+def test_cli_saves_restores_and_inspects_snapshots(model_path, tmp_path, capsys):
+    from infokv.__main__ import main
+    snap = str(tmp_path / "cli.ikvs")
+    common = ["--model", model_path, "--temperature", "0", "--policy", "infokv", "--budget", "0.5", "--json"]
+    assert main(["generate", "--prompt", "Once upon a time", "--max-tokens", "40"] + common) == 0
+    whole = json.loads(capsys.readouterr().out)["tokens"]
+    assert main(["generate", "--prompt", "Once upon a time", "--max-tokens", "15", "--save-snapshot", snap] + common) == 0
+    first = json.loads(capsys.readouterr().out)["tokens"]
+    assert main(["generate", "--load-snapshot", snap, "--max-tokens", "25"] + common) == 0
+    rest = json.loads(capsys.readouterr().out)["tokens"]
+    assert first + rest == whole
+    assert main(["inspect-snapshot", snap]) == 0
+    assert json.loads(capsys.readouterr().out)["format_version"] >= 1
