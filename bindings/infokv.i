@@ -10,11 +10,12 @@
  *   scalar outputs      int32_t/int64_t/uint32_t/uint64_t/size_t/double *out, *out_seq, *out_token, *out_len,
  *                       *out_count, *out_size, *out_value, *out_bytes, *out_id, *out_version, *out_status
  *   byte buffers out    (char *out, size_t capacity)  (void *out, size_t capacity)  (uint8_t *out, size_t capacity)
- *   token buffers out   (int32_t *out_tokens, size_t capacity)
+ *   token buffers out   (int32_t *out_tokens, size_t capacity)  (int32_t *out_ids|out_seqs, size_t capacity)
  *   float buffers out   (float *out, size_t capacity)
  *   number arrays out   (int32_t|int64_t|uint64_t|double *out, size_t capacity) — an `*out` followed by `capacity` is
  *                       always an array, never a scalar
- *   text/bytes in       (const char *text, size_t text_len)  (const char *json, size_t json_len)
+ *   text/bytes in       (const char *text, size_t text_len|len)  (const char *json, size_t json_len)
+ *                       (const void *bytes, size_t len|size)
  *                       (const void *data, size_t size|len)  (const uint8_t *data, size_t size|len)
  *                       (const void *buffer, size_t size|len)
  *   token arrays in     (const int32_t *tokens, size_t n_tokens)  (const int32_t *prompt, size_t n_prompt)
@@ -160,6 +161,7 @@ IKV_PY_BYTES_OUT(uint8_t)
 %enddef
 IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_tokens)
 IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_ids)
+IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_seqs)
 IKV_PY_ARRAY_OUT(float, NPY_FLOAT32, out)
 IKV_PY_ARRAY_OUT(float, NPY_FLOAT32, out_logits)
 IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out)
@@ -186,6 +188,9 @@ IKV_PY_ARRAY_OUT(double, NPY_FLOAT64, out)
 %typemap(freearg, noblock=1) (CTYPE NAME, size_t LEN) { if (have_view$argnum) PyBuffer_Release(&view$argnum); }
 %enddef
 IKV_PY_BYTES_IN(const char *, text, text_len)
+IKV_PY_BYTES_IN(const char *, text, len)
+IKV_PY_BYTES_IN(const void *, bytes, len)
+IKV_PY_BYTES_IN(const void *, bytes, size)
 IKV_PY_BYTES_IN(const char *, json, json_len)
 IKV_PY_BYTES_IN(const void *, data, size)
 IKV_PY_BYTES_IN(const void *, data, len)
@@ -369,6 +374,7 @@ IKV_JAVA_ARRAY(void *, out, capacity, jbyteArray, byte[], jbyte, GetByteArrayEle
 IKV_JAVA_ARRAY(uint8_t *, out, capacity, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, 0)
 IKV_JAVA_ARRAY(int32_t *, out_tokens, capacity, jintArray, int[], jint, GetIntArrayElements, ReleaseIntArrayElements, 0)
 IKV_JAVA_ARRAY(int32_t *, out_ids, capacity, jintArray, int[], jint, GetIntArrayElements, ReleaseIntArrayElements, 0)
+IKV_JAVA_ARRAY(int32_t *, out_seqs, capacity, jintArray, int[], jint, GetIntArrayElements, ReleaseIntArrayElements, 0)
 IKV_JAVA_ARRAY(float *, out, capacity, jfloatArray, float[], jfloat, GetFloatArrayElements, ReleaseFloatArrayElements, 0)
 IKV_JAVA_ARRAY(float *, out_logits, capacity, jfloatArray, float[], jfloat, GetFloatArrayElements, ReleaseFloatArrayElements, 0)
 IKV_JAVA_ARRAY(int32_t *, out, capacity, jintArray, int[], jint, GetIntArrayElements, ReleaseIntArrayElements, 0)
@@ -377,6 +383,9 @@ IKV_JAVA_ARRAY(uint64_t *, out, capacity, jlongArray, long[], jlong, GetLongArra
 IKV_JAVA_ARRAY(double *, out, capacity, jdoubleArray, double[], jdouble, GetDoubleArrayElements, ReleaseDoubleArrayElements, 0)
 IKV_JAVA_ARRAY(const char *, text, text_len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
 IKV_JAVA_ARRAY(const char *, json, json_len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
+IKV_JAVA_ARRAY(const char *, text, len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
+IKV_JAVA_ARRAY(const void *, bytes, len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
+IKV_JAVA_ARRAY(const void *, bytes, size, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
 IKV_JAVA_ARRAY(const void *, data, size, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
 IKV_JAVA_ARRAY(const void *, data, len, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
 IKV_JAVA_ARRAY(const uint8_t *, data, size, jbyteArray, byte[], jbyte, GetByteArrayElements, ReleaseByteArrayElements, JNI_ABORT)
@@ -480,6 +489,7 @@ IKV_GO_SLICE(void *, out, capacity, []byte)
 IKV_GO_SLICE(uint8_t *, out, capacity, []byte)
 IKV_GO_SLICE(int32_t *, out_tokens, capacity, []int32)
 IKV_GO_SLICE(int32_t *, out_ids, capacity, []int32)
+IKV_GO_SLICE(int32_t *, out_seqs, capacity, []int32)
 IKV_GO_SLICE(float *, out, capacity, []float32)
 IKV_GO_SLICE(float *, out_logits, capacity, []float32)
 IKV_GO_SLICE(int32_t *, out, capacity, []int32)
@@ -492,12 +502,14 @@ IKV_GO_SLICE(const uint8_t *, data, size, []byte)
 IKV_GO_SLICE(const uint8_t *, data, len, []byte)
 IKV_GO_SLICE(const void *, buffer, size, []byte)
 IKV_GO_SLICE(const void *, buffer, len, []byte)
+IKV_GO_SLICE(const void *, bytes, len, []byte)
+IKV_GO_SLICE(const void *, bytes, size, []byte)
 IKV_GO_SLICE(const int32_t *, tokens, n_tokens, []int32)
 IKV_GO_SLICE(const int32_t *, prompt, n_prompt, []int32)
 
 /* text in: a Go string (not copied; only read during the call) */
-%typemap(gotype) (const char *text, size_t text_len), (const char *json, size_t json_len) "string"
-%typemap(in, noblock=1) (const char *text, size_t text_len), (const char *json, size_t json_len) {
+%typemap(gotype) (const char *text, size_t text_len), (const char *json, size_t json_len), (const char *text, size_t len) "string"
+%typemap(in, noblock=1) (const char *text, size_t text_len), (const char *json, size_t json_len), (const char *text, size_t len) {
   $1 = ($1_ltype)$input.p;
   $2 = (size_t)$input.n;
 }

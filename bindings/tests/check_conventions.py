@@ -24,6 +24,9 @@ IKV_API int32_t ikv_fut_session_restore_buffer(int32_t *out_seq, ikv_session *se
 IKV_API int32_t ikv_fut_seq_kept_all(int64_t *out, size_t capacity, size_t *out_count, const ikv_session *session,
                                  int32_t seq);
 IKV_API int32_t ikv_fut_config_get_double(double *out_value, const ikv_config *config, const char *key);
+IKV_API int32_t ikv_fut_config_from_text(ikv_config **out, const char *text, size_t len);
+IKV_API int32_t ikv_fut_restore_bytes(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_session *session,
+                                      const void *bytes, size_t len);
 """
 
 # function -> (python signature, java signature fragment, go signature fragment)
@@ -42,6 +45,11 @@ EXPECT = {
                          "(arg1 []int64, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 int)"),
     "ikv_fut_config_get_double": ("(config, key)", "(double[] out_value, SWIGTYPE_p_ikv_config config, String key)",
                               "(arg1 *float64, arg2 Ikv_config, arg3 string)"),
+    # the spellings config.h and snapshot.h use
+    "ikv_fut_config_from_text": ("(text)", "(long[] out, byte[] text)", "(arg1 *uintptr, arg2 string)"),
+    "ikv_fut_restore_bytes": ("(out_seqs, session, bytes)",
+                              "(int[] out_seqs, long[] out_count, SWIGTYPE_p_ikv_session session, byte[] bytes)",
+                              "(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 []byte)"),
 }
 
 

@@ -1,9 +1,7 @@
-// Generate with an InfoKV-compressed KV cache and print how many bytes the cache holds.
+// Generate with an InfoKV-compressed KV cache (policy infokv, budget 0.5), save a snapshot, restore it into a
+// new session and continue generating; print the KV bytes and the snapshot's size.
 //
 //	INFOKV_MODELS_DIR=/path/to/models go run . [model.gguf]
-//
-// TODO(snapshots): save the session to a snapshot, restore it into a fresh session and continue, once the C ABI
-// has ikv_session_save/restore.
 package main
 
 import (
@@ -12,6 +10,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"reflect"
 
 	infokv "github.com/infokv/infokv/bindings/go"
 )
@@ -21,12 +20,19 @@ func main() {
 	if len(os.Args) > 1 {
 		path = os.Args[1]
 	}
-	model, err := infokv.Load(path)
+	// A config holds every setting; JSON here, the binary form (cfg.Binary()) works as well.
+	cfg, err := infokv.ConfigFromJSON(fmt.Sprintf(`{"model_path": %q, "compression": {"policy": "infokv",
+		"budget_fraction": 0.5}, "sampler": {"temperature": 0}}`, path))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cfg.Close()
+	model, err := infokv.LoadWithConfig(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer model.Close()
-	session, err := model.NewSession(infokv.WithPolicy(infokv.PolicyInfoKV), infokv.WithBudgetFraction(0.5))
+	session, err := model.NewSessionWithConfig(cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,10 +40,8 @@ func main() {
 
 	prompt := "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " +
 		"One day, she saw a big, red ball. She wanted to play with it."
-	_, err = session.GenerateText(context.Background(), prompt, 48, infokv.Greedy(), func(t infokv.Token) error {
-		fmt.Print(t.Text)
-		return nil
-	})
+	show := func(t infokv.Token) error { fmt.Print(t.Text); return nil }
+	_, err = session.GenerateText(context.Background(), prompt, 24, infokv.Greedy(), show)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -51,4 +55,47 @@ func main() {
 	}
 	after, _ := session.KVBytes(0)
 	fmt.Printf("kv_bytes after compression: %d\n", after)
+
+	// Snapshot: only the kept tokens are stored, so the compressed cache gives a small file.
+	snap := filepath.Join(os.TempDir(), fmt.Sprintf("infokv-sample-go-%d.ikvs", os.Getpid()))
+	defer os.Remove(snap)
+	if err := session.Save(snap, 0, nil); err != nil {
+		log.Fatal(err)
+	}
+	st, err := os.Stat(snap)
+	if err != nil {
+		log.Fatal(err)
+	}
+	info, err := infokv.InspectSnapshot(snap)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("snapshot bytes: %d  (inspect: %d fields)\n", st.Size(), len(info))
+
+	// Continue in the original session and, from the snapshot, in a new one: the tokens must match.
+	want, err := session.Generate(context.Background(), 0, nil, 24, infokv.Greedy(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	restored, err := model.NewSessionWithConfig(cfg) // the snapshot's policy, to continue exactly
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer restored.Close()
+	seqs, err := restored.Restore(snap, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rkv, _ := restored.KVBytes(seqs[0])
+	fmt.Printf("restored sequence %d, kv_bytes: %d\n", seqs[0], rkv)
+	fmt.Print("continued: ")
+	got, err := restored.Generate(context.Background(), seqs[0], nil, 24, infokv.Greedy(), show)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println()
+	if !reflect.DeepEqual(got.Tokens, want.Tokens) {
+		log.Fatalf("restored continuation differs: %v vs %v", got.Tokens, want.Tokens)
+	}
+	fmt.Printf("continuation matches the uninterrupted session: %d tokens\n", len(got.Tokens))
 }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import tempfile
 import threading
 import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Union
@@ -34,7 +35,8 @@ _TOO_SMALL = _c.IKV_ERR_BUFFER_TOO_SMALL
 PathLike = Union[str, "os.PathLike[str]"]
 Prompt = Union[str, bytes, Sequence[int], None]
 
-__all__ = ["Model", "Session", "Sampler", "Token", "Completion", "Error", "error_for", "__version__"] + [
+__all__ = ["Model", "Session", "Sampler", "Config", "Token", "Completion", "Error", "error_for", "inspect_snapshot",
+           "__version__"] + [
     n for n in dir(_errors) if n.endswith("Error") and n != "Error"]
 
 
@@ -79,16 +81,150 @@ class Completion(NamedTuple):
     cancelled: bool
 
 
+def _sized_bytes(fn: Callable[..., Any], *args: Any) -> bytes:
+    """Calls a C function with the size-query protocol (out buffer first) and returns the bytes it wrote."""
+    r = fn(0, *args)
+    if r[0] == _TOO_SMALL or (r[0] >= 0 and r[2] > 0):
+        r = fn(r[2] + 1, *args)
+    buf, n = _check(r)
+    return bytes(buf[:n])
+
+
+# ------------------------------------------------------------------------------------------------------------
+class Config:
+    """Settings for models, sessions and samplers (the FlatBuffers schema schemas/config.fbs), made from JSON or
+    the binary form and read back in either. Immutable; a context manager (``close()`` frees it; objects made from
+    it do not need it any more).
+
+        with infokv.Config.from_json('{"model_path": "m.gguf", "compression": {"policy": "infokv",
+                                      "budget_fraction": 0.5}}') as cfg:
+            model = infokv.Model.from_config(cfg)
+            session = model.session(config=cfg)
+
+    A malformed config, an unknown field or an out-of-range value raises :class:`BadConfigError` naming the field.
+    """
+
+    def __init__(self) -> None:
+        """A config holding every default."""
+        self._h = None
+        self._lock = threading.RLock()
+        self._h = _check(_c.ikv_config_create())
+
+    @classmethod
+    def _wrap(cls, h: Any) -> "Config":
+        c = cls.__new__(cls)
+        c._lock = threading.RLock()
+        c._h = h
+        return c
+
+    def _use(self, f: Callable[[Any], Any]) -> Any:
+        """Calls f with the live handle; close() waits until it returns (the C call releases the GIL)."""
+        with self._lock:
+            return f(self.handle)
+
+    @classmethod
+    def from_json(cls, text: Union[str, bytes]) -> "Config":
+        """Parses JSON text (absent fields keep their defaults)."""
+        return cls._wrap(_check(_c.ikv_config_from_json(text)))
+
+    @classmethod
+    def from_dict(cls, fields: Dict[str, Any]) -> "Config":
+        """A config from a dict of the schema's fields (serialised to JSON and parsed)."""
+        return cls.from_json(json.dumps(fields))
+
+    @classmethod
+    def from_binary(cls, data: bytes) -> "Config":
+        """Reads the binary form (a verified FlatBuffer, identifier "IKVC")."""
+        return cls._wrap(_check(_c.ikv_config_from_binary(bytes(data))))
+
+    def to_json(self) -> str:
+        """Every field as indented JSON."""
+        return self._use(lambda h: _sized_bytes(_c.ikv_config_to_json, h)).decode("utf-8")
+
+    def to_dict(self) -> Dict[str, Any]:
+        return json.loads(self.to_json())
+
+    def to_binary(self) -> bytes:
+        """The binary form."""
+        return self._use(lambda h: _sized_bytes(_c.ikv_config_to_binary, h))
+
+    @property
+    def model_path(self) -> str:
+        """The config's model path ("" when unset)."""
+        return self._use(lambda h: _sized_bytes(_c.ikv_config_get_model_path, h)).decode("utf-8")
+
+    def close(self) -> None:
+        with self._lock:
+            h, self._h = self._h, None
+        if h is not None:
+            _c.ikv_config_free(h)
+
+    def __enter__(self) -> "Config":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self) -> Any:
+        if self._h is None:
+            raise BadHandleError(_c.IKV_ERR_BAD_HANDLE, "the config is closed")
+        return self._h
+
+    def __repr__(self) -> str:
+        return f"<infokv.Config{' closed' if self._h is None else ''}>"
+
+
+def inspect_snapshot(source: Union[PathLike, bytes, bytearray, memoryview]) -> Dict[str, Any]:
+    """Checks a snapshot (a file path, or the bytes of :meth:`Session.save_bytes`) without a model and describes it:
+    header, policy, sizes, per-layer kept counts. Raises :class:`BadSnapshotError`, :class:`VersionError`,
+    :class:`IoError`."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        fd, tmp = tempfile.mkstemp(suffix=".ikvs")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(source)
+            return inspect_snapshot(tmp)
+        finally:
+            os.unlink(tmp)
+    raw = _sized_bytes(_c.ikv_snapshot_inspect, os.fspath(source))
+    return json.loads(raw.decode("utf-8"))
+
+
 # ------------------------------------------------------------------------------------------------------------
 class Model:
-    """A loaded GGUF model (memory-mapped, immutable, shareable by any number of sessions and threads)."""
+    """A loaded GGUF model (memory-mapped, immutable, shareable by any number of sessions and threads).
 
-    def __init__(self, path: PathLike) -> None:
+    ``Model(path)`` loads a file; ``Model(config=cfg)`` (or :meth:`from_config`) loads the config's model_path."""
+
+    def __init__(self, path: Optional[PathLike] = None, *, config: Optional[Config] = None) -> None:
         self._h = None
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._h = _check(_c.ikv_model_load(os.fspath(path)))
-        self.path = os.fspath(path)
+        if (path is None) == (config is None):
+            raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, "give a path or a config (one of them)")
+        if config is not None:
+            self._h = _check(config._use(_c.ikv_model_load_with_config))
+            self.path = config.model_path
+        else:
+            self._h = _check(_c.ikv_model_load(os.fspath(path)))  # type: ignore[arg-type]
+            self.path = os.fspath(path)  # type: ignore[arg-type]
+
+    @classmethod
+    def load(cls, path: Optional[PathLike] = None, *, config: Optional[Config] = None) -> "Model":
+        """Loads a model from a path or from a config's model_path."""
+        return cls(path, config=config)
+
+    @classmethod
+    def from_config(cls, config: Config) -> "Model":
+        """Loads the model named by the config's model_path (BadConfigError when it is empty)."""
+        return cls(config=config)
 
     # lifetime
     def close(self) -> None:
@@ -170,9 +306,9 @@ class Model:
         """Token ids to text (invalid UTF-8 from partial pieces is replaced)."""
         return self.detokenize_bytes(tokens).decode("utf-8", errors="replace")
 
-    def session(self, **options: Any) -> "Session":
-        """A new session over this model; see :class:`Session` for the options."""
-        return Session(self, **options)
+    def session(self, *, config: Optional[Config] = None, **options: Any) -> "Session":
+        """A new session over this model; see :class:`Session` for the options, or pass a :class:`Config`."""
+        return Session(self, config=config, **options)
 
     def __repr__(self) -> str:
         return f"<infokv.Model {self.path!r}{' closed' if self._h is None else ''}>"
@@ -211,6 +347,14 @@ class Sampler:
     def greedy(cls) -> "Sampler":
         return cls(temperature=0.0)
 
+    @classmethod
+    def from_config(cls, config: Config) -> "Sampler":
+        """A sampler from the config's sampler settings."""
+        s = cls.__new__(cls)
+        s._h = None
+        s._h = _check(config._use(_c.ikv_sampler_create_with_config))
+        return s
+
     def close(self) -> None:
         h, self._h = self._h, None
         if h is not None:
@@ -243,17 +387,26 @@ class Session:
     conveniences: ``policy="infokv"`` (or "none", "snapkv", "h2o", "streaming", "tova", "pyramidkv"),
     ``budget=0.5`` (a fraction) or ``budget=128`` (tokens per layer), ``kv_dtype="f16"``, ``threads=4``.
 
+    Or pass ``config=`` a :class:`Config` (its threads, KV layout, pool, compression and protection settings)
+    instead of keywords.
+
     A session must be used by one thread at a time; its methods take a lock, so concurrent calls wait.
     """
 
-    def __init__(self, model: Model, **options: Any) -> None:
+    def __init__(self, model: Model, *, config: Optional[Config] = None, **options: Any) -> None:
         self._h = None
         self._lock = threading.RLock()
-        opts = _c.ikv_session_options()
-        _check(_c.ikv_session_options_init(opts))
-        _fill(opts, options, _SESSION_ALIASES)
         self.model = model
-        self._h = _check(_c.ikv_session_create(model.handle, opts))
+        if config is not None:
+            if options:
+                raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
+                                           f"give a config or options, not both (options: {sorted(options)})")
+            self._h = _check(config._use(lambda h: _c.ikv_session_create_with_config(model.handle, h)))
+        else:
+            opts = _c.ikv_session_options()
+            _check(_c.ikv_session_options_init(opts))
+            _fill(opts, options, _SESSION_ALIASES)
+            self._h = _check(_c.ikv_session_create(model.handle, opts))
         model._sessions.add(self)
 
     def close(self) -> None:
@@ -355,6 +508,43 @@ class Session:
         """Compresses now (0: the session's budget). BadStateError when the session's policy is 'none'."""
         with self._lock:
             _check(_c.ikv_seq_compress(self.handle, seq, budget_tokens))
+
+    # snapshots
+    def save(self, path: PathLike, seq: int = 0, sampler: Optional[Sampler] = None) -> None:
+        """Saves sequence ``seq`` (-1: every sequence) and, when given, the sampler's state to a file (written
+        atomically). Only kept tokens are stored, so a compressed cache gives a smaller snapshot."""
+        with self._lock:
+            _check(_c.ikv_session_save_file(self.handle, seq, None if sampler is None else sampler.handle,
+                                            os.fspath(path)))
+
+    def save_bytes(self, seq: int = 0, sampler: Optional[Sampler] = None) -> bytes:
+        """As :meth:`save`, into bytes."""
+        smp = None if sampler is None else sampler.handle
+        with self._lock:
+            return _sized_bytes(_c.ikv_session_save_buffer, self.handle, seq, smp)
+
+    def restore(self, source: Union[PathLike, bytes, bytearray, memoryview],
+                sampler: Optional[Sampler] = None) -> List[int]:
+        """Restores a snapshot (a file path or bytes) into this session as new sequences and returns their ids, in
+        saved order; the sampler, when given, takes the snapshot's sampler state. All or nothing: on
+        :class:`BadSnapshotError`, :class:`WrongModelError`, :class:`VersionError`, :class:`KvFullError`, ...
+        neither the session nor the sampler changed. Create the session with the snapshot's policy
+        (:func:`inspect_snapshot`) to continue exactly."""
+        smp = None if sampler is None else sampler.handle
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            fn: Callable[..., Any] = _c.ikv_session_restore_buffer
+            arg: Any = bytes(source) if isinstance(source, memoryview) else source
+        else:
+            fn, arg = _c.ikv_session_restore_file, os.fspath(source)
+        with self._lock:
+            cap = 8
+            while True:
+                r = fn(cap, self.handle, smp, arg)
+                if r[0] == _TOO_SMALL and r[2] > cap:
+                    cap = r[2]
+                    continue
+                ids, count = _check(r)
+                return [int(i) for i in ids[:count]]
 
     # generation
     def _prompt_ids(self, prompt: Prompt, add_bos: bool) -> List[int]:

@@ -1,4 +1,5 @@
-"""python -m infokv generate --model M.gguf --prompt "..." [options]   (also: info --model M.gguf)"""
+"""python -m infokv generate --model M.gguf --prompt "..." [options]   (also: info --model M.gguf,
+inspect-snapshot FILE)"""
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     info = sub.add_parser("info", help="describe a model as JSON")
     info.add_argument("--model", default=default_model, required=default_model is None)
 
+    ins = sub.add_parser("inspect-snapshot", help="check a snapshot file and describe it as JSON (no model needed)")
+    ins.add_argument("snapshot")
+
     g = sub.add_parser("generate", help="generate text from a prompt, streaming it to stdout")
     g.add_argument("--model", default=default_model, required=default_model is None)
-    g.add_argument("--prompt", required=True)
+    g.add_argument("--prompt", default=None, help="required unless --load-snapshot is given")
     g.add_argument("--max-tokens", type=int, default=64)
     g.add_argument("--temperature", type=float, default=0.8)
     g.add_argument("--top-k", type=int, default=40)
@@ -40,7 +44,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--budget", type=_budget, default=None, help="fraction (0.5, 50%%) or tokens per layer (128)")
     g.add_argument("--no-bos", action="store_true")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    g.add_argument("--load-snapshot", metavar="FILE", help="restore this snapshot first and continue from it "
+                   "(--prompt, if given, is appended); create it with the snapshot's --policy to continue exactly")
+    g.add_argument("--save-snapshot", metavar="FILE", help="save the sequence to this snapshot after generating")
     a = ap.parse_args(argv)
+    if a.command == "generate" and a.prompt is None and not a.load_snapshot:
+        ap.error("generate: --prompt is required (or --load-snapshot)")
+
+    if a.command == "inspect-snapshot":
+        try:
+            print(json.dumps(infokv.inspect_snapshot(a.snapshot), indent=1))
+        except infokv.Error as e:
+            print(f"infokv: {e}", file=sys.stderr)
+            return 1
+        return 0
 
     try:
         with infokv.Model(a.model) as model:
@@ -53,16 +70,23 @@ def main(argv: Optional[List[str]] = None) -> int:
             with model.session(**opts) as s:
                 sampling = dict(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
                                 repeat_penalty=a.repeat_penalty, seed=a.seed)
+                seq, add_bos = 0, not a.no_bos
+                if a.load_snapshot:
+                    (seq,) = s.restore(a.load_snapshot)
+                    add_bos = False
                 if a.json:
-                    c = s.complete(a.prompt, a.max_tokens, add_bos=not a.no_bos, **sampling)
-                    print(json.dumps({"tokens": c.tokens, "text": c.text, "kv_bytes": s.kv_bytes(0),
-                                      "length": s.length(0)}))
+                    c = s.complete(a.prompt, a.max_tokens, seq=seq, add_bos=add_bos, **sampling)
+                    print(json.dumps({"tokens": c.tokens, "text": c.text, "kv_bytes": s.kv_bytes(seq),
+                                      "length": s.length(seq)}))
                 else:
-                    for tok in s.generate(a.prompt, a.max_tokens, add_bos=not a.no_bos, **sampling):
+                    for tok in s.generate(a.prompt, a.max_tokens, seq=seq, add_bos=add_bos, **sampling):
                         sys.stdout.write(tok.text)
                         sys.stdout.flush()
                     sys.stdout.write("\n")
-                    print(f"kv_bytes: {s.kv_bytes(0)}  length: {s.length(0)}", file=sys.stderr)
+                    print(f"kv_bytes: {s.kv_bytes(seq)}  length: {s.length(seq)}", file=sys.stderr)
+                if a.save_snapshot:
+                    s.save(a.save_snapshot, seq)
+                    print(f"snapshot: {a.save_snapshot} ({os.path.getsize(a.save_snapshot)} bytes)", file=sys.stderr)
     except infokv.Error as e:
         print(f"infokv: {e}", file=sys.stderr)
         return 1

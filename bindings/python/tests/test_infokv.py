@@ -1,4 +1,5 @@
 import gc
+import json
 import threading
 
 import numpy as np
@@ -263,3 +264,161 @@ def test_the_gil_is_released_during_decode(model):
         th.join()
     assert span["decode"] > 0.05, "decode too fast to tell"
     assert max_gap < span["decode"] / 2, f"this thread stalled {max_gap:.3f}s of a {span['decode']:.3f}s decode"
+
+
+# ---- configs and snapshots ----------------------------------------------------------------------------------
+PROMPT = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+
+
+@pytest.mark.parametrize("opts", [dict(policy="infokv", budget=0.5), dict()], ids=["infokv-0.5", "no-policy"])
+@pytest.mark.parametrize("form", ["file", "bytes"])
+def test_snapshot_restored_into_a_fresh_session_and_model_continues_exactly(model_path, tmp_path, opts, form):
+    n_first, n_rest = 12, 20
+    with infokv.Model(model_path) as m:
+        with m.session(**opts) as s:
+            whole = s.complete(PROMPT, n_first + n_rest, temperature=0).tokens
+        with m.session(**opts) as s:
+            first = s.complete(PROMPT, n_first, temperature=0).tokens
+            assert first == whole[:n_first]
+            if form == "file":
+                s.save(tmp_path / "snap.ikvs")
+                src = tmp_path / "snap.ikvs"
+                size = (tmp_path / "snap.ikvs").stat().st_size
+            else:
+                src = s.save_bytes()
+                size = len(src)
+            assert size > 0
+    info = infokv.inspect_snapshot(src)
+    assert isinstance(info, dict) and info
+    with infokv.Model(model_path) as m2, m2.session(**opts) as s2:  # a fresh Model object too
+        seqs = s2.restore(src)
+        assert len(seqs) == 1
+        rest = s2.complete(None, n_rest, seq=seqs[0], temperature=0).tokens
+    assert first + rest == whole
+
+
+def test_snapshot_with_sampler_and_every_sequence(model, tmp_path):
+    with model.session() as s, infokv.Sampler.greedy() as smp:
+        s.complete("Once upon a time", 5, sampler=smp)
+        s.fork(0)
+        data = s.save_bytes(seq=-1, sampler=smp)
+        with model.session() as s2, infokv.Sampler(temperature=0.7) as smp2:
+            ids = s2.restore(data, sampler=smp2)
+            assert len(ids) == 2
+            assert [s2.length(i) for i in ids] == [s.length(0), s.length(1)]
+
+
+def test_a_corrupt_snapshot_raises_bad_snapshot_and_leaves_the_session_usable(model, tmp_path, reference):
+    with model.session() as s:
+        s.complete("Once upon a time", 8, temperature=0)
+        data = bytearray(s.save_bytes())
+    data[len(data) // 2] ^= 0xFF
+    with model.session() as s2:
+        with pytest.raises(infokv.BadSnapshotError) as e:
+            s2.restore(bytes(data))
+        assert e.value.status == infokv.BadSnapshotError.status
+        (tmp_path / "bad.ikvs").write_bytes(bytes(data))
+        with pytest.raises(infokv.BadSnapshotError):
+            s2.restore(tmp_path / "bad.ikvs")
+        with pytest.raises(infokv.BadSnapshotError):
+            infokv.inspect_snapshot(bytes(data))
+        assert s2.length(0) == 0
+        c = s2.complete("Once upon a time", 40, temperature=0)  # still usable
+        assert c.tokens == reference["prompt_once_upon_a_time"]["generated_ids_after_prompt"]
+
+
+def test_a_missing_snapshot_file_is_an_io_error(model):
+    with model.session() as s:
+        with pytest.raises(infokv.IoError):
+            s.restore("/definitely/not/here.ikvs")
+
+
+def test_config_with_an_unknown_field_raises_bad_config_naming_it():
+    with pytest.raises(infokv.BadConfigError) as e:
+        infokv.Config.from_json('{"threads": 2, "no_such_field_xyz": 1}')
+    assert "no_such_field_xyz" in str(e.value)
+    with pytest.raises(infokv.BadConfigError):
+        infokv.Config.from_json("{not json")
+    with pytest.raises(infokv.BadConfigError):
+        infokv.Config.from_binary(b"definitely not a config")
+
+
+def test_config_round_trip_json_binary_json(model_path):
+    src = {"model_path": model_path, "threads": 2, "compression": {"policy": "infokv", "budget_fraction": 0.25}}
+    with infokv.Config.from_dict(src) as c:
+        j1 = c.to_json()
+        b = c.to_binary()
+        assert c.model_path == model_path
+    with infokv.Config.from_binary(b) as c2:
+        assert c2.to_json() == j1
+        assert c2.to_binary() == b
+        d = c2.to_dict()
+    assert d["threads"] == 2 and d["compression"]["budget_fraction"] == 0.25
+    with infokv.Config() as default:
+        assert default.model_path == ""
+        assert json.loads(default.to_json()) != d
+
+
+def test_model_session_and_sampler_from_a_config(model_path, reference):
+    cfg = infokv.Config.from_dict({"model_path": model_path,
+                                   "compression": {"policy": "infokv", "budget_fraction": 0.5},
+                                   "sampler": {"temperature": 0}})
+    with cfg, infokv.Model.from_config(cfg) as m, m.session(config=cfg) as s, infokv.Sampler.from_config(cfg) as smp:
+        assert m.path == model_path
+        c = s.complete("Once upon a time", 40, sampler=smp)
+        assert len(c.tokens) == 40
+        with infokv.Model.load(config=cfg) as m2:
+            assert m2.n_vocab == m.n_vocab
+    with infokv.Config() as empty:
+        with pytest.raises(infokv.BadConfigError):
+            infokv.Model.from_config(empty)
+
+
+def _other_model(model_path, tmp_path):
+    """A copy of the model with slightly different weights (another weights fingerprint)."""
+    data = bytearray(open(model_path, "rb").read())
+    mid = len(data) // 2
+    for i in range(mid, mid + 4096):
+        data[i] ^= 0x01
+    p = tmp_path / "other.gguf"
+    p.write_bytes(bytes(data))
+    return p
+
+
+def test_a_snapshot_of_another_model_raises_wrong_model(model, model_path, tmp_path):
+    with model.session() as s:
+        s.complete("Once upon a time", 5, temperature=0)
+        data = s.save_bytes()
+    with infokv.Model(_other_model(model_path, tmp_path)) as other, other.session() as s2:
+        with pytest.raises(infokv.WrongModelError) as e:
+            s2.restore(data)
+        assert e.value.status == infokv.WrongModelError.status
+        assert s2.length(0) == 0 and len(s2.complete("Once upon a time", 5, temperature=0).tokens) == 5
+
+
+def test_a_saved_sampler_state_continues_a_sampled_run_exactly(model):
+    opts = dict(temperature=0.9, top_k=40, seed=1234)
+    with model.session() as s, infokv.Sampler(**opts) as smp:
+        whole = s.complete("Once upon a time", 30, sampler=smp).tokens
+    with model.session() as s, infokv.Sampler(**opts) as smp:
+        first = s.complete("Once upon a time", 10, sampler=smp).tokens
+        data = s.save_bytes(sampler=smp)
+    with model.session() as s2, infokv.Sampler(temperature=0.1, seed=7) as smp2:  # takes the saved state
+        (seq,) = s2.restore(data, sampler=smp2)
+        rest = s2.complete(None, 20, seq=seq, sampler=smp2).tokens
+    assert first + rest == whole
+
+
+def test_cli_saves_restores_and_inspects_snapshots(model_path, tmp_path, capsys):
+    from infokv.__main__ import main
+    snap = str(tmp_path / "cli.ikvs")
+    common = ["--model", model_path, "--temperature", "0", "--policy", "infokv", "--budget", "0.5", "--json"]
+    assert main(["generate", "--prompt", "Once upon a time", "--max-tokens", "40"] + common) == 0
+    whole = json.loads(capsys.readouterr().out)["tokens"]
+    assert main(["generate", "--prompt", "Once upon a time", "--max-tokens", "15", "--save-snapshot", snap] + common) == 0
+    first = json.loads(capsys.readouterr().out)["tokens"]
+    assert main(["generate", "--load-snapshot", snap, "--max-tokens", "25"] + common) == 0
+    rest = json.loads(capsys.readouterr().out)["tokens"]
+    assert first + rest == whole
+    assert main(["inspect-snapshot", snap]) == 0
+    assert json.loads(capsys.readouterr().out)["format_version"] >= 1

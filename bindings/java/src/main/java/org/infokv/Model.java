@@ -45,6 +45,16 @@ public final class Model implements AutoCloseable {
     return new Model(path, new SWIGTYPE_p_ikv_model(out[0], false));
   }
 
+  /** Loads the model named by the config's model_path (Status.BAD_CONFIG when it is empty). */
+  public static Model load(Config config) {
+    long[] out = new long[1];
+    InfokvException.check(config.use(h -> InfokvNative.ikv_model_load_with_config(out, h)));
+    return new Model(config.modelPath(), new SWIGTYPE_p_ikv_model(out[0], false));
+  }
+
+  /** Same as {@link #load(Config)}. */
+  public static Model fromConfig(Config config) { return load(config); }
+
   java.util.Set<Runnable> sessionStates() { return state.sessions; }
 
   SWIGTYPE_p_ikv_model handle() {
@@ -115,10 +125,13 @@ public final class Model implements AutoCloseable {
   }
 
   /** A new session with default options. */
-  public Session newSession() { return new Session(this, null); }
+  public Session newSession() { return new Session(this, (SessionOptions) null); }
 
   /** A new session with the given options. */
   public Session newSession(SessionOptions options) { return new Session(this, options); }
+
+  /** A new session from the config's threads, KV layout, pool, compression and protection settings. */
+  public Session newSession(Config config) { return new Session(this, config); }
 
   /** The library's version string. */
   public static String version() { return InfokvNative.ikv_version_string(); }

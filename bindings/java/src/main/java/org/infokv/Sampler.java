@@ -30,6 +30,17 @@ public final class Sampler implements AutoCloseable {
     cleanable = Handles.CLEANER.register(this, state);
   }
 
+  /** A sampler from the config's sampler settings. */
+  public Sampler(Config config) {
+    long[] out = new long[1];
+    InfokvException.check(config.use(h -> InfokvNative.ikv_sampler_create_with_config(out, h)));
+    state = new State(new SWIGTYPE_p_ikv_sampler(out[0], false));
+    cleanable = Handles.CLEANER.register(this, state);
+  }
+
+  /** Same as {@link #Sampler(Config)}. */
+  public static Sampler fromConfig(Config config) { return new Sampler(config); }
+
   /** A sampler that always takes the most likely token. */
   public static Sampler greedy() { return new Sampler(SamplerOptions.defaults().temperature(0f)); }
 

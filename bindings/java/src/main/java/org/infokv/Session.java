@@ -41,7 +41,14 @@ public final class Session implements AutoCloseable {
   private final java.lang.ref.Cleaner.Cleanable cleanable;
 
   Session(Model model, SessionOptions options) {
-    this.model = model;
+    this(model, create(model, options));
+  }
+
+  Session(Model model, Config config) {
+    this(model, create(model, config));
+  }
+
+  private static long create(Model model, SessionOptions options) {
     long[] out = new long[1];
     ikv_session_options o = (options == null ? SessionOptions.defaults() : options).toNative();
     try {
@@ -49,7 +56,18 @@ public final class Session implements AutoCloseable {
     } finally {
       o.delete();
     }
-    state = new State(new SWIGTYPE_p_ikv_session(out[0], false), model.sessionStates());
+    return out[0];
+  }
+
+  private static long create(Model model, Config config) {
+    long[] out = new long[1];
+    InfokvException.check(config.use(h -> InfokvNative.ikv_session_create_with_config(out, model.handle(), h)));
+    return out[0];
+  }
+
+  private Session(Model model, long address) {
+    this.model = model;
+    state = new State(new SWIGTYPE_p_ikv_session(address, false), model.sessionStates());
     synchronized (state.registry) {
       state.registry.add(state);
     }
@@ -206,6 +224,70 @@ public final class Session implements AutoCloseable {
       int n = (int) Math.min(count[0], out.length);
       return new GenerationResult(Arrays.copyOf(out, n), text.toString(StandardCharsets.UTF_8), cancelled);
     }
+  }
+
+  // ---- snapshots ----
+
+  private static SWIGTYPE_p_ikv_sampler samplerHandle(Sampler sampler) {
+    return sampler == null ? null : sampler.handle();
+  }
+
+  /**
+   * Saves sequence seq ({@link Snapshot#ALL_SEQUENCES}: every one) and, when sampler is not null, its state to a
+   * file (written atomically). Only kept tokens are stored, so a compressed cache gives a smaller snapshot.
+   */
+  public void save(String path, int seq, Sampler sampler) {
+    synchronized (state) {
+      InfokvException.check(InfokvNative.ikv_session_save_file(h(), seq, samplerHandle(sampler), path));
+    }
+  }
+
+  public void save(java.nio.file.Path path, int seq, Sampler sampler) { save(path.toString(), seq, sampler); }
+
+  /** Saves sequence seq into a byte array. */
+  public byte[] saveBytes(int seq, Sampler sampler) {
+    synchronized (state) {
+      SWIGTYPE_p_ikv_session h = h();
+      SWIGTYPE_p_ikv_sampler smp = samplerHandle(sampler);
+      return Config.sized((b, n) -> InfokvNative.ikv_session_save_buffer(b, n, h, seq, smp));
+    }
+  }
+
+  private interface RestoreCall {
+    int call(int[] ids, long[] count);
+  }
+
+  private int[] restoreWith(RestoreCall f) {
+    synchronized (state) {
+      int[] ids = new int[8];
+      long[] count = new long[1];
+      int st = f.call(ids, count);
+      if (st == Status.BUFFER_TOO_SMALL.code() && count[0] > ids.length) {
+        ids = new int[(int) count[0]];
+        st = f.call(ids, count);
+      }
+      InfokvException.check(st);
+      return Arrays.copyOf(ids, (int) count[0]);
+    }
+  }
+
+  /**
+   * Restores a snapshot file into this session as new sequences and returns their ids in saved order; the sampler,
+   * when not null, takes the snapshot's sampler state. All or nothing: on BAD_SNAPSHOT, WRONG_MODEL, VERSION,
+   * KV_FULL, ... neither the session nor the sampler changed. Create the session with the snapshot's policy to
+   * continue exactly.
+   */
+  public int[] restore(String path, Sampler sampler) {
+    SWIGTYPE_p_ikv_sampler smp = samplerHandle(sampler);
+    return restoreWith((ids, n) -> InfokvNative.ikv_session_restore_file(ids, n, h(), smp, path));
+  }
+
+  public int[] restore(java.nio.file.Path path, Sampler sampler) { return restore(path.toString(), sampler); }
+
+  /** Restores a snapshot from bytes (not retained). */
+  public int[] restore(byte[] snapshot, Sampler sampler) {
+    SWIGTYPE_p_ikv_sampler smp = samplerHandle(sampler);
+    return restoreWith((ids, n) -> InfokvNative.ikv_session_restore_buffer(ids, n, h(), smp, snapshot));
   }
 
   /** Tokenizes text (with BOS) and generates into sequence 0. */
