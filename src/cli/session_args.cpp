@@ -54,12 +54,14 @@ std::string model_path_from(const Args &a) {
   const Config c = config_from_args(a);
   if (c.model_path.empty()) return default_model_path();
   if (c.model_path[0] == '/') return c.model_path;
-  // A relative model_path is looked up next to the config file, then under $INFOKV_MODELS_DIR, then as given.
+  // A relative model_path is looked up next to the config file, then under $INFOKV_MODELS_DIR (default
+  // ../shared/models, like --model's default), then as given.
   const std::string cfg = a.str("config");
   const size_t slash = cfg.rfind('/');
   std::vector<std::string> candidates;
   candidates.push_back((slash == std::string::npos ? std::string() : cfg.substr(0, slash + 1)) + c.model_path);
-  if (const char *d = std::getenv("INFOKV_MODELS_DIR")) candidates.push_back(std::string(d) + "/" + c.model_path);
+  const char *d = std::getenv("INFOKV_MODELS_DIR");
+  candidates.push_back(std::string(d != nullptr && *d != '\0' ? d : "../shared/models") + "/" + c.model_path);
   for (const std::string &p : candidates)
     if (std::FILE *f = std::fopen(p.c_str(), "rb")) {
       std::fclose(f);
