@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <unistd.h>
@@ -199,6 +200,27 @@ int cmd_generate(int argc, char **argv) {
         .num("decode_tokens_per_second", r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0);
     out.raw("timings", timings.dump());
     out.raw("kv", kv_json(session, seq));
+    if (!session.protected_spans(seq).empty()) {
+      // Checked against the cache itself: is every protected position still held in every layer?
+      const SeqCache &sc = session.kv().seq(seq);
+      bool all = true;
+      int64_t n_protected = 0;
+      std::string spans = "[";
+      for (const ProtectedSpan &sp : session.protected_spans(seq)) {
+        spans += (spans.size() > 1 ? "," : "") + std::string("[") + std::to_string(sp.begin) + "," + std::to_string(sp.end) + "]";
+        if (sp.fair) continue;
+        const int64_t end = std::min<int64_t>(sp.end, sc.length);
+        for (const LayerSlots &L : sc.layers) {
+          const auto lo = std::lower_bound(L.pos.begin(), L.pos.end(), sp.begin);
+          const auto hi = std::lower_bound(L.pos.begin(), L.pos.end(), end);
+          all = all && (hi - lo) == std::max<int64_t>(0, end - sp.begin);
+        }
+        n_protected += std::max<int64_t>(0, end - sp.begin);
+      }
+      JsonObject pj;
+      pj.raw("spans", spans + "]").integer("tokens", n_protected).boolean("kept_in_every_layer", all);
+      out.raw("protected", pj.dump());
+    }
     if (!saved_json.empty()) out.raw("snapshot_saved", saved_json);
     if (!load_path.empty()) out.raw("snapshot_loaded", loaded_json.dump());
     if (so.compression.enabled()) {
