@@ -1,9 +1,22 @@
 #include "util/thread_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define IKV_PAUSE() _mm_pause()
+#else
+#define IKV_PAUSE() std::this_thread::yield()
+#endif
 
 namespace infokv {
+
+namespace {
+// Workers spin this long for the next job before sleeping: a decode step issues a few dozen short loops, and waking
+// a sleeping thread costs about as much as one of them.
+constexpr auto kSpin = std::chrono::microseconds(200);
+}  // namespace
 
 int default_thread_count() {
   cpu_set_t set;
@@ -24,17 +37,25 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   cv_start_.notify_all();
   for (auto &t : workers_) t.join();
 }
 
+void ThreadPool::run_chunks() {
+  const int chunks = job_chunks_;
+  const int64_t n = job_n_;
+  for (int c; (c = next_chunk_.fetch_add(1)) < chunks;) (*job_)(n * c / chunks, n * (c + 1) / chunks);
+}
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  int chunks = static_cast<int>(std::min<int64_t>(n_threads_, (n + grain - 1) / grain));
-  if (chunks <= 1) {
+  // Up to four chunks per thread, taken dynamically: work whose cost varies along the range (causal attention)
+  // still balances.
+  const int chunks = static_cast<int>(std::min<int64_t>(int64_t{4} * n_threads_, (n + grain - 1) / grain));
+  if (chunks <= 1 || n_threads_ == 1) {
     fn(0, n);
     return;
   }
@@ -45,35 +66,32 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     job_chunks_ = chunks;
     next_chunk_.store(0);
     // every worker checks in once per job, so no worker can still hold this job when the next one starts
-    pending_ = static_cast<int>(workers_.size());
-    ++generation_;
+    pending_.store(static_cast<int>(workers_.size()));
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_start_.notify_all();
-  // The caller works too: take chunks until none are left.
-  for (int c; (c = next_chunk_.fetch_add(1)) < chunks;) fn(n * c / chunks, n * (c + 1) / chunks);
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [this] { return pending_ == 0; });
+  run_chunks();
+  while (pending_.load(std::memory_order_acquire) != 0) IKV_PAUSE();
   job_ = nullptr;
 }
 
 void ThreadPool::worker(int) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)> *job;
-    int64_t n;
-    int chunks;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-      chunks = job_chunks_;
+    // Spin briefly for the next job, then sleep until one is published.
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    int spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stop_.load()) {
+      IKV_PAUSE();
+      if (++spins % 256 == 0 && std::chrono::steady_clock::now() > until) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_start_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      }
     }
-    for (int c; (c = next_chunk_.fetch_add(1)) < chunks;) (*job)(n * c / chunks, n * (c + 1) / chunks);
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--pending_ == 0) cv_done_.notify_all();
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
+    run_chunks();
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

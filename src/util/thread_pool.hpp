@@ -19,24 +19,25 @@ class ThreadPool {
   ThreadPool &operator=(const ThreadPool &) = delete;
 
   int size() const { return n_threads_; }
-  // Calls fn(begin, end) over [0, n) split into about size() contiguous chunks of at least `grain` items.
-  // Runs inline when the work is too small to share. Not reentrant.
+  // Calls fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items (up to 4 per thread,
+  // handed out dynamically). Runs inline when the work is too small to share. Not reentrant.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn);
 
  private:
   void worker(int index);
+  void run_chunks();
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_start_;
-  std::condition_variable cv_done_;
+  // The current job; written before generation_ is published (release) and read after it is seen (acquire).
   const std::function<void(int64_t, int64_t)> *job_ = nullptr;
   int64_t job_n_ = 0;
   int job_chunks_ = 0;
   std::atomic<int> next_chunk_{0};
-  int pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<int> pending_{0};  // workers that have not finished the current job
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
 };
 
 int default_thread_count();

@@ -1,5 +1,5 @@
 // Google Benchmark: prefill and decode throughput on stories260K, batched decode, compression cost, side-channel
-// overhead, bytes per cached token. Counters report tokens/s; run with --benchmark_counters_tabular=true.
+// overhead, bytes per cached token. Counters report tokens/s of wall time; run with --benchmark_counters_tabular=true.
 #include <benchmark/benchmark.h>
 
 #include "model/model.hpp"
@@ -44,7 +44,7 @@ void Prefill(benchmark::State &st) {
   }
   st.counters["tok/s"] = benchmark::Counter(static_cast<double>(prompt.size()) * st.iterations(), benchmark::Counter::kIsRate);
 }
-BENCHMARK(Prefill)->ArgNames({"threads", "tokens"})->Args({1, 256})->Args({2, 256})->Unit(benchmark::kMillisecond);
+BENCHMARK(Prefill)->ArgNames({"threads", "tokens"})->Args({1, 256})->Args({2, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Decode one token at a time after a prompt (the context grows from 64 to 64 + iterations).
 void Decode(benchmark::State &st) {
@@ -66,7 +66,23 @@ void Decode(benchmark::State &st) {
   }
   st.counters["tok/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
-BENCHMARK(Decode)->ArgNames({"threads"})->Arg(1)->Arg(2);
+BENCHMARK(Decode)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime();
+
+// llama-bench's tg128: 128 tokens decoded one at a time from an empty context (BOS only).
+void Decode128(benchmark::State &st) {
+  Session s(model(), options(static_cast<int>(st.range(0))));
+  const int32_t id = s.add_sequence();
+  for (auto _ : st) {
+    s.truncate(id, 0);
+    int32_t next = 1;
+    for (int i = 0; i < 128; ++i) {
+      s.decode({{id, next, false}});
+      next = 3 + (next * 31 + i) % 500;
+    }
+  }
+  st.counters["tok/s"] = benchmark::Counter(128.0 * static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
+}
+BENCHMARK(Decode128)->ArgNames({"threads"})->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One decode step for N sequences batched together (each at context 128).
 void DecodeBatch(benchmark::State &st) {
@@ -92,7 +108,7 @@ void DecodeBatch(benchmark::State &st) {
   }
   st.counters["tok/s"] = benchmark::Counter(static_cast<double>(n) * st.iterations(), benchmark::Counter::kIsRate);
 }
-BENCHMARK(DecodeBatch)->ArgNames({"seqs"})->Arg(1)->Arg(4)->Arg(16);
+BENCHMARK(DecodeBatch)->ArgNames({"seqs"})->Arg(1)->Arg(4)->Arg(16)->UseRealTime();
 
 // Decode with the side channels of each policy on (scores are recorded, no compression happens).
 void SideChannels(benchmark::State &st) {
@@ -115,7 +131,7 @@ void SideChannels(benchmark::State &st) {
   st.SetLabel(policy_name(policy));
   st.counters["tok/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
 }
-BENCHMARK(SideChannels)->ArgNames({"policy"})->DenseRange(0, 3);
+BENCHMARK(SideChannels)->ArgNames({"policy"})->DenseRange(0, 3)->UseRealTime();
 
 // One compression of a 1024-token context to 25% (fork per iteration so every run compresses the same cache).
 void CompressStep(benchmark::State &st) {
@@ -136,7 +152,7 @@ void CompressStep(benchmark::State &st) {
   }
   st.SetLabel(policy_name(policy));
 }
-BENCHMARK(CompressStep)->ArgNames({"policy"})->DenseRange(1, 6)->Unit(benchmark::kMicrosecond);
+BENCHMARK(CompressStep)->ArgNames({"policy"})->DenseRange(1, 6)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Decode at a long context (1536 tokens) with the full cache and with a 25% cache.
 void DecodeLongContext(benchmark::State &st) {
@@ -161,7 +177,7 @@ void DecodeLongContext(benchmark::State &st) {
   st.counters["tok/s"] = benchmark::Counter(static_cast<double>(st.iterations()), benchmark::Counter::kIsRate);
   st.counters["kv_bytes"] = static_cast<double>(s.info(id).bytes);
 }
-BENCHMARK(DecodeLongContext)->ArgNames({"compressed"})->Arg(0)->Arg(1);
+BENCHMARK(DecodeLongContext)->ArgNames({"compressed"})->Arg(0)->Arg(1)->UseRealTime();
 
 // Bytes per cached token against 2 x layers x kv_heads x head_dim x dtype size.
 void BytesPerToken(benchmark::State &st) {
