@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "backend/device_forward.hpp"
-#include "model/describe.hpp"
+#include "util/json_escape.hpp"
 #include "util/error.hpp"
 
 #ifdef INFOKV_WITH_CUDA

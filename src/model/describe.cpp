@@ -1,5 +1,7 @@
 #include "model/describe.hpp"
 
+#include "util/json_escape.hpp"
+
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -7,28 +9,6 @@
 #include "gguf/ggml_types.hpp"
 
 namespace infokv {
-
-std::string json_escape(const std::string &s) {
-  std::string o;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      case '\r': o += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          o += b;
-        } else {
-          o += static_cast<char>(c);
-        }
-    }
-  }
-  return o;
-}
 
 std::string describe_json(const Model &m) {
   const HParams &hp = m.hparams();

@@ -3,8 +3,8 @@
 
 #include "model/model.hpp"
 
+
 namespace infokv {
 // A JSON object describing the model: architecture, sizes, tokenizer, tensor types (counts per type).
 std::string describe_json(const Model &m);
-std::string json_escape(const std::string &s);
 }  // namespace infokv

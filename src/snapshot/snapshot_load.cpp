@@ -9,6 +9,7 @@
 #include "snapshot/container.hpp"
 #include "snapshot/convert.hpp"
 #include "snapshot/snapshot.hpp"
+#include "util/json_escape.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -353,15 +354,7 @@ Summary inspect(ByteSource &in) {
 }
 
 namespace {
-std::string jstr(const std::string &s) {
-  std::string o = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') { o += '\\'; o += static_cast<char>(ch); }
-    else if (ch < 0x20 || ch >= 0x7f) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", ch); o += b; }
-    else o += static_cast<char>(ch);
-  }
-  return o + "\"";
-}
+std::string jstr(const std::string &s) { return "\"" + json_escape(s) + "\""; }
 std::string hex(uint64_t v) { char b[24]; std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v)); return b; }
 std::string ints(const std::vector<int32_t> &v) {
   std::string s = "[";
