@@ -54,7 +54,7 @@ double topk_entropy(const float *logits, int32_t n, int32_t top_k) {
     thr = tmp[static_cast<size_t>(k - 1)];
   }
   double z = 0, zl = 0;
-  int32_t taken = 0, above = 0;
+  int32_t above = 0;
   for (int32_t i = 0; i < n; ++i) above += logits[i] > thr;
   int32_t ties_allowed = k - above;  // equal-to-threshold values admitted to make exactly k
   for (int32_t i = 0; i < n; ++i) {
@@ -64,7 +64,6 @@ double topk_entropy(const float *logits, int32_t n, int32_t top_k) {
     double e = std::exp(l);
     z += e;
     zl += e * l;
-    ++taken;
   }
   // H = log Z - E[l]
   return std::log(z) - zl / z;

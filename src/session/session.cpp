@@ -24,8 +24,6 @@ int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o) {
 
 }  // namespace
 
-struct Session::Chunk {};
-
 Session::Session(std::shared_ptr<const Model> model, const SessionOptions &opts) : model_(std::move(model)), opts_(opts) {
   if (!model_) fail(Status::invalid_argument, "session needs a model");
   if (opts_.n_threads < 0 || opts_.n_threads > 1024) fail(Status::invalid_argument, "n_threads must be in [0, 1024]");
@@ -236,8 +234,9 @@ void Session::decode(const std::vector<BatchToken> &batch) {
         decoded.push_back(id);
       }
     }
-    maybe_compress_after(prefill, true);
-    maybe_compress_after(decoded, false);
+    // compress() tells a prefill compression (pooling kernel 5) from a decoding one (7) by its count.
+    maybe_compress_after(prefill);
+    maybe_compress_after(decoded);
   } else {
     for (int32_t id : ids) seqs_[id].prefilled = true;
   }
@@ -401,9 +400,8 @@ const std::vector<ProtectedSpan> &Session::protected_spans(int32_t seq) const { 
 
 int64_t Session::compressions(int32_t seq) const { return state(seq).n_compressions; }
 
-void Session::maybe_compress_after(const std::vector<int32_t> &seqs, bool prefill) {
+void Session::maybe_compress_after(const std::vector<int32_t> &seqs) {
   for (int32_t id : seqs) {
-    (void)prefill;
     const SeqCache &c = kv_->seq(id);
     int32_t kept = 0;
     for (const LayerSlots &L : c.layers) kept = std::max(kept, L.n());

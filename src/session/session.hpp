@@ -97,14 +97,13 @@ class Session {
   int32_t adopt_sequence(SeqCache &&cache, SeqState &&st);
 
  private:
-  struct Chunk;
   void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                std::map<int32_t, SeqState> &staged);
   // The same contract as forward(), run by device_ (session_device.cpp).
   void forward_device(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                       std::vector<float> &out_logits, const std::vector<size_t> &logit_rows);
-  void maybe_compress_after(const std::vector<int32_t> &seqs, bool prefill);
+  void maybe_compress_after(const std::vector<int32_t> &seqs);
   int32_t budget_for(int32_t seq) const;
   int32_t window_capacity() const;
   SeqState &state(int32_t seq);
