@@ -91,7 +91,36 @@ def _sized_bytes(fn: Callable[..., Any], *args: Any) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------------------------
-class Config:
+class _Owner:
+    """Life cycle shared by every handle owner: a context manager, closed when collected, and ``handle`` that
+    raises BadHandleError once closed. Subclasses set ``_what``, ``_h`` and ``close()``."""
+
+    _what = "object"
+    _h: Any = None
+
+    def close(self) -> None:  # pragma: no cover - every subclass overrides it
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self) -> Any:
+        if self._h is None:
+            raise BadHandleError(_c.IKV_ERR_BAD_HANDLE, f"the {self._what} is closed")
+        return self._h
+
+
+class Config(_Owner):
     """Settings for models, sessions and samplers (the FlatBuffers schema schemas/config.fbs), made from JSON or
     the binary form and read back in either. Immutable; a context manager (``close()`` frees it; objects made from
     it do not need it any more).
@@ -103,6 +132,8 @@ class Config:
 
     A malformed config, an unknown field or an out-of-range value raises :class:`BadConfigError` naming the field.
     """
+
+    _what = "config"
 
     def __init__(self) -> None:
         """A config holding every default."""
@@ -159,23 +190,6 @@ class Config:
         if h is not None:
             _c.ikv_config_free(h)
 
-    def __enter__(self) -> "Config":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
-    def handle(self) -> Any:
-        if self._h is None:
-            raise BadHandleError(_c.IKV_ERR_BAD_HANDLE, "the config is closed")
-        return self._h
 
     def __repr__(self) -> str:
         return f"<infokv.Config{' closed' if self._h is None else ''}>"
@@ -198,10 +212,12 @@ def inspect_snapshot(source: Union[PathLike, bytes, bytearray, memoryview]) -> D
 
 
 # ------------------------------------------------------------------------------------------------------------
-class Model:
+class Model(_Owner):
     """A loaded GGUF model (memory-mapped, immutable, shareable by any number of sessions and threads).
 
     ``Model(path)`` loads a file; ``Model(config=cfg)`` (or :meth:`from_config`) loads the config's model_path."""
+
+    _what = "model"
 
     def __init__(self, path: Optional[PathLike] = None, *, config: Optional[Config] = None) -> None:
         self._h = None
@@ -236,23 +252,6 @@ class Model:
         if h is not None:
             _c.ikv_model_free(h)
 
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
-    def handle(self) -> Any:
-        if self._h is None:
-            raise BadHandleError(_c.IKV_ERR_BAD_HANDLE, "the model is closed")
-        return self._h
 
     # info
     def get_int(self, prop: Union[str, int]) -> int:
@@ -332,9 +331,11 @@ _SESSION_ALIASES: Dict[str, Callable[[Any, Any], None]] = {
 }
 
 
-class Sampler:
+class Sampler(_Owner):
     """Sampling settings and state (the repetition penalty's history). Keyword arguments are the fields of the C
     ikv_sampler_options: temperature (<= 0: greedy), top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed."""
+
+    _what = "sampler"
 
     def __init__(self, **options: Any) -> None:
         self._h = None
@@ -360,26 +361,9 @@ class Sampler:
         if h is not None:
             _c.ikv_sampler_free(h)
 
-    def __enter__(self) -> "Sampler":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
-    def handle(self) -> Any:
-        if self._h is None:
-            raise BadHandleError(_c.IKV_ERR_BAD_HANDLE, "the sampler is closed")
-        return self._h
 
 
-class Session:
+class Session(_Owner):
     """A KV cache over a model with one or more sequences (sequence 0 exists from the start).
 
     Keyword options are the fields of the C ikv_session_options (n_threads, kv_dtype, block_size, ubatch,
@@ -392,6 +376,8 @@ class Session:
 
     A session must be used by one thread at a time; its methods take a lock, so concurrent calls wait.
     """
+
+    _what = "session"
 
     def __init__(self, model: Model, *, config: Optional[Config] = None, **options: Any) -> None:
         self._h = None
@@ -416,23 +402,6 @@ class Session:
         if h is not None:
             _c.ikv_session_free(h)
 
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
-    def handle(self) -> Any:
-        if self._h is None:
-            raise BadHandleError(_c.IKV_ERR_BAD_HANDLE, "the session is closed")
-        return self._h
 
     # sequences
     def add_sequence(self) -> int:
