@@ -242,7 +242,7 @@ def test_the_gil_is_released_during_decode(model):
     # While another thread decodes a long prompt, this thread must keep running: with the GIL held it would stall
     # for the whole decode.
     import time
-    ids = [model.bos] + [403] * 480
+    ids = [model.bos] + [403] * 1500  # long enough (attention is quadratic) to take well over 50 ms
     with model.session(threads=1) as s:
         started, done = threading.Event(), threading.Event()
         span = {}
