@@ -83,9 +83,15 @@ void convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int
 // out[n_rows, d] = rows rows[n_rows] of emb[*, d] (ggml type F32/F16/BF16) as f32. False for other types.
 bool get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows, int64_t n_rows, int64_t d);
 
-// Compaction gather: dst slot j <- src slot keep[j], j < n_keep, K and V of every kv head. Views of the same
-// geometry and dtype; in place (dst == src) is allowed here when keep is ascending, not on the GPU.
-void kv_gather(const PagedKv &dst, const PagedKv &src, const int32_t *keep, int32_t n_keep);
+// Slot moves for compaction: K and V of every kv head of slot (moves[4i], moves[4i+1]) = (block id, slot in the
+// block) go to (moves[4i+2], moves[4i+3]), for i < n. Every read happens before any write, so sources and
+// destinations may overlap (in-place compaction). Only kv's geometry is used (pool, block_stride, block_size,
+// n_kv_heads, head_dim, dtype), not its block table. moves: [n][4]; scratch: [n][2][n_kv_heads][head_dim] elements.
+void kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch);
+
+// Representation change per layer: out[l, t] = 1 - cos(hidden[l, t], hidden[n_layer - 1, t]) (0 where either
+// vector is zero), accumulated in double. hidden: [n_layer, n, d]; out: [n_layer, n].
+void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d);
 
 // out[n_rows, n] = softmax(x[n_rows, n]) per row (out may equal x).
 void softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n);

@@ -45,22 +45,35 @@ bool get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows, i
   return true;
 }
 
-void kv_gather(const PagedKv &dst, const PagedKv &src, const int32_t *keep, int32_t n_keep) {
-  const size_t bytes = static_cast<size_t>(src.head_dim) * static_cast<size_t>(kv_dtype_size(src.dtype));
-  auto at = [](const PagedKv &kv, int32_t slot, int32_t h, int which) {
-    const int32_t b = kv.block_table[slot / kv.block_size];
-    const int64_t off = ((static_cast<int64_t>(which) * kv.n_kv_heads + h) * kv.block_size + slot % kv.block_size) *
-                        kv.head_dim * kv_dtype_size(kv.dtype);
-    return kv.pool + static_cast<int64_t>(b) * kv.block_stride + off;
+void kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) {
+  const size_t row = static_cast<size_t>(kv.head_dim) * static_cast<size_t>(kv_dtype_size(kv.dtype));
+  const int64_t per_slot = int64_t{2} * kv.n_kv_heads;  // rows per slot: K and V of every kv head
+  auto at = [&](int32_t block, int32_t s, int64_t r) {  // r = which * n_kv_heads + h
+    return kv.pool + static_cast<int64_t>(block) * kv.block_stride + (r * kv.block_size + s) * static_cast<int64_t>(row);
   };
-  // ascending j with keep[j] >= j: an in-place gather never overwrites a slot it still has to read
-  for (int32_t j = 0; j < n_keep; ++j)
-    for (int which = 0; which < 2; ++which)
-      for (int32_t h = 0; h < src.n_kv_heads; ++h) {
-        uint8_t *d = at(dst, j, h, which);
-        const uint8_t *s = at(src, keep[j], h, which);
-        if (d != s) std::memmove(d, s, bytes);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < per_slot; ++r)
+      std::memcpy(scratch + (i * per_slot + r) * static_cast<int64_t>(row), at(moves[4 * i], moves[4 * i + 1], r), row);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t r = 0; r < per_slot; ++r)
+      std::memcpy(at(moves[4 * i + 2], moves[4 * i + 3], r), scratch + (i * per_slot + r) * static_cast<int64_t>(row), row);
+}
+
+void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d) {
+  const float *last = hidden + (n_layer - 1) * n * d;
+  for (int64_t l = 0; l < n_layer; ++l)
+    for (int64_t t = 0; t < n; ++t) {
+      const float *a = hidden + (l * n + t) * d;
+      const float *b = last + t * d;
+      double ab = 0, aa = 0, bb = 0;
+      for (int64_t e = 0; e < d; ++e) {
+        ab += static_cast<double>(a[e]) * b[e];
+        aa += static_cast<double>(a[e]) * a[e];
+        bb += static_cast<double>(b[e]) * b[e];
       }
+      const double c = (aa > 0 && bb > 0) ? ab / std::sqrt(aa * bb) : 1.0;
+      out[l * n + t] = static_cast<float>(1.0 - c);
+    }
 }
 
 void softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n) {

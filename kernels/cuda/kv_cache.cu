@@ -22,13 +22,16 @@ Status kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, con
   return ok ? launch_status() : Status::unsupported;
 }
 
-Status kv_gather(const cpu::PagedKv &dst, const cpu::PagedKv &src, const int32_t *keep, int32_t n_keep, Stream *stream) {
-  if (n_keep < 0 || !valid_view(dst) || !valid_view(src)) return Status::invalid_argument;
-  if (dst.dtype != src.dtype || dst.n_kv_heads != src.n_kv_heads || dst.head_dim != src.head_dim) return Status::invalid_argument;
-  if (n_keep == 0) return Status::ok;
-  bool ok = dispatch_kv_dtype(src.dtype, [&](auto t) {
+Status kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch, Stream *stream) {
+  if (n < 0 || kv.pool == nullptr || kv.block_size <= 0 || kv.n_kv_heads <= 0 || kv.head_dim <= 0 ||
+      (n > 0 && (moves == nullptr || scratch == nullptr)))
+    return Status::invalid_argument;
+  if (n == 0) return Status::ok;
+  const int64_t total = 2LL * n * kv.n_kv_heads * kv.head_dim;
+  bool ok = dispatch_kv_dtype(kv.dtype, [&](auto t) {
     using T = decltype(t);
-    kv_gather_kernel<T><<<grid_for(2LL * n_keep * src.n_kv_heads * src.head_dim, kThreads), kThreads, 0, raw_stream(stream)>>>(dst, src, keep, n_keep);
+    for (bool scatter : {false, true})
+      kv_move_kernel<T><<<grid_for(total, kThreads), kThreads, 0, raw_stream(stream)>>>(kv, moves, n, reinterpret_cast<T *>(scratch), scatter);
   });
   return ok ? launch_status() : Status::unsupported;
 }

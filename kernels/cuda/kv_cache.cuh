@@ -20,18 +20,22 @@ __global__ void kv_append_kernel(cpu::PagedKv kv, int32_t first_slot, const floa
   }
 }
 
-// dst slot j <- src slot keep[j]; one thread per (j, K/V, kv head, dim). keep: [n_keep].
+// Slot moves, pass 1: scratch[i] <- slot (moves[4i], moves[4i+1]); pass 2 (scatter = true): slot (moves[4i+2],
+// moves[4i+3]) <- scratch[i]. Two launches on one stream, so every read precedes every write. One thread per
+// (move, K/V, kv head, dim). moves: [n][4]; scratch: [n][2][n_kv_heads][head_dim] of T.
 template <typename T>
-__global__ void kv_gather_kernel(cpu::PagedKv dst, cpu::PagedKv src, const int32_t *keep, int32_t n_keep) {
-  const int64_t per = 2LL * src.n_kv_heads * src.head_dim;
-  const int64_t total = per * n_keep;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int32_t j = static_cast<int32_t>(i / per);
-    const int64_t r = i % per;
-    const int which = static_cast<int>(r / (static_cast<int64_t>(src.n_kv_heads) * src.head_dim));
-    const int32_t h = static_cast<int32_t>((r / src.head_dim) % src.n_kv_heads);
-    const int32_t d = static_cast<int32_t>(r % src.head_dim);
-    kv_slot<T>(dst, j, h, which)[d] = kv_slot<T>(src, keep[j], h, which)[d];
+__global__ void kv_move_kernel(cpu::PagedKv kv, const int32_t *moves, int64_t n, T *scratch, bool scatter) {
+  const int64_t rows = 2LL * kv.n_kv_heads;
+  const int64_t per = rows * kv.head_dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < per * n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / per;
+    const int64_t r = (i % per) / kv.head_dim;  // which * n_kv_heads + h
+    const int32_t d = static_cast<int32_t>(i % kv.head_dim);
+    const int32_t *mv = moves + 4 * m + (scatter ? 2 : 0);
+    T *slot = reinterpret_cast<T *>(kv.pool + static_cast<int64_t>(mv[0]) * kv.block_stride) +
+              (r * kv.block_size + mv[1]) * kv.head_dim + d;
+    if (scatter) *slot = scratch[i];
+    else scratch[i] = *slot;
   }
 }
 

@@ -38,9 +38,9 @@ Status get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows,
 // k, v: [n, n_kv_heads, head_dim] f32 written to slots [first_slot, first_slot + n) of the paged view
 // (kv.pool and kv.block_table are device pointers).
 Status kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n, Stream *stream);
-// Compaction gather: dst slot j <- src slot keep[j] for j < n_keep (K and V, every kv head). keep: [n_keep]
-// (device). dst and src must not share blocks (in-place compaction would race); same dtype and geometry.
-Status kv_gather(const cpu::PagedKv &dst, const cpu::PagedKv &src, const int32_t *keep, int32_t n_keep, Stream *stream);
+// Slot moves for compaction, as cpu::kv_move_slots: every read before any write (two launches). moves: [n][4]
+// (device); scratch: [n][2][n_kv_heads][head_dim] elements (device). kv: geometry only (pool is device memory).
+Status kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch, Stream *stream);
 
 // ---- paged_attention.cu ----
 // Causal attention over the paged KV, split along the context (flash-decoding): q: [n_q, n_heads, head_dim],
@@ -59,6 +59,9 @@ Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n
 Status softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n, Stream *stream);
 // out[n_rows] = entropy (nats) of softmax over the top_k largest of each row of logits[n_rows, n] (top_k <= 0: all).
 Status topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k, Stream *stream);
+// out[l, t] = 1 - cos(hidden[l, t], hidden[n_layer - 1, t]) as cpu::rep_change_rows (double accumulation).
+// hidden: [n_layer, n, d]; out: [n_layer, n].
+Status rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d, Stream *stream);
 
 // ---- gemm.cpp (cuBLAS, dlopen'ed) ----
 // out[n, m] f32 = x[n, k] f32 · W[m, k]^T, W of ggml type F32, F16 or BF16 (device). x is converted to W's type in

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "backend/device.hpp"
-#include "backend/device_forward.hpp"
+#include "backend/device_ops.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 
 namespace infokv {
@@ -57,8 +57,9 @@ class StreamOwner {
 // Throws Error(internal) naming the pending CUDA error, if any (checks cudaGetLastError after a stream sync).
 void check_last_error(const char *what);
 
-// The CUDA DeviceForward (forward.cpp).
-std::unique_ptr<DeviceForward> make_forward(const Model &model, const KvCache &kv, int32_t device);
+// The CUDA DeviceOps (cuda_ops.cpp) on device `device`, with its own stream. Throws Error(no_device) when the
+// device or cuBLAS is unusable.
+std::unique_ptr<DeviceOps> make_ops(int32_t device);
 
 // ---- cuBLAS, opened with dlopen("libcublas.so.13") on first use (cublas_loader.cpp) ----
 // Whether the library could be opened and its symbols resolved; *why receives the dlerror text otherwise.

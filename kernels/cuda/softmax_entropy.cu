@@ -22,5 +22,13 @@ Status topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32
   return launch_status();
 }
 
+Status rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d, Stream *stream) {
+  if (n_layer < 0 || n < 0 || d < 0 || (n_layer * n > 0 && (out == nullptr || hidden == nullptr))) return Status::invalid_argument;
+  if (n_layer == 0 || n == 0) return Status::ok;
+  if (n_layer * n > 0x7fffffffLL) return Status::unsupported;
+  rep_change_kernel<<<static_cast<unsigned>(n_layer * n), 256, 0, raw_stream(stream)>>>(out, hidden, n_layer, n, d);
+  return launch_status();
+}
+
 }  // namespace cuda
 }  // namespace infokv

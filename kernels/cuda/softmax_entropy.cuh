@@ -1,4 +1,5 @@
-// Row softmax and top-k entropy of logits (templates; launchers in softmax_entropy.cu). One block per row.
+// Row softmax, top-k entropy of logits and the representation change of hidden states: the InfoKV side channels
+// (kernels; launchers in softmax_entropy.cu). One block per row.
 #pragma once
 #include "kernels/cuda/common.cuh"
 
@@ -78,6 +79,35 @@ __global__ void topk_entropy_kernel(double *out, const float *logits, int32_t n,
       ZL += ties_allowed * exp(l) * l;
     }
     out[blockIdx.x] = log(Z) - ZL / Z;
+  }
+}
+
+// One block per (l, t): out[l * n + t] = 1 - cos(hidden[l, t], hidden[n_layer - 1, t]), dot products in double.
+// hidden: [n_layer, n, d]; out: [n_layer, n]. blockDim.x == 256.
+__global__ void rep_change_kernel(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d) {
+  __shared__ double sh[3][256];
+  const int64_t row = blockIdx.x;  // l * n + t
+  const float *a = hidden + row * d;
+  const float *b = hidden + ((n_layer - 1) * n + row % n) * d;
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+    const double x = a[e], y = b[e];
+    ab += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  sh[0][threadIdx.x] = ab;
+  sh[1][threadIdx.x] = aa;
+  sh[2][threadIdx.x] = bb;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s)
+      for (int c = 0; c < 3; ++c) sh[c][threadIdx.x] += sh[c][threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double c = (sh[1][0] > 0 && sh[2][0] > 0) ? sh[0][0] / sqrt(sh[1][0] * sh[2][0]) : 1.0;
+    out[row] = static_cast<float>(1.0 - c);
   }
 }
 

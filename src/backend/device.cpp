@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "backend/device_forward.hpp"
+#include "backend/device_ops.hpp"
 #include "util/json_escape.hpp"
 #include "util/error.hpp"
 
@@ -62,13 +63,11 @@ bool cuda_forward_available() {
 // opt-in with "cuda" / "cuda:N".
 constexpr bool kAutoPicksCuda = false;
 
-std::unique_ptr<DeviceForward> make_device_forward(const Model &model, const KvCache &kv, const DeviceChoice &choice) {
-  if (choice.kind != DeviceKind::cuda) fail(Status::invalid_argument, "make_device_forward needs a CUDA device choice");
+std::unique_ptr<DeviceForward> make_device_forward(const Model &model, const DeviceChoice &choice, ThreadPool *pool) {
+  if (choice.kind == DeviceKind::cpu) return make_ops_forward(model, make_host_ops(pool));
 #ifdef INFOKV_WITH_CUDA
-  return cuda::make_forward(model, kv, choice.index);
+  return make_ops_forward(model, cuda::make_ops(choice.index));
 #else
-  (void)model;
-  (void)kv;
   fail(Status::unsupported, "this build has no CUDA backend (INFOKV_WITH_CUDA=OFF)");
 #endif
 }

@@ -1,39 +1,63 @@
-// The seam between Session and a device backend: Session keeps the KV bookkeeping (KvCache: block tables, slot
-// positions, free list) on the host and hands each forward chunk to a DeviceForward, which owns the weights, the
-// KV block pool mirror and the activations on the device. No CUDA header here.
-//
-// Scope of the CUDA implementation (kernels/cuda/forward.cpp), enforced by Session: compression policy none, no
-// fork (copy-on-write and compaction move KV bytes in the host pool; mirroring them on the device is the next step).
+// The seam between Session and a backend: Session keeps the KV bookkeeping (KvCache: block tables, slot positions,
+// free list, importance channels, window queries) on the host and hands each forward chunk to a DeviceForward,
+// which owns the weights, the activations and the KV block pool (through the KvStore it makes) on its device.
+// One implementation (OpsForward, ops_forward.cpp) serves every device through DeviceOps (device_ops.hpp).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "backend/device.hpp"
+#include "kernels/ops.hpp"
+#include "kv/kv_store.hpp"
 
 namespace infokv {
 
 class Model;
 class KvCache;
+class ThreadPool;
 
-// Items of one sequence within a chunk: chunk-relative indices, ascending.
-using ForwardGroups = std::vector<std::pair<int32_t, std::vector<int64_t>>>;
+// The items of one sequence within a chunk.
+struct ForwardGroup {
+  int32_t seq = 0;
+  std::vector<int64_t> items;        // chunk-relative indices, ascending (their slots: the last items.size() of each layer)
+  float *pending_entropy = nullptr;  // host, in/out: entropy of the distribution that predicts the next token
+};
+
+struct ForwardChunk {
+  const int32_t *tokens = nullptr;     // [T] host
+  const int32_t *positions = nullptr;  // [T] host
+  int64_t T = 0;
+  std::vector<ForwardGroup> groups;
+  std::vector<int64_t> logit_rows;     // chunk rows whose logits are returned, ascending
+  // Side channels for compression (CompressionConfig::needs_*):
+  bool attention_acc = false;          // H2O: attention each slot receives, and from how many queries
+  bool entropy = false;                // InfoKV: entropy of each position's logits and the representation change
+  int32_t entropy_top_k = 256;
+  int32_t window_rows = 0;             // keep the last window_rows query rows of each sequence (0: none)
+};
 
 class DeviceForward {
  public:
   virtual ~DeviceForward() = default;
-  // Runs the decoder on tokens[T] at positions[T]. The caller has already reserved the KV slots with
-  // KvCache::append_slots (each group's items are the last idx.size() slots of every layer of its sequence).
-  // Writes the logits of the chunk-relative rows `rows` to out[rows.size(), n_vocab]. Throws Error on failure.
-  virtual void forward_chunk(const int32_t *tokens, const int32_t *positions, int64_t T, const ForwardGroups &groups,
-                             KvCache &kv, const std::vector<int64_t> &rows, float *out) = 0;
   virtual std::string describe() const = 0;
+  // The KV block pool for a cache of this geometry, in this backend's memory.
+  virtual std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) = 0;
+  // Runs the decoder on the chunk. The caller has already reserved the KV slots with KvCache::append_slots.
+  // Writes the logits of c.logit_rows to out[logit_rows.size(), n_vocab] and records the side channels in `kv`
+  // (importance channels, window queries) and in the groups' pending_entropy. Throws Error on failure.
+  virtual void forward_chunk(const ForwardChunk &c, KvCache &kv, float *out) = 0;
+  // Observation-window scoring: out[r, j] for j < vis[r] = attention probability, averaged over heads, that slot
+  // j of `kv` (a view of this backend's pool) receives from query row r of q[rows, n_heads * head_dim] (host);
+  // out is host memory [rows, kv.n_slots] and entries j >= vis[r] are 0.
+  virtual void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv,
+                            int32_t n_heads, float scale) = 0;
 };
 
-// The backend for a resolved device choice (kind cuda). Throws Error(unsupported) in a build without CUDA,
-// Error(no_device) when the device or cuBLAS is unusable, Error(out_of_memory) when weights or KV do not fit.
-std::unique_ptr<DeviceForward> make_device_forward(const Model &model, const KvCache &kv, const DeviceChoice &choice);
+// The backend for a resolved device choice: the CPU (threads from `pool`, which must outlive it) or CUDA. Throws
+// Error(unsupported) for CUDA in a build without it, Error(no_device) when the device or cuBLAS is unusable,
+// Error(out_of_memory) when the weights do not fit.
+std::unique_ptr<DeviceForward> make_device_forward(const Model &model, const DeviceChoice &choice, ThreadPool *pool);
 
 }  // namespace infokv

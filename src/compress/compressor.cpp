@@ -18,7 +18,6 @@ int32_t Session::budget_for(int32_t seq) const {
 }
 
 void Session::compress(int32_t seq, int32_t budget_tokens) {
-  if (device_) fail(Status::unsupported, "KV compression is not implemented on " + device_->describe() + " yet");
   const CompressionConfig &c = opts_.compression;
   if (!c.enabled()) fail(Status::bad_state, "compression policy is 'none'");
   SeqState &st = state(seq);
@@ -49,6 +48,8 @@ void Session::compress(int32_t seq, int32_t budget_tokens) {
     in.head_dim = hp.head_dim;
     in.prefill = prefill;
     in.spans = &st.spans;
+    in.window_probs = [this](float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
+                             float scale) { device_->window_probs(out, q, vis, rows, kv, n_heads, scale); };
     keep[static_cast<size_t>(l)] = select_keep(c, in, budgets[static_cast<size_t>(l)]);
     any = any || static_cast<int32_t>(keep[static_cast<size_t>(l)].size()) < L.n();
   }

@@ -58,18 +58,33 @@ std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, i
   const LayerSlots &S = *in.slots;
   const int32_t n = S.n();
   const int32_t qd = in.n_heads * in.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(in.head_dim));
   std::vector<float> acc(static_cast<size_t>(n), 0.0f);
   const auto rows = static_cast<int32_t>(in.window_pos->size());
   const int32_t take = std::min(w, rows);
+  // Each query sees every kept slot at or before its own position.
+  std::vector<int32_t> vis(static_cast<size_t>(take));
+  for (int32_t r = 0; r < take; ++r) {
+    const int32_t p = (*in.window_pos)[static_cast<size_t>(rows - take + r)];
+    vis[static_cast<size_t>(r)] = static_cast<int32_t>(std::upper_bound(S.pos.begin(), S.pos.end(), p) - S.pos.begin());
+  }
+  const float *q = in.window_q->data() + static_cast<int64_t>(rows - take) * qd;
+  std::vector<float> probs(static_cast<size_t>(take) * static_cast<size_t>(n), 0.0f);
+  if (in.window_probs) {
+    in.window_probs(probs.data(), q, vis.data(), take, in.kv, in.n_heads, scale);
+  } else {
+    cpu::PagedKv v = in.kv;
+    for (int32_t r = 0; r < take; ++r) {
+      if (vis[static_cast<size_t>(r)] == 0) continue;
+      v.n_slots = vis[static_cast<size_t>(r)];
+      cpu::attention_probs_mean(probs.data() + static_cast<int64_t>(r) * n, q + static_cast<int64_t>(r) * qd, 1, in.n_heads, v,
+                                v.n_slots, scale);
+    }
+  }
   int32_t used = 0;
-  std::vector<float> probs(static_cast<size_t>(n));
-  for (int32_t r = rows - take; r < rows; ++r) {
-    const int32_t p = (*in.window_pos)[static_cast<size_t>(r)];
-    // the query sees every kept slot at or before its own position
-    const auto vis = static_cast<int32_t>(std::upper_bound(S.pos.begin(), S.pos.end(), p) - S.pos.begin());
-    if (vis == 0) continue;
-    cpu::attention_probs_mean(probs.data(), in.window_q->data() + static_cast<int64_t>(r) * qd, 1, in.n_heads, in.kv, vis, 1.0f / std::sqrt(static_cast<float>(in.head_dim)));
-    for (int32_t j = 0; j < vis; ++j) acc[static_cast<size_t>(j)] += probs[static_cast<size_t>(j)];
+  for (int32_t r = 0; r < take; ++r) {
+    if (vis[static_cast<size_t>(r)] == 0) continue;
+    for (int32_t j = 0; j < vis[static_cast<size_t>(r)]; ++j) acc[static_cast<size_t>(j)] += probs[static_cast<size_t>(r) * n + j];
     ++used;
   }
   acc.resize(static_cast<size_t>(n_cand));

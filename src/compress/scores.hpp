@@ -2,6 +2,7 @@
 // reference on small random cases.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "compress/policy.hpp"
@@ -9,6 +10,11 @@
 #include "kv/kv_cache.hpp"
 
 namespace infokv {
+
+// Attention probabilities of window query rows over a layer's cached slots, with DeviceForward::window_probs's
+// contract (out[rows, kv.n_slots], row r over slots [0, vis[r])): how a backend scores its own KV pool.
+using WindowProbsFn = std::function<void(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv,
+                                         int32_t n_heads, float scale)>;
 
 struct LayerScoreInput {
   cpu::PagedKv kv{};
@@ -19,6 +25,7 @@ struct LayerScoreInput {
   int32_t head_dim = 0;
   bool prefill = true;
   const std::vector<ProtectedSpan> *spans = nullptr;
+  WindowProbsFn window_probs;  // empty: cpu::attention_probs_mean on kv (host memory)
 };
 
 // Observation window size for a layer budget: configured, or min(32, budget / 4); always < budget.

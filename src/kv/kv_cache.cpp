@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <sys/mman.h>
 
 #include "util/error.hpp"
 
@@ -13,26 +12,30 @@ namespace {
 int32_t blocks_for(int64_t slots, int32_t bs) { return static_cast<int32_t>((slots + bs - 1) / bs); }
 }  // namespace
 
-KvCache::KvCache(const KvConfig &cfg) : cfg_(cfg) {
+KvCache::KvCache(const KvConfig &cfg, std::unique_ptr<KvStore> store) : cfg_(cfg) {
   if (cfg.block_size < 1 || cfg.block_size > 4096) fail(Status::invalid_argument, "block size must be in [1, 4096]");
   // 2^26 blocks of 16 tokens is a billion tokens per layer-pool: more is a mistake, and the per-block bookkeeping
   // (8 bytes a block) would itself be gigabytes.
   if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 26))
     fail(Status::invalid_argument, "KV pool must hold between 1 and 2^26 blocks (got " + std::to_string(cfg.n_blocks) + ")");
   block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
-  pool_size_ = static_cast<size_t>(block_bytes_ * cfg.n_blocks);
-  // Anonymous, lazily committed memory: a large pool costs address space, not RAM, until blocks are written.
-  void *p = ::mmap(nullptr, pool_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) fail(Status::out_of_memory, "cannot reserve a KV pool of " + std::to_string(pool_size_) + " bytes");
-  pool_ = static_cast<uint8_t *>(p);
+  store_ = store ? std::move(store) : make_host_kv_store(geometry(cfg), cfg.n_blocks);
   refcount_.assign(static_cast<size_t>(cfg.n_blocks), 0);
   free_.reserve(static_cast<size_t>(cfg.n_blocks));
   // Hand out low block numbers first (pop from the back).
   for (int64_t b = cfg.n_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
 
-KvCache::~KvCache() {
-  if (pool_ != nullptr) ::munmap(pool_, pool_size_);
+KvCache::~KvCache() = default;
+
+cpu::PagedKv KvCache::geometry(const KvConfig &cfg) {
+  cpu::PagedKv g{};
+  g.block_stride = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
+  g.block_size = cfg.block_size;
+  g.n_kv_heads = cfg.n_kv_heads;
+  g.head_dim = cfg.head_dim;
+  g.dtype = cfg.dtype;
+  return g;
 }
 
 KvStats KvCache::stats() const {
@@ -110,11 +113,6 @@ void KvCache::release(int32_t b) {
   if (--rc == 0) free_.push_back(b);
 }
 
-void KvCache::copy_block(int32_t dst, int32_t src) {
-  std::memcpy(pool_ + static_cast<int64_t>(dst) * block_bytes_, pool_ + static_cast<int64_t>(src) * block_bytes_,
-              static_cast<size_t>(block_bytes_));
-}
-
 int64_t KvCache::blocks_needed(const std::vector<int32_t> &ids, const std::vector<int32_t> &counts) const {
   // Counts per sequence are summed first: one sequence may appear several times in a batch.
   std::map<int32_t, int64_t> per_seq;
@@ -144,7 +142,7 @@ void KvCache::append_slots(int32_t id, const int32_t *positions, int32_t n) {
       const int32_t n0 = L.n();
       if (n0 % bs != 0 && refcount_[static_cast<size_t>(L.blocks.back())] > 1) {
         int32_t nb = alloc_block();
-        copy_block(nb, L.blocks.back());
+        store_->copy_block(nb, L.blocks.back());
         release(L.blocks.back());
         L.blocks.back() = nb;
       }
@@ -229,37 +227,39 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
   if (need > free_blocks())
     fail(Status::kv_full, "KV cache full: compaction of shared blocks needs " + std::to_string(need) + " free blocks");
 
-  const int64_t es = kv_dtype_size(cfg_.dtype);
-  const int64_t row = static_cast<int64_t>(cfg_.head_dim) * es;
+  // Copies of shared blocks first, then every layer's slot moves in one call (reads before writes: sources are
+  // read from the old tables, which the moves may overwrite in place).
+  std::vector<std::vector<int32_t>> new_tables(keep.size());
+  std::vector<int32_t> moves;
   for (size_t l = 0; l < keep.size(); ++l) {
-    LayerSlots &L = s.layers[l];
+    const LayerSlots &L = s.layers[l];
     const auto &k = keep[l];
     const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
-    std::vector<int32_t> dst(L.blocks.begin(), L.blocks.begin() + nb);
+    std::vector<int32_t> &dst = new_tables[l];
+    dst.assign(L.blocks.begin(), L.blocks.begin() + nb);
     for (int32_t b = 0; b < nb; ++b) {
       bool changes = false;
       for (int32_t j = b * bs; j < std::min<int32_t>(static_cast<int32_t>(k.size()), (b + 1) * bs) && !changes; ++j)
         changes = k[static_cast<size_t>(j)] != j;
       if (changes && refcount_[static_cast<size_t>(dst[static_cast<size_t>(b)])] > 1) {
         int32_t fresh = alloc_block();
-        copy_block(fresh, dst[static_cast<size_t>(b)]);  // slots that stay in place keep their data
+        store_->copy_block(fresh, dst[static_cast<size_t>(b)]);  // slots that stay in place keep their data
         dst[static_cast<size_t>(b)] = fresh;
       }
     }
-    // Destination slot d takes source slot k[d] >= d: ascending order never overwrites an unread source,
-    // because sources are read from the old table and in-place writes land only at indices already consumed.
     for (size_t d = 0; d < k.size(); ++d) {
       const int32_t src = k[d];
-      if (src == static_cast<int32_t>(d) && dst[d / static_cast<size_t>(bs)] == L.blocks[d / static_cast<size_t>(bs)]) continue;
-      const uint8_t *sb = pool_ + static_cast<int64_t>(L.blocks[static_cast<size_t>(src / bs)]) * block_bytes_;
-      uint8_t *db = pool_ + static_cast<int64_t>(dst[d / static_cast<size_t>(bs)]) * block_bytes_;
-      for (int32_t which = 0; which < 2; ++which)
-        for (int32_t h = 0; h < cfg_.n_kv_heads; ++h) {
-          const int64_t base = (static_cast<int64_t>(which) * cfg_.n_kv_heads + h) * bs;
-          std::memmove(db + (base + static_cast<int64_t>(d % static_cast<size_t>(bs))) * row,
-                       sb + (base + src % bs) * row, static_cast<size_t>(row));
-        }
+      const int32_t db = dst[d / static_cast<size_t>(bs)];
+      if (src == static_cast<int32_t>(d) && db == L.blocks[d / static_cast<size_t>(bs)]) continue;
+      moves.insert(moves.end(), {L.blocks[static_cast<size_t>(src / bs)], src % bs, db, static_cast<int32_t>(d % static_cast<size_t>(bs))});
     }
+  }
+  if (!moves.empty()) store_->move_slots(moves);
+  for (size_t l = 0; l < keep.size(); ++l) {
+    LayerSlots &L = s.layers[l];
+    const auto &k = keep[l];
+    const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
+    std::vector<int32_t> &dst = new_tables[l];
     // Blocks no longer referenced by this layer go back (shared ones just lose a reference).
     for (size_t b = 0; b < L.blocks.size(); ++b)
       if (b >= static_cast<size_t>(nb) || dst[b] != L.blocks[b]) release(L.blocks[b]);
@@ -301,7 +301,7 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
 cpu::PagedKv KvCache::view(int32_t id, int32_t layer) {
   LayerSlots &L = seq_mut(id).layers.at(static_cast<size_t>(layer));
   cpu::PagedKv v;
-  v.pool = pool_;
+  v.pool = store_->base();
   v.block_stride = block_bytes_;
   v.block_table = L.blocks.data();
   v.n_slots = L.n();

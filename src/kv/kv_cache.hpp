@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/ops.hpp"
+#include "kv/kv_store.hpp"
 
 namespace infokv {
 
@@ -51,8 +52,12 @@ struct KvStats {
 
 class KvCache {
  public:
-  explicit KvCache(const KvConfig &cfg);  // throws Error(out_of_memory) when the pool cannot be reserved
+  // The block pool lives in `store` (made for geometry(cfg) and cfg.n_blocks); null: a host store. Throws
+  // Error(out_of_memory) when the pool cannot be reserved.
+  explicit KvCache(const KvConfig &cfg, std::unique_ptr<KvStore> store = nullptr);
   ~KvCache();
+  // The block geometry of a config (pool and block table null): what a KvStore is made for.
+  static cpu::PagedKv geometry(const KvConfig &cfg);
   KvCache(const KvCache &) = delete;
   KvCache &operator=(const KvCache &) = delete;
 
@@ -92,8 +97,8 @@ class KvCache {
   void adopt(int32_t id, SeqCache &&s);
 
   cpu::PagedKv view(int32_t id, int32_t layer);
-  uint8_t *pool() { return pool_; }
-  const uint8_t *pool() const { return pool_; }
+  KvStore &store() { return *store_; }
+  const KvStore &store() const { return *store_; }
   int32_t refcount(int32_t block) const { return refcount_[static_cast<size_t>(block)]; }
   int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
 
@@ -105,13 +110,11 @@ class KvCache {
   int32_t alloc_block();
   void retain(int32_t b) { ++refcount_[static_cast<size_t>(b)]; }
   void release(int32_t b);
-  void copy_block(int32_t dst, int32_t src);
   void release_all(SeqCache &s);
 
   KvConfig cfg_;
   int64_t block_bytes_ = 0;
-  uint8_t *pool_ = nullptr;
-  size_t pool_size_ = 0;
+  std::unique_ptr<KvStore> store_;
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
   std::map<int32_t, SeqCache> seqs_;

@@ -25,18 +25,26 @@ int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o) {
 }  // namespace
 
 Session::Session(std::shared_ptr<const Model> model, const SessionOptions &opts) : model_(std::move(model)), opts_(opts) {
+  init(nullptr);
+}
+
+Session::Session(std::shared_ptr<const Model> model, const SessionOptions &opts, std::unique_ptr<DeviceForward> backend)
+    : model_(std::move(model)), opts_(opts) {
+  if (!backend) fail(Status::invalid_argument, "session needs a backend");
+  init(std::move(backend));
+}
+
+void Session::init(std::unique_ptr<DeviceForward> backend) {
   if (!model_) fail(Status::invalid_argument, "session needs a model");
   if (opts_.n_threads < 0 || opts_.n_threads > 1024) fail(Status::invalid_argument, "n_threads must be in [0, 1024]");
   if (opts_.block_size < 1 || opts_.block_size > 1024) fail(Status::invalid_argument, "block_size must be in [1, 1024]");
   if (opts_.ubatch < 1) opts_.ubatch = 256;
   if (opts_.kv_pool_blocks < 0 || opts_.kv_pool_bytes < 0) fail(Status::invalid_argument, "KV pool size must not be negative");
   opts_.compression.validate();
-  const DeviceChoice dev = select_device(opts_.device);  // throws no_device / invalid_argument
-  if (dev.kind == DeviceKind::cuda && opts_.compression.enabled())
-    fail(Status::unsupported, "device '" + opts_.device + "': KV compression is not implemented on CUDA yet; use policy none "
-                              "or device cpu");
   const HParams &hp = model_->hparams();
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
+  device_ = backend ? std::move(backend)
+                    : make_device_forward(*model_, select_device(opts_.device), pool_.get());  // throws no_device / invalid_argument
   KvConfig kc;
   kc.n_layer = hp.n_layer;
   kc.n_kv_heads = hp.n_head_kv;
@@ -45,8 +53,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions &opts)
   kc.block_size = opts_.block_size;
   kc.dtype = opts_.kv_dtype;
   kc.n_blocks = default_pool_blocks(hp, opts_);
-  kv_ = std::make_unique<KvCache>(kc);
-  if (dev.kind == DeviceKind::cuda) device_ = make_device_forward(*model_, *kv_, dev);
+  kv_ = std::make_unique<KvCache>(kc, device_->make_kv_store(KvCache::geometry(kc), kc.n_blocks));
 }
 
 Session::~Session() = default;
@@ -86,7 +93,6 @@ void Session::remove_sequence(int32_t seq) {
 
 int32_t Session::fork_sequence(int32_t src) {
   const SeqState &s = state(src);
-  if (device_) fail(Status::unsupported, "fork is not implemented on " + device_->describe() + " yet");
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
   const int32_t id = next_id_++;
   kv_->fork(src, id);
@@ -245,19 +251,8 @@ void Session::decode(const std::vector<BatchToken> &batch) {
 void Session::forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                       std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                       std::map<int32_t, SeqState> &staged) {
-  if (device_) {
-    forward_device(items, positions, out_logits, logit_rows);
-    return;
-  }
-  const HParams &hp = model_->hparams();
-  const int64_t d = hp.n_embd, hd = hp.head_dim, nh = hp.n_head, nkv = hp.n_head_kv, ff = hp.n_ff;
-  const int64_t qd = nh * hd, kvd = nkv * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const CompressionConfig &cc = opts_.compression;
-  const bool want_window = cc.needs_window_queries();
-  const bool want_acc = cc.needs_accumulated_attention();
-  const bool want_entropy = cc.needs_entropy();
-  const size_t V = static_cast<size_t>(hp.n_vocab);
+  const size_t V = static_cast<size_t>(model_->hparams().n_vocab);
   out_logits.assign(logit_rows.size() * V, 0.0f);
   std::vector<char> row_wanted(items.size(), 0);
   std::vector<size_t> row_slot(items.size(), 0);
@@ -265,128 +260,43 @@ void Session::forward(const std::vector<BatchToken> &items, const std::vector<in
     row_wanted[logit_rows[r]] = 1;
     row_slot[logit_rows[r]] = r;
   }
-  const int32_t wcap = window_capacity();
-
   const size_t ub = static_cast<size_t>(opts_.ubatch);
+  std::vector<int32_t> tokens;
+  std::vector<float> lg;
   for (size_t c0 = 0; c0 < items.size(); c0 += ub) {
     const size_t c1 = std::min(items.size(), c0 + ub);
-    const int64_t T = static_cast<int64_t>(c1 - c0);
-    // Group the chunk's items by sequence (ascending positions within each).
-    std::map<int32_t, std::vector<int64_t>> groups;
-    for (size_t i = c0; i < c1; ++i) groups[items[i].seq].push_back(static_cast<int64_t>(i - c0));
-    for (auto &g : groups) {
+    ForwardChunk c;
+    c.T = static_cast<int64_t>(c1 - c0);
+    c.positions = positions.data() + c0;
+    tokens.clear();
+    for (size_t i = c0; i < c1; ++i) tokens.push_back(items[i].token);
+    c.tokens = tokens.data();
+    // Group the chunk's items by sequence (ascending positions within each) and reserve their slots.
+    std::map<int32_t, std::vector<int64_t>> by_seq;
+    for (size_t i = c0; i < c1; ++i) by_seq[items[i].seq].push_back(static_cast<int64_t>(i - c0));
+    for (auto &g : by_seq) {
       std::vector<int32_t> pos;
       for (int64_t t : g.second) pos.push_back(positions[c0 + static_cast<size_t>(t)]);
       kv_->append_slots(g.first, pos.data(), static_cast<int32_t>(pos.size()));
+      c.groups.push_back(ForwardGroup{g.first, std::move(g.second), &staged.at(g.first).pending_entropy});
     }
-    std::vector<float> x(static_cast<size_t>(T * d)), xn(x.size()), q(static_cast<size_t>(T * qd)),
-        k(static_cast<size_t>(T * kvd)), v(k.size()), att(q.size()), o(x.size()), g1(static_cast<size_t>(T * ff)),
-        u1(g1.size());
-    std::vector<std::vector<float>> hidden;  // residual after each layer, for the representation-change channel
-    if (want_entropy) hidden.resize(static_cast<size_t>(hp.n_layer));
-    const Weight &emb = model_->token_embd();
-    for (int64_t t = 0; t < T; ++t)
-      if (!cpu::get_row(x.data() + t * d, emb.data, emb.type, items[c0 + static_cast<size_t>(t)].token, d))
-        fail(Status::unsupported, "unsupported embedding type");
-    std::vector<int32_t> pos_chunk(positions.begin() + static_cast<int64_t>(c0), positions.begin() + static_cast<int64_t>(c1));
-    std::vector<float> qg, kg, vg, og;
-    for (int32_t l = 0; l < hp.n_layer; ++l) {
-      const LayerWeights &L = model_->layer(l);
-      cpu::rmsnorm(xn.data(), x.data(), L.attn_norm.data(), T, d, hp.rms_eps);
-      cpu::matmul(q.data(), xn.data(), L.wq.data, L.wq.type, T, qd, d, pool_.get());
-      cpu::matmul(k.data(), xn.data(), L.wk.data, L.wk.type, T, kvd, d, pool_.get());
-      cpu::matmul(v.data(), xn.data(), L.wv.data, L.wv.type, T, kvd, d, pool_.get());
-      cpu::rope(q.data(), pos_chunk.data(), T, nh, hd, hp.rope_theta);
-      cpu::rope(k.data(), pos_chunk.data(), T, nkv, hd, hp.rope_theta);
-      for (auto &grp : groups) {
-        const auto &idx = grp.second;
-        const int64_t n = static_cast<int64_t>(idx.size());
-        qg.resize(static_cast<size_t>(n * qd));
-        kg.resize(static_cast<size_t>(n * kvd));
-        vg.resize(kg.size());
-        og.resize(qg.size());
-        for (int64_t j = 0; j < n; ++j) {
-          std::copy_n(q.begin() + idx[static_cast<size_t>(j)] * qd, qd, qg.begin() + j * qd);
-          std::copy_n(k.begin() + idx[static_cast<size_t>(j)] * kvd, kvd, kg.begin() + j * kvd);
-          std::copy_n(v.begin() + idx[static_cast<size_t>(j)] * kvd, kvd, vg.begin() + j * kvd);
-        }
-        cpu::PagedKv view = kv_->view(grp.first, l);
-        const int32_t first = view.n_slots - static_cast<int32_t>(n);
-        cpu::kv_append(view, first, kg.data(), vg.data(), n);
-        LayerSlots &LS = kv_->seq_mut(grp.first).layers[static_cast<size_t>(l)];
-        cpu::paged_attention(og.data(), qg.data(), n, static_cast<int32_t>(nh), view, first + 1, scale,
-                             want_acc ? LS.imp[kImpAttnAcc].data() : nullptr,
-                             want_acc ? LS.imp[kImpAttnCount].data() : nullptr, pool_.get());
-        for (int64_t j = 0; j < n; ++j) std::copy_n(og.begin() + j * qd, qd, att.begin() + idx[static_cast<size_t>(j)] * qd);
-        if (want_window) {
-          SeqCache &sc = kv_->seq_mut(grp.first);
-          std::vector<float> &wq = sc.window_q[static_cast<size_t>(l)];
-          const int64_t keep_rows = std::min<int64_t>(n, wcap);
-          wq.insert(wq.end(), qg.end() - keep_rows * qd, qg.end());
-          const int64_t rows = static_cast<int64_t>(wq.size()) / qd;
-          if (rows > wcap) wq.erase(wq.begin(), wq.begin() + (rows - wcap) * qd);
-          if (l == 0) {
-            for (int64_t j = n - keep_rows; j < n; ++j) sc.window_pos.push_back(pos_chunk[static_cast<size_t>(idx[static_cast<size_t>(j)])]);
-            if (static_cast<int32_t>(sc.window_pos.size()) > wcap)
-              sc.window_pos.erase(sc.window_pos.begin(), sc.window_pos.end() - wcap);
-          }
-        }
-      }
-      cpu::matmul(o.data(), att.data(), L.wo.data, L.wo.type, T, d, qd, pool_.get());
-      cpu::add_inplace(x.data(), o.data(), T * d);
-      cpu::rmsnorm(xn.data(), x.data(), L.ffn_norm.data(), T, d, hp.rms_eps);
-      cpu::matmul(g1.data(), xn.data(), L.w_gate.data, L.w_gate.type, T, ff, d, pool_.get());
-      cpu::matmul(u1.data(), xn.data(), L.w_up.data, L.w_up.type, T, ff, d, pool_.get());
-      cpu::swiglu(g1.data(), g1.data(), u1.data(), T * ff);
-      cpu::matmul(o.data(), g1.data(), L.w_down.data, L.w_down.type, T, d, ff, pool_.get());
-      cpu::add_inplace(x.data(), o.data(), T * d);
-      if (want_entropy) hidden[static_cast<size_t>(l)] = x;
-    }
-    cpu::rmsnorm(xn.data(), x.data(), model_->output_norm().data(), T, d, hp.rms_eps);
-    // LM head for the rows that need logits (every row when entropy is scored).
-    std::vector<int64_t> rows;
-    for (int64_t t = 0; t < T; ++t)
-      if (want_entropy || row_wanted[c0 + static_cast<size_t>(t)]) rows.push_back(t);
-    std::vector<float> xr(rows.size() * static_cast<size_t>(d)), lg(rows.size() * V);
-    for (size_t r = 0; r < rows.size(); ++r) std::copy_n(xn.begin() + rows[r] * d, d, xr.begin() + static_cast<int64_t>(r) * d);
-    const Weight &out = model_->output();
-    cpu::matmul(lg.data(), xr.data(), out.data, out.type, static_cast<int64_t>(rows.size()), static_cast<int64_t>(V), d, pool_.get());
-    for (size_t r = 0; r < rows.size(); ++r) {
-      const size_t i = c0 + static_cast<size_t>(rows[r]);
-      if (row_wanted[i]) std::copy_n(lg.begin() + static_cast<int64_t>(r * V), V, out_logits.begin() + static_cast<int64_t>(row_slot[i] * V));
-    }
-    if (want_entropy) {
-      // H of a token is the entropy of the distribution that predicted it (the previous position's logits).
-      for (auto &grp : groups) {
-        SeqState &st = staged.at(grp.first);
-        SeqCache &sc = kv_->seq_mut(grp.first);
-        const auto &idx = grp.second;
-        for (size_t j = 0; j < idx.size(); ++j) {
-          const int64_t t = idx[j];
-          const float h = positions[c0 + static_cast<size_t>(t)] == 0 ? 0.0f : st.pending_entropy;
-          const size_t r = static_cast<size_t>(t);  // rows == every t when entropy is scored
-          st.pending_entropy = static_cast<float>(cpu::topk_entropy(lg.data() + r * V, static_cast<int32_t>(V), cc.entropy_top_k));
-          const auto &hl = hidden[static_cast<size_t>(hp.n_layer - 1)];
-          for (int32_t l = 0; l < hp.n_layer; ++l) {
-            LayerSlots &LS = sc.layers[static_cast<size_t>(l)];
-            const int32_t slot = LS.n() - static_cast<int32_t>(idx.size()) + static_cast<int32_t>(j);
-            LS.imp[kImpEntropy][static_cast<size_t>(slot)] = h;
-            const float *a = hidden[static_cast<size_t>(l)].data() + t * d;
-            const float *b = hl.data() + t * d;
-            double ab = 0, aa = 0, bb = 0;
-            for (int64_t e = 0; e < d; ++e) { ab += double(a[e]) * b[e]; aa += double(a[e]) * a[e]; bb += double(b[e]) * b[e]; }
-            const double cosv = (aa > 0 && bb > 0) ? ab / std::sqrt(aa * bb) : 1.0;
-            LS.imp[kImpRepChange][static_cast<size_t>(slot)] = static_cast<float>(1.0 - cosv);
-          }
-        }
-      }
+    for (size_t i = c0; i < c1; ++i)
+      if (row_wanted[i]) c.logit_rows.push_back(static_cast<int64_t>(i - c0));
+    c.attention_acc = cc.needs_accumulated_attention();
+    c.entropy = cc.needs_entropy();
+    c.entropy_top_k = cc.entropy_top_k;
+    c.window_rows = cc.needs_window_queries() ? window_capacity() : 0;
+    lg.assign(c.logit_rows.size() * V, 0.0f);
+    device_->forward_chunk(c, *kv_, lg.data());
+    for (size_t r = 0; r < c.logit_rows.size(); ++r) {
+      const size_t i = c0 + static_cast<size_t>(c.logit_rows[r]);
+      std::copy_n(lg.begin() + static_cast<int64_t>(r * V), V, out_logits.begin() + static_cast<int64_t>(row_slot[i] * V));
     }
   }
 }
 
 void Session::set_compression(const CompressionConfig &c) {
   c.validate();
-  if (device_ && c.enabled()) fail(Status::unsupported, "KV compression is not implemented on " + device_->describe() + " yet");
   opts_.compression = c;
 }
 

@@ -24,8 +24,7 @@ struct SessionOptions {
   int32_t ubatch = 256;          // tokens per forward chunk
   CompressionConfig compression;
   // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with
-  // Status::no_device; with one it fails with Status::unsupported until the CUDA forward path lands (the seam is
-  // Session::forward, see src/backend/README.md). "auto" falls back to the CPU.
+  // Status::no_device; "auto" uses the CPU (see src/backend/README.md).
   std::string device = "cpu";
 };
 
@@ -45,12 +44,14 @@ struct SeqInfo {
 class Session {
  public:
   Session(std::shared_ptr<const Model> model, const SessionOptions &opts);
+  // With a backend made by the caller (opts.device is then only reported): for tests and custom devices.
+  Session(std::shared_ptr<const Model> model, const SessionOptions &opts, std::unique_ptr<DeviceForward> backend);
   ~Session();
 
   const Model &model() const { return *model_; }
   const SessionOptions &options() const { return opts_; }
-  // "cpu" or the device backend's name ("cuda:0").
-  std::string device_name() const { return device_ ? device_->describe() : "cpu"; }
+  // The backend's name: "cpu" or "cuda:0".
+  std::string device_name() const { return device_->describe(); }
   KvCache &kv() { return *kv_; }
   const KvCache &kv() const { return *kv_; }
 
@@ -97,12 +98,10 @@ class Session {
   int32_t adopt_sequence(SeqCache &&cache, SeqState &&st);
 
  private:
+  void init(std::unique_ptr<DeviceForward> backend);
   void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                std::map<int32_t, SeqState> &staged);
-  // The same contract as forward(), run by device_ (session_device.cpp).
-  void forward_device(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
-                      std::vector<float> &out_logits, const std::vector<size_t> &logit_rows);
   void maybe_compress_after(const std::vector<int32_t> &seqs);
   int32_t budget_for(int32_t seq) const;
   int32_t window_capacity() const;
@@ -112,11 +111,11 @@ class Session {
   std::shared_ptr<const Model> model_;
   SessionOptions opts_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<DeviceForward> device_;  // the backend (CPU or CUDA); its KV store lives in kv_, released first
   std::unique_ptr<KvCache> kv_;
   std::map<int32_t, SeqState> seqs_;
   int32_t next_id_ = 0;
   std::vector<float> batch_logits_;
-  std::unique_ptr<DeviceForward> device_;  // null: the CPU path. Declared last: released before the KV cache.
 };
 
 }  // namespace infokv

@@ -307,6 +307,7 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in)
   std::vector<int32_t> ids;
   const int64_t es = kv_dtype_size(kc.dtype), src_es = kv_dtype_size(staged.dtype);
   const int64_t hd = kc.head_dim, nkv = kc.n_kv_heads;
+  std::vector<uint8_t> blocks;
   try {
     for (StagedSeq &s : staged.seqs) {
       SeqCache c;
@@ -319,15 +320,16 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in)
         LayerSlots &L = c.layers[l];
         const auto n = static_cast<int64_t>(SL.pos.size());
         L.blocks = kv.alloc_blocks((n + bs - 1) / bs);
-        uint8_t *pool = kv.pool();
+        // Built in host memory block by block, then written to the store (host or device) in one call.
+        blocks.assign(L.blocks.size() * static_cast<size_t>(kv.block_bytes()), 0);
         for (int64_t j = 0; j < n; ++j)
           for (int64_t h = 0; h < nkv; ++h)
             for (int which = 0; which < 2; ++which) {
-              uint8_t *dst = pool + static_cast<int64_t>(L.blocks[static_cast<size_t>(j / bs)]) * kv.block_bytes() +
-                             ((which * nkv + h) * bs + j % bs) * hd * es;
+              uint8_t *dst = blocks.data() + (j / bs) * kv.block_bytes() + ((which * nkv + h) * bs + j % bs) * hd * es;
               const uint8_t *src = (which == 0 ? SL.k : SL.v).data() + (j * nkv + h) * hd * src_es;
               convert_rows(dst, kc.dtype, src, staged.dtype, hd);
             }
+        kv.store().write_blocks(L.blocks, blocks.data());
         L.pos = std::move(SL.pos);
         L.imp = std::move(SL.imp);
         c.window_q[l] = std::move(SL.window_q);

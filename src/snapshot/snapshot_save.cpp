@@ -18,15 +18,15 @@ int64_t now_ms() {
 }
 
 // Gathers K (which = 0) or V (which = 1) of slots [first, first + n) of one layer into [n_kv_heads][n][head_dim].
-void gather(std::vector<uint8_t> &out, const KvCache &kv, const LayerSlots &L, int32_t first, int32_t n, int which) {
+// blocks: the layer's blocks, read from the store in block-table order.
+void gather(std::vector<uint8_t> &out, const KvCache &kv, const std::vector<uint8_t> &blocks, int32_t first, int32_t n, int which) {
   const KvConfig &c = kv.config();
   const size_t row = static_cast<size_t>(c.head_dim) * static_cast<size_t>(kv_dtype_size(c.dtype));
   out.resize(static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(n) * row);
-  const uint8_t *pool = kv.pool();
   for (int32_t h = 0; h < c.n_kv_heads; ++h)
     for (int32_t j = 0; j < n; ++j) {
       const int32_t s = first + j;
-      const uint8_t *src = pool + static_cast<int64_t>(L.blocks[static_cast<size_t>(s / c.block_size)]) * kv.block_bytes() +
+      const uint8_t *src = blocks.data() + static_cast<int64_t>(s / c.block_size) * kv.block_bytes() +
                            ((static_cast<int64_t>(which) * c.n_kv_heads + h) * c.block_size + s % c.block_size) * static_cast<int64_t>(row);
       std::memcpy(out.data() + (static_cast<size_t>(h) * static_cast<size_t>(n) + static_cast<size_t>(j)) * row, src, row);
     }
@@ -100,7 +100,7 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
   }
 
   const int64_t qd = static_cast<int64_t>(hp.n_head) * hp.head_dim;
-  std::vector<uint8_t> kbuf, vbuf;
+  std::vector<uint8_t> kbuf, vbuf, blocks;
   for (size_t si = 0; si < ids.size(); ++si) {
     const SeqCache &c = kv.seq(ids[si]);
     const Session::SeqState &st = session.seq_state(ids[si]);
@@ -147,11 +147,13 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     }
     for (size_t l = 0; l < c.layers.size(); ++l) {
       const LayerSlots &L = c.layers[l];
+      blocks.resize(L.blocks.size() * static_cast<size_t>(kv.block_bytes()));
+      kv.store().read_blocks(L.blocks, blocks.data());
       int32_t first = 0;
       do {
         const int32_t n = std::min(per_chunk[l], L.n() - first);
-        gather(kbuf, kv, L, first, n, 0);
-        gather(vbuf, kv, L, first, n, 1);
+        gather(kbuf, kv, blocks, first, n, 0);
+        gather(vbuf, kv, blocks, first, n, 1);
         std::vector<int32_t> pos(L.pos.begin() + first, L.pos.begin() + first + n);
         std::vector<float> imp;
         for (int ch = 0; ch < kImpChannels; ++ch)

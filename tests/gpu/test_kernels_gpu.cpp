@@ -199,18 +199,39 @@ TEST_F(Gpu, KvAppendWritesTheSameBytes) {
   }
 }
 
-TEST_F(Gpu, KvGatherMatchesCpu) {
+// Compaction moves in place (slot j <- keep[j] within one view) plus a swap: the device's two passes must land the
+// same bytes as the CPU twin.
+TEST_F(Gpu, KvMoveSlotsMatchesCpu) {
   for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
-    PagedFixture src(g_, dt, 100, 2, 32);
+    PagedFixture f(g_, dt, 100, 2, 32);
     std::vector<int32_t> keep;
     for (int32_t s = 0; s < 100; ++s)
       if (g_() % 3 != 0) keep.push_back(s);
-    PagedFixture dst(g_, dt, static_cast<int32_t>(keep.size()), 2, 32);
-    cpu::kv_gather(dst.host, src.host, keep.data(), static_cast<int32_t>(keep.size()));
-    auto dkeep = up(keep);
-    ASSERT_EQ(cuda::kv_gather(dst.dev, src.dev, dkeep.as<int32_t>(), static_cast<int32_t>(keep.size()), nullptr), Status::ok);
-    EXPECT_EQ(down<uint8_t>(dst.dpool, dst.pool.size()), dst.pool) << kv_dtype_name(dt);
+    std::swap(keep[keep.size() - 1], keep[keep.size() - 2]);
+    const int32_t bs = f.host.block_size;
+    std::vector<int32_t> moves;
+    for (size_t j = 0; j < keep.size(); ++j)
+      moves.insert(moves.end(), {f.table[static_cast<size_t>(keep[j] / bs)], keep[j] % bs, f.table[j / static_cast<size_t>(bs)],
+                                 static_cast<int32_t>(j % static_cast<size_t>(bs))});
+    const int64_t n = static_cast<int64_t>(keep.size());
+    std::vector<uint8_t> scratch(static_cast<size_t>(n * 2 * 2 * 32 * kv_dtype_size(dt)));
+    cpu::kv_move_slots(f.host, moves.data(), n, scratch.data());
+    auto dmoves = up(moves);
+    DeviceBuffer dscratch(scratch.size());
+    ASSERT_EQ(cuda::kv_move_slots(f.dev, dmoves.as<int32_t>(), n, dscratch.as<uint8_t>(), nullptr), Status::ok);
+    EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << kv_dtype_name(dt);
   }
+}
+
+TEST_F(Gpu, RepChangeMatchesCpu) {
+  const int64_t L = 5, n = 33, d = 576;
+  auto h = randn(static_cast<size_t>(L * n * d), g_);
+  std::vector<float> want(static_cast<size_t>(L * n));
+  cpu::rep_change_rows(want.data(), h.data(), L, n, d);
+  auto dh = up(h);
+  DeviceBuffer dout(want.size() * 4);
+  ASSERT_EQ(cuda::rep_change_rows(dout.as<float>(), dh.as<float>(), L, n, d, nullptr), Status::ok);
+  expect_close(down<float>(dout, want.size()), want, 1e-6, 1e-5, "rep_change_rows");
 }
 
 struct AttnCase {

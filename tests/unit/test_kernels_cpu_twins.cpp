@@ -1,4 +1,5 @@
-// CPU twins added for the CUDA backend: convert, get_rows, kv_gather, softmax_rows, topk_entropy_rows.
+// CPU twins added for the CUDA backend: convert, get_rows, kv_move_slots, rep_change_rows, softmax_rows,
+// topk_entropy_rows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,7 +66,9 @@ TEST(CpuTwins, GetRowsGathersRowsLikeGetRow) {
   EXPECT_FALSE(cpu::get_rows(out.data(), emb16.data(), static_cast<uint32_t>(GgmlType::Q4_0), ids.data(), 4, d));
 }
 
-TEST(CpuTwins, KvGatherInPlaceKeepsTheChosenSlots) {
+// Slot moves read every source before writing any destination: an in-place compaction and a swap of two slots
+// (which a sequential copy would get wrong) both land the values that were there before the call.
+TEST(CpuTwins, KvMoveSlotsReadsEverySourceBeforeWriting) {
   for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
     std::mt19937 g(test_seed());
     const int32_t bs = 4, nkv = 2, hd = 8, n = 13;
@@ -75,18 +78,42 @@ TEST(CpuTwins, KvGatherInPlaceKeepsTheChosenSlots) {
     cpu::PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
     auto k = randn(static_cast<size_t>(n * nkv * hd), g), v = randn(static_cast<size_t>(n * nkv * hd), g);
     cpu::kv_append(kv, 0, k.data(), v.data(), n);
-    std::vector<int32_t> keep = {0, 2, 3, 7, 11, 12};
-    // expected values, read before the gather overwrites anything
-    std::vector<float> want(keep.size() * 2 * nkv * hd), got(want.size());
-    for (size_t j = 0; j < keep.size(); ++j)
+    // slot j <- src[j]: a compaction to {0, 2, 3, 7, 11, 12} followed by a swap of the last two kept slots
+    const std::vector<int32_t> src = {0, 2, 3, 7, 12, 11};
+    std::vector<float> want(src.size() * 2 * nkv * hd), got(want.size());
+    for (size_t j = 0; j < src.size(); ++j)
       for (int w = 0; w < 2; ++w)
-        for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(want.data() + ((j * 2 + w) * nkv + h) * hd, kv, keep[j], h, w);
-    cpu::kv_gather(kv, kv, keep.data(), static_cast<int32_t>(keep.size()));
-    for (size_t j = 0; j < keep.size(); ++j)
+        for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(want.data() + ((j * 2 + w) * nkv + h) * hd, kv, src[j], h, w);
+    std::vector<int32_t> moves;
+    for (size_t j = 0; j < src.size(); ++j)
+      moves.insert(moves.end(), {table[static_cast<size_t>(src[j] / bs)], src[j] % bs, table[j / bs], static_cast<int32_t>(j % bs)});
+    std::vector<uint8_t> scratch(src.size() * 2 * nkv * hd * static_cast<size_t>(kv_dtype_size(dt)));
+    cpu::kv_move_slots(kv, moves.data(), static_cast<int64_t>(src.size()), scratch.data());
+    for (size_t j = 0; j < src.size(); ++j)
       for (int w = 0; w < 2; ++w)
         for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(got.data() + ((j * 2 + w) * nkv + h) * hd, kv, static_cast<int32_t>(j), h, w);
     EXPECT_EQ(got, want) << kv_dtype_name(dt);
   }
+}
+
+TEST(CpuTwins, RepChangeIsOneMinusCosineAgainstTheLastLayer) {
+  std::mt19937 g(test_seed());
+  const int64_t L = 3, n = 4, d = 16;
+  auto h = randn(static_cast<size_t>(L * n * d), g);
+  for (int64_t e = 0; e < d; ++e) h[static_cast<size_t>((0 * n + 1) * d + e)] = 0.0f;  // a zero vector: change 0
+  for (int64_t e = 0; e < d; ++e) h[static_cast<size_t>((1 * n + 2) * d + e)] = -2.0f * h[static_cast<size_t>((2 * n + 2) * d + e)];
+  std::vector<float> out(static_cast<size_t>(L * n));
+  cpu::rep_change_rows(out.data(), h.data(), L, n, d);
+  EXPECT_EQ(out[0 * n + 1], 0.0f);
+  EXPECT_NEAR(out[1 * n + 2], 2.0f, 1e-6);  // opposite direction
+  for (int64_t t = 0; t < n; ++t) EXPECT_NEAR(out[static_cast<size_t>((L - 1) * n + t)], 0.0f, 1e-6);
+  // an independent computation of one entry
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t e = 0; e < d; ++e) {
+    const double a = h[static_cast<size_t>((0 * n + 3) * d + e)], b = h[static_cast<size_t>((2 * n + 3) * d + e)];
+    ab += a * b; aa += a * a; bb += b * b;
+  }
+  EXPECT_NEAR(out[0 * n + 3], 1.0 - ab / std::sqrt(aa * bb), 1e-6);
 }
 
 TEST(CpuTwins, SoftmaxRowsSumToOneAndPreserveOrder) {

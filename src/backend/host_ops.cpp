@@ -1,0 +1,87 @@
+// DeviceOps on the CPU: host memory, memcpy for copies, the cpu:: kernels (multithreaded where they take a pool)
+// and the weights used in place from the model's mapping, quantised types included.
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/device_ops.hpp"
+#include "model/model.hpp"
+#include "util/error.hpp"
+
+namespace infokv {
+
+namespace {
+
+class HostOps final : public DeviceOps {
+ public:
+  HostOps(ThreadPool *pool, bool device_store) : pool_(pool), device_store_(device_store) {}
+  std::string name() const override { return "cpu"; }
+
+  void *alloc(size_t bytes) override {
+    void *p = std::malloc(bytes);
+    if (p == nullptr) fail(Status::out_of_memory, "cannot allocate " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release(void *p) noexcept override { std::free(p); }
+  void upload(void *dst, const void *host, size_t bytes) override { std::memcpy(dst, host, bytes); }
+  void download(void *host, const void *src, size_t bytes) override { std::memcpy(host, src, bytes); }
+  void copy(void *dst, const void *src, size_t bytes) override { std::memmove(dst, src, bytes); }
+  void zero(void *dst, size_t bytes) override { std::memset(dst, 0, bytes); }
+  void sync() override {}
+
+  DevMatrix matrix(const Weight &w) override {
+    if (!cpu::weight_type_supported(w.type)) fail(Status::unsupported, "weight type of " + w.name + " is not supported on the CPU");
+    return DevMatrix{w.data, w.type, w.rows, w.cols};
+  }
+  const float *vec(const std::vector<float> &v) override { return v.data(); }
+  std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
+    return device_store_ ? make_ops_kv_store(*this, geometry, n_blocks) : make_host_kv_store(geometry, n_blocks);
+  }
+
+  void get_rows(float *out, const DevMatrix &emb, const int32_t *ids, int64_t n, int64_t d) override {
+    for (int64_t t = 0; t < n; ++t)
+      if (!cpu::get_row(out + t * d, emb.data, emb.type, ids[t], d)) fail(Status::unsupported, "unsupported embedding type");
+  }
+  void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps) override {
+    cpu::rmsnorm(out, x, w, n, d, eps);
+  }
+  void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta) override {
+    cpu::rope(x, pos, n, n_heads, head_dim, theta);
+  }
+  void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) override {
+    if (!cpu::matmul(out, x, w.data, w.type, n, w.rows, w.cols, pool_)) fail(Status::unsupported, "unsupported weight type");
+  }
+  void swiglu(float *out, const float *gate, const float *up, int64_t n) override { cpu::swiglu(out, gate, up, n); }
+  void add_inplace(float *x, const float *y, int64_t n) override { cpu::add_inplace(x, y, n); }
+  void kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) override {
+    cpu::kv_append(kv, first_slot, k, v, n);
+  }
+  void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv, int32_t visible0,
+                       float scale, float *acc, float *acc_count) override {
+    cpu::paged_attention(out, q, n_q, n_heads, kv, visible0, scale, acc, acc_count, pool_);
+  }
+  void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+                            int32_t visible0, float scale) override {
+    cpu::attention_probs_mean(probs, q, n_q, n_heads, kv, visible0, scale);
+  }
+  void topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k) override {
+    cpu::topk_entropy_rows(out, logits, n_rows, n, top_k);
+  }
+  void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d) override {
+    cpu::rep_change_rows(out, hidden, n_layer, n, d);
+  }
+  void kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) override {
+    cpu::kv_move_slots(kv, moves, n, scratch);
+  }
+
+ private:
+  ThreadPool *pool_;
+  bool device_store_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceOps> make_host_ops(ThreadPool *pool, bool device_store) {
+  return std::make_unique<HostOps>(pool, device_store);
+}
+
+}  // namespace infokv

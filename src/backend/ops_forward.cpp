@@ -1,0 +1,340 @@
+// The forward pass, written once over DeviceOps: weights resident on the device (as DeviceOps::matrix decides),
+// activations in f32, the KV block pool in the device's memory (same block ids and layout as the host KvCache's
+// tables), one upload of the block tables per chunk and one synchronisation (the downloads at its end).
+// It also produces the compression side channels (DESIGN.md §4) on the device and records them on the host:
+// H2O attention sums, the observation window's query rows, per-position entropy and representation change.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "backend/device_forward.hpp"
+#include "backend/device_ops.hpp"
+#include "kv/kv_cache.hpp"
+#include "model/model.hpp"
+#include "util/error.hpp"
+
+namespace infokv {
+
+namespace {
+
+class OpsKvStore final : public KvStore {
+ public:
+  OpsKvStore(DeviceOps &ops, const cpu::PagedKv &g, int64_t n_blocks) : ops_(ops), g_(g) {
+    ops_.activate();
+    pool_.ensure(ops_, static_cast<size_t>(g.block_stride * n_blocks));
+    g_.pool = pool_.as<uint8_t>();
+  }
+  uint8_t *base() const override { return g_.pool; }
+  void copy_block(int32_t dst, int32_t src) override {
+    ops_.activate();
+    ops_.copy(at(dst), at(src), static_cast<size_t>(g_.block_stride));
+  }
+  void move_slots(const std::vector<int32_t> &moves) override {
+    ops_.activate();
+    const int64_t n = static_cast<int64_t>(moves.size() / 4);
+    if (n == 0) return;
+    moves_.ensure(ops_, moves.size() * 4);
+    scratch_.ensure(ops_, static_cast<size_t>(n * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
+    ops_.upload(moves_.as<int32_t>(), moves.data(), moves.size() * 4);
+    ops_.kv_move_slots(g_, moves_.as<int32_t>(), n, scratch_.as<uint8_t>());
+  }
+  void read_blocks(const std::vector<int32_t> &ids, uint8_t *out) const override {
+    ops_.activate();
+    for (size_t i = 0; i < ids.size(); ++i) ops_.download(out + i * static_cast<size_t>(g_.block_stride), at(ids[i]), static_cast<size_t>(g_.block_stride));
+    ops_.sync();
+  }
+  void write_blocks(const std::vector<int32_t> &ids, const uint8_t *in) override {
+    ops_.activate();
+    for (size_t i = 0; i < ids.size(); ++i) ops_.upload(at(ids[i]), in + i * static_cast<size_t>(g_.block_stride), static_cast<size_t>(g_.block_stride));
+    ops_.sync();
+  }
+
+ private:
+  uint8_t *at(int32_t b) const { return g_.pool + static_cast<int64_t>(b) * g_.block_stride; }
+  DeviceOps &ops_;
+  cpu::PagedKv g_;
+  DevBuf pool_, moves_, scratch_;
+};
+
+struct DevLayer {
+  const float *attn_norm = nullptr, *ffn_norm = nullptr;
+  DevMatrix wq, wk, wv, wo, gate, up, down;
+};
+
+// Contiguous runs (first, length) of an ascending index list.
+std::vector<std::pair<int64_t, int64_t>> runs_of(const std::vector<int64_t> &idx) {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (int64_t i : idx) {
+    if (!r.empty() && r.back().first + r.back().second == i) ++r.back().second;
+    else r.emplace_back(i, 1);
+  }
+  return r;
+}
+
+class OpsForward final : public DeviceForward {
+ public:
+  OpsForward(const Model &m, std::unique_ptr<DeviceOps> ops) : model_(m), ops_(std::move(ops)) {
+    ops_->activate();
+    const HParams &hp = m.hparams();
+    layers_.resize(static_cast<size_t>(hp.n_layer));
+    for (int32_t l = 0; l < hp.n_layer; ++l) {
+      const LayerWeights &L = m.layer(l);
+      DevLayer &D = layers_[static_cast<size_t>(l)];
+      D.attn_norm = ops_->vec(L.attn_norm);
+      D.ffn_norm = ops_->vec(L.ffn_norm);
+      D.wq = ops_->matrix(L.wq);
+      D.wk = ops_->matrix(L.wk);
+      D.wv = ops_->matrix(L.wv);
+      D.wo = ops_->matrix(L.wo);
+      D.gate = ops_->matrix(L.w_gate);
+      D.up = ops_->matrix(L.w_up);
+      D.down = ops_->matrix(L.w_down);
+    }
+    emb_ = ops_->matrix(m.token_embd());
+    out_ = m.tied_output() ? emb_ : ops_->matrix(m.output());
+    out_norm_ = ops_->vec(m.output_norm());
+  }
+
+  std::string describe() const override { return ops_->name(); }
+
+  std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
+    return ops_->make_kv_store(geometry, n_blocks);
+  }
+
+  void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
+                    float scale) override {
+    DeviceOps &o = *ops_;
+    o.activate();
+    const int64_t qd = static_cast<int64_t>(n_heads) * kv.head_dim, n = kv.n_slots;
+    DevBuf table, dq, dp;
+    const int32_t nb = (kv.n_slots + kv.block_size - 1) / kv.block_size;
+    table.ensure(o, static_cast<size_t>(nb) * 4);
+    dq.ensure(o, static_cast<size_t>(rows * qd) * 4);
+    dp.ensure(o, static_cast<size_t>(rows * n) * 4);
+    o.upload(table.as<int32_t>(), kv.block_table, static_cast<size_t>(nb) * 4);
+    o.upload(dq.as<float>(), q, static_cast<size_t>(rows * qd) * 4);
+    o.zero(dp.as<float>(), static_cast<size_t>(rows * n) * 4);
+    cpu::PagedKv v = kv;
+    v.block_table = table.as<int32_t>();
+    for (int32_t r = 0; r < rows; ++r) {
+      if (vis[r] <= 0) continue;
+      v.n_slots = std::min(vis[r], kv.n_slots);
+      o.attention_probs_mean(dp.as<float>() + r * n, dq.as<float>() + r * qd, 1, n_heads, v, v.n_slots, scale);
+    }
+    o.download(out, dp.as<float>(), static_cast<size_t>(rows * n) * 4);
+    o.sync();
+  }
+
+  void forward_chunk(const ForwardChunk &c, KvCache &kv, float *out) override {
+    DeviceOps &o = *ops_;
+    o.activate();
+    const HParams &hp = model_.hparams();
+    const int64_t T = c.T, d = hp.n_embd, hd = hp.head_dim, nh = hp.n_head, nkv = hp.n_head_kv, ff = hp.n_ff, V = hp.n_vocab;
+    const int64_t qd = nh * hd, kvd = nkv * hd, nl = hp.n_layer;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    auto f32 = [](int64_t n) { return static_cast<size_t>(n) * 4; };
+
+    // Rows that get logits: every row when entropy is scored (it needs every position's distribution).
+    std::vector<int64_t> lm_rows;
+    if (c.entropy) for (int64_t t = 0; t < T; ++t) lm_rows.push_back(t);
+    else lm_rows = c.logit_rows;
+    const int64_t R = static_cast<int64_t>(lm_rows.size());
+
+    // Window query rows: the last window_rows items of each group (the same rows in every layer).
+    std::vector<int64_t> wrows;
+    if (c.window_rows > 0)
+      for (const ForwardGroup &g : c.groups) {
+        const size_t keep = std::min(g.items.size(), static_cast<size_t>(c.window_rows));
+        wrows.insert(wrows.end(), g.items.end() - static_cast<int64_t>(keep), g.items.end());
+      }
+    std::sort(wrows.begin(), wrows.end());
+    const int64_t W = static_cast<int64_t>(wrows.size());
+    const auto wruns = runs_of(wrows);
+
+    // Block tables of every (group, layer), and the H2O accumulators' offsets, staged once per chunk.
+    struct ViewRef { int64_t table, acc; int32_t n_slots; };
+    std::vector<ViewRef> refs;
+    table_host_.clear();
+    int64_t acc_total = 0;
+    for (const ForwardGroup &g : c.groups)
+      for (int32_t l = 0; l < nl; ++l) {
+        const cpu::PagedKv v = kv.view(g.seq, l);
+        const int32_t nb = (v.n_slots + v.block_size - 1) / v.block_size;
+        refs.push_back({static_cast<int64_t>(table_host_.size()), acc_total, v.n_slots});
+        table_host_.insert(table_host_.end(), v.block_table, v.block_table + nb);
+        if (c.attention_acc) acc_total += v.n_slots;
+      }
+
+    x_.ensure(o, f32(T * d)); xn_.ensure(o, f32(T * d)); o_.ensure(o, f32(T * d));
+    q_.ensure(o, f32(T * qd)); att_.ensure(o, f32(T * qd));
+    k_.ensure(o, f32(T * kvd)); v_.ensure(o, f32(T * kvd));
+    g_.ensure(o, f32(T * ff)); u_.ensure(o, f32(T * ff));
+    ids_.ensure(o, f32(T)); pos_.ensure(o, f32(T));
+    xr_.ensure(o, f32(R * d)); logits_.ensure(o, f32(R * V));
+    table_.ensure(o, table_host_.size() * 4);
+    if (c.attention_acc) acc_.ensure(o, f32(2 * acc_total));
+    if (W > 0) wq_.ensure(o, f32(nl * W * qd));
+    if (c.entropy) {
+      hidden_.ensure(o, f32(nl * T * d));
+      ent_.ensure(o, static_cast<size_t>(T) * 8);
+      rep_.ensure(o, f32(nl * T));
+    }
+
+    o.upload(ids_.as<int32_t>(), c.tokens, f32(T));
+    o.upload(pos_.as<int32_t>(), c.positions, f32(T));
+    o.upload(table_.as<int32_t>(), table_host_.data(), table_host_.size() * 4);
+    if (c.attention_acc) o.zero(acc_.as<float>(), f32(2 * acc_total));
+
+    float *x = x_.as<float>(), *xn = xn_.as<float>(), *ob = o_.as<float>(), *q = q_.as<float>(), *att = att_.as<float>();
+    float *k = k_.as<float>(), *v = v_.as<float>(), *gb = g_.as<float>(), *ub = u_.as<float>();
+    const int32_t *pos = pos_.as<int32_t>();
+    o.get_rows(x, emb_, ids_.as<int32_t>(), T, d);
+    for (int32_t l = 0; l < nl; ++l) {
+      const DevLayer &L = layers_[static_cast<size_t>(l)];
+      o.rmsnorm(xn, x, L.attn_norm, T, d, hp.rms_eps);
+      o.matmul(q, xn, L.wq, T);
+      o.matmul(k, xn, L.wk, T);
+      o.matmul(v, xn, L.wv, T);
+      o.rope(q, pos, T, nh, hd, hp.rope_theta);
+      o.rope(k, pos, T, nkv, hd, hp.rope_theta);
+      for (size_t gi = 0; gi < c.groups.size(); ++gi) {
+        const std::vector<int64_t> &idx = c.groups[gi].items;
+        const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
+        cpu::PagedKv view = kv.view(c.groups[gi].seq, l);  // geometry and pool; the table replaced by the device copy
+        view.block_table = table_.as<int32_t>() + r.table;
+        float *acc = c.attention_acc ? acc_.as<float>() + r.acc : nullptr;
+        float *cnt = c.attention_acc ? acc_.as<float>() + acc_total + r.acc : nullptr;
+        int32_t slot = r.n_slots - static_cast<int32_t>(idx.size());
+        // Contiguous items (a prefill, or one token per sequence) run as one call; scattered ones run by runs.
+        for (const auto &run : runs_of(idx)) {
+          const int64_t t = run.first, n = run.second;
+          o.kv_append(view, slot, k + t * kvd, v + t * kvd, n);
+          o.paged_attention(att + t * qd, q + t * qd, n, static_cast<int32_t>(nh), view, slot + 1, scale, acc, cnt);
+          slot += static_cast<int32_t>(n);
+        }
+      }
+      int64_t wi = 0;
+      for (const auto &run : wruns) {
+        o.copy(wq_.as<float>() + (l * W + wi) * qd, q + run.first * qd, f32(run.second * qd));
+        wi += run.second;
+      }
+      o.matmul(ob, att, L.wo, T);
+      o.add_inplace(x, ob, T * d);
+      o.rmsnorm(xn, x, L.ffn_norm, T, d, hp.rms_eps);
+      o.matmul(gb, xn, L.gate, T);
+      o.matmul(ub, xn, L.up, T);
+      o.swiglu(gb, gb, ub, T * ff);
+      o.matmul(ob, gb, L.down, T);
+      o.add_inplace(x, ob, T * d);
+      if (c.entropy) o.copy(hidden_.as<float>() + l * T * d, x, f32(T * d));
+    }
+    o.rmsnorm(xn, x, out_norm_, T, d, hp.rms_eps);
+    const float *lm_in = xn;
+    if (!c.entropy && R > 0) {
+      int64_t ri = 0;
+      for (const auto &run : runs_of(lm_rows)) {
+        o.copy(xr_.as<float>() + ri * d, xn + run.first * d, f32(run.second * d));
+        ri += run.second;
+      }
+      lm_in = xr_.as<float>();
+    }
+    if (R > 0) o.matmul(logits_.as<float>(), lm_in, out_, R);
+    if (c.entropy) {
+      o.topk_entropy_rows(ent_.as<double>(), logits_.as<float>(), T, static_cast<int32_t>(V), c.entropy_top_k);
+      o.rep_change_rows(rep_.as<float>(), hidden_.as<float>(), nl, T, d);
+    }
+
+    // Downloads, then the one synchronisation.
+    if (c.entropy) {
+      int64_t ri = 0;
+      for (const auto &run : runs_of(c.logit_rows)) {
+        o.download(out + ri * V, logits_.as<float>() + run.first * V, f32(run.second * V));
+        ri += run.second;
+      }
+      ent_host_.resize(static_cast<size_t>(T));
+      rep_host_.resize(static_cast<size_t>(nl * T));
+      o.download(ent_host_.data(), ent_.as<double>(), static_cast<size_t>(T) * 8);
+      o.download(rep_host_.data(), rep_.as<float>(), f32(nl * T));
+    } else if (R > 0) {
+      o.download(out, logits_.as<float>(), f32(R * V));
+    }
+    if (c.attention_acc) {
+      acc_host_.resize(static_cast<size_t>(2 * acc_total));
+      o.download(acc_host_.data(), acc_.as<float>(), f32(2 * acc_total));
+    }
+    if (W > 0) {
+      wq_host_.resize(static_cast<size_t>(nl * W * qd));
+      o.download(wq_host_.data(), wq_.as<float>(), f32(nl * W * qd));
+    }
+    o.sync();
+
+    // Record the side channels on the host.
+    for (size_t gi = 0; gi < c.groups.size(); ++gi) {
+      const ForwardGroup &g = c.groups[gi];
+      SeqCache &sc = kv.seq_mut(g.seq);
+      const int64_t n = static_cast<int64_t>(g.items.size());
+      if (c.attention_acc)
+        for (int32_t l = 0; l < nl; ++l) {
+          const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
+          LayerSlots &LS = sc.layers[static_cast<size_t>(l)];
+          for (int32_t j = 0; j < r.n_slots; ++j) {
+            LS.imp[kImpAttnAcc][static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(r.acc + j)];
+            LS.imp[kImpAttnCount][static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(acc_total + r.acc + j)];
+          }
+        }
+      if (W > 0) {
+        const int64_t keep = std::min<int64_t>(n, c.window_rows);
+        for (int32_t l = 0; l < nl; ++l) {
+          std::vector<float> &wq = sc.window_q[static_cast<size_t>(l)];
+          for (int64_t j = n - keep; j < n; ++j) {
+            const int64_t wi = std::lower_bound(wrows.begin(), wrows.end(), g.items[static_cast<size_t>(j)]) - wrows.begin();
+            const float *row = wq_host_.data() + (l * W + wi) * qd;
+            wq.insert(wq.end(), row, row + qd);
+          }
+          const int64_t rows = static_cast<int64_t>(wq.size()) / qd;
+          if (rows > c.window_rows) wq.erase(wq.begin(), wq.begin() + (rows - c.window_rows) * qd);
+        }
+        for (int64_t j = n - keep; j < n; ++j) sc.window_pos.push_back(c.positions[g.items[static_cast<size_t>(j)]]);
+        if (static_cast<int64_t>(sc.window_pos.size()) > c.window_rows)
+          sc.window_pos.erase(sc.window_pos.begin(), sc.window_pos.end() - c.window_rows);
+      }
+      if (c.entropy) {
+        // H of a token is the entropy of the distribution that predicted it (the previous position's logits).
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t t = g.items[static_cast<size_t>(j)];
+          const float h = c.positions[t] == 0 ? 0.0f : *g.pending_entropy;
+          *g.pending_entropy = static_cast<float>(ent_host_[static_cast<size_t>(t)]);
+          for (int32_t l = 0; l < nl; ++l) {
+            LayerSlots &LS = sc.layers[static_cast<size_t>(l)];
+            const auto slot = static_cast<size_t>(LS.n() - n + j);
+            LS.imp[kImpEntropy][slot] = h;
+            LS.imp[kImpRepChange][slot] = rep_host_[static_cast<size_t>(l * T + t)];
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  const Model &model_;
+  std::unique_ptr<DeviceOps> ops_;
+  std::vector<DevLayer> layers_;
+  DevMatrix emb_, out_;
+  const float *out_norm_ = nullptr;
+  DevBuf x_, xn_, o_, q_, att_, k_, v_, g_, u_, ids_, pos_, xr_, logits_, table_, acc_, wq_, hidden_, ent_, rep_;
+  std::vector<int32_t> table_host_;
+  std::vector<float> acc_host_, wq_host_, rep_host_;
+  std::vector<double> ent_host_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvStore> make_ops_kv_store(DeviceOps &ops, const cpu::PagedKv &geometry, int64_t n_blocks) {
+  return std::make_unique<OpsKvStore>(ops, geometry, n_blocks);
+}
+
+std::unique_ptr<DeviceForward> make_ops_forward(const Model &model, std::unique_ptr<DeviceOps> ops) {
+  return std::make_unique<OpsForward>(model, std::move(ops));
+}
+
+}  // namespace infokv

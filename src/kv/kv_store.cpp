@@ -1,0 +1,50 @@
+#include "kv/kv_store.hpp"
+
+#include <cstring>
+#include <string>
+#include <sys/mman.h>
+
+#include "util/error.hpp"
+
+namespace infokv {
+
+namespace {
+
+class HostKvStore final : public KvStore {
+ public:
+  HostKvStore(const cpu::PagedKv &g, int64_t n_blocks) : g_(g) {
+    size_ = static_cast<size_t>(g.block_stride * n_blocks);
+    void *p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) fail(Status::out_of_memory, "cannot reserve a KV pool of " + std::to_string(size_) + " bytes");
+    g_.pool = static_cast<uint8_t *>(p);
+  }
+  ~HostKvStore() override { ::munmap(g_.pool, size_); }
+
+  uint8_t *base() const override { return g_.pool; }
+  void copy_block(int32_t dst, int32_t src) override { std::memcpy(at(dst), at(src), static_cast<size_t>(g_.block_stride)); }
+  void move_slots(const std::vector<int32_t> &moves) override {
+    const int64_t n = static_cast<int64_t>(moves.size() / 4);
+    scratch_.resize(static_cast<size_t>(n * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
+    cpu::kv_move_slots(g_, moves.data(), n, scratch_.data());
+  }
+  void read_blocks(const std::vector<int32_t> &ids, uint8_t *out) const override {
+    for (size_t i = 0; i < ids.size(); ++i) std::memcpy(out + i * static_cast<size_t>(g_.block_stride), at(ids[i]), static_cast<size_t>(g_.block_stride));
+  }
+  void write_blocks(const std::vector<int32_t> &ids, const uint8_t *in) override {
+    for (size_t i = 0; i < ids.size(); ++i) std::memcpy(at(ids[i]), in + i * static_cast<size_t>(g_.block_stride), static_cast<size_t>(g_.block_stride));
+  }
+
+ private:
+  uint8_t *at(int32_t b) const { return g_.pool + static_cast<int64_t>(b) * g_.block_stride; }
+  cpu::PagedKv g_;
+  size_t size_ = 0;
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvStore> make_host_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) {
+  return std::make_unique<HostKvStore>(geometry, n_blocks);
+}
+
+}  // namespace infokv

@@ -1,0 +1,124 @@
+// The backend seam without a GPU: a session whose KV pool is the generic device store (make_ops_kv_store: the
+// store the CUDA backend uses, here in host memory through the CPU's DeviceOps) must behave exactly like one on the
+// memory-mapped host store, through every compression policy (slot moves), forks (copy-on-write block copies) and
+// snapshots (whole-block reads and writes) in both directions.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backend/device_forward.hpp"
+#include "backend/device_ops.hpp"
+#include "model/model.hpp"
+#include "session/session.hpp"
+#include "snapshot/byte_io.hpp"
+#include "snapshot/snapshot.hpp"
+#include "test_paths.hpp"
+#include "util/thread_pool.hpp"
+
+using namespace infokv;
+
+namespace {
+
+std::shared_ptr<const Model> stories() {
+  static std::shared_ptr<const Model> m = Model::load(infokv_test::models_dir() + "/stories260K/stories260K.gguf");
+  return m;
+}
+
+SessionOptions opts_for(PolicyKind p) {
+  SessionOptions o;
+  o.n_threads = 2;
+  o.kv_dtype = KvDtype::f16;
+  o.block_size = 8;
+  o.ubatch = 64;  // several chunks per prompt
+  o.compression.policy = p;
+  o.compression.budget_fraction = 0.3;
+  o.compression.interval = 12;
+  return o;
+}
+
+struct Pair {
+  ThreadPool pool{2};
+  Session host, dev;
+  explicit Pair(const SessionOptions &o)
+      : host(stories(), o), dev(stories(), o, make_ops_forward(*stories(), make_host_ops(&pool, /*device_store=*/true))) {}
+};
+
+void decode_same(Pair &p, int32_t seq, const std::vector<int32_t> &toks) {
+  std::vector<BatchToken> b;
+  for (int32_t t : toks) b.push_back({seq, t, false});
+  p.host.decode(b);
+  p.dev.decode(b);
+}
+
+void expect_same(Pair &p, int32_t seq, const std::string &what) {
+  ASSERT_EQ(p.host.logits(seq), p.dev.logits(seq)) << what;
+  const SeqCache &a = p.host.kv().seq(seq), &b = p.dev.kv().seq(seq);
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    EXPECT_EQ(a.layers[l].pos, b.layers[l].pos) << what << " layer " << l;
+    for (int ch = 0; ch < kImpChannels; ++ch) EXPECT_EQ(a.layers[l].imp[static_cast<size_t>(ch)], b.layers[l].imp[static_cast<size_t>(ch)]) << what;
+  }
+  EXPECT_EQ(a.window_q, b.window_q) << what;
+  p.host.kv().check_invariants();
+  p.dev.kv().check_invariants();
+}
+
+std::vector<int32_t> random_tokens(std::mt19937 &rng, size_t n, bool bos) {
+  std::vector<int32_t> t;
+  if (bos) t.push_back(1);
+  while (t.size() < n) t.push_back(3 + static_cast<int32_t>(rng() % 500));
+  return t;
+}
+
+std::vector<uint8_t> save_bytes(const Session &s, int32_t seq) {
+  snapshot::VectorSink sink;
+  snapshot::save(s, seq, nullptr, sink);
+  return sink.bytes();
+}
+
+}  // namespace
+
+class DeviceStore : public ::testing::TestWithParam<PolicyKind> {};
+
+TEST_P(DeviceStore, SessionsOnBothStoresAgreeThroughCompressionForkAndSnapshots) {
+  std::mt19937 rng(1234u + static_cast<unsigned>(GetParam()));
+  Pair p(opts_for(GetParam()));
+  const int32_t s = p.host.add_sequence();
+  ASSERT_EQ(p.dev.add_sequence(), s);
+  decode_same(p, s, random_tokens(rng, 150, true));  // prefill, then compression
+  expect_same(p, s, "after prefill");
+  for (int i = 0; i < 30; ++i) {  // decode steps with periodic compression
+    decode_same(p, s, {3 + static_cast<int32_t>(rng() % 500)});
+  }
+  expect_same(p, s, "after decoding");
+  if (GetParam() != PolicyKind::none) EXPECT_GT(p.dev.compressions(s), 1);
+
+  // A fork shares blocks; decoding both sides copies the shared last block (copy-on-write) and compacts shared ones.
+  const int32_t f = p.host.fork_sequence(s);
+  ASSERT_EQ(p.dev.fork_sequence(s), f);
+  for (int i = 0; i < 20; ++i) {
+    const int32_t a = 3 + static_cast<int32_t>(rng() % 500), b = 3 + static_cast<int32_t>(rng() % 500);
+    for (Session *x : {&p.host, &p.dev}) x->decode({{s, a, false}, {f, b, false}});
+  }
+  expect_same(p, s, "original after fork");
+  expect_same(p, f, "fork");
+  EXPECT_EQ(p.host.kv().stats().blocks_used, p.dev.kv().stats().blocks_used);
+
+  // Snapshots read blocks from either store and write them into the other: the bytes and what follows agree.
+  const std::vector<uint8_t> from_host = save_bytes(p.host, f), from_dev = save_bytes(p.dev, f);
+  EXPECT_EQ(from_host.size(), from_dev.size());
+  Pair q(opts_for(GetParam()));
+  snapshot::MemorySource src_h(from_host.data(), from_host.size()), src_d(from_dev.data(), from_dev.size());
+  const int32_t rd = snapshot::restore(q.dev, nullptr, src_h).at(0);   // host store -> device store
+  const int32_t rh = snapshot::restore(q.host, nullptr, src_d).at(0);  // device store -> host store
+  ASSERT_EQ(rd, rh);
+  for (int i = 0; i < 15; ++i) decode_same(q, rd, {3 + static_cast<int32_t>(rng() % 500)});
+  for (int i = 0; i < 15; ++i) p.host.decode({{f, q.host.tokens(rd)[q.host.tokens(rd).size() - 15 + static_cast<size_t>(i)], false}});
+  expect_same(q, rd, "restored");
+  EXPECT_EQ(q.host.logits(rd), p.host.logits(f)) << "the restored sequence continues as the original";
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, DeviceStore,
+                         ::testing::Values(PolicyKind::none, PolicyKind::infokv, PolicyKind::snapkv, PolicyKind::h2o,
+                                           PolicyKind::streaming, PolicyKind::tova, PolicyKind::pyramidkv),
+                         [](const ::testing::TestParamInfo<PolicyKind> &i) { return std::string(policy_name(i.param)); });
