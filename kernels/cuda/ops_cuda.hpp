@@ -49,6 +49,17 @@ Status kv_gather(const cpu::PagedKv &dst, const cpu::PagedKv &src, const int32_t
 // head_dim <= 256 and n_heads % n_kv_heads == 0, otherwise unsupported.
 Status paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
                        int32_t visible0, float scale, float *acc, float *acc_count, Stream *stream);
+
+// ---- prefill_attention.cu ----
+// Query-tiled causal attention (FlashAttention-2 style): the same result as paged_attention without score outputs
+// (CPU twin: cpu::paged_attention with acc = acc_count = null). q: [n_q, n_heads, head_dim] (16-byte aligned),
+// out: [n_q, n_heads, head_dim]; query t sees slots [0, min(n_slots, visible0 + t)). Status::unsupported, nothing
+// launched, unless head_dim <= 256, head_dim % 4 == 0, kv.pool and kv.block_stride are 16-byte aligned and
+// n_kv_heads <= 65535; invalid_argument for inconsistent arguments (n_heads % n_kv_heads != 0, null pointers).
+Status prefill_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+                         int32_t visible0, float scale, Stream *stream);
+
+// ---- paged_attention.cu ----
 // Observation-window score accumulation: probs[kv.n_slots] = attention probabilities of q[n_q, n_heads, head_dim]
 // averaged over heads and queries (query t sees [0, min(n_slots, visible0 + t))).
 Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
