@@ -43,10 +43,13 @@ Status kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, con
 Status kv_gather(const cpu::PagedKv &dst, const cpu::PagedKv &src, const int32_t *keep, int32_t n_keep, Stream *stream);
 
 // ---- paged_attention.cu ----
-// Causal attention over the paged KV, split along the context (flash-decoding): q: [n_q, n_heads, head_dim],
-// out: [n_q, n_heads, head_dim]; query t sees slots [0, visible0 + t). acc: [kv.n_slots] or null, acc_count:
-// [kv.n_slots] or null, as in cpu::paged_attention. Used for decode (n_q = 1) and prefill (n_q > 1).
+// Causal attention over the paged KV: q: [n_q, n_heads, head_dim], out: [n_q, n_heads, head_dim]; query t sees
+// slots [0, min(n_slots, visible0 + t)). acc: [kv.n_slots] or null, acc_count: [kv.n_slots] or null, as in
+// cpu::paged_attention. Used for decode (n_q = 1) and prefill (n_q > 1). With n_q >= kPrefillTiledMinQueries and
+// no score outputs it runs prefill_attention (query-tiled); otherwise, or when that declines the shape, the
+// kernel split along the context (flash-decoding), one (query, head) item at a time.
 // head_dim <= 256 and n_heads % n_kv_heads == 0, otherwise unsupported.
+constexpr int64_t kPrefillTiledMinQueries = 16;
 Status paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
                        int32_t visible0, float scale, float *acc, float *acc_count, Stream *stream);
 
