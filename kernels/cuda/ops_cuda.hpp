@@ -43,12 +43,26 @@ Status kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, con
 Status kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch, Stream *stream);
 
 // ---- paged_attention.cu ----
-// Causal attention over the paged KV, split along the context (flash-decoding): q: [n_q, n_heads, head_dim],
-// out: [n_q, n_heads, head_dim]; query t sees slots [0, visible0 + t). acc: [kv.n_slots] or null, acc_count:
-// [kv.n_slots] or null, as in cpu::paged_attention. Used for decode (n_q = 1) and prefill (n_q > 1).
+// Causal attention over the paged KV: q: [n_q, n_heads, head_dim], out: [n_q, n_heads, head_dim]; query t sees
+// slots [0, min(n_slots, visible0 + t)). acc: [kv.n_slots] or null, acc_count: [kv.n_slots] or null, as in
+// cpu::paged_attention. Used for decode (n_q = 1) and prefill (n_q > 1). With n_q >= kPrefillTiledMinQueries and
+// no score outputs it runs prefill_attention (query-tiled); otherwise, or when that declines the shape, the
+// kernel split along the context (flash-decoding), one (query, head) item at a time.
 // head_dim <= 256 and n_heads % n_kv_heads == 0, otherwise unsupported.
+constexpr int64_t kPrefillTiledMinQueries = 16;
 Status paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
                        int32_t visible0, float scale, float *acc, float *acc_count, Stream *stream);
+
+// ---- prefill_attention.cu ----
+// Query-tiled causal attention (FlashAttention-2 style): the same result as paged_attention without score outputs
+// (CPU twin: cpu::paged_attention with acc = acc_count = null). q: [n_q, n_heads, head_dim] (16-byte aligned),
+// out: [n_q, n_heads, head_dim]; query t sees slots [0, min(n_slots, visible0 + t)). Status::unsupported, nothing
+// launched, unless head_dim <= 256, head_dim % 4 == 0, kv.pool and kv.block_stride are 16-byte aligned and
+// n_kv_heads <= 65535; invalid_argument for inconsistent arguments (n_heads % n_kv_heads != 0, null pointers).
+Status prefill_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+                         int32_t visible0, float scale, Stream *stream);
+
+// ---- paged_attention.cu ----
 // Observation-window score accumulation: probs[kv.n_slots] = attention probabilities of q[n_q, n_heads, head_dim]
 // averaged over heads and queries (query t sees [0, min(n_slots, visible0 + t))).
 Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,

@@ -81,6 +81,13 @@ Status paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads,
   if (n_q < 0 || visible0 < 0 || out == nullptr || !valid(kv, n_heads)) return Status::invalid_argument;
   if (kv.head_dim > 256) return Status::unsupported;
   if (n_q == 0) return Status::ok;
+  // Prefill without score outputs: the query-tiled kernel reads each K/V tile once per tile of queries (and all
+  // query heads of a KV group) instead of once per (query, head). It declines shapes it does not instantiate
+  // (Status::unsupported, nothing launched); those run split-K below.
+  if (acc == nullptr && acc_count == nullptr && n_q >= kPrefillTiledMinQueries) {
+    const Status p = prefill_attention(out, q, n_q, n_heads, kv, visible0, scale, stream);
+    if (p != Status::unsupported) return p;
+  }
   Status s = run_attention(out, q, n_q, n_heads, kv, visible0, scale, acc, 1.0f / static_cast<float>(n_heads), stream);
   if (s != Status::ok) return s;
   if (acc_count != nullptr && kv.n_slots > 0) {

@@ -274,6 +274,85 @@ TEST_F(Gpu, PagedAttentionDecodeAndPrefillMatchCpu) {
     }
 }
 
+// The query-tiled prefill kernel (cuda::prefill_attention, which cuda::paged_attention routes to for
+// n_q >= kPrefillTiledMinQueries without score outputs) against the CPU twin. Every head-size bound it
+// instantiates, GQA groups 1 and 4, partial row tiles (17, 300 * group rows), and the two kinds of causal window:
+// a prefill on top of a 203-slot cache (visible0 = n_slots - n_q + 1) and one from visible0 = 1 whose last 37
+// slots no query sees (the kernel must not read them into any row).
+TEST_F(Gpu, PrefillAttentionTiledMatchesCpu) {
+  struct Heads {
+    int32_t n_heads, n_kv;
+  };
+  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16})
+    for (int32_t hd : {64, 128, 256})
+      for (Heads hs : {Heads{2, 2}, Heads{8, 2}})
+        for (int32_t n_q : {17, 64, 300})
+          for (bool on_cache : {true, false}) {
+            const int32_t n_slots = on_cache ? 203 + n_q : n_q + 37;
+            const int32_t visible0 = on_cache ? n_slots - n_q + 1 : 1;
+            PagedFixture f(g_, dt, n_slots, hs.n_kv, hd);
+            auto q = randn(static_cast<size_t>(n_q) * hs.n_heads * hd, g_);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            std::vector<float> want(q.size());
+            cpu::paged_attention(want.data(), q.data(), n_q, hs.n_heads, f.host, visible0, scale, nullptr, nullptr, nullptr);
+            auto dq = up(q);
+            DeviceBuffer dout(q.size() * 4);
+            const std::string what = std::string(kv_dtype_name(dt)) + " hd=" + std::to_string(hd) + " heads=" +
+                                     std::to_string(hs.n_heads) + "/" + std::to_string(hs.n_kv) + " n_q=" + std::to_string(n_q) +
+                                     " n_slots=" + std::to_string(n_slots) + " vis0=" + std::to_string(visible0);
+            // the tiled kernel itself (ok: it did not decline the shape) ...
+            ASSERT_EQ(cuda::prefill_attention(dout.as<float>(), dq.as<float>(), n_q, hs.n_heads, f.dev, visible0, scale, nullptr),
+                      Status::ok) << what;
+            // same stored K/V on both sides, only the arithmetic order differs: f32-level tolerance for every dtype
+            expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "tiled " + what);
+            // ... and through the router
+            dout.zero();
+            ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), n_q, hs.n_heads, f.dev, visible0, scale, nullptr,
+                                            nullptr, nullptr),
+                      Status::ok) << what;
+            expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "routed " + what);
+          }
+}
+
+// Shapes at the edges of the tiled kernel: a head smaller than its bound (8 in 32, 80 in 128), GQA group 3, a
+// block size that makes tiles straddle blocks (7), the routing threshold itself, a single query, visible0 = 0
+// (query 0 sees nothing: zeros, as on the CPU), and a head size it declines (6: not a multiple of 4), which
+// paged_attention must still answer through the split-K kernel.
+TEST_F(Gpu, PrefillAttentionEdgeShapesMatchCpu) {
+  struct Edge {
+    int32_t n_q, visible0, extra_slots, n_heads, n_kv, hd, bs;
+    bool tiled;  // prefill_attention accepts the shape
+  };
+  const Edge cases[] = {
+      {static_cast<int32_t>(cuda::kPrefillTiledMinQueries), 0, 0, 9, 3, 8, 7, true},
+      {33, 50, 0, 4, 2, 80, 16, true},
+      {1, 40, 0, 4, 1, 64, 16, true},
+      {40, 5, 11, 6, 3, 256, 7, true},
+      {24, 10, 0, 4, 2, 6, 16, false},
+  };
+  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16})
+    for (const Edge &c : cases) {
+      const int32_t n_slots = std::max(1, c.visible0 + c.n_q - 1 + c.extra_slots);
+      PagedFixture f(g_, dt, n_slots, c.n_kv, c.hd, c.bs);
+      auto q = randn(static_cast<size_t>(c.n_q) * c.n_heads * c.hd, g_);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+      std::vector<float> want(q.size());
+      cpu::paged_attention(want.data(), q.data(), c.n_q, c.n_heads, f.host, c.visible0, scale, nullptr, nullptr, nullptr);
+      auto dq = up(q);
+      DeviceBuffer dout(q.size() * 4);
+      const std::string what = std::string(kv_dtype_name(dt)) + " hd=" + std::to_string(c.hd) + " n_q=" + std::to_string(c.n_q) +
+                               " vis0=" + std::to_string(c.visible0) + " bs=" + std::to_string(c.bs);
+      const Status st = cuda::prefill_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr);
+      ASSERT_EQ(st, c.tiled ? Status::ok : Status::unsupported) << what;
+      if (c.tiled) expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "tiled " + what);
+      dout.zero();
+      ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr,
+                                      nullptr, nullptr),
+                Status::ok) << what;
+      expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "routed " + what);
+    }
+}
+
 TEST_F(Gpu, PagedAttentionRejectsWhatItDoesNotSupport) {
   PagedFixture f(g_, KvDtype::f16, 16, 2, 32);
   DeviceBuffer d(4096);
@@ -281,6 +360,14 @@ TEST_F(Gpu, PagedAttentionRejectsWhatItDoesNotSupport) {
   cpu::PagedKv big = f.dev;
   big.head_dim = 512;
   EXPECT_EQ(cuda::paged_attention(d.as<float>(), d.as<float>(), 1, 2, big, 1, 1.0f, nullptr, nullptr, nullptr), Status::unsupported);
+  // the tiled prefill kernel declines what it does not instantiate, launching nothing
+  EXPECT_EQ(cuda::prefill_attention(d.as<float>(), d.as<float>(), 16, 2, big, 1, 1.0f, nullptr), Status::unsupported);
+  cpu::PagedKv odd = f.dev;
+  odd.head_dim = 6;
+  EXPECT_EQ(cuda::prefill_attention(d.as<float>(), d.as<float>(), 16, 2, odd, 1, 1.0f, nullptr), Status::unsupported);
+  EXPECT_EQ(cuda::prefill_attention(d.as<float>(), d.as<float>() + 1, 16, 2, f.dev, 1, 1.0f, nullptr), Status::unsupported);
+  EXPECT_EQ(cuda::prefill_attention(d.as<float>(), d.as<float>(), 16, 3, f.dev, 1, 1.0f, nullptr), Status::invalid_argument);
+  EXPECT_EQ(cuda::prefill_attention(d.as<float>(), nullptr, 16, 2, f.dev, 1, 1.0f, nullptr), Status::invalid_argument);
 }
 
 TEST_F(Gpu, AttentionProbsMeanMatchesCpu) {
