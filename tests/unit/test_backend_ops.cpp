@@ -91,7 +91,9 @@ TEST_P(DeviceStore, SessionsOnBothStoresAgreeThroughCompressionForkAndSnapshots)
     decode_same(p, s, {3 + static_cast<int32_t>(rng() % 500)});
   }
   expect_same(p, s, "after decoding");
-  if (GetParam() != PolicyKind::none) EXPECT_GT(p.dev.compressions(s), 1);
+  if (GetParam() != PolicyKind::none) {
+    EXPECT_GT(p.dev.compressions(s), 1);
+  }
 
   // A fork shares blocks; decoding both sides copies the shared last block (copy-on-write) and compacts shared ones.
   const int32_t f = p.host.fork_sequence(s);

@@ -792,7 +792,9 @@ TEST(ModelLoad, TestConvertersRoundToNearest) {
     EXPECT_LE(std::fabs(static_cast<double>(back) - x), ulp / 2) << x;
     const uint16_t bh = infokv_test::test_float_to_bf16(x);
     EXPECT_EQ(bh, infokv::float_to_bf16(x)) << x;
-    if (x != 0.0f) EXPECT_LE(std::fabs(static_cast<double>(infokv::bf16_to_float(bh)) - x), std::ldexp(1.0, std::ilogb(x) - 8)) << x;
+    if (x != 0.0f) {
+      EXPECT_LE(std::fabs(static_cast<double>(infokv::bf16_to_float(bh)) - x), std::ldexp(1.0, std::ilogb(x) - 8)) << x;
+    }
   }
 }
 
