@@ -83,6 +83,16 @@ void convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int
 // out[n_rows, d] = rows rows[n_rows] of emb[*, d] (ggml type F32/F16/BF16) as f32. False for other types.
 bool get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows, int64_t n_rows, int64_t d);
 
+// kv_append to explicit slots (one token per sequence in a decode batch): token t goes to slot slot_addr[2t + 1]
+// of block slot_addr[2t]. kv: geometry and pool (block table unused). k, v: [n, n_kv_heads, head_dim]; slot_addr: [n][2].
+void kv_append_rows(const PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n);
+
+// Attention of n_q independent queries, each over its own sequence (a decode batch in one call): query t reads
+// the block table kv.block_table + table_off[t] and sees its slots [0, vis[t]); max_vis >= every vis[t].
+// q, out: [n_q, n_heads, head_dim]; table_off, vis: [n_q].
+void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, const int32_t *table_off,
+                          const int32_t *vis, int32_t max_vis, float scale, ThreadPool *pool);
+
 // Slot moves for compaction: K and V of every kv head of slot (moves[4i], moves[4i+1]) = (block id, slot in the
 // block) go to (moves[4i+2], moves[4i+3]), for i < n. Every read happens before any write, so sources and
 // destinations may overlap (in-place compaction). Only kv's geometry is used (pool, block_stride, block_size,

@@ -162,6 +162,16 @@ void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const floa
     }
 }
 
+void kv_append_rows(const PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) {
+  const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    PagedKv one = kv;  // a one-block view of the token's block
+    one.block_table = slot_addr + 2 * t;
+    one.n_slots = kv.block_size;
+    kv_append(one, slot_addr[2 * t + 1], k + t * row, v + t * row, 1);
+  }
+}
+
 void kv_read(float *out, const PagedKv &kv, int32_t slot, int32_t h, int which) {
   load(out, slot_ptr(kv, slot, h, which), kv.head_dim, kv.dtype);
 }
@@ -271,6 +281,35 @@ void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
   const int64_t items = n_q * kv.n_kv_heads;
   const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
   if (pool == nullptr || acc != nullptr || work < (int64_t{1} << 16)) {
+    body(0, items);
+  } else {
+    pool->parallel_for(items, 1, body);
+  }
+}
+
+void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, const int32_t *table_off,
+                          const int32_t *vis, int32_t max_vis, float scale, ThreadPool *pool) {
+  const int32_t hd = kv.head_dim;
+  const int32_t group = n_heads / kv.n_kv_heads;
+  const bool avx2 = have_f16c();
+  auto body = [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(static_cast<size_t>(group) * static_cast<size_t>(std::max(1, max_vis)));
+    std::vector<float> kvbuf(static_cast<size_t>(kv.block_size) * hd);
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t t = it / kv.n_kv_heads;
+      const int32_t g = static_cast<int32_t>(it % kv.n_kv_heads);
+      PagedKv v = kv;
+      v.block_table = kv.block_table + table_off[t];
+      v.n_slots = vis[t];
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      if (avx2) attend_avx2(og, qg, v, g, group, vis[t], scale, p.data(), kvbuf.data());
+      else attend_generic(og, qg, v, g, group, vis[t], scale, p.data(), kvbuf.data());
+    }
+  };
+  const int64_t items = n_q * kv.n_kv_heads;
+  const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
+  if (pool == nullptr || work < (int64_t{1} << 16)) {
     body(0, items);
   } else {
     pool->parallel_for(items, 1, body);

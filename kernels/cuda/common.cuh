@@ -77,13 +77,19 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
   return v;
 }
 
-// Byte address of (slot, kv head, K or V) in a paged view: block layout [2][n_kv_heads][block_size][head_dim].
+// Address of (slot, kv head, K or V) in a paged view, through block table `table`: block layout
+// [2][n_kv_heads][block_size][head_dim].
 template <typename T>
-__device__ __forceinline__ T *kv_slot(const cpu::PagedKv &kv, int32_t slot, int32_t h, int which) {
-  const int32_t b = kv.block_table[slot / kv.block_size];
+__device__ __forceinline__ T *kv_slot_in(const cpu::PagedKv &kv, const int32_t *table, int32_t slot, int32_t h, int which) {
+  const int32_t b = table[slot / kv.block_size];
   const int32_t s = slot % kv.block_size;
   const int64_t off = ((static_cast<int64_t>(which) * kv.n_kv_heads + h) * kv.block_size + s) * kv.head_dim;
   return reinterpret_cast<T *>(kv.pool + static_cast<int64_t>(b) * kv.block_stride) + off;
+}
+
+template <typename T>
+__device__ __forceinline__ T *kv_slot(const cpu::PagedKv &kv, int32_t slot, int32_t h, int which) {
+  return kv_slot_in<T>(kv, kv.block_table, slot, h, which);
 }
 
 }  // namespace cuda

@@ -140,6 +140,13 @@ class CudaOps final : public DeviceOps {
                        float scale, float *acc, float *acc_count) override {
     ok(cuda::paged_attention(out, q, n_q, n_heads, kv, visible0, scale, acc, acc_count, s()), "paged_attention");
   }
+  void kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) override {
+    ok(cuda::kv_append_rows(kv, slot_addr, k, v, n, s()), "kv_append_rows");
+  }
+  void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+                            const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale) override {
+    ok(cuda::paged_attention_rows(out, q, n_q, n_heads, kv, table_off, vis, max_vis, scale, s()), "paged_attention_rows");
+  }
   void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
                             int32_t visible0, float scale) override {
     ok(cuda::attention_probs_mean(probs, q, n_q, n_heads, kv, visible0, scale, s()), "attention_probs_mean");

@@ -36,5 +36,17 @@ Status kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, ui
   return ok ? launch_status() : Status::unsupported;
 }
 
+Status kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n, Stream *stream) {
+  if (n < 0 || kv.pool == nullptr || kv.block_size <= 0 || kv.n_kv_heads <= 0 || kv.head_dim <= 0 ||
+      (n > 0 && (slot_addr == nullptr || k == nullptr || v == nullptr)))
+    return Status::invalid_argument;
+  if (n == 0) return Status::ok;
+  bool ok = dispatch_kv_dtype(kv.dtype, [&](auto t) {
+    using T = decltype(t);
+    kv_append_rows_kernel<T><<<grid_for(n * kv.n_kv_heads * kv.head_dim, kThreads), kThreads, 0, raw_stream(stream)>>>(kv, slot_addr, k, v, n);
+  });
+  return ok ? launch_status() : Status::unsupported;
+}
+
 }  // namespace cuda
 }  // namespace infokv

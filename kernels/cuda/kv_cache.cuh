@@ -39,5 +39,21 @@ __global__ void kv_move_kernel(cpu::PagedKv kv, const int32_t *moves, int64_t n,
   }
 }
 
+// kv_append to explicit slot addresses: token t goes to (slot_addr[2t] = block, slot_addr[2t + 1] = slot in the
+// block). One thread per (token, kv head, dim). k, v: [n, n_kv_heads, head_dim] f32; slot_addr: [n][2].
+template <typename T>
+__global__ void kv_append_rows_kernel(cpu::PagedKv kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) {
+  const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * row; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / row;
+    const int32_t h = static_cast<int32_t>((i % row) / kv.head_dim);
+    const int32_t d = static_cast<int32_t>(i % kv.head_dim);
+    const int32_t *a = slot_addr + 2 * t;
+    T *base = reinterpret_cast<T *>(kv.pool + static_cast<int64_t>(a[0]) * kv.block_stride);
+    base[(static_cast<int64_t>(h) * kv.block_size + a[1]) * kv.head_dim + d] = from_f32<T>(k[i]);
+    base[((static_cast<int64_t>(kv.n_kv_heads) + h) * kv.block_size + a[1]) * kv.head_dim + d] = from_f32<T>(v[i]);
+  }
+}
+
 }  // namespace cuda
 }  // namespace infokv

@@ -38,6 +38,8 @@ Status get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows,
 // k, v: [n, n_kv_heads, head_dim] f32 written to slots [first_slot, first_slot + n) of the paged view
 // (kv.pool and kv.block_table are device pointers).
 Status kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n, Stream *stream);
+// kv_append to explicit slots, as cpu::kv_append_rows. slot_addr: [n][2] (device); k, v: [n, n_kv_heads, head_dim].
+Status kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n, Stream *stream);
 // Slot moves for compaction, as cpu::kv_move_slots: every read before any write (two launches). moves: [n][4]
 // (device); scratch: [n][2][n_kv_heads][head_dim] elements (device). kv: geometry only (pool is device memory).
 Status kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch, Stream *stream);
@@ -63,6 +65,11 @@ Status prefill_attention(float *out, const float *q, int64_t n_q, int32_t n_head
                          int32_t visible0, float scale, Stream *stream);
 
 // ---- paged_attention.cu ----
+// One query per sequence in one launch, as cpu::paged_attention_rows: query t reads the table kv.block_table +
+// table_off[t] and sees slots [0, vis[t]); max_vis >= every vis[t] (host-known, sizes the split). q, out:
+// [n_q, n_heads, head_dim]; table_off, vis: [n_q] (device).
+Status paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+                            const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale, Stream *stream);
 // Observation-window score accumulation: probs[kv.n_slots] = attention probabilities of q[n_q, n_heads, head_dim]
 // averaged over heads and queries (query t sees [0, min(n_slots, visible0 + t))).
 Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,

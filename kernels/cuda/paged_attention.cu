@@ -25,7 +25,8 @@ bool valid(const cpu::PagedKv &kv, int32_t n_heads) {
 
 // Runs passes 1 and 2 (and 3 when `acc` is set, with weight `acc_weight`). out may be null (scores only).
 Status run_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv, int32_t visible0,
-                     float scale, float *acc, float acc_weight, Stream *stream) {
+                     float scale, float *acc, float acc_weight, Stream *stream, const int32_t *row_table_off = nullptr,
+                     const int32_t *row_vis = nullptr) {
   const cudaStream_t st = raw_stream(stream);
   const int64_t n_items = n_q * n_heads;
   int64_t max_vis = static_cast<int64_t>(visible0) + n_q - 1;
@@ -41,7 +42,7 @@ Status run_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
   }
   if (n_items > 0x7fffffffLL || n_splits > 65535) return Status::unsupported;
 
-  AttnArgs a{q, kv, n_heads, n_heads / kv.n_kv_heads, visible0, chunk, static_cast<int32_t>(n_splits), scale};
+  AttnArgs a{q, kv, n_heads, n_heads / kv.n_kv_heads, visible0, chunk, static_cast<int32_t>(n_splits), scale, row_table_off, row_vis};
   const size_t n_part = static_cast<size_t>(n_items * n_splits);
   const size_t bytes = (n_part * 2 + n_part * static_cast<size_t>(kv.head_dim) + static_cast<size_t>(n_items) * 2) * sizeof(float);
   float *scratch = nullptr;
@@ -107,6 +108,18 @@ Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n
   if (n_q == 0) return Status::ok;
   return run_attention(nullptr, q, n_q, n_heads, kv, visible0, scale, probs,
                        1.0f / static_cast<float>(n_q * n_heads), stream);
+}
+
+Status paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+                            const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale, Stream *stream) {
+  if (n_q < 0 || max_vis < 0 || out == nullptr || !valid(kv, n_heads) || (n_q > 0 && (table_off == nullptr || vis == nullptr)))
+    return Status::invalid_argument;
+  if (kv.head_dim > 256) return Status::unsupported;
+  if (n_q == 0) return Status::ok;
+  // visible_of clamps each row's count to kv.n_slots: here the longest row, which also sizes the context split.
+  cpu::PagedKv k = kv;
+  k.n_slots = max_vis;
+  return run_attention(out, q, n_q, n_heads, k, 0, scale, nullptr, 0.0f, stream, table_off, vis);
 }
 
 }  // namespace cuda

@@ -24,16 +24,25 @@ struct AttnArgs {
   int32_t chunk;       // slots per split
   int32_t n_splits;
   float scale;
+  // Rows mode (paged_attention_rows): query t reads the table kv.block_table + row_table_off[t] and sees slots
+  // [0, row_vis[t]). Both null otherwise. [n_q] each.
+  const int32_t *row_table_off;
+  const int32_t *row_vis;
 };
 
 __device__ __forceinline__ int32_t visible_of(const AttnArgs &a, int32_t t) {
-  const int32_t v = a.visible0 + t;
+  const int32_t v = a.row_vis != nullptr ? a.row_vis[t] : a.visible0 + t;
   return v < a.kv.n_slots ? v : a.kv.n_slots;  // never read past the valid slots
 }
 
+__device__ __forceinline__ const int32_t *table_of(const AttnArgs &a, int32_t t) {
+  return a.row_table_off != nullptr ? a.kv.block_table + a.row_table_off[t] : a.kv.block_table;
+}
+
 template <typename T, int MAXD>
-__device__ __forceinline__ float slot_score(const AttnArgs &a, const float (&qr)[MAXD / 32], int32_t s, int32_t g, int lane) {
-  const T *k = kv_slot<T>(a.kv, s, g, 0);
+__device__ __forceinline__ float slot_score(const AttnArgs &a, const int32_t *tbl, const float (&qr)[MAXD / 32], int32_t s,
+                                            int32_t g, int lane) {
+  const T *k = kv_slot_in<T>(a.kv, tbl, s, g, 0);
   float d = 0;
 #pragma unroll
   for (int j = 0; j < MAXD / 32; ++j) {
@@ -63,6 +72,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_partial_kernel(AttnArgs 
   const int32_t g = h / a.group;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t vis = visible_of(a, t);
+  const int32_t *tbl = table_of(a, t);
   const int32_t s0 = blockIdx.y * a.chunk;
   const int32_t s1 = min(vis, s0 + a.chunk);
 
@@ -73,12 +83,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_partial_kernel(AttnArgs 
   for (int j = 0; j < MAXD / 32; ++j) o[j] = 0.0f;
 
   for (int32_t s = s0 + warp; s < s1; s += kAttnWarps) {
-    const float sc = slot_score<T, MAXD>(a, qr, s, g, lane);
+    const float sc = slot_score<T, MAXD>(a, tbl, qr, s, g, lane);
     const float mn = fmaxf(m, sc);
     const float corr = expf(m - mn);  // m = -inf on the first slot: corr = 0
     const float p = expf(sc - mn);
     l = l * corr + p;
-    const T *v = kv_slot<T>(a.kv, s, g, 1);
+    const T *v = kv_slot_in<T>(a.kv, tbl, s, g, 1);
 #pragma unroll
     for (int j = 0; j < MAXD / 32; ++j) {
       const int i = lane + 32 * j;
@@ -141,6 +151,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_scores_kernel(AttnArgs a
   const int32_t g = h / a.group;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int32_t vis = visible_of(a, t);
+  const int32_t *tbl = table_of(a, t);
   const int32_t s0 = blockIdx.y * a.chunk;
   const int32_t s1 = min(vis, s0 + a.chunk);
   const float M = stats[2 * item], L = stats[2 * item + 1];
@@ -149,7 +160,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_scores_kernel(AttnArgs a
   float qr[MAXD / 32];
   load_q<MAXD>(qr, a, item, lane);
   for (int32_t s = s0 + warp; s < s1; s += kAttnWarps) {
-    const float sc = slot_score<T, MAXD>(a, qr, s, g, lane);
+    const float sc = slot_score<T, MAXD>(a, tbl, qr, s, g, lane);
     if (lane == 0) atomicAdd(acc + s, expf(sc - M) * w);
   }
 }

@@ -48,8 +48,7 @@ struct DeviceChoice {
 // kAutoPicksCuda in device.cpp); it will pick cuda:0 when a device exists once that is verified.
 DeviceChoice select_device(const std::string &spec);
 
-// Whether this build contains the CUDA forward path (DeviceForward, kernels/cuda/forward.cpp): true in CUDA builds.
-// Its scope: compression policy none, no fork (see src/backend/device_forward.hpp).
+// Whether this build contains the CUDA backend (CudaOps, kernels/cuda/cuda_ops.cpp): true in CUDA builds.
 bool cuda_forward_available();
 
 }  // namespace infokv

@@ -63,6 +63,9 @@ class DeviceOps {
   virtual void kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) = 0;
   virtual void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
                                int32_t visible0, float scale, float *acc, float *acc_count) = 0;
+  virtual void kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) = 0;
+  virtual void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+                                    const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale) = 0;
   virtual void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
                                     int32_t visible0, float scale) = 0;
   virtual void topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k) = 0;

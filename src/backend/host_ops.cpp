@@ -59,6 +59,13 @@ class HostOps final : public DeviceOps {
                        float scale, float *acc, float *acc_count) override {
     cpu::paged_attention(out, q, n_q, n_heads, kv, visible0, scale, acc, acc_count, pool_);
   }
+  void kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) override {
+    cpu::kv_append_rows(kv, slot_addr, k, v, n);
+  }
+  void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+                            const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale) override {
+    cpu::paged_attention_rows(out, q, n_q, n_heads, kv, table_off, vis, max_vis, scale, pool_);
+  }
   void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
                             int32_t visible0, float scale) override {
     cpu::attention_probs_mean(probs, q, n_q, n_heads, kv, visible0, scale);

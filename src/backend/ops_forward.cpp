@@ -165,6 +165,31 @@ class OpsForward final : public DeviceForward {
         if (c.attention_acc) acc_total += v.n_slots;
       }
 
+    // A decode batch (one token for each of several sequences, no H2O sums) runs attention for all sequences in one
+    // call per layer: per-row block-table offsets, visible counts and destination slots, staged once per chunk as
+    // [layer][row] (offsets, counts) and [layer][row][2] (block, slot).
+    bool rows_mode = c.groups.size() > 1 && !c.attention_acc;
+    for (const ForwardGroup &g : c.groups) rows_mode = rows_mode && g.items.size() == 1;
+    std::vector<int32_t> max_vis;
+    if (rows_mode) {
+      rows_host_.assign(static_cast<size_t>(nl * T * 4), 0);
+      max_vis.assign(static_cast<size_t>(nl), 0);
+      const int32_t bs = kv.config().block_size;
+      for (size_t gi = 0; gi < c.groups.size(); ++gi) {
+        const int64_t t = c.groups[gi].items[0];
+        for (int32_t l = 0; l < nl; ++l) {
+          const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
+          const int32_t slot = r.n_slots - 1;
+          rows_host_[static_cast<size_t>(l * T + t)] = static_cast<int32_t>(r.table);
+          rows_host_[static_cast<size_t>((nl + l) * T + t)] = r.n_slots;
+          rows_host_[static_cast<size_t>(2 * nl * T + 2 * (l * T + t))] = table_host_[static_cast<size_t>(r.table + slot / bs)];
+          rows_host_[static_cast<size_t>(2 * nl * T + 2 * (l * T + t) + 1)] = slot % bs;
+          max_vis[static_cast<size_t>(l)] = std::max(max_vis[static_cast<size_t>(l)], r.n_slots);
+        }
+      }
+      rows_.ensure(o, rows_host_.size() * 4);
+    }
+
     x_.ensure(o, f32(T * d)); xn_.ensure(o, f32(T * d)); o_.ensure(o, f32(T * d));
     q_.ensure(o, f32(T * qd)); att_.ensure(o, f32(T * qd));
     k_.ensure(o, f32(T * kvd)); v_.ensure(o, f32(T * kvd));
@@ -183,6 +208,7 @@ class OpsForward final : public DeviceForward {
     o.upload(ids_.as<int32_t>(), c.tokens, f32(T));
     o.upload(pos_.as<int32_t>(), c.positions, f32(T));
     o.upload(table_.as<int32_t>(), table_host_.data(), table_host_.size() * 4);
+    if (rows_mode) o.upload(rows_.as<int32_t>(), rows_host_.data(), rows_host_.size() * 4);
     if (c.attention_acc) o.zero(acc_.as<float>(), f32(2 * acc_total));
 
     float *x = x_.as<float>(), *xn = xn_.as<float>(), *ob = o_.as<float>(), *q = q_.as<float>(), *att = att_.as<float>();
@@ -197,7 +223,15 @@ class OpsForward final : public DeviceForward {
       o.matmul(v, xn, L.wv, T);
       o.rope(q, pos, T, nh, hd, hp.rope_theta);
       o.rope(k, pos, T, nkv, hd, hp.rope_theta);
-      for (size_t gi = 0; gi < c.groups.size(); ++gi) {
+      if (rows_mode) {
+        cpu::PagedKv view = kv.view(c.groups[0].seq, l);  // geometry and pool; tables per row
+        view.block_table = table_.as<int32_t>();
+        const int32_t *rows = rows_.as<int32_t>();
+        o.kv_append_rows(view, rows + 2 * nl * T + 2 * l * T, k, v, T);
+        o.paged_attention_rows(att, q, T, static_cast<int32_t>(nh), view, rows + l * T, rows + (nl + l) * T,
+                               max_vis[static_cast<size_t>(l)], scale);
+      }
+      for (size_t gi = 0; gi < c.groups.size() && !rows_mode; ++gi) {
         const std::vector<int64_t> &idx = c.groups[gi].items;
         const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
         cpu::PagedKv view = kv.view(c.groups[gi].seq, l);  // geometry and pool; the table replaced by the device copy
@@ -321,8 +355,8 @@ class OpsForward final : public DeviceForward {
   std::vector<DevLayer> layers_;
   DevMatrix emb_, out_;
   const float *out_norm_ = nullptr;
-  DevBuf x_, xn_, o_, q_, att_, k_, v_, g_, u_, ids_, pos_, xr_, logits_, table_, acc_, wq_, hidden_, ent_, rep_;
-  std::vector<int32_t> table_host_;
+  DevBuf x_, xn_, o_, q_, att_, k_, v_, g_, u_, ids_, pos_, xr_, logits_, table_, rows_, acc_, wq_, hidden_, ent_, rep_;
+  std::vector<int32_t> table_host_, rows_host_;
   std::vector<float> acc_host_, wq_host_, rep_host_;
   std::vector<double> ent_host_;
 };

@@ -81,18 +81,21 @@ else
   summary+=("benchmark: not run (no GPU)")
 fi
 
-say "end-to-end Session decode (infokv generate, synthetic $PRESET f16, policy none)"
+say "end-to-end Session decode (infokv generate, synthetic $PRESET f16: full cache and InfoKV at 25%)"
 E2E="$BUILD/synth-$PRESET-f16.gguf"
 if [ "$HAVE_GPU" = 1 ]; then
   "$BUILD/infokv" synth --preset "$PRESET" --dtype f16 --seed 1 --quiet --out "$E2E"
-  PROMPT=$(printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 60))  # a few hundred tokens
-  for dev in cuda cpu; do
-    n=128; [ "$dev" = cpu ] && n=16
-    if timeout 240 "$BUILD/infokv" generate --model "$E2E" --device "$dev" --prompt "$PROMPT" --max-tokens $n --json \
-        >"$LOG.e2e-$dev.json" 2>"$LOG.e2e-$dev.err"; then
-      "$PY" -c 'import json,sys; t=json.load(open(sys.argv[1]))["timings"]; print("%-5s prefill %6d tok %10.1f tok/s   decode %4d tok %8.1f tok/s" % (sys.argv[2], t["prefill_tokens"], t["prefill_tokens_per_second"], t["decode_tokens"], t["decode_tokens_per_second"]))' "$LOG.e2e-$dev.json" "$dev"
+  PROMPT=$(printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 200))  # about 2K tokens
+  for run in "cuda none" "cuda infokv" "cpu none"; do
+    set -- $run
+    dev=$1; pol=$2; n=128; [ "$dev" = cpu ] && n=8
+    extra=""; [ "$pol" != none ] && extra="--policy $pol --budget 0.25 --compress-interval 64"
+    if timeout 240 "$BUILD/infokv" generate --model "$E2E" --device "$dev" $extra --prompt "$PROMPT" --max-tokens $n --json \
+        >"$LOG.e2e-$dev-$pol.json" 2>"$LOG.e2e-$dev-$pol.err"; then
+      "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); t=j["timings"]; k=j["kv"]; print("%-5s %-7s prefill %6d tok %10.1f tok/s   decode %4d tok %8.1f tok/s   kv %8.1f MiB" % (sys.argv[2], sys.argv[3], t["prefill_tokens"], t["prefill_tokens_per_second"], t["decode_tokens"], t["decode_tokens_per_second"], k["bytes"] / 2**20))' \
+        "$LOG.e2e-$dev-$pol.json" "$dev" "$pol"
     else
-      echo "$dev: generate FAILED: $(tail -2 "$LOG.e2e-$dev.err")"; summary+=("end-to-end $dev generate: FAIL")
+      echo "$dev $pol: generate FAILED: $(tail -2 "$LOG.e2e-$dev-$pol.err")"; summary+=("end-to-end $dev $pol generate: FAIL")
     fi
   done
   rm -f "$E2E"
