@@ -1,13 +1,17 @@
-// infokv synth: a GGUF with random weights at a real model's shapes (and a synthetic SPM vocabulary of the real
-// size), for performance work without downloads. The weights are a pure function of (preset, dtype, seed).
+// infokv synth: a GGUF, or a Hugging Face checkpoint directory (synth_hf.cpp), with random weights at a real
+// model's shapes (and a synthetic vocabulary of the real size), for performance work without downloads. The
+// weights are a pure function of (preset, dtype, seed), the same in both formats.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cli/json.hpp"
+#include "cli/synth.hpp"
 #include "gguf/ggml_types.hpp"
 #include "gguf/gguf_writer.hpp"
 #include "util/error.hpp"
@@ -16,14 +20,9 @@
 namespace infokv {
 namespace cli {
 
-namespace {
+namespace synth {
 
-struct Preset {
-  const char *name;
-  int32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
-  float rope_theta, rms_eps;
-  bool tied;
-};
+namespace {
 
 // Shapes from the models' published configs. Llama 3.x's "llama3" RoPE frequency scaling is not written (infokv
 // does not implement it yet); the shapes, and therefore the cost per token, are the real ones.
@@ -40,6 +39,68 @@ uint64_t splitmix(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
+
+}  // namespace
+
+const Preset &find_preset(const std::string &name) {
+  std::string names;
+  for (const Preset &q : kPresets) {
+    if (name == q.name) return q;
+    names += std::string(names.empty() ? "" : ", ") + q.name;
+  }
+  fail(Status::invalid_argument, "--preset must be one of: " + names);
+}
+
+std::vector<Tensor> tensors(const Preset &p) {
+  const uint64_t d = static_cast<uint64_t>(p.n_embd), hd = d / static_cast<uint64_t>(p.n_head);
+  const uint64_t qd = hd * static_cast<uint64_t>(p.n_head), kvd = hd * static_cast<uint64_t>(p.n_head_kv);
+  const uint64_t ff = static_cast<uint64_t>(p.n_ff), nv = static_cast<uint64_t>(p.n_vocab);
+  std::vector<Tensor> t;
+  auto mat = [&](const std::string &g, const std::string &h, uint64_t rows, uint64_t cols, float sd, int64_t rope = 0) {
+    t.push_back(Tensor{g, h, rows, cols, sd, rope});
+  };
+  auto norm = [&](const std::string &g, const std::string &h) { t.push_back(Tensor{g, h, d, 0, 0.0f, 0}); };
+  // std 0.02 as in the models' initialisers; residual projections scaled down with depth (GPT-2 style) so the
+  // residual stream stays O(1) through many layers and the logits are not degenerate.
+  const float s_out = 0.02f / std::sqrt(2.0f * static_cast<float>(p.n_layer));
+  mat("token_embd.weight", "model.embed_tokens.weight", nv, d, 0.02f);
+  norm("output_norm.weight", "model.norm.weight");
+  if (!p.tied) mat("output.weight", "lm_head.weight", nv, d, 0.02f);
+  for (int32_t l = 0; l < p.n_layer; ++l) {
+    const std::string g = "blk." + std::to_string(l) + ".", h = "model.layers." + std::to_string(l) + ".";
+    norm(g + "attn_norm.weight", h + "input_layernorm.weight");
+    mat(g + "attn_q.weight", h + "self_attn.q_proj.weight", qd, d, 0.02f, static_cast<int64_t>(hd));
+    mat(g + "attn_k.weight", h + "self_attn.k_proj.weight", kvd, d, 0.02f, static_cast<int64_t>(hd));
+    mat(g + "attn_v.weight", h + "self_attn.v_proj.weight", kvd, d, 0.02f);
+    mat(g + "attn_output.weight", h + "self_attn.o_proj.weight", d, qd, s_out);
+    norm(g + "ffn_norm.weight", h + "post_attention_layernorm.weight");
+    mat(g + "ffn_gate.weight", h + "mlp.gate_proj.weight", ff, d, 0.02f);
+    mat(g + "ffn_up.weight", h + "mlp.up_proj.weight", ff, d, 0.02f);
+    mat(g + "ffn_down.weight", h + "mlp.down_proj.weight", d, ff, s_out);
+  }
+  return t;
+}
+
+uint64_t tensor_key(uint64_t seed, size_t index) { return splitmix(seed * 0x100000001b3ull + index); }
+
+float weight(uint64_t key, float sd, uint64_t e) {
+  if (sd == 0.0f) return 1.0f;
+  // uniform on [-a, a] with a = sd * sqrt(3) has standard deviation sd
+  const float amp = sd * 1.7320508f;
+  const uint64_t r = splitmix(key ^ e);
+  return (static_cast<float>(r >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * amp;
+}
+
+void store(float v, StDtype dtype, uint8_t *out) {
+  if (dtype == StDtype::F32) {
+    std::memcpy(out, &v, 4);
+  } else {
+    const uint16_t h = dtype == StDtype::F16 ? float_to_fp16(v) : float_to_bf16(v);
+    std::memcpy(out, &h, 2);
+  }
+}
+
+namespace {
 
 // A synthetic SentencePiece vocabulary: <unk> <s> </s>, the 256 byte tokens, then "▁", single characters and
 // letter strings with and without the word-start mark, scored so that longer pieces win merges.
@@ -81,46 +142,28 @@ void synth_vocab(int32_t n, std::vector<std::string> *tokens, std::vector<float>
   }
 }
 
-}  // namespace
-
-int cmd_synth(int argc, char **argv) {
-  Args a(argc, argv, 2, {"preset", "out", "dtype", "seed"}, {"json", "quiet"});
-  const std::string pname = a.str("preset", "");
-  const Preset *p = nullptr;
-  std::string names;
-  for (const Preset &q : kPresets) {
-    names += std::string(names.empty() ? "" : ", ") + q.name;
-    if (pname == q.name) p = &q;
-  }
-  if (p == nullptr) fail(Status::invalid_argument, "--preset must be one of: " + names);
-  const std::string out = a.required("out");
-  const std::string dts = a.str("dtype", "f16");
-  uint32_t wtype;
-  if (dts == "f16") wtype = static_cast<uint32_t>(GgmlType::F16);
-  else if (dts == "bf16") wtype = static_cast<uint32_t>(GgmlType::BF16);
-  else if (dts == "f32") wtype = static_cast<uint32_t>(GgmlType::F32);
-  else fail(Status::invalid_argument, "--dtype must be f16, bf16 or f32");
-  const uint64_t seed = static_cast<uint64_t>(a.integer("seed", 1234, 0, INT64_MAX));
-
+// The GGUF: llama.* hyperparameters, a synthetic SentencePiece vocabulary, the tensors in `ts` order.
+uint64_t write_gguf(const std::string &out, const Preset &p, const std::vector<Tensor> &ts, StDtype wdt, const std::string &dts,
+                    uint64_t seed, const std::function<void(uint64_t, uint64_t)> &progress) {
   GgufWriter w;
   w.add_string("general.architecture", "llama");
-  w.add_string("general.name", std::string("synthetic ") + p->name);
+  w.add_string("general.name", std::string("synthetic ") + p.name);
   w.add_u32("general.alignment", 32);
   w.add_u32("general.file_type", dts == "f32" ? 0u : (dts == "f16" ? 1u : 32u));
-  w.add_u32("llama.context_length", static_cast<uint32_t>(p->n_ctx));
-  w.add_u32("llama.embedding_length", static_cast<uint32_t>(p->n_embd));
-  w.add_u32("llama.block_count", static_cast<uint32_t>(p->n_layer));
-  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(p->n_ff));
-  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(p->n_head));
-  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(p->n_head_kv));
-  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(p->n_embd / p->n_head));
-  w.add_u32("llama.vocab_size", static_cast<uint32_t>(p->n_vocab));
-  w.add_f32("llama.rope.freq_base", p->rope_theta);
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", p->rms_eps);
+  w.add_u32("llama.context_length", static_cast<uint32_t>(p.n_ctx));
+  w.add_u32("llama.embedding_length", static_cast<uint32_t>(p.n_embd));
+  w.add_u32("llama.block_count", static_cast<uint32_t>(p.n_layer));
+  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(p.n_ff));
+  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(p.n_head));
+  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(p.n_head_kv));
+  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(p.n_embd / p.n_head));
+  w.add_u32("llama.vocab_size", static_cast<uint32_t>(p.n_vocab));
+  w.add_f32("llama.rope.freq_base", p.rope_theta);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", p.rms_eps);
   std::vector<std::string> toks;
   std::vector<float> scores;
   std::vector<int32_t> types;
-  synth_vocab(p->n_vocab, &toks, &scores, &types);
+  synth_vocab(p.n_vocab, &toks, &scores, &types);
   w.add_string("tokenizer.ggml.model", "llama");
   w.add_string_array("tokenizer.ggml.tokens", toks);
   w.add_f32_array("tokenizer.ggml.scores", scores);
@@ -130,77 +173,87 @@ int cmd_synth(int argc, char **argv) {
   w.add_u32("tokenizer.ggml.eos_token_id", 2);
   w.add_bool("tokenizer.ggml.add_bos_token", true);
 
-  const uint64_t d = static_cast<uint64_t>(p->n_embd), hd = d / static_cast<uint64_t>(p->n_head);
-  const uint64_t qd = hd * static_cast<uint64_t>(p->n_head), kvd = hd * static_cast<uint64_t>(p->n_head_kv);
-  const uint64_t ff = static_cast<uint64_t>(p->n_ff), nv = static_cast<uint64_t>(p->n_vocab);
-  const uint32_t f32 = static_cast<uint32_t>(GgmlType::F32);
-  std::vector<float> sd;  // per tensor: standard deviation, 0 = a norm weight (all ones)
-  auto mat = [&](const std::string &n, uint64_t cols, uint64_t rows, float s) { w.add_tensor(n, wtype, {cols, rows}); sd.push_back(s); };
-  auto norm = [&](const std::string &n) { w.add_tensor(n, f32, {d}); sd.push_back(0.0f); };
-  // std 0.02 as in the models' initialisers; residual projections scaled down with depth (GPT-2 style) so the
-  // residual stream stays O(1) through many layers and the logits are not degenerate.
-  const float s_out = 0.02f / std::sqrt(2.0f * static_cast<float>(p->n_layer));
-  mat("token_embd.weight", d, nv, 0.02f);
-  norm("output_norm.weight");
-  if (!p->tied) mat("output.weight", d, nv, 0.02f);
-  for (int32_t l = 0; l < p->n_layer; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    norm(b + "attn_norm.weight");
-    mat(b + "attn_q.weight", d, qd, 0.02f);
-    mat(b + "attn_k.weight", d, kvd, 0.02f);
-    mat(b + "attn_v.weight", d, kvd, 0.02f);
-    mat(b + "attn_output.weight", qd, d, s_out);
-    norm(b + "ffn_norm.weight");
-    mat(b + "ffn_gate.weight", d, ff, 0.02f);
-    mat(b + "ffn_up.weight", d, ff, 0.02f);
-    mat(b + "ffn_down.weight", ff, d, s_out);
+  auto ggml = [](StDtype t) {
+    return static_cast<uint32_t>(t == StDtype::F32 ? GgmlType::F32 : t == StDtype::F16 ? GgmlType::F16 : GgmlType::BF16);
+  };
+  for (const Tensor &t : ts) {
+    // norm weights stay f32, as llama.cpp's converter writes them
+    if (t.cols == 0) w.add_tensor(t.gguf_name, ggml(StDtype::F32), {t.rows});
+    else w.add_tensor(t.gguf_name, ggml(wdt), {t.cols, t.rows});
   }
-
-  const bool quiet = a.flag("quiet") || a.flag("json");
-  const auto t0 = std::chrono::steady_clock::now();
-  int last_pct = -1;
   w.write(
       out,
       [&](size_t i, uint64_t first, uint64_t cnt, uint8_t *buf) {
-        const float s = sd[i];
-        const uint64_t key = splitmix(seed * 0x100000001b3ull + i);
-        const bool is_norm = s == 0.0f;
-        const uint32_t type = is_norm ? f32 : wtype;
-        // uniform on [-a, a] with a = s * sqrt(3) has standard deviation s
-        const float amp = s * 1.7320508f;
-        for (uint64_t j = 0; j < cnt; ++j) {
-          float v = 1.0f;
-          if (!is_norm) {
-            const uint64_t r = splitmix(key ^ (first + j));
-            v = (static_cast<float>(r >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * amp;
-          }
-          if (type == f32) std::memcpy(buf + 4 * j, &v, 4);
-          else {
-            const uint16_t h = type == static_cast<uint32_t>(GgmlType::F16) ? float_to_fp16(v) : float_to_bf16(v);
-            std::memcpy(buf + 2 * j, &h, 2);
-          }
-        }
+        const Tensor &t = ts[i];
+        const uint64_t key = tensor_key(seed, i);
+        const StDtype dt = t.cols == 0 ? StDtype::F32 : wdt;
+        const size_t es = st_dtype_size(dt);
+        for (uint64_t j = 0; j < cnt; ++j) store(weight(key, t.sd, first + j), dt, buf + es * j);
       },
-      [&](uint64_t done, uint64_t total) {
-        const int pct = total ? static_cast<int>(100 * done / total) : 100;
-        if (!quiet && pct / 10 != last_pct / 10) {
-          std::fprintf(stderr, "\rsynth: %3d%% of %.2f GB", pct, static_cast<double>(total) / 1e9);
-          last_pct = pct;
-        }
-      });
+      progress);
+  return w.data_bytes();
+}
+
+}  // namespace
+
+}  // namespace synth
+
+int cmd_synth(int argc, char **argv) {
+  Args a(argc, argv, 2, {"preset", "out", "dtype", "seed", "format"}, {"json", "quiet"});
+  const synth::Preset &p = synth::find_preset(a.str("preset", ""));
+  const std::string out = a.required("out");
+  const std::string format = a.str("format", "gguf");
+  if (format != "gguf" && format != "safetensors") fail(Status::invalid_argument, "--format must be gguf or safetensors");
+  if (format == "safetensors" && out.size() >= 5 && out.compare(out.size() - 5, 5, ".gguf") == 0)
+    fail(Status::invalid_argument, "--format safetensors writes a checkpoint directory, but --out '" + out + "' names a .gguf file");
+  const std::string dts = a.str("dtype", "f16");
+  StDtype wdt;
+  if (dts == "f16") wdt = StDtype::F16;
+  else if (dts == "bf16") wdt = StDtype::BF16;
+  else if (dts == "f32") wdt = StDtype::F32;
+  else fail(Status::invalid_argument, "--dtype must be f16, bf16 or f32");
+  const uint64_t seed = static_cast<uint64_t>(a.integer("seed", 1234, 0, INT64_MAX));
+
+  const bool quiet = a.flag("quiet") || a.flag("json");
+  int last_pct = -1;
+  auto progress = [&](uint64_t done, uint64_t total) {
+    const int pct = total ? static_cast<int>(100 * done / total) : 100;
+    if (!quiet && pct / 10 != last_pct / 10) {
+      std::fprintf(stderr, "\rsynth: %3d%% of %.2f GB", pct, static_cast<double>(total) / 1e9);
+      last_pct = pct;
+    }
+  };
+  const std::vector<synth::Tensor> ts = synth::tensors(p);
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t data_bytes = 0;
+  if (format == "safetensors") {
+    data_bytes = synth::write_hf_checkpoint(out, p, wdt, seed, progress);
+  } else {
+    data_bytes = synth::write_gguf(out, p, ts, wdt, dts, seed, progress);
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet) std::fprintf(stderr, "\n");
   uint64_t n_params = 0;
-  n_params = d * nv * (p->tied ? 1 : 2) + d + static_cast<uint64_t>(p->n_layer) * (2 * d + d * qd + 2 * d * kvd + qd * d + 3 * d * ff);
+  for (const synth::Tensor &t : ts) n_params += t.n_elements();
   if (a.flag("json")) {
-    std::printf("{\"preset\": \"%s\", \"out\": \"%s\", \"dtype\": \"%s\", \"seed\": %llu, \"n_params\": %llu, \"data_bytes\": %llu, "
-                "\"seconds\": %.2f}\n",
-                p->name, out.c_str(), dts.c_str(), static_cast<unsigned long long>(seed), static_cast<unsigned long long>(n_params),
-                static_cast<unsigned long long>(w.data_bytes()), secs);
+    char sec[32];
+    std::snprintf(sec, sizeof sec, "%.2f", secs);
+    std::printf("%s\n", JsonObject()
+                            .str("preset", p.name)
+                            .str("out", out)
+                            .str("dtype", dts)
+                            .integer("seed", static_cast<int64_t>(seed))
+                            .integer("n_params", static_cast<int64_t>(n_params))
+                            .integer("data_bytes", static_cast<int64_t>(data_bytes))
+                            .raw("seconds", sec)
+                            .str("format", format)
+                            .dump()
+                            .c_str());
   } else {
-    std::printf("wrote %s: synthetic %s, %s weights, seed %llu, %llu parameters, %.2f GB of tensor data in %.1f s\n", out.c_str(),
-                p->name, dts.c_str(), static_cast<unsigned long long>(seed), static_cast<unsigned long long>(n_params),
-                static_cast<double>(w.data_bytes()) / 1e9, secs);
+    std::printf("wrote %s: synthetic %s, %s weights, seed %llu, %llu parameters, %.2f GB of tensor data in %.1f s%s\n", out.c_str(),
+                p.name, dts.c_str(), static_cast<unsigned long long>(seed), static_cast<unsigned long long>(n_params),
+                static_cast<double>(data_bytes) / 1e9, secs,
+                format == "safetensors" ? " (model.safetensors, config.json, tokenizer.json, tokenizer_config.json)" : "");
   }
   return 0;
 }

@@ -26,6 +26,8 @@ const char *kUsage =
     "              the token ids of a text (special-token texts become those tokens unless --no-special)\n"
     "  synth       --preset llama-3.2-1b|llama-3.1-8b|smollm2-135m|stories260k --out FILE.gguf\n"
     "              [--dtype f16|bf16|f32] [--seed S]  random weights at a real model's shapes (GGUF)\n"
+    "              --format safetensors --out DIR writes the same model as a Hugging Face checkpoint\n"
+    "              (model.safetensors, config.json, tokenizer.json, tokenizer_config.json)\n"
     "  snapshot    inspect FILE [--json]                       check a snapshot and describe it (no model needed)\n"
     "  version     print the version\n"
     "\n"

@@ -14,24 +14,6 @@ namespace infokv {
 
 namespace {
 
-void append_utf8(std::string *out, uint32_t cp) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 // Code point classes of a word split. kEnd stands for "past the end" and is in no class.
 struct Cps {
   const std::vector<uint32_t> &cp;
@@ -197,12 +179,10 @@ void Tokenizer::init_bpe(const std::string &pre, const std::vector<std::string_v
 
   // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others for 256, 257, ...
   std::fill(std::begin(char_byte_), std::end(char_byte_), static_cast<int16_t>(-1));
-  uint32_t next = 256;
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    const uint32_t cp = printable ? static_cast<uint32_t>(b) : next++;
+    const uint32_t cp = unicode::byte_level_codepoint(static_cast<uint8_t>(b));
     byte_char_[b].clear();
-    append_utf8(&byte_char_[b], cp);
+    unicode::append_utf8(&byte_char_[b], cp);
     char_byte_[cp] = static_cast<int16_t>(b);
   }
 

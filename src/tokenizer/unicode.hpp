@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -29,6 +30,12 @@ void decode_utf8(std::string_view text, std::vector<uint32_t> *cps, std::vector<
 bool is_letter(uint32_t cp);
 bool is_number(uint32_t cp);
 bool is_whitespace(uint32_t cp);  // the Unicode White_Space property, as regex \s
+
+void append_utf8(std::string *out, uint32_t cp);  // cp < 0x110000
+
+// GPT-2's bytes_to_unicode, which byte-level BPE vocabularies are written in: printable Latin-1 bytes stand for
+// themselves, the others for 256, 257, ... in byte order.
+uint32_t byte_level_codepoint(uint8_t b);
 
 }  // namespace unicode
 }  // namespace infokv

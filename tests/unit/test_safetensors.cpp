@@ -1,15 +1,22 @@
 // The strict JSON reader and the safetensors reader: valid files read back exactly; hostile headers (bad lengths,
 // offsets, sizes, overlaps, dtypes, nesting, encodings) and random corruptions are rejected with a status, never a
-// crash.
+// crash. The safetensors writer's files read back exactly.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "model/safetensors.hpp"
+#include "model/safetensors_writer.hpp"
 #include "util/error.hpp"
+#include "util/fp16.hpp"
 #include "util/json_reader.hpp"
 
 using infokv::Error;
@@ -169,4 +176,83 @@ TEST(Safetensors, RandomCorruptionsNeverCrash) {
     }
   }
   EXPECT_GT(accepted, 0);  // flips inside tensor data leave a valid file
+}
+
+namespace {
+
+std::string writer_tmp(const std::string &name) {
+  return (std::filesystem::temp_directory_path() / ("infokv_stw_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+}  // namespace
+
+TEST(SafetensorsWriter, WritesWhatTheReaderReadsBackExactly) {
+  infokv::SafetensorsWriter w;
+  w.add_metadata("format", "pt");
+  w.add_metadata("note", "quote \" and \\ backslash");
+  w.add_tensor("w.\"odd\" name", infokv::StDtype::F32, {3, 2});
+  w.add_tensor("h", infokv::StDtype::F16, {5});
+  w.add_tensor("empty", infokv::StDtype::BF16, {0, 7});
+  w.add_tensor("s", infokv::StDtype::I32, {});  // a scalar
+  EXPECT_EQ(w.data_bytes(), 24u + 10u + 0u + 4u);
+  EXPECT_EQ(w.header().size() % 8, 0u);
+  const std::string path = writer_tmp("rt.safetensors");
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  // Element e of tensor i is i * 100 + e in the tensor's dtype.
+  w.write(path, [&](size_t i, uint64_t first, uint64_t n, uint8_t *out) {
+    for (uint64_t e = first; e < first + n; ++e) {
+      const float v = static_cast<float>(i * 100 + e);
+      if (i == 0) std::memcpy(out + 4 * (e - first), &v, 4);
+      if (i == 1) { const uint16_t h = infokv::float_to_fp16(v); std::memcpy(out + 2 * (e - first), &h, 2); }
+      if (i == 3) { const int32_t x = 300; std::memcpy(out, &x, 4); }
+    }
+  }, [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); });
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.back(), std::make_pair(w.data_bytes(), w.data_bytes()));
+
+  SafetensorsFile f(path);
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_EQ(f.metadata().at("note"), "quote \" and \\ backslash");
+  ASSERT_EQ(f.tensors().size(), 4u);
+  const infokv::StTensor *a = f.find("w.\"odd\" name");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->shape, (std::vector<uint64_t>{3, 2}));
+  float v[6];
+  std::memcpy(v, a->data, 24);
+  for (int e = 0; e < 6; ++e) EXPECT_EQ(v[e], static_cast<float>(e));
+  const infokv::StTensor *h = f.find("h");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->dtype, infokv::StDtype::F16);
+  uint16_t hv;
+  std::memcpy(&hv, h->data + 8, 2);
+  EXPECT_EQ(infokv::fp16_to_float(hv), 104.0f);
+  EXPECT_EQ(f.find("empty")->n_bytes, 0u);
+  EXPECT_EQ(f.find("s")->shape, std::vector<uint64_t>{});
+  int32_t sv;
+  std::memcpy(&sv, f.find("s")->data, 4);
+  EXPECT_EQ(sv, 300);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(bytes.size(), 8 + w.header().size() + w.data_bytes());  // contiguous data, nothing after it
+  EXPECT_EQ(bytes.substr(8, w.header().size()), w.header());
+  std::remove(path.c_str());
+}
+
+TEST(SafetensorsWriter, RefusesBadNamesAndLeavesNoFileWhenFillThrows) {
+  infokv::SafetensorsWriter w;
+  w.add_tensor("a", infokv::StDtype::F32, {4});
+  EXPECT_THROW(w.add_tensor("a", infokv::StDtype::F32, {1}), Error);
+  EXPECT_THROW(w.add_tensor("__metadata__", infokv::StDtype::F32, {1}), Error);
+  EXPECT_THROW(w.add_tensor("", infokv::StDtype::F32, {1}), Error);
+  EXPECT_THROW(w.add_tensor("huge", infokv::StDtype::F32, {uint64_t{1} << 40, uint64_t{1} << 30}), Error);
+  const std::string path = writer_tmp("throws.safetensors");
+  EXPECT_THROW(w.write(path, [](size_t, uint64_t, uint64_t, uint8_t *) { throw Error(Status::cancelled, "stop"); }), Error);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  try {
+    w.write("/nonexistent-dir/x.safetensors", [](size_t, uint64_t, uint64_t, uint8_t *) {});
+    ADD_FAILURE() << "wrote into a missing directory";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::io);
+  }
 }
