@@ -274,6 +274,42 @@ TEST_F(Gpu, PagedAttentionDecodeAndPrefillMatchCpu) {
     }
 }
 
+// A decode batch in one launch: each row reads its own part of the block table with its own visible count.
+TEST_F(Gpu, PagedAttentionRowsAndAppendRowsMatchCpu) {
+  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
+    const int32_t n_heads = 8, n_kv = 2, hd = 64, bs = 16;
+    PagedFixture f(g_, dt, 4000, n_kv, hd, bs);
+    const std::vector<int32_t> off = {0, 10, 40, 3, 100, 7}, vis = {1, 150, 1000, 80, 33, 2500};
+    const int64_t n = static_cast<int64_t>(off.size());
+    const int32_t max_vis = *std::max_element(vis.begin(), vis.end());
+    auto q = randn(static_cast<size_t>(n) * n_heads * hd, g_);
+    const float scale = 0.125f;
+    std::vector<float> want(q.size());
+    for (int64_t t = 0; t < n; ++t) {
+      cpu::PagedKv v = f.host;
+      v.block_table = f.table.data() + off[static_cast<size_t>(t)];
+      v.n_slots = vis[static_cast<size_t>(t)];
+      cpu::paged_attention(want.data() + t * n_heads * hd, q.data() + t * n_heads * hd, 1, n_heads, v, v.n_slots, scale, nullptr,
+                           nullptr, nullptr);
+    }
+    auto dq = up(q), doff = up(off), dvis = up(vis);
+    DeviceBuffer dout(q.size() * 4);
+    ASSERT_EQ(cuda::paged_attention_rows(dout.as<float>(), dq.as<float>(), n, n_heads, f.dev, doff.as<int32_t>(), dvis.as<int32_t>(),
+                                         max_vis, scale, nullptr),
+              Status::ok);
+    expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, std::string("attention rows ") + kv_dtype_name(dt));
+
+    // appends to scattered slots
+    std::vector<int32_t> addr;
+    for (int64_t t = 0; t < n; ++t) addr.insert(addr.end(), {f.table[static_cast<size_t>(17 * t + 3)], static_cast<int32_t>((5 * t) % bs)});
+    auto k = randn(static_cast<size_t>(n) * n_kv * hd, g_), v = randn(k.size(), g_);
+    cpu::kv_append_rows(f.host, addr.data(), k.data(), v.data(), n);
+    auto daddr = up(addr), dk = up(k), dv = up(v);
+    ASSERT_EQ(cuda::kv_append_rows(f.dev, daddr.as<int32_t>(), dk.as<float>(), dv.as<float>(), n, nullptr), Status::ok);
+    EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << "append rows " << kv_dtype_name(dt);
+  }
+}
+
 // The query-tiled prefill kernel (cuda::prefill_attention, which cuda::paged_attention routes to for
 // n_q >= kPrefillTiledMinQueries without score outputs) against the CPU twin. Every head-size bound it
 // instantiates, GQA groups 1 and 4, partial row tiles (17, 300 * group rows), and the two kinds of causal window:

@@ -96,6 +96,43 @@ TEST(CpuTwins, KvMoveSlotsReadsEverySourceBeforeWriting) {
   }
 }
 
+// The batch forms equal the per-sequence calls they replace, bit for bit.
+TEST(CpuTwins, AttentionRowsAndAppendRowsEqualPerSequenceCalls) {
+  std::mt19937 g(test_seed());
+  const int32_t bs = 4, nkv = 2, hd = 8, nh = 4, nb = 40;
+  const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(KvDtype::f16);
+  std::vector<int32_t> table(nb);
+  for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 7) % nb;  // scattered
+  std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
+  cpu::PagedKv kv{pool.data(), stride, table.data(), nb * bs, bs, nkv, hd, KvDtype::f16};
+  auto k = randn(static_cast<size_t>(nb * bs * nkv * hd), g), v = randn(k.size(), g);
+  cpu::kv_append(kv, 0, k.data(), v.data(), nb * bs);
+  const std::vector<int32_t> off = {0, 5, 12, 30}, vis = {1, 17, 64, 40};
+  auto q = randn(off.size() * nh * hd, g);
+  std::vector<float> want(q.size()), got(q.size());
+  for (size_t t = 0; t < off.size(); ++t) {
+    cpu::PagedKv s = kv;
+    s.block_table = table.data() + off[t];
+    s.n_slots = vis[t];
+    cpu::paged_attention(want.data() + t * nh * hd, q.data() + t * nh * hd, 1, nh, s, vis[t], 0.3f, nullptr, nullptr, nullptr);
+  }
+  cpu::paged_attention_rows(got.data(), q.data(), static_cast<int64_t>(off.size()), nh, kv, off.data(), vis.data(), 64, 0.3f, nullptr);
+  EXPECT_EQ(got, want);
+
+  std::vector<uint8_t> pool2 = pool;
+  cpu::PagedKv kv2 = kv;
+  kv2.pool = pool2.data();
+  auto nk = randn(3 * nkv * hd, g), nv = randn(nk.size(), g);
+  const std::vector<int32_t> slots = {9, 70, 131};  // three positions of the table
+  std::vector<int32_t> addr;
+  for (size_t t = 0; t < slots.size(); ++t) {
+    cpu::kv_append(kv, slots[t], nk.data() + t * nkv * hd, nv.data() + t * nkv * hd, 1);
+    addr.insert(addr.end(), {table[static_cast<size_t>(slots[t] / bs)], slots[t] % bs});
+  }
+  cpu::kv_append_rows(kv2, addr.data(), nk.data(), nv.data(), 3);
+  EXPECT_EQ(pool2, pool);
+}
+
 TEST(CpuTwins, RepChangeIsOneMinusCosineAgainstTheLastLayer) {
   std::mt19937 g(test_seed());
   const int64_t L = 3, n = 4, d = 16;
