@@ -50,6 +50,14 @@ class CudaOps final : public DeviceOps {
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
   void activate() override { set_device(device_); }
+  int64_t free_memory() const override {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    return static_cast<int64_t>(free_b);
+  }
 
   void *alloc(size_t bytes) override {
     void *p = nullptr;

@@ -33,6 +33,8 @@ class DeviceOps {
   virtual std::string name() const = 0;  // "cpu", "cuda:0"
   // Makes the device current for the calling thread (a session may move between threads).
   virtual void activate() {}
+  // Bytes free on the device now (CPU: available physical memory); -1 when unknown.
+  virtual int64_t free_memory() const = 0;
 
   // ---- memory ----
   virtual void *alloc(size_t bytes) = 0;  // throws Error(out_of_memory)

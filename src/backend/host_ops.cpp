@@ -2,6 +2,7 @@
 // and the weights used in place from the model's mapping, quantised types included.
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 #include "backend/device_ops.hpp"
 #include "model/model.hpp"
@@ -15,6 +16,10 @@ class HostOps final : public DeviceOps {
  public:
   HostOps(ThreadPool *pool, bool device_store) : pool_(pool), device_store_(device_store) {}
   std::string name() const override { return "cpu"; }
+  int64_t free_memory() const override {
+    const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : -1;
+  }
 
   void *alloc(size_t bytes) override {
     void *p = std::malloc(bytes);

@@ -96,6 +96,10 @@ class OpsForward final : public DeviceForward {
   }
 
   std::string describe() const override { return ops_->name(); }
+  int64_t free_memory() const override {
+    ops_->activate();
+    return ops_->free_memory();
+  }
 
   std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
     return ops_->make_kv_store(geometry, n_blocks);

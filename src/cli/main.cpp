@@ -45,7 +45,7 @@ const char *kOptions =
     "          --min-p P (0.05) --repeat-penalty R (1) --repeat-last-n N (64) --seed S (0) --parallel N (1)\n"
     "          --protect-prefix N --no-bos --chat --system TEXT --save-snapshot FILE --load-snapshot FILE\n"
     "session:  --threads N (cores) --device cpu|cuda|cuda:N|auto (cpu) --kv-dtype f32|f16|bf16 (f16)\n"
-    "          --block-size B (16) --kv-pool-mb M | --kv-pool-blocks N --ubatch N (256) --config FILE\n"
+    "          --block-size B (16) --kv-pool-mb M | --kv-pool-blocks N | --kv-pool-fraction F --ubatch N (256) --config FILE\n"
     "compress: --policy none|infokv|snapkv|h2o|streaming|tova|pyramidkv --budget 0.25|25%|128\n"
     "          --compress-interval N (1024) --window W (min(32, budget/4)) --alpha A (0.9) --tau T (1)\n"
     "          --entropy-top-k K (256) --pool-kernel-prefill 5 --pool-kernel-decode 7\n"

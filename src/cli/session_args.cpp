@@ -11,7 +11,7 @@ namespace cli {
 
 const std::set<std::string> &session_option_names() {
   static const std::set<std::string> names = {
-      "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "ubatch", "policy", "budget",
+      "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "kv-pool-fraction", "ubatch", "policy", "budget",
       "compress-interval", "window", "alpha", "tau", "entropy-top-k", "pool-kernel-prefill", "pool-kernel-decode",
       "budget-shape", "beta", "sink", "device", "config"};
   return names;
@@ -119,6 +119,10 @@ SessionOptions session_options_from(const Args &a, const SessionOptions &base) {
     o.kv_pool_blocks = 0;
   }
   o.kv_pool_blocks = a.integer("kv-pool-blocks", o.kv_pool_blocks, 0, int64_t{1} << 30);
+  if (a.has("kv-pool-fraction")) {
+    o.kv_pool_fraction = a.number("kv-pool-fraction", 0, 1e-6, 1.0);
+    o.kv_pool_bytes = o.kv_pool_blocks = 0;  // an explicit size would take precedence
+  }
   o.compression = compression_from(a, o.compression);
   return o;
 }

@@ -12,14 +12,23 @@ namespace infokv {
 
 namespace {
 
-int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o) {
+// Pool size in blocks. free_bytes: the backend's free memory (-1 when unknown); on_cpu: the CPU backend.
+int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o, int64_t free_bytes, bool on_cpu) {
   const int64_t block_bytes = int64_t{2} * hp.n_head_kv * o.block_size * hp.head_dim * kv_dtype_size(o.kv_dtype);
   if (o.kv_pool_blocks > 0) return o.kv_pool_blocks;
   if (o.kv_pool_bytes > 0) return std::max<int64_t>(1, o.kv_pool_bytes / block_bytes);
   const int64_t tokens = int64_t{4} * hp.n_ctx_train;
-  int64_t blocks = (tokens + o.block_size - 1) / o.block_size * hp.n_layer;
-  const int64_t cap = (int64_t{1} << 30) / block_bytes;
-  return std::max<int64_t>(hp.n_layer, std::min(blocks, cap));
+  const int64_t ctx_blocks = (tokens + o.block_size - 1) / o.block_size * hp.n_layer;
+  int64_t cap = (int64_t{1} << 30) / block_bytes;  // CPU default
+  const double fraction = o.kv_pool_fraction > 0 ? o.kv_pool_fraction : (on_cpu ? 0.0 : 0.8);
+  if (fraction > 0) {
+    if (free_bytes < 0) fail(Status::unsupported, "kv_pool_fraction: this device does not report its free memory");
+    cap = static_cast<int64_t>(fraction * static_cast<double>(free_bytes)) / block_bytes;
+    if (cap < hp.n_layer)
+      fail(Status::out_of_memory, "KV pool: " + std::to_string(static_cast<int64_t>(fraction * 100)) + "% of the " +
+                                      std::to_string(free_bytes >> 20) + " MiB free holds fewer than one block per layer");
+  }
+  return std::max<int64_t>(hp.n_layer, std::min(ctx_blocks, cap));
 }
 
 }  // namespace
@@ -40,6 +49,8 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   if (opts_.block_size < 1 || opts_.block_size > 1024) fail(Status::invalid_argument, "block_size must be in [1, 1024]");
   if (opts_.ubatch < 1) opts_.ubatch = 256;
   if (opts_.kv_pool_blocks < 0 || opts_.kv_pool_bytes < 0) fail(Status::invalid_argument, "KV pool size must not be negative");
+  if (!(opts_.kv_pool_fraction >= 0 && opts_.kv_pool_fraction <= 1))
+    fail(Status::invalid_argument, "kv_pool_fraction must be in (0, 1], or 0 for the default");
   opts_.compression.validate();
   const HParams &hp = model_->hparams();
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
@@ -52,7 +63,7 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   kc.n_q_dim = hp.n_head * hp.head_dim;
   kc.block_size = opts_.block_size;
   kc.dtype = opts_.kv_dtype;
-  kc.n_blocks = default_pool_blocks(hp, opts_);
+  kc.n_blocks = default_pool_blocks(hp, opts_, device_->free_memory(), device_->describe() == "cpu");
   kv_ = std::make_unique<KvCache>(kc, device_->make_kv_store(KvCache::geometry(kc), kc.n_blocks));
 }
 

@@ -20,7 +20,11 @@ struct SessionOptions {
   KvDtype kv_dtype = KvDtype::f16;
   int32_t block_size = 16;
   int64_t kv_pool_blocks = 0;    // pool size in blocks (all layers); 0: from kv_pool_bytes or the default
-  int64_t kv_pool_bytes = 0;     // pool size in bytes; 0: default (4 x the trained context, at most 1 GiB)
+  int64_t kv_pool_bytes = 0;     // pool size in bytes; 0: kv_pool_fraction or the default
+  // Pool size as a fraction of the device's free memory once the weights are loaded (CUDA: cudaMemGetInfo; CPU:
+  // available physical memory), at most 4 x the trained context. 0: the default, which is 0.8 on CUDA, and on the
+  // CPU 4 x the trained context capped at 1 GiB (lazily committed).
+  double kv_pool_fraction = 0;
   int32_t ubatch = 256;          // tokens per forward chunk
   CompressionConfig compression;
   // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with

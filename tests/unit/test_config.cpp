@@ -80,6 +80,7 @@ TEST(Config, OutOfRangeValuesAreErrorsNamingTheField) {
       {R"({"device": "tpu"})", "device"},
       {R"({"self_tuning": {"probe_tokens": 0}})", "self_tuning.probe_tokens"},
       {R"({"kv_dtype": "f8"})", "f8"},
+      {R"({"kv_pool_fraction": 1.5})", "kv_pool_fraction"},
       {R"({"threads": 99999999999})", "threads"},
   };
   for (const auto &c : cases) {
@@ -96,10 +97,12 @@ TEST(Config, MalformedJsonIsBadConfig) {
 }
 
 TEST(Config, JsonAndBinaryRoundTrip) {
-  const Config c = config_from_json(R"({"threads": 2, "compression": {"policy": "h2o", "budget_tokens": 64}, "sampler": {"seed": 5}})");
+  const Config c = config_from_json(
+      R"({"threads": 2, "kv_pool_fraction": 0.25, "compression": {"policy": "h2o", "budget_tokens": 64}, "sampler": {"seed": 5}})");
   const std::vector<uint8_t> bin = config_to_binary(c);
   const Config d = config_from_binary(bin.data(), bin.size());
   EXPECT_EQ(d.session.n_threads, 2);
+  EXPECT_EQ(d.session.kv_pool_fraction, 0.25);
   EXPECT_EQ(d.session.compression.policy, PolicyKind::h2o);
   EXPECT_EQ(d.session.compression.budget_tokens, 64);
   const std::string json = config_to_json(d);

@@ -219,3 +219,32 @@ TEST(Session, TruncateThenDecodeEqualsFreshRun) {
   toks.push_back(77);
   EXPECT_EQ(s.logits(id), decode_alone(toks));
 }
+
+// The pool can be sized as a fraction of the backend's free memory (on the CPU: available physical memory),
+// capped at four trained contexts; a fraction too small for one block per layer fails cleanly, a bad one is refused.
+TEST(Session, KvPoolFractionOfFreeMemory) {
+  const HParams &hp = stories()->hparams();
+  const int64_t ctx_blocks = (int64_t{4} * hp.n_ctx_train + 15) / 16 * hp.n_layer;
+  SessionOptions o = opts();
+  o.kv_pool_fraction = 0.5;
+  Session s(stories(), o);
+  EXPECT_EQ(s.kv().stats().blocks_total, ctx_blocks);  // half of the free memory is far more than the cap
+  o.kv_pool_fraction = 1e-12;
+  try {
+    Session t(stories(), o);
+    ADD_FAILURE() << "a pool smaller than one block per layer should fail";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::out_of_memory) << e.what();
+  }
+  o.kv_pool_fraction = 1.5;
+  try {
+    Session t(stories(), o);
+    ADD_FAILURE() << "fraction 1.5 should be refused";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+  }
+  o.kv_pool_fraction = 0.5;
+  o.kv_pool_blocks = 77;  // an explicit size wins
+  Session u(stories(), o);
+  EXPECT_EQ(u.kv().stats().blocks_total, 77);
+}
