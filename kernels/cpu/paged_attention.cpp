@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.hpp"
@@ -248,25 +249,29 @@ void attend_generic(float *og, const float *qg, const PagedKv &kv, int32_t g, in
 
 }  // namespace
 
-void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
-                     float scale, float *acc, float *acc_count, ThreadPool *pool) {
+namespace {
+
+// The attention of n_q queries, query t over the view and visible count view_for(t) returns. A work item is one
+// query and one KV head: each K/V block is converted to f32 once and used by every query head of the group. acc
+// (H2O scores) sums over all heads of a query, so with acc the items run in order. max_vis >= every visible count.
+template <typename ViewFor>
+void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t max_vis, float scale,
+                    float *acc, float *acc_count, ThreadPool *pool, ViewFor view_for) {
   const int32_t hd = kv.head_dim;
   const int32_t group = n_heads / kv.n_kv_heads;
-  const int32_t max_vis = visible0 + static_cast<int32_t>(n_q) - 1;
   const bool avx2 = have_f16c();
-  // A work item is one query and one KV head: each K/V block is converted to f32 once and used by every query
-  // head of the group. acc (H2O scores) sums over all heads of a query, so with acc the items run in order.
   auto body = [&](int64_t i0, int64_t i1) {
     std::vector<float> p(static_cast<size_t>(group) * static_cast<size_t>(std::max(1, max_vis)));
     std::vector<float> kvbuf(static_cast<size_t>(kv.block_size) * hd);
     for (int64_t it = i0; it < i1; ++it) {
       const int64_t t = it / kv.n_kv_heads;
       const int32_t g = static_cast<int32_t>(it % kv.n_kv_heads);
-      const int32_t vis = visible0 + static_cast<int32_t>(t);
+      const std::pair<PagedKv, int32_t> vv = view_for(t);
+      const int32_t vis = vv.second;
       const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
       float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-      if (avx2) attend_avx2(og, qg, kv, g, group, vis, scale, p.data(), kvbuf.data());
-      else attend_generic(og, qg, kv, g, group, vis, scale, p.data(), kvbuf.data());
+      if (avx2) attend_avx2(og, qg, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
+      else attend_generic(og, qg, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
       if (acc) {
         const float inv_h = 1.0f / static_cast<float>(n_heads);
         for (int32_t hh = 0; hh < group; ++hh) {
@@ -287,33 +292,22 @@ void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
   }
 }
 
+}  // namespace
+
+void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
+                     float scale, float *acc, float *acc_count, ThreadPool *pool) {
+  attend_queries(out, q, n_q, n_heads, kv, visible0 + static_cast<int32_t>(n_q) - 1, scale, acc, acc_count, pool,
+                 [&](int64_t t) { return std::make_pair(kv, visible0 + static_cast<int32_t>(t)); });
+}
+
 void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, const int32_t *table_off,
                           const int32_t *vis, int32_t max_vis, float scale, ThreadPool *pool) {
-  const int32_t hd = kv.head_dim;
-  const int32_t group = n_heads / kv.n_kv_heads;
-  const bool avx2 = have_f16c();
-  auto body = [&](int64_t i0, int64_t i1) {
-    std::vector<float> p(static_cast<size_t>(group) * static_cast<size_t>(std::max(1, max_vis)));
-    std::vector<float> kvbuf(static_cast<size_t>(kv.block_size) * hd);
-    for (int64_t it = i0; it < i1; ++it) {
-      const int64_t t = it / kv.n_kv_heads;
-      const int32_t g = static_cast<int32_t>(it % kv.n_kv_heads);
-      PagedKv v = kv;
-      v.block_table = kv.block_table + table_off[t];
-      v.n_slots = vis[t];
-      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-      float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-      if (avx2) attend_avx2(og, qg, v, g, group, vis[t], scale, p.data(), kvbuf.data());
-      else attend_generic(og, qg, v, g, group, vis[t], scale, p.data(), kvbuf.data());
-    }
-  };
-  const int64_t items = n_q * kv.n_kv_heads;
-  const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
-  if (pool == nullptr || work < (int64_t{1} << 16)) {
-    body(0, items);
-  } else {
-    pool->parallel_for(items, 1, body);
-  }
+  attend_queries(out, q, n_q, n_heads, kv, max_vis, scale, nullptr, nullptr, pool, [&](int64_t t) {
+    PagedKv v = kv;
+    v.block_table = kv.block_table + table_off[t];
+    v.n_slots = vis[t];
+    return std::make_pair(v, vis[t]);
+  });
 }
 
 void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
