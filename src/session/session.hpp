@@ -24,8 +24,8 @@ struct SessionOptions {
   int32_t ubatch = 256;          // tokens per forward chunk
   CompressionConfig compression;
   // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with
-  // Status::no_device; "auto" uses the CPU (see src/backend/README.md). Also
-  // ikv_session_options.device in the C ABI.
+  // Status::no_device; "auto" uses the CPU (see src/backend/README.md). C callers set it in
+  // ikv_session_options.device.
   std::string device = "cpu";
 };
 

@@ -243,8 +243,7 @@ IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
  *           device string, anything but "", "cpu", "cuda", "cuda:N" or "auto": the message names the option);
  *         IKV_ERR_NO_DEVICE ("cuda" or "cuda:N" when there is no such usable CUDA device: always in a build without
  *           CUDA; the message says why, e.g. no driver);
- *         IKV_ERR_UNSUPPORTED (a CUDA device with a compression policy other than IKV_POLICY_NONE, or a weight type
- *           the CUDA path does not run: not implemented there yet);
+ *         IKV_ERR_UNSUPPORTED (a CUDA device for a model whose weight types the CUDA path does not run);
  *         IKV_ERR_OUT_OF_MEMORY (host or device memory).
  * The model must outlive the session. Threads may create sessions over one model at the same time.
  */
