@@ -543,6 +543,30 @@ IKV_GO_SLICE(const int32_t *, prompt, n_prompt, []int32)
 #endif
 
 /* ====================================================================================================== */
+/* String fields of the options structs (ikv_session_options.device), all three languages. The library copies
+ * the string during the create call, so the struct only has to keep it until then. SWIG's default setter for a
+ * `const char *` field mallocs a copy and never frees it (warning 451); here the proxy owns its copy instead:
+ * setting the field frees the previous copy, and deleting the proxy frees the last one. So such a field of a
+ * proxy holds NULL or a copy made here, never caller memory (ikv_*_options_init writes NULL over it: call init
+ * before setting it, as the language layers do). A struct that gains a string field adds it to its destructor. */
+%typemap(memberin, noblock=1) const char * {
+  free((char *)$1);
+  $1 = NULL;
+  if ($input) {
+    size_t ikv_len = strlen((const char *)$input) + 1;
+    char *ikv_copy = (char *)malloc(ikv_len);
+    if (ikv_copy) memcpy(ikv_copy, $input, ikv_len);
+    $1 = ikv_copy;
+  }
+}
+%extend ikv_session_options {
+  ~ikv_session_options() {
+    free((char *)$self->device);
+    free($self);
+  }
+}
+
+/* ====================================================================================================== */
 /* The public headers, as they are (generated list: every capi/include/infokv/*.h, the umbrella first). */
 /* GCC attributes (IKV_API's visibility) mean nothing to SWIG. */
 #define __attribute__(x)

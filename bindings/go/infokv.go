@@ -239,6 +239,13 @@ func WithBudgetTokens(n int) SessionOption {
 	return func(o capi.Ikv_session_options) error { o.SetBudget_tokens(n); o.SetBudget_fraction(0); return nil }
 }
 
+// WithDevice chooses where the session runs: "cpu" (the default; so is ""), "cuda", "cuda:N", or "auto" (the CPU
+// for now). NewSession then fails with an error matching ErrNoDevice when there is no such CUDA device (its
+// Message says why) and ErrInvalidArgument for any other name.
+func WithDevice(device string) SessionOption {
+	return func(o capi.Ikv_session_options) error { o.SetDevice(device); return nil }
+}
+
 // WithField sets any numeric field of the C ikv_session_options by its C name ("interval", "alpha", "window",
 // ...), so options added to the C ABI are usable before they get a named helper.
 func WithField(name string, value float64) SessionOption {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	infokv "github.com/infokv/infokv/bindings/go"
+	"github.com/infokv/infokv/bindings/go/internal/capi"
 )
 
 const expectedText = ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
@@ -143,6 +144,43 @@ func TestErrorsAreValuesMatchingTheSentinels(t *testing.T) {
 	}
 	if _, err := m.NewSession(infokv.WithField("no_such_field", 1)); !errors.Is(err, infokv.ErrInvalidArgument) {
 		t.Fatalf("unknown option: %v", err)
+	}
+}
+
+func TestDeviceCPUWorksCUDAWithoutAGPUIsNoDeviceAndABadNameIsInvalid(t *testing.T) {
+	m := load(t)
+	want := referenceIDs(t)[:8]
+	for _, device := range []string{"cpu", "auto", ""} {
+		s, err := m.NewSession(infokv.WithDevice(device))
+		if err != nil {
+			t.Fatalf("device %q: %v", device, err)
+		}
+		res, err := s.GenerateText(context.Background(), "Once upon a time", 8, infokv.Greedy(), nil)
+		s.Close()
+		if err != nil || !reflect.DeepEqual(res.Tokens, want) {
+			t.Fatalf("device %q: %v %v, want %v", device, res.Tokens, err, want)
+		}
+	}
+	n := int32(-1)
+	if st := capi.Ikv_device_count(&n); st != 0 {
+		t.Fatalf("ikv_device_count: %d", st)
+	}
+	if n == 0 {
+		_, err := m.NewSession(infokv.WithDevice("cuda"))
+		var e *infokv.Error
+		if !errors.Is(err, infokv.ErrNoDevice) || !errors.As(err, &e) || e.Status != -13 ||
+			!strings.Contains(e.Message, "'cuda'") || !strings.Contains(e.Message, "no CUDA device") ||
+			!strings.HasPrefix(err.Error(), "infokv: no device: ") {
+			t.Fatalf("cuda without a GPU: %v", err)
+		}
+	}
+	for _, bad := range []string{"gpu", "cuda:", "cuda:x"} {
+		_, err := m.NewSession(infokv.WithDevice(bad))
+		var e *infokv.Error
+		if !errors.Is(err, infokv.ErrInvalidArgument) || !errors.As(err, &e) ||
+			!strings.Contains(e.Message, "bad device '"+bad+"'") {
+			t.Fatalf("device %q: %v", bad, err)
+		}
 	}
 }
 

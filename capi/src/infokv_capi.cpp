@@ -1,5 +1,6 @@
 // The C ABI: argument checks, calls into the core, and exceptions turned into statuses. Nothing here throws.
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <sstream>
@@ -41,11 +42,24 @@ int32_t copy_out(char *out, size_t capacity, size_t *out_len, const std::string 
   return IKV_OK;
 }
 
+// Sizes of the ikv_session_options revisions: a caller built against an older header passes its own (smaller)
+// struct_size and version, and the fields it lacks keep their defaults. Each revision ends where the next one's
+// first field begins (not at sizeof: trailing padding may differ by platform).
+constexpr size_t kSessionOptionsV1Size = offsetof(ikv_session_options, device);
+constexpr size_t kSessionOptionsV2Size = offsetof(ikv_session_options, device) + sizeof(const char *);
+static_assert(IKV_SESSION_OPTIONS_VERSION == 2, "a new ikv_session_options revision needs its size and reader here");
+
 infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   infokv::SessionOptions so;
   if (o == nullptr) return so;
-  require(o->struct_size >= sizeof(ikv_session_options), "ikv_session_options.struct_size is too small (initialise with IKV_SESSION_OPTIONS_INIT)");
+  require(o->struct_size >= kSessionOptionsV1Size, "ikv_session_options.struct_size is too small (initialise with IKV_SESSION_OPTIONS_INIT)");
   require(o->version >= 1, "ikv_session_options.version must be >= 1");
+  // The version, not struct_size alone, says whether `device` is there: on some ABIs (32-bit ARM) a version-1
+  // struct's trailing padding covers where the pointer now sits.
+  const bool has_v2 = o->version >= 2;
+  if (has_v2)
+    require(o->struct_size >= kSessionOptionsV2Size,
+            "ikv_session_options.struct_size is too small for version 2 (initialise with IKV_SESSION_OPTIONS_INIT)");
   require(o->n_threads >= 0, "n_threads must be >= 0");
   require(o->kv_dtype >= 1 && o->kv_dtype <= 3, "kv_dtype must be IKV_KV_F32, IKV_KV_F16 or IKV_KV_BF16");
   require(o->block_size >= 0, "block_size must be >= 0");
@@ -74,6 +88,10 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   c.sink = o->sink;
   c.compress_after_prefill = o->compress_after_prefill != 0;
   c.validate();
+  // NULL and "" mean the default ("cpu"); the Session constructor judges the rest (select_device): a malformed
+  // string is invalid_argument, a CUDA device that is not there is no_device. Copied: the caller's string may go.
+  if (has_v2 && o->device != nullptr) so.device = o->device;
+  if (so.device.empty()) so.device = "cpu";
   return so;
 }
 

@@ -7,9 +7,10 @@
  * or with CMake: see ../cmake_consumer/CMakeLists.txt (find_package(infokv), target infokv::infokv).
  *
  * Run:
- *   ./generate [MODEL.gguf] [PROMPT] [MAX_TOKENS] [TEMPERATURE]
+ *   ./generate [MODEL.gguf] [PROMPT] [MAX_TOKENS] [TEMPERATURE] [DEVICE]
  * MODEL defaults to $INFOKV_MODELS_DIR/stories260K/stories260K.gguf, PROMPT to "Once upon a time", MAX_TOKENS to
- * 64, TEMPERATURE to 0 (greedy: the same text every run). The text goes to stdout, the accounting to stderr.
+ * 64, TEMPERATURE to 0 (greedy: the same text every run), DEVICE to "cpu" ("cuda", "cuda:N" or "auto"; "cuda"
+ * without a GPU fails with IKV_ERR_NO_DEVICE). The text goes to stdout, the accounting to stderr.
  */
 #include <infokv/infokv.h>
 
@@ -38,6 +39,7 @@ int main(int argc, char **argv) {
   const char *prompt = argc > 2 ? argv[2] : "Once upon a time";
   const int32_t max_tokens = argc > 3 ? (int32_t)atoi(argv[3]) : 64;
   const float temperature = argc > 4 ? (float)atof(argv[4]) : 0.0f;
+  const char *device = argc > 5 ? argv[5] : "cpu";
   ikv_model *model = NULL;
   ikv_session *session = NULL;
   ikv_sampler *sampler = NULL;
@@ -52,7 +54,7 @@ int main(int argc, char **argv) {
   if (model_path == NULL) {
     const char *dir = getenv("INFOKV_MODELS_DIR");
     if (dir == NULL || *dir == '\0') {
-      fprintf(stderr, "usage: %s MODEL.gguf [PROMPT] [MAX_TOKENS] [TEMPERATURE]\n"
+      fprintf(stderr, "usage: %s MODEL.gguf [PROMPT] [MAX_TOKENS] [TEMPERATURE] [DEVICE]\n"
                       "  (or set INFOKV_MODELS_DIR to the folder holding stories260K/)\n", argv[0]);
       return 2;
     }
@@ -76,6 +78,7 @@ int main(int argc, char **argv) {
   }
 
   so.kv_dtype = IKV_KV_F16; /* half the memory of f32; the default */
+  so.device = device;       /* read during ikv_session_create only: argv may be used as it is */
   if ((st = ikv_session_create(&session, model, &so)) != IKV_OK) { fail("creating the session", st); goto done; }
   sa.temperature = temperature;
   sa.seed = 42;

@@ -28,7 +28,8 @@ struct SessionOptions {
   int32_t ubatch = 256;          // tokens per forward chunk
   CompressionConfig compression;
   // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with
-  // Status::no_device; "auto" uses the CPU (see src/backend/README.md).
+  // Status::no_device; "auto" uses the CPU (see src/backend/README.md). C callers set it in
+  // ikv_session_options.device.
   std::string device = "cpu";
 };
 

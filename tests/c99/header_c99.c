@@ -17,6 +17,9 @@ static int32_t cb(void *user_data, int32_t token, const char *text, size_t text_
 int32_t infokv_header_c99_probe(void) {
   ikv_session_options so = IKV_SESSION_OPTIONS_INIT;
   ikv_sampler_options sa = IKV_SAMPLER_OPTIONS_INIT;
+  /* the version-2 field takes a string literal without a cast, and a version-1 caller's size is expressible */
+  const size_t v1_size = offsetof(ikv_session_options, device);
+  so.device = "cpu";
   ikv_token_callback fn = cb;
   /* Every function's type is what its declaration says (taking the address checks the declaration exists). */
   int32_t (*load)(ikv_model **, const char *) = ikv_model_load;
@@ -41,6 +44,6 @@ int32_t infokv_header_c99_probe(void) {
   (void)gen;
   (void)status;
   (void)fn;
-  return (int32_t)(so.struct_size + sa.struct_size) + IKV_VERSION_NUMBER + IKV_ERR_INTERNAL + IKV_KV_BLOCK_SIZE +
+  return (int32_t)(so.struct_size + sa.struct_size + v1_size) + (so.device != NULL) + IKV_VERSION_NUMBER + IKV_ERR_INTERNAL + IKV_KV_BLOCK_SIZE +
          IKV_MODEL_WEIGHT_BYTES + IKV_POLICY_PYRAMIDKV + IKV_SHAPE_PYRAMID;
 }

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
@@ -168,13 +170,109 @@ TEST(Capi, SessionOptionsInitMacroEqualsInitFunction) {
   EXPECT_EQ(a.beta, b.beta);
   EXPECT_EQ(a.sink, b.sink);
   EXPECT_EQ(a.compress_after_prefill, b.compress_after_prefill);
+  EXPECT_EQ(a.device, b.device);  // b was filled with 0xAB: init must have written NULL
   // The documented defaults.
+  EXPECT_EQ(a.device, nullptr);
   EXPECT_EQ(a.kv_dtype, IKV_KV_F16);
   EXPECT_EQ(a.block_size, 16);
   EXPECT_EQ(a.window, -1);
   EXPECT_EQ(a.interval, 1024);
   EXPECT_FLOAT_EQ(a.alpha, 0.9f);
   EXPECT_EQ(ikv_session_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
+}
+
+// ---- device choice (ikv_session_options version 2) ----
+
+TEST(Capi, SessionDeviceCpuAutoAndDefaultRunOnTheCpu) {
+  REQUIRE_MODEL();
+  const char *const specs[] = {nullptr, "", "cpu", "auto"};
+  for (const char *spec : specs) {
+    ikv_session_options o = f32_options();
+    o.device = spec;
+    SessionGuard g;
+    ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK) << (spec ? spec : "NULL") << ": " << ikv_last_error_message();
+    const int32_t tok = 1;
+    EXPECT_EQ(ikv_decode(g.s, 0, &tok, 1), IKV_OK) << ikv_last_error_message();
+  }
+}
+
+TEST(Capi, SessionDeviceCudaWithoutAGpuIsNoDevice) {
+  REQUIRE_MODEL();
+  int32_t n = -1;
+  ASSERT_EQ(ikv_device_count(&n), IKV_OK);
+  if (n > 0) GTEST_SKIP() << n << " CUDA device(s) here: the no-device path cannot be exercised";
+  for (const char *spec : {"cuda", "cuda:0", "cuda:3"}) {
+    ikv_session_options o = f32_options();
+    o.device = spec;
+    ikv_session *s = reinterpret_cast<ikv_session *>(0x1);
+    EXPECT_EQ(ikv_session_create(&s, m, &o), IKV_ERR_NO_DEVICE) << spec;
+    EXPECT_EQ(s, nullptr);
+    const std::string msg = ikv_last_error_message();
+    EXPECT_NE(msg.find(spec), std::string::npos) << msg;            // names the device asked for
+    EXPECT_NE(msg.find("no CUDA device"), std::string::npos) << msg;  // and why there is none
+  }
+}
+
+TEST(Capi, SessionDeviceMalformedIsInvalidArgument) {
+  REQUIRE_MODEL();
+  for (const char *spec : {"gpu", "CPU", "cuda:", "cuda:-1", "cuda:x", "cuda0", "cuda:1 ", " cpu", "cuda:99999"}) {
+    ikv_session_options o = f32_options();
+    o.device = spec;
+    ikv_session *s = nullptr;
+    EXPECT_EQ(ikv_session_create(&s, m, &o), IKV_ERR_INVALID_ARGUMENT) << spec;
+    EXPECT_EQ(s, nullptr);
+    EXPECT_NE(std::string(ikv_last_error_message()).find("bad device"), std::string::npos) << ikv_last_error_message();
+  }
+}
+
+TEST(Capi, SessionDeviceStringIsNotKeptAfterCreate) {
+  REQUIRE_MODEL();
+  ikv_session_options o = f32_options();
+  auto *spec = new char[4]{'c', 'p', 'u', '\0'};
+  o.device = spec;
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK) << ikv_last_error_message();
+  delete[] spec;  // the caller's string is gone; the session must not need it (ASan would see a use)
+  o.device = nullptr;
+  const int32_t tok = 1;
+  EXPECT_EQ(ikv_decode(g.s, 0, &tok, 1), IKV_OK) << ikv_last_error_message();
+}
+
+// A caller built against the version-1 header: its struct ends before `device` and says version 1. The library
+// must not read past its struct_size, and the session takes the default device.
+TEST(Capi, VersionOneSizedSessionOptionsAreAccepted) {
+  REQUIRE_MODEL();
+  const size_t v1_size = offsetof(ikv_session_options, device);
+  const ikv_session_options full = f32_options();
+  // exactly v1_size bytes on the heap, so that a read of `device` would be out of bounds (ASan reports it)
+  void *mem = std::malloc(v1_size);
+  ASSERT_NE(mem, nullptr);
+  std::memcpy(mem, &full, v1_size);
+  auto *v1 = static_cast<ikv_session_options *>(mem);
+  v1->struct_size = static_cast<uint32_t>(v1_size);
+  v1->version = 1;
+  SessionGuard g;
+  EXPECT_EQ(ikv_session_create(&g.s, m, v1), IKV_OK) << ikv_last_error_message();
+  const int32_t tok = 1;
+  EXPECT_EQ(ikv_decode(g.s, 0, &tok, 1), IKV_OK) << ikv_last_error_message();
+  // the same size claiming version 2 lacks the field it promises
+  v1->version = 2;
+  ikv_session *s = nullptr;
+  EXPECT_EQ(ikv_session_create(&s, m, v1), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("version 2"), std::string::npos) << ikv_last_error_message();
+  std::free(mem);
+  // one byte short of version 1 is refused
+  ikv_session_options short_v1 = f32_options();
+  short_v1.struct_size = static_cast<uint32_t>(v1_size - 1);
+  short_v1.version = 1;
+  EXPECT_EQ(ikv_session_create(&s, m, &short_v1), IKV_ERR_INVALID_ARGUMENT);
+  // a full-size struct that says version 1 has no device either: whatever the pointer holds is ignored
+  ikv_session_options v1_full = f32_options();
+  v1_full.version = 1;
+  v1_full.device = "cuda:7";
+  SessionGuard g2;
+  EXPECT_EQ(ikv_session_create(&g2.s, m, &v1_full), IKV_OK) << ikv_last_error_message();
 }
 
 TEST(Capi, SamplerOptionsInitMacroEqualsInitFunction) {
@@ -521,6 +619,7 @@ TEST(Capi, BadSessionAndSamplerOptionsAreRejected) {
       {"policy", [](ikv_session_options &o) { o.policy = 7; }},
       {"shape", [](ikv_session_options &o) { o.shape = 2; }},
       {"pool bytes", [](ikv_session_options &o) { o.kv_pool_bytes = -1; }},
+      {"device", [](ikv_session_options &o) { o.device = "tpu"; }},
   };
   for (const Case &c : cases) {
     ikv_session_options o = IKV_SESSION_OPTIONS_INIT;

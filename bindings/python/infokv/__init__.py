@@ -371,6 +371,10 @@ class Session(_Owner):
     conveniences: ``policy="infokv"`` (or "none", "snapkv", "h2o", "streaming", "tova", "pyramidkv"),
     ``budget=0.5`` (a fraction) or ``budget=128`` (tokens per layer), ``kv_dtype="f16"``, ``threads=4``.
 
+    ``device="cpu"`` (the default; also None), ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (the CPU for now) chooses where
+    it runs: :class:`NoDeviceError` when there is no such CUDA device (its message says why),
+    :class:`InvalidArgumentError` for any other name.
+
     Or pass ``config=`` a :class:`Config` (its threads, KV layout, pool, compression and protection settings)
     instead of keywords.
 

@@ -39,6 +39,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--repeat-penalty", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--threads", type=int, default=0)
+    g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     g.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16"])
     g.add_argument("--policy", default="none")
     g.add_argument("--budget", type=_budget, default=None, help="fraction (0.5, 50%%) or tokens per layer (128)")
@@ -64,7 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             if a.command == "info":
                 print(json.dumps(model.describe(), indent=1))
                 return 0
-            opts = {"threads": a.threads, "kv_dtype": a.kv_dtype, "policy": a.policy}
+            opts = {"threads": a.threads, "kv_dtype": a.kv_dtype, "policy": a.policy, "device": a.device}
             if a.budget is not None:
                 opts["budget"] = a.budget
             with model.session(**opts) as s:

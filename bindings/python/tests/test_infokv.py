@@ -88,6 +88,43 @@ def test_errors_map_to_their_own_classes(model):
     assert infokv.error_for(-6).__class__ is infokv.KvFullError
 
 
+# ---- device choice --------------------------------------------------------------------------------------------
+def cuda_device_count() -> int:
+    status, n = infokv.capi.ikv_device_count()
+    assert status == 0
+    return n
+
+
+def test_device_cpu_works_cuda_without_a_gpu_is_no_device_and_a_bad_name_is_invalid(model, reference):
+    expected = reference["prompt_once_upon_a_time"]["generated_ids_after_prompt"][:8]
+    for device in ("cpu", "auto", None):
+        with model.session(device=device) as s:
+            assert s.complete("Once upon a time", 8, temperature=0).tokens == expected
+    if cuda_device_count() == 0:
+        with pytest.raises(infokv.NoDeviceError) as e:
+            infokv.Session(model, device="cuda")
+        assert e.value.status == infokv.NoDeviceError.status == -13
+        assert "'cuda'" in e.value.message and "no CUDA device" in e.value.message
+        assert str(e.value).startswith("no device: ")
+    for bad in ("gpu", "cuda:", "cuda:x"):
+        with pytest.raises(infokv.InvalidArgumentError) as e:
+            model.session(device=bad)
+        assert e.value.status == -1 and f"bad device '{bad}'" in e.value.message
+
+
+def test_the_options_struct_owns_its_device_string():
+    o = infokv.capi.ikv_session_options()
+    assert infokv.capi.ikv_session_options_init(o) == 0
+    assert o.device is None
+    o.device = "cuda:1"
+    o.device = "cpu"  # frees the previous copy
+    assert o.device == "cpu"
+    o.device = None
+    assert o.device is None
+    o.device = "auto"
+    del o  # frees the last copy
+
+
 def test_a_full_kv_pool_raises_kv_full(model):
     with model.session(kv_pool_blocks=model.n_layer) as s:  # one block per layer: 16 tokens
         with pytest.raises(infokv.KvFullError):

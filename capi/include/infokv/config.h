@@ -72,7 +72,8 @@ IKV_API int32_t ikv_model_load_with_config(ikv_model **out, const ikv_config *co
 /**
  * Creates a session (with one empty sequence, id 0) from the config's threads, KV layout, pool size, compression
  * and protection settings. protection.protect_prefix is applied to sequence 0 and to every sequence added later
- * with ikv_seq_add. The device must be "cpu" or "auto" in this version ("cuda..." gives IKV_ERR_NO_DEVICE).
+ * with ikv_seq_add. The config's device is resolved as ikv_session_options.device is (but a config defaults to
+ * "auto"): "cuda" or "cuda:N" without such a usable GPU gives IKV_ERR_NO_DEVICE.
  * self_tuning is stored but has no effect yet (the tuner is not built).
  * @return the statuses of ikv_session_create; IKV_ERR_NO_DEVICE.
  */

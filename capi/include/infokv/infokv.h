@@ -179,11 +179,16 @@ IKV_API int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, cons
 #define IKV_SHAPE_UNIFORM 0
 #define IKV_SHAPE_PYRAMID 1
 
-#define IKV_SESSION_OPTIONS_VERSION 1
+/* Revisions (fields are only appended, never reordered or removed; defaults never change):
+ *   1: struct_size ... compress_after_prefill
+ *   2: device */
+#define IKV_SESSION_OPTIONS_VERSION 2
 
 /**
  * Session options: a versioned struct. Initialise with IKV_SESSION_OPTIONS_INIT or ikv_session_options_init()
  * (the two agree), then change what you need. Zero means "default" for every size.
+ * Callers built against an older header pass their smaller struct_size and older version; the fields they do not
+ * have take their defaults (see ikv_session_create).
  */
 typedef struct ikv_session_options {
   uint32_t struct_size;      /* sizeof(ikv_session_options) as compiled by the caller */
@@ -209,20 +214,38 @@ typedef struct ikv_session_options {
   float beta;                /* pyramid steepness; default 20 */
   int32_t sink;              /* streaming: sink tokens; default 4 */
   int32_t compress_after_prefill; /* non-zero (default): compress once right after the first decode */
+  /* ---- version 2 ---- */
+  /* Where the session runs: NULL or "" (default) is "cpu"; "cuda" (device 0), "cuda:N", or "auto" (the CPU for now,
+   * until the CUDA path is verified on hardware). UTF-8, NUL-terminated, owned by the caller: ikv_session_create
+   * copies what it needs, so the string only has to live until that call returns.
+   * A string rather than an enum + index: the C++ core, the CLI's --device and configs name devices with the same
+   * strings, one parser judges them all, a new device kind needs no new constant, and SWIG gives it to Python (str),
+   * Java (String) and Go (string) as it is, with no per-language parser of "cuda:N". */
+  const char *device;
 } ikv_session_options;
 
 #define IKV_SESSION_OPTIONS_INIT                                                                          \
   { (uint32_t)sizeof(ikv_session_options), IKV_SESSION_OPTIONS_VERSION, 0, IKV_KV_F16, 16, 256, 0, 0,   \
-    IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1 }
+    IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1, NULL }
 
 /** Fills `opts` with the defaults (same values as IKV_SESSION_OPTIONS_INIT). IKV_ERR_INVALID_ARGUMENT on NULL. */
 IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
 
 /**
  * Creates a session over a model with one empty sequence, id 0.
- * @param opts  NULL for defaults; otherwise struct_size must be at least the version-1 size.
- * @return IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT (bad option; the message names it),
- *         IKV_ERR_OUT_OF_MEMORY. The model must outlive the session.
+ * @param opts  NULL for defaults. Otherwise struct_size must be at least the version-1 size
+ *              (offsetof(ikv_session_options, device)) and version at least 1. `device` is read only when
+ *              version >= 2 (a version-1 struct from an older caller runs on the CPU); a version >= 2 struct must
+ *              then be large enough to hold it. opts and the device string are not used after the call returns.
+ * @return IKV_OK;
+ *         IKV_ERR_BAD_HANDLE (model);
+ *         IKV_ERR_INVALID_ARGUMENT (NULL out; struct_size or version too small; a bad option value; a malformed
+ *           device string, anything but "", "cpu", "cuda", "cuda:N" or "auto": the message names the option);
+ *         IKV_ERR_NO_DEVICE ("cuda" or "cuda:N" when there is no such usable CUDA device: always in a build without
+ *           CUDA; the message says why, e.g. no driver);
+ *         IKV_ERR_UNSUPPORTED (a CUDA device for a model whose weight types the CUDA path does not run);
+ *         IKV_ERR_OUT_OF_MEMORY (host or device memory).
+ * The model must outlive the session. Threads may create sessions over one model at the same time.
  */
 IKV_API int32_t ikv_session_create(ikv_session **out, ikv_model *model, const ikv_session_options *opts);
 /** Frees a session and its KV cache; NULL is ignored. */

@@ -12,19 +12,27 @@ final class Handles {
     return new InfokvException(Status.BAD_HANDLE.code(), "the " + what + " is closed");
   }
 
-  /** Sets a numeric field of a SWIG options proxy by its C name ("budget_fraction" calls setBudget_fraction). */
-  static void setField(Object struct, String name, Number value) {
+  /**
+   * Sets a field of a SWIG options proxy by its C name ("budget_fraction" calls setBudget_fraction): a Number for a
+   * numeric field, a String (or null) for a {@code const char *} one such as "device".
+   */
+  static void setField(Object struct, String name, Object value) {
     String setter = "set" + Character.toUpperCase(name.charAt(0)) + name.substring(1);
     if (name.equals("struct_size") || name.equals("version")) throw badOption(name);
     for (java.lang.reflect.Method m : struct.getClass().getMethods()) {
       if (!m.getName().equals(setter) || m.getParameterCount() != 1) continue;
       Class<?> t = m.getParameterTypes()[0];
       Object arg;
-      if (t == int.class) arg = value.intValue();
-      else if (t == long.class) arg = value.longValue();
-      else if (t == float.class) arg = value.floatValue();
-      else if (t == double.class) arg = value.doubleValue();
-      else if (t == java.math.BigInteger.class) arg = java.math.BigInteger.valueOf(value.longValue());
+      if (t == String.class) {
+        if (value != null && !(value instanceof String)) throw badValue(name, "a string");
+        arg = value;
+      } else if (!(value instanceof Number)) {
+        throw badValue(name, "a number");
+      } else if (t == int.class) arg = ((Number) value).intValue();
+      else if (t == long.class) arg = ((Number) value).longValue();
+      else if (t == float.class) arg = ((Number) value).floatValue();
+      else if (t == double.class) arg = ((Number) value).doubleValue();
+      else if (t == java.math.BigInteger.class) arg = java.math.BigInteger.valueOf(((Number) value).longValue());
       else throw badOption(name);
       try {
         m.invoke(struct, arg);
@@ -38,5 +46,9 @@ final class Handles {
 
   private static InfokvException badOption(String name) {
     return new InfokvException(Status.INVALID_ARGUMENT.code(), "unknown option " + name);
+  }
+
+  private static InfokvException badValue(String name, String what) {
+    return new InfokvException(Status.INVALID_ARGUMENT.code(), "option " + name + " takes " + what);
   }
 }

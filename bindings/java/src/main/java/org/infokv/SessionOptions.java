@@ -5,7 +5,8 @@ import java.util.Map;
 
 /**
  * Session settings: the fields of the C ikv_session_options, set by name. The named setters cover the common
- * ones; {@link #set(String, Number)} reaches any field, including ones added to the C ABI later.
+ * ones; {@link #set(String, Number)} and {@link #set(String, String)} reach any field, including ones added to the
+ * C ABI later.
  */
 public final class SessionOptions {
   public static final int POLICY_NONE = InfokvNativeConstants.IKV_POLICY_NONE;
@@ -19,12 +20,22 @@ public final class SessionOptions {
   public static final int KV_F16 = InfokvNativeConstants.IKV_KV_F16;
   public static final int KV_BF16 = InfokvNativeConstants.IKV_KV_BF16;
 
-  private final Map<String, Number> fields = new LinkedHashMap<>();
+  private final Map<String, Object> fields = new LinkedHashMap<>();
 
   public static SessionOptions defaults() { return new SessionOptions(); }
 
   /** Sets a field by its C name ("interval", "alpha", "window", "kv_pool_bytes", ...). */
   public SessionOptions set(String field, Number value) { fields.put(field, value); return this; }
+
+  /** Sets a text field by its C name ("device"); null gives the field's default. */
+  public SessionOptions set(String field, String value) { fields.put(field, value); return this; }
+
+  /**
+   * Where the session runs: "cpu" (the default; also null), "cuda", "cuda:N", or "auto" (the CPU for now). Creating
+   * the session throws an InfokvException of kind {@link Status#NO_DEVICE} when there is no such CUDA device (the
+   * message says why) and {@link Status#INVALID_ARGUMENT} for any other name.
+   */
+  public SessionOptions device(String device) { return set("device", device); }
 
   public SessionOptions threads(int n) { return set("n_threads", n); }
   public SessionOptions kvDtype(int dtype) { return set("kv_dtype", dtype); }
@@ -41,7 +52,12 @@ public final class SessionOptions {
   ikv_session_options toNative() {
     ikv_session_options o = new ikv_session_options();
     InfokvException.check(InfokvNative.ikv_session_options_init(o));
-    for (Map.Entry<String, Number> e : fields.entrySet()) Handles.setField(o, e.getKey(), e.getValue());
+    try {
+      for (Map.Entry<String, Object> e : fields.entrySet()) Handles.setField(o, e.getKey(), e.getValue());
+    } catch (RuntimeException e) {
+      o.delete(); // frees a device string already copied into it
+      throw e;
+    }
     return o;
   }
 }

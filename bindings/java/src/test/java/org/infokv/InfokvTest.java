@@ -103,6 +103,38 @@ class InfokvTest {
   }
 
   @Test
+  void deviceCpuWorksCudaWithoutAGpuIsNoDeviceAndABadNameIsInvalid() {
+    for (String device : new String[] {"cpu", "auto", null}) {
+      try (Session s = model.newSession(SessionOptions.defaults().device(device)); Sampler greedy = Sampler.greedy()) {
+        GenerationResult r = s.generate("Once upon a time", 8, greedy, null);
+        assertArrayEquals(java.util.Arrays.copyOf(referenceIds, 8), r.tokens(), String.valueOf(device));
+      }
+    }
+    int[] n = {-1};
+    InfokvException.check(InfokvNative.ikv_device_count(n));
+    if (n[0] == 0) {
+      InfokvException e = assertThrows(InfokvException.class,
+          () -> model.newSession(SessionOptions.defaults().device("cuda")));
+      assertEquals(Status.NO_DEVICE, e.kind());
+      assertEquals(-13, e.status());
+      assertTrue(e.detail().contains("'cuda'") && e.detail().contains("no CUDA device"), e.detail());
+      assertTrue(e.getMessage().startsWith("no device: "), e.getMessage());
+    }
+    for (String bad : new String[] {"gpu", "cuda:", "cuda:x"}) {
+      InfokvException e = assertThrows(InfokvException.class,
+          () -> model.newSession(SessionOptions.defaults().device(bad)));
+      assertEquals(Status.INVALID_ARGUMENT, e.kind(), bad);
+      assertTrue(e.detail().contains("bad device '" + bad + "'"), e.detail());
+    }
+    // the generic setter reaches the string field too, and a number there is refused before any C call
+    try (Session s = model.newSession(SessionOptions.defaults().set("device", "cpu"))) {
+      assertEquals(0, s.length(0));
+    }
+    assertEquals(Status.INVALID_ARGUMENT,
+        assertThrows(InfokvException.class, () -> model.newSession(SessionOptions.defaults().set("device", 1))).kind());
+  }
+
+  @Test
   void aListenerCanCancelGeneration() {
     try (Session s = model.newSession(); Sampler greedy = Sampler.greedy()) {
       int[] count = {0};
