@@ -5,11 +5,12 @@ Reference: Hugging Face transformers' LlamaForCausalLM (on CUDA when torch sees 
 transformers import; otherwise a NumPy forward pass written with transformers' conventions (rotate-half RoPE on
 un-permuted Q/K weights), which checks the same weight mapping without torch.
 
-infokv side: the C library through ctypes, KV cache in f32, device "cpu" (the CUDA forward path is not wired into
-Session yet; when it is, pass --device to compare it too).
+infokv side: the C library through ctypes, KV cache in f32, on --device (default "cpu"; "cuda" runs the same
+session on the GPU, whose weights are resident in 16 bits).
 
-usage: compare_transformers.py --lib build/libinfokv.so --model FILE.gguf [--tokens 24] [--seed 0]
-Exit status 0 when the logits agree (max |diff| / std(logits) < 1e-3 and top-1 agreement 100%), 1 otherwise.
+usage: compare_transformers.py --lib build/libinfokv.so --model FILE.gguf [--tokens 24] [--seed 0] [--device cuda]
+Exit status 0 when the logits agree, 1 otherwise: on the CPU max |diff| / std(logits) < 1e-3 and top-1 agreement
+100%; on CUDA (f32 checkpoints rounded to f16 there) max |diff| / std < 3e-2 and top-1 agreement >= 90%.
 """
 import argparse
 import ctypes
@@ -172,7 +173,7 @@ def transformers_reference(meta, sd, ids):
     return out, "transformers %s LlamaForCausalLM on %s" % (__import__("transformers").__version__, dev)
 
 
-def infokv_logits(lib_path, model, ids):
+def infokv_logits(lib_path, model, ids, device="cpu"):
     lib = ctypes.CDLL(lib_path)
     i32, vp = ctypes.c_int32, ctypes.c_void_p
     lib.ikv_model_load.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
@@ -191,6 +192,13 @@ def infokv_logits(lib_path, model, ids):
     opts = ctypes.create_string_buffer(512)
     ok(lib.ikv_session_options_init(opts), "ikv_session_options_init")
     struct.pack_into("<i", opts, 12, 1)  # kv_dtype = IKV_KV_F32 (offset after struct_size, version, n_threads)
+    # device (version 2): the struct's last member, a pointer, so its last 8 bytes on a 64-bit platform
+    size, version = struct.unpack_from("<II", opts, 0)
+    if version < 2 and device != "cpu":
+        raise RuntimeError("this libinfokv's session options have no device field (version %d)" % version)
+    dev = ctypes.create_string_buffer(device.encode())
+    if version >= 2:
+        struct.pack_into("<Q", opts, size - 8, ctypes.addressof(dev))
     ok(lib.ikv_session_create(ctypes.byref(s), m, opts), "ikv_session_create")
     rows = []
     n = ctypes.c_size_t()
@@ -213,6 +221,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reference", choices=["auto", "numpy", "transformers"], default="auto")
+    ap.add_argument("--device", default="cpu", help="infokv device: cpu, cuda, cuda:N")
     args = ap.parse_args()
     meta, t = read_gguf(args.model)
     sd = hf_weights(meta, t)
@@ -229,13 +238,15 @@ def main():
                 return 1
     if ref is None:
         ref, name = numpy_reference(meta, sd, ids), "NumPy reference (transformers conventions; torch not installed)"
-    got = infokv_logits(args.lib, args.model, ids)
+    got = infokv_logits(args.lib, args.model, ids, args.device)
     scale = float(ref.std())
     err = np.abs(got - ref).max() / scale
     top1 = float((got.argmax(-1) == ref.argmax(-1)).mean())
-    print("%s vs infokv (cpu, f32 KV) on %s: %d positions, max|diff|/std = %.2e, top-1 agreement %.1f%%"
-          % (name, meta.get("general.name", args.model), len(ids), err, 100 * top1))
-    return 0 if err < 1e-3 and top1 == 1.0 else 1
+    print("%s vs infokv (%s, f32 KV) on %s: %d positions, max|diff|/std = %.2e, top-1 agreement %.1f%%"
+          % (name, args.device, meta.get("general.name", args.model), len(ids), err, 100 * top1))
+    if args.device == "cpu":
+        return 0 if err < 1e-3 and top1 == 1.0 else 1
+    return 0 if err < 3e-2 and top1 >= 0.9 else 1
 
 
 if __name__ == "__main__":

@@ -108,12 +108,15 @@ SYN="$BUILD/synth-smollm2-135m-f32.gguf"
 "$BUILD/infokv" synth --preset smollm2-135m --dtype f32 --seed 1 --quiet --out "$SYN"
 if "$PY" -c 'import torch, transformers' 2>/dev/null; then ref=transformers; else ref=numpy; echo "torch/transformers not importable with $PY: using the NumPy reference"; fi
 cmp_status=pass
+devices="cpu"; [ "$HAVE_GPU" = 1 ] && devices="cpu cuda"
 for m in "$ROOT/../shared/models/stories260K/stories260K.gguf" "$SYN"; do
   [ -f "$m" ] || { echo "skip $m (missing)"; continue; }
-  timeout 300 "$PY" "$ROOT/tests/gpu/compare_transformers.py" --lib "$BUILD/libinfokv.so" --model "$m" --tokens 32 \
-    --reference "$ref" || cmp_status=FAIL
+  for dev in $devices; do
+    timeout 300 "$PY" "$ROOT/tests/gpu/compare_transformers.py" --lib "$BUILD/libinfokv.so" --model "$m" --tokens 32 \
+      --reference "$ref" --device "$dev" || cmp_status=FAIL
+  done
 done
-summary+=("logits vs $ref reference (infokv CPU path): $cmp_status")
+summary+=("logits vs $ref reference (infokv on: $devices): $cmp_status")
 
 say "summary"
 for s in "${summary[@]}"; do echo "  - $s"; done
