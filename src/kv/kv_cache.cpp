@@ -284,6 +284,10 @@ std::vector<int32_t> KvCache::alloc_blocks(int64_t n) {
   return out;
 }
 
+void KvCache::release_blocks(const std::vector<int32_t> &blocks) {
+  for (int32_t b : blocks) release(b);
+}
+
 void KvCache::adopt(int32_t id, SeqCache &&s) {
   bool ok = seqs_.count(id) == 0 && s.layers.size() == static_cast<size_t>(cfg_.n_layer) &&
             s.window_q.size() == static_cast<size_t>(cfg_.n_layer);

@@ -92,6 +92,8 @@ class KvCache {
 
   // Takes `n` blocks from the pool (reference count 1 each), all or nothing (throws kv_full).
   std::vector<int32_t> alloc_blocks(int64_t n);
+  // Gives back blocks from alloc_blocks() that no sequence adopted (a restore that failed half-way).
+  void release_blocks(const std::vector<int32_t> &blocks);
   // Adds sequence `id` whose block tables hold blocks from alloc_blocks() (their references pass to it).
   // Throws invalid_argument if `id` exists or the tables do not fit the slots (the blocks are then released).
   void adopt(int32_t id, SeqCache &&s);

@@ -308,8 +308,10 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in)
   const int64_t es = kv_dtype_size(kc.dtype), src_es = kv_dtype_size(staged.dtype);
   const int64_t hd = kc.head_dim, nkv = kc.n_kv_heads;
   std::vector<uint8_t> blocks;
+  std::vector<int32_t> loose;  // blocks taken for the sequence being built, until it is adopted
   try {
     for (StagedSeq &s : staged.seqs) {
+      loose.clear();
       SeqCache c;
       c.length = s.length;
       c.layers.resize(s.layers.size());
@@ -320,6 +322,7 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in)
         LayerSlots &L = c.layers[l];
         const auto n = static_cast<int64_t>(SL.pos.size());
         L.blocks = kv.alloc_blocks((n + bs - 1) / bs);
+        loose.insert(loose.end(), L.blocks.begin(), L.blocks.end());
         // Built in host memory block by block, then written to the store (host or device) in one call.
         blocks.assign(L.blocks.size() * static_cast<size_t>(kv.block_bytes()), 0);
         for (int64_t j = 0; j < n; ++j)
@@ -334,9 +337,11 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in)
         L.imp = std::move(SL.imp);
         c.window_q[l] = std::move(SL.window_q);
       }
+      loose.clear();  // adopt_sequence owns them from here, and releases them itself if it fails
       ids.push_back(session.adopt_sequence(std::move(c), std::move(s.st)));
     }
   } catch (...) {
+    kv.release_blocks(loose);
     for (int32_t id : ids) session.remove_sequence(id);
     throw;
   }
