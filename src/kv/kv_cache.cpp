@@ -12,14 +12,20 @@ namespace {
 int32_t blocks_for(int64_t slots, int32_t bs) { return static_cast<int32_t>((slots + bs - 1) / bs); }
 }  // namespace
 
-KvCache::KvCache(const KvConfig &cfg, std::unique_ptr<KvStore> store) : cfg_(cfg) {
+KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg) {
   if (cfg.block_size < 1 || cfg.block_size > 4096) fail(Status::invalid_argument, "block size must be in [1, 4096]");
   // 2^26 blocks of 16 tokens is a billion tokens per layer-pool: more is a mistake, and the per-block bookkeeping
   // (8 bytes a block) would itself be gigabytes.
   if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 26))
     fail(Status::invalid_argument, "KV pool must hold between 1 and 2^26 blocks (got " + std::to_string(cfg.n_blocks) + ")");
   block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
-  store_ = store ? std::move(store) : make_host_kv_store(geometry(cfg), cfg.n_blocks);
+  cpu::PagedKv g{};
+  g.block_stride = block_bytes_;
+  g.block_size = cfg.block_size;
+  g.n_kv_heads = cfg.n_kv_heads;
+  g.head_dim = cfg.head_dim;
+  g.dtype = cfg.dtype;
+  store_ = make_store ? make_store(g, cfg.n_blocks) : make_host_kv_store(g, cfg.n_blocks);
   refcount_.assign(static_cast<size_t>(cfg.n_blocks), 0);
   free_.reserve(static_cast<size_t>(cfg.n_blocks));
   // Hand out low block numbers first (pop from the back).
@@ -28,15 +34,6 @@ KvCache::KvCache(const KvConfig &cfg, std::unique_ptr<KvStore> store) : cfg_(cfg
 
 KvCache::~KvCache() = default;
 
-cpu::PagedKv KvCache::geometry(const KvConfig &cfg) {
-  cpu::PagedKv g{};
-  g.block_stride = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
-  g.block_size = cfg.block_size;
-  g.n_kv_heads = cfg.n_kv_heads;
-  g.head_dim = cfg.head_dim;
-  g.dtype = cfg.dtype;
-  return g;
-}
 
 KvStats KvCache::stats() const {
   KvStats s;

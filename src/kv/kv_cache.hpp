@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -52,12 +53,12 @@ struct KvStats {
 
 class KvCache {
  public:
-  // The block pool lives in `store` (made for geometry(cfg) and cfg.n_blocks); null: a host store. Throws
-  // Error(out_of_memory) when the pool cannot be reserved.
-  explicit KvCache(const KvConfig &cfg, std::unique_ptr<KvStore> store = nullptr);
+  // Makes the pool of a KvCache: a store for this block geometry (pool and block table null) and block count.
+  using StoreFactory = std::function<std::unique_ptr<KvStore>(const cpu::PagedKv &geometry, int64_t n_blocks)>;
+  // The block pool is made by `make_store` once the config is checked (empty: a host store). Throws
+  // Error(invalid_argument) for a bad config and Error(out_of_memory) when the pool cannot be reserved.
+  explicit KvCache(const KvConfig &cfg, const StoreFactory &make_store = {});
   ~KvCache();
-  // The block geometry of a config (pool and block table null): what a KvStore is made for.
-  static cpu::PagedKv geometry(const KvConfig &cfg);
   KvCache(const KvCache &) = delete;
   KvCache &operator=(const KvCache &) = delete;
 

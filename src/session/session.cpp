@@ -64,7 +64,8 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   kc.block_size = opts_.block_size;
   kc.dtype = opts_.kv_dtype;
   kc.n_blocks = default_pool_blocks(hp, opts_, device_->free_memory(), device_->describe() == "cpu");
-  kv_ = std::make_unique<KvCache>(kc, device_->make_kv_store(KvCache::geometry(kc), kc.n_blocks));
+  kv_ = std::make_unique<KvCache>(
+      kc, [this](const cpu::PagedKv &g, int64_t n_blocks) { return device_->make_kv_store(g, n_blocks); });
 }
 
 Session::~Session() = default;
