@@ -27,6 +27,10 @@ bool weight_type_supported(uint32_t type);
 // Bit-exact with ggml's dequantize_row_*. False (nothing written) for an unsupported type or a partial block.
 bool dequantize(float *out, const void *src, uint32_t type, int64_t n);
 
+// out[n] as f16 bits = dequantize(src) rounded to nearest even, for the quantised types (Q4_0 ... Q6_K; not the
+// float types). The CUDA twin expands weights on the device at load. False for other types or a partial block.
+bool dequantize_f16(uint16_t *out, const void *src, uint32_t type, int64_t n);
+
 // out[n, m] = x[n, k] · W[m, k]^T with W of ggml type `w_type` (any weight_type_supported type; rows of k elements,
 // k a multiple of the block size; quantised rows are dequantised on the fly, never expanded in memory).
 // Returns false for a weight type it does not handle (nothing written).

@@ -1,11 +1,14 @@
 // Block dequantisation of ggml's quantised types, inline so the matmul kernels can expand a weight row into a
 // small f32 buffer inside their own (vectorised) code. Each function reads whole blocks; the arithmetic and its
 // order follow ggml-quants.c (and the gguf package's numpy dequantisers), so the results are bit-exact with them.
+// They are also compiled for the GPU (IKV_HD): the CUDA dequantisation kernel (kernels/cuda/dequant.cu) runs these
+// same definitions, so its twin is bit-exact by construction.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "util/fp16.hpp"
+#include "util/host_device.hpp"
 
 namespace infokv {
 class ThreadPool;
@@ -15,14 +18,14 @@ namespace infokv {
 namespace cpu {
 namespace dq {
 
-inline float h2f(const uint8_t *p) {
+IKV_HD inline float h2f(const uint8_t *p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return fp16_to_float(h);
 }
 
 // Q4_0: {f16 d; u8 qs[16]} -> 32 values (q - 8) * d; low nibbles are elements 0..15, high nibbles 16..31.
-inline void q4_0(float *y, const uint8_t *b) {
+IKV_HD inline void q4_0(float *y, const uint8_t *b) {
   const float d = h2f(b);
   const uint8_t *qs = b + 2;
   for (int j = 0; j < 16; ++j) {
@@ -32,7 +35,7 @@ inline void q4_0(float *y, const uint8_t *b) {
 }
 
 // Q4_1: {f16 d; f16 m; u8 qs[16]} -> q * d + m.
-inline void q4_1(float *y, const uint8_t *b) {
+IKV_HD inline void q4_1(float *y, const uint8_t *b) {
   const float d = h2f(b), m = h2f(b + 2);
   const uint8_t *qs = b + 4;
   for (int j = 0; j < 16; ++j) {
@@ -42,7 +45,7 @@ inline void q4_1(float *y, const uint8_t *b) {
 }
 
 // Q5_0: {f16 d; u32 qh; u8 qs[16]} -> (q5 - 16) * d, bit 4 of element j in bit j of qh.
-inline void q5_0(float *y, const uint8_t *b) {
+IKV_HD inline void q5_0(float *y, const uint8_t *b) {
   const float d = h2f(b);
   uint32_t qh;
   std::memcpy(&qh, b + 2, 4);
@@ -55,7 +58,7 @@ inline void q5_0(float *y, const uint8_t *b) {
 }
 
 // Q5_1: {f16 d; f16 m; u32 qh; u8 qs[16]} -> q5 * d + m.
-inline void q5_1(float *y, const uint8_t *b) {
+IKV_HD inline void q5_1(float *y, const uint8_t *b) {
   const float d = h2f(b), m = h2f(b + 2);
   uint32_t qh;
   std::memcpy(&qh, b + 4, 4);
@@ -68,14 +71,14 @@ inline void q5_1(float *y, const uint8_t *b) {
 }
 
 // Q8_0: {f16 d; i8 qs[32]} -> q * d.
-inline void q8_0(float *y, const uint8_t *b) {
+IKV_HD inline void q8_0(float *y, const uint8_t *b) {
   const float d = h2f(b);
   const auto *qs = reinterpret_cast<const int8_t *>(b + 2);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
 }
 
 // The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (ggml's get_scale_min_k4).
-inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+IKV_HD inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
   if (j < 4) {
     *d = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -86,7 +89,7 @@ inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
 }
 
 // Q4_K: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]} -> 256 values, 8 sub-blocks of 32: d*sc*q - dmin*m.
-inline void q4_k(float *y, const uint8_t *b) {
+IKV_HD inline void q4_k(float *y, const uint8_t *b) {
   const float d = h2f(b), dmin = h2f(b + 2);
   const uint8_t *scales = b + 4, *q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
@@ -101,7 +104,7 @@ inline void q4_k(float *y, const uint8_t *b) {
 }
 
 // Q5_K: {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}.
-inline void q5_k(float *y, const uint8_t *b) {
+IKV_HD inline void q5_k(float *y, const uint8_t *b) {
   const float d = h2f(b), dmin = h2f(b + 2);
   const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
   uint8_t u1 = 1, u2 = 2;
@@ -120,7 +123,7 @@ inline void q5_k(float *y, const uint8_t *b) {
 
 // Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} -> (d * sc) * (q6 - 32), 16 sub-blocks of 16.
 // Written as two simple loops (unpack the 6-bit integers, then scale 16 at a time) so that compilers vectorise it.
-inline void q6_k(float *y, const uint8_t *b) {
+IKV_HD inline void q6_k(float *y, const uint8_t *b) {
   const uint8_t *ql = b, *qh = b + 128;
   const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
   const float d = h2f(b + 208);

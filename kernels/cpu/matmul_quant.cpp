@@ -336,6 +336,18 @@ bool dequantize(float *out, const void *src, uint32_t type, int64_t n) {
   return true;
 }
 
+bool dequantize_f16(uint16_t *out, const void *src, uint32_t type, int64_t n) {
+  QuantKind q;
+  if (!quant_kind(type, &q) || n % q.block_elems != 0) return false;
+  const auto *s = static_cast<const uint8_t *>(src);
+  float y[256];
+  for (int64_t b = 0; b < n / q.block_elems; ++b) {
+    q.fn(y, s + b * q.block_bytes);
+    for (int64_t i = 0; i < q.block_elems; ++i) out[b * q.block_elems + i] = float_to_fp16(y[i]);
+  }
+  return true;
+}
+
 bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k,
                   ThreadPool *pool) {
   RowsFn fn = rows_for(w_type);

@@ -1,6 +1,6 @@
 // DeviceOps on a CUDA device: cudaMalloc'ed memory, one non-blocking stream per session (every call enqueues on
 // it), the kernels of kernels/cuda and cuBLAS (dlopen'ed) for the GEMMs. Weights are resident in 16 bits: f16/bf16
-// as stored, f32 and the quantised types converted to f16 on load.
+// as stored, f32 and the quantised types uploaded as they are and converted to f16 on the device at load.
 //
 // NOT YET RUN ON A GPU: written and compiled on machines without one. The forward pass over these operations
 // (src/backend/ops_forward.cpp) is the one every CPU test runs; tests/gpu compares these kernels with their CPU
@@ -94,19 +94,14 @@ class CudaOps final : public DeviceOps {
     if (t == GgmlType::F16 || t == GgmlType::BF16) {
       buf.upload(w.data, n * 2, stream_->get());
     } else if (cpu::weight_type_supported(w.type)) {
-      // f32 and quantised types: to f32 row by row on the host (bit-exact with ggml's dequantisers), then f16.
-      std::vector<float> row(static_cast<size_t>(w.cols));
-      std::vector<uint16_t> h(n);
+      // f32 and quantised types travel in their own (smaller for quantised) form and become f16 on the device.
       const GgmlTypeTraits tt = ggml_type_traits(w.type);
-      const size_t row_bytes = static_cast<size_t>(w.cols) / tt.block_elems * tt.block_bytes;
-      for (int64_t r = 0; r < w.rows; ++r) {
-        const auto *src = static_cast<const uint8_t *>(w.data) + static_cast<size_t>(r) * row_bytes;
-        if (!cpu::dequantize(row.data(), src, w.type, w.cols))
-          fail(Status::unsupported, "CUDA backend: cannot convert " + w.name + " to f16");
-        cpu::convert(h.data() + static_cast<size_t>(r * w.cols), KvDtype::f16, row.data(), KvDtype::f32, w.cols);
-      }
-      buf.upload(h.data(), n * 2, stream_->get());
-      stream_->synchronize();  // h is freed on return
+      const size_t bytes = n / tt.block_elems * tt.block_bytes;
+      DeviceBuffer raw(bytes);
+      raw.upload(w.data, bytes, stream_->get());
+      if (t == GgmlType::F32) ok(cuda::convert(buf.get(), KvDtype::f16, raw.get(), KvDtype::f32, static_cast<int64_t>(n), s()), "convert");
+      else ok(cuda::dequantize_f16(buf.get(), raw.get(), w.type, static_cast<int64_t>(n), s()), "dequantize");
+      stream_->synchronize();  // raw is freed on return
       m.type = static_cast<uint32_t>(GgmlType::F16);
     } else {
       fail(Status::unsupported, "CUDA backend: weight type of " + w.name + " is not supported");

@@ -34,6 +34,11 @@ Status convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, i
 Status get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows, int64_t n_rows, int64_t d,
                 Stream *stream);
 
+// ---- dequant.cu ----
+// out[n] f16 = the quantised weights src (Q4_0 ... Q6_K) expanded as cpu::dequantize_f16 does, bit for bit.
+// n a multiple of the type's block; Status::unsupported for other types.
+Status dequantize_f16(void *out, const void *src, uint32_t type, int64_t n, Stream *stream);
+
 // ---- kv_cache.cu ----
 // k, v: [n, n_kv_heads, head_dim] f32 written to slots [first_slot, first_slot + n) of the paged view
 // (kv.pool and kv.block_table are device pointers).

@@ -1,14 +1,16 @@
-// Scalar conversions between float and IEEE half / bfloat16 (round to nearest even).
+// Scalar conversions between float and IEEE half / bfloat16 (round to nearest even); also compiled for CUDA kernels.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
+#include "util/host_device.hpp"
+
 namespace infokv {
 
-inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+IKV_HD inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+IKV_HD inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
-inline float fp16_to_float(uint16_t h) {
+IKV_HD inline float fp16_to_float(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
@@ -22,7 +24,7 @@ inline float fp16_to_float(uint16_t h) {
   return bits_to_float(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-inline uint16_t float_to_fp16(float f) {
+IKV_HD inline uint16_t float_to_fp16(float f) {
   uint32_t x = float_to_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t abs = x & 0x7fffffffu;
@@ -43,9 +45,9 @@ inline uint16_t float_to_fp16(float f) {
   return static_cast<uint16_t>(sign | ((r - (112u << 23)) >> 13));
 }
 
-inline float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32_t>(h) << 16); }
+IKV_HD inline float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32_t>(h) << 16); }
 
-inline uint16_t float_to_bf16(float f) {
+IKV_HD inline uint16_t float_to_bf16(float f) {
   uint32_t x = float_to_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
   x += 0x7fffu + ((x >> 16) & 1u);

@@ -17,6 +17,7 @@
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/runtime.hpp"
 #include "kernels/ops.hpp"
+#include "tests/unit/quant_blocks.hpp"
 #include "util/fp16.hpp"
 
 using namespace infokv;
@@ -159,6 +160,25 @@ TEST_F(Gpu, GetRowsMatchesCpu) {
     expect_close(down<float>(dout, want.size()), want, 0, 0, "get_rows");
   }
   EXPECT_EQ(cuda::get_rows(nullptr, nullptr, static_cast<uint32_t>(GgmlType::Q4_0), nullptr, 1, 32, nullptr), Status::unsupported);
+}
+
+// The device expands quantised weights with the CPU's own block functions: bit-exact for every type.
+TEST_F(Gpu, DequantizeF16IsBitExactWithCpu) {
+  std::mt19937_64 rng(g_());
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                     GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const GgmlTypeTraits tr = ggml_type_traits(static_cast<uint32_t>(t));
+    const size_t nb = 1000;
+    const std::vector<uint8_t> b = infokv_test::random_quant_blocks(t, nb, 0.05f, rng);
+    const int64_t n = static_cast<int64_t>(nb * tr.block_elems);
+    std::vector<uint16_t> want(static_cast<size_t>(n));
+    ASSERT_TRUE(cpu::dequantize_f16(want.data(), b.data(), static_cast<uint32_t>(t), n));
+    auto db = up(b);
+    DeviceBuffer dout(want.size() * 2);
+    ASSERT_EQ(cuda::dequantize_f16(dout.get(), db.get(), static_cast<uint32_t>(t), n, nullptr), Status::ok) << tr.name;
+    EXPECT_EQ(down<uint16_t>(dout, want.size()), want) << tr.name;
+  }
+  EXPECT_EQ(cuda::dequantize_f16(nullptr, nullptr, static_cast<uint32_t>(GgmlType::F16), 32, nullptr), Status::invalid_argument);
 }
 
 // A paged KV with scattered blocks, filled on the CPU and mirrored on the device.

@@ -17,6 +17,7 @@
 #include "kernels/ops.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
+#include "quant_blocks.hpp"
 #include "test_paths.hpp"
 #include "util/error.hpp"
 #include "util/fp16.hpp"
@@ -31,29 +32,6 @@ const std::vector<GgmlType> kQuantTypes = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlT
                                            GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 uint32_t u(GgmlType t) { return static_cast<uint32_t>(t); }
-
-// Offsets of the f16 scale fields of a block, which random bytes must keep finite.
-std::vector<size_t> f16_fields(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: return {0, 2};
-    case GgmlType::Q6_K: return {208};
-    default: return {0};
-  }
-}
-
-// n_blocks random blocks of type t with scales of magnitude about `scale`.
-std::vector<uint8_t> random_blocks(GgmlType t, size_t n_blocks, float scale, std::mt19937_64 &rng) {
-  const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
-  std::vector<uint8_t> b(n_blocks * tr.block_bytes);
-  for (uint8_t &x : b) x = static_cast<uint8_t>(rng());
-  std::normal_distribution<float> nd(0.0f, scale);
-  for (size_t k = 0; k < n_blocks; ++k)
-    for (size_t off : f16_fields(t)) {
-      uint16_t h = infokv::float_to_fp16(nd(rng));
-      std::memcpy(&b[k * tr.block_bytes + off], &h, 2);
-    }
-  return b;
-}
 
 }  // namespace
 
@@ -81,6 +59,25 @@ TEST(Dequant, BitExactWithGgufPackageForEverySupportedType) {
   for (GgmlType t : kQuantTypes) EXPECT_TRUE(seen.count(u(t))) << infokv::ggml_type_name(u(t)) << " has no reference";
 }
 
+// The f16 expansion (what the CUDA backend keeps resident) is the f32 dequantisation rounded to nearest even.
+TEST(Dequant, F16ExpansionIsTheRoundedF32Dequantisation) {
+  std::mt19937_64 rng(7);
+  for (GgmlType t : kQuantTypes) {
+    const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
+    const std::vector<uint8_t> b = infokv_test::random_quant_blocks(t, 9, 0.05f, rng);
+    const int64_t n = 9 * static_cast<int64_t>(tr.block_elems);
+    std::vector<float> f(static_cast<size_t>(n));
+    std::vector<uint16_t> h(f.size());
+    ASSERT_TRUE(infokv::cpu::dequantize(f.data(), b.data(), u(t), n));
+    ASSERT_TRUE(infokv::cpu::dequantize_f16(h.data(), b.data(), u(t), n)) << tr.name;
+    for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(h[i], infokv::float_to_fp16(f[i])) << tr.name << " element " << i;
+  }
+  std::vector<uint16_t> h(64);
+  const std::vector<uint8_t> b(256, 0);
+  EXPECT_FALSE(infokv::cpu::dequantize_f16(h.data(), b.data(), u(GgmlType::F16), 32));
+  EXPECT_FALSE(infokv::cpu::dequantize_f16(h.data(), b.data(), u(GgmlType::Q4_0), 31));
+}
+
 TEST(Dequant, RejectsPartialBlocksAndUnsupportedTypes) {
   std::vector<float> out(512);
   std::vector<uint8_t> in(1024);
@@ -98,7 +95,7 @@ TEST(QuantMatmul, MatchesFloat64DotOfDequantisedRowsOnOneAndTwoThreads) {
   for (GgmlType t : kQuantTypes) {
     const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
     const int64_t k = 512, m = 37;
-    const std::vector<uint8_t> w = random_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
+    const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
     std::vector<float> wf(static_cast<size_t>(m * k));
     ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(t), m * k));
     for (int64_t n : {1, 3, 4, 9}) {
@@ -127,7 +124,7 @@ TEST(QuantMatmul, EmbeddingRowsEqualDequantisedRows) {
   for (GgmlType t : kQuantTypes) {
     const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
     const int64_t d = 512, rows = 5;
-    const std::vector<uint8_t> w = random_blocks(t, static_cast<size_t>(rows * d / tr.block_elems), 0.02f, rng);
+    const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(rows * d / tr.block_elems), 0.02f, rng);
     std::vector<float> all(static_cast<size_t>(rows * d)), row(static_cast<size_t>(d));
     ASSERT_TRUE(infokv::cpu::dequantize(all.data(), w.data(), u(t), rows * d));
     for (int64_t r = 0; r < rows; ++r) {
@@ -163,7 +160,7 @@ std::string write_tiny_model(GgmlType t, bool as_f32, uint64_t seed, const std::
   const int hd = kEmbd / kHeads;
   auto mat = [&](const std::string &name, uint64_t cols, uint64_t rows, float scale) {
     const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
-    std::vector<uint8_t> q = random_blocks(t, cols * rows / tr.block_elems, scale, rng);
+    std::vector<uint8_t> q = infokv_test::random_quant_blocks(t, cols * rows / tr.block_elems, scale, rng);
     if (as_f32) {
       std::vector<float> f(cols * rows);
       infokv::cpu::dequantize(f.data(), q.data(), u(t), static_cast<int64_t>(f.size()));
