@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gguf/ggml_types.hpp"
+#include "snapshot/byte_io.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -88,38 +89,13 @@ void GgufWriter::write(const std::string &path, const Fill &fill, const std::fun
   }
   head.resize((head.size() + alignment_ - 1) / alignment_ * alignment_, 0);
 
-  std::FILE *f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) fail(Status::io, "cannot create '" + path + "'");
-  auto bail = [&](const std::string &what) {
-    std::fclose(f);
-    std::remove(path.c_str());
-    fail(Status::io, what + " '" + path + "'");
-  };
-  if (std::fwrite(head.data(), 1, head.size(), f) != head.size()) bail("write failed for");
-  const uint64_t total = data_bytes();
-  uint64_t written = 0;
-  std::vector<uint8_t> buf;
-  const uint64_t chunk = uint64_t{1} << 22;  // elements per fill call
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    const Tensor &t = tensors_[i];
-    const uint64_t es = elem_bytes(t.type);
-    for (uint64_t first = 0; first < t.n_elements; first += chunk) {
-      const uint64_t cnt = std::min(chunk, t.n_elements - first);
-      buf.resize(static_cast<size_t>(cnt * es));
-      fill(i, first, cnt, buf.data());
-      if (std::fwrite(buf.data(), 1, buf.size(), f) != buf.size()) bail("write failed for");
-      written += buf.size();
-      if (progress) progress(written, total);
-    }
-    const uint64_t pad = (t.n_bytes + alignment_ - 1) / alignment_ * alignment_ - t.n_bytes;
-    static const uint8_t zeros[64] = {};
-    if (pad > 0 && std::fwrite(zeros, 1, static_cast<size_t>(pad), f) != pad) bail("write failed for");
-    written += pad;
-  }
-  if (std::fclose(f) != 0) {
-    std::remove(path.c_str());
-    fail(Status::io, "close failed for '" + path + "'");
-  }
+  // Through a temporary renamed over `path` at the end: a failure never leaves a partial file under `path`.
+  snapshot::FileSink f(path);
+  f.write(head.data(), head.size());
+  std::vector<std::pair<uint64_t, uint64_t>> sizes;
+  for (const Tensor &t : tensors_) sizes.emplace_back(t.n_elements, elem_bytes(t.type));
+  snapshot::write_tensor_data(f, sizes, alignment_, fill, progress, data_bytes());
+  f.commit();
 }
 
 }  // namespace infokv

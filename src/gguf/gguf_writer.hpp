@@ -25,8 +25,9 @@ class GgufWriter {
 
   // Fills `out` with elements [first, first + count) of tensor `index` in its own type (count * element bytes).
   using Fill = std::function<void(size_t index, uint64_t first, uint64_t count, uint8_t *out)>;
-  // Writes the file (throws Error(io) on failure, removing the partial file). `progress` (may be empty) gets
-  // bytes written so far and the total.
+  // Writes the file through a temporary renamed over `path` at the end, so a failure (Error(io), or whatever
+  // `fill` throws) never leaves a partial file under `path`. `progress` (may be empty) gets the data bytes written
+  // so far and their total.
   void write(const std::string &path, const Fill &fill, const std::function<void(uint64_t, uint64_t)> &progress = {}) const;
 
   uint64_t data_bytes() const;

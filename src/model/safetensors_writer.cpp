@@ -58,21 +58,9 @@ void SafetensorsWriter::write(const std::string &path, const Fill &fill, const s
   snapshot::FileSink f(path);
   f.write(len, 8);
   f.write(h.data(), h.size());
-  uint64_t written = 0;
-  std::vector<uint8_t> buf;
-  const uint64_t chunk = uint64_t{1} << 22;  // elements per fill call
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    const Tensor &t = tensors_[i];
-    const uint64_t es = st_dtype_size(t.dtype);
-    for (uint64_t first = 0; first < t.n_elements; first += chunk) {
-      const uint64_t cnt = std::min(chunk, t.n_elements - first);
-      buf.resize(static_cast<size_t>(cnt * es));
-      fill(i, first, cnt, buf.data());
-      f.write(buf.data(), buf.size());
-      written += buf.size();
-      if (progress) progress(written, data_bytes_);
-    }
-  }
+  std::vector<std::pair<uint64_t, uint64_t>> sizes;
+  for (const Tensor &t : tensors_) sizes.emplace_back(t.n_elements, st_dtype_size(t.dtype));
+  snapshot::write_tensor_data(f, sizes, 1, fill, progress, data_bytes_);
   f.commit();
 }
 

@@ -82,5 +82,30 @@ size_t FileSource::read(void *p, size_t n) {
   return k;
 }
 
+void write_tensor_data(ByteSink &out, const std::vector<std::pair<uint64_t, uint64_t>> &sizes, uint64_t align,
+                       const TensorFill &fill, const std::function<void(uint64_t, uint64_t)> &progress, uint64_t total) {
+  static const uint8_t zeros[64] = {};
+  uint64_t written = 0;
+  std::vector<uint8_t> buf;
+  const uint64_t chunk = uint64_t{1} << 22;  // elements per fill call
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const uint64_t n = sizes[i].first, es = sizes[i].second;
+    for (uint64_t first = 0; first < n; first += chunk) {
+      const uint64_t cnt = std::min(chunk, n - first);
+      buf.resize(static_cast<size_t>(cnt * es));
+      fill(i, first, cnt, buf.data());
+      out.write(buf.data(), buf.size());
+      written += buf.size();
+      if (progress) progress(written, total);
+    }
+    for (uint64_t pad = (n * es + align - 1) / align * align - n * es; pad > 0;) {
+      const uint64_t k = std::min<uint64_t>(pad, sizeof zeros);
+      out.write(zeros, static_cast<size_t>(k));
+      written += k;
+      pad -= k;
+    }
+  }
+}
+
 }  // namespace snapshot
 }  // namespace infokv

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -85,6 +87,14 @@ class FileSink : public ByteSink {
   std::FILE *f_ = nullptr;
   size_t n_ = 0;
 };
+
+// Streams the bytes of several tensors into `out` chunk by chunk, so multi-GB model files never sit in memory:
+// tensor i has sizes[i].first elements of sizes[i].second bytes; fill(i, first, count, buf) produces elements
+// [first, first + count) of it; each tensor is followed by zeros up to a multiple of `align` bytes (1: none).
+// progress (may be empty) gets the bytes written so far (padding included) and `total`.
+using TensorFill = std::function<void(size_t index, uint64_t first, uint64_t count, uint8_t *out)>;
+void write_tensor_data(ByteSink &out, const std::vector<std::pair<uint64_t, uint64_t>> &sizes, uint64_t align,
+                       const TensorFill &fill, const std::function<void(uint64_t, uint64_t)> &progress, uint64_t total);
 
 class FileSource : public ByteSource {
  public:
