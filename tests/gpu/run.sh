@@ -169,8 +169,31 @@ for m in "$MODELS/stories260K/stories260K.gguf" "$SYN"; do
 done
 summary+=("logits vs $ref reference (infokv on: $devices): $cmp_status")
 
+say "compute-sanitizer (memcheck over the kernel parity tests, racecheck over the shared-memory kernels)"
+# Last, so that the tables above are out before it. None of the CUDA kernels had run before this machine: out-of-bounds accesses and shared-memory races are what a
+# parity test can miss. SANITIZER=0 skips this (it slows the kernels 10-100x; the parity tests are small).
+san_ok=pass
+run_san() {  # tool, gtest filter, time limit (s)
+  timeout "$3" compute-sanitizer --tool "$1" --error-exitcode 99 "$BUILD/tests/infokv_gpu_tests" --gtest_filter="$2" \
+    >"$LOG.$1.log" 2>&1
+  local rc=$?
+  case $rc in
+    0) echo "$1: clean ($2)";;
+    124) echo "$1: stopped after $3 s (not a finding; log $LOG.$1.log)";;
+    99) echo "$1: ERRORS (log $LOG.$1.log)"; grep -m 20 -E "^=========" "$LOG.$1.log"; san_ok=FAIL;;
+    *) echo "$1: exit $rc (test failures under the tool? log $LOG.$1.log)"; tail -5 "$LOG.$1.log"; san_ok=FAIL;;
+  esac
+}
+if [ "$HAVE_GPU" = 1 ] && [ "${SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+  run_san memcheck 'Gpu.*' 90
+  run_san racecheck 'Gpu.PagedAttention*:Gpu.Prefill*:Gpu.RepChange*:Gpu.SoftmaxAndTopk*:Gpu.RmsNorm*' 60
+  summary+=("compute-sanitizer memcheck + racecheck: $san_ok")
+else
+  echo "skipped (no GPU, compute-sanitizer missing, or SANITIZER=0)"
+fi
+
 say "summary"
 for s in "${summary[@]}"; do echo "  - $s"; done
 [ "$HAVE_GPU" = 1 ] || echo "  - NOTHING RAN ON A GPU on this machine."
 echo "  total $(( $(date +%s) - T0 )) s"
-[ "$gpu_ok" = pass ] && [ "$unit_ok" = pass ] && [ "$cmp_status" = pass ]
+[ "$gpu_ok" = pass ] && [ "$unit_ok" = pass ] && [ "$cmp_status" = pass ] && [ "$san_ok" = pass ]
