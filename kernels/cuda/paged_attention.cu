@@ -29,7 +29,9 @@ Status run_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
                      const int32_t *row_vis = nullptr) {
   const cudaStream_t st = raw_stream(stream);
   const int64_t n_items = n_q * n_heads;
-  int64_t max_vis = static_cast<int64_t>(visible0) + n_q - 1;
+  // The longest visible range sizes the split: causal queries see up to visible0 + n_q - 1 slots; in rows mode
+  // (each query over its own sequence) the caller has put the longest row's count in kv.n_slots.
+  int64_t max_vis = row_vis != nullptr ? kv.n_slots : static_cast<int64_t>(visible0) + n_q - 1;
   if (max_vis > kv.n_slots) max_vis = kv.n_slots;
   if (max_vis < 1) max_vis = 1;
   // Split long contexts so that a single decode query still fills the GPU; cap the partials (n_items * n_splits

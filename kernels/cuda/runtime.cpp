@@ -161,8 +161,9 @@ void StreamOwner::synchronize() const {
 }
 
 void check_last_error(const char *what) {
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e == cudaSuccess) e = cudaGetLastError();
+  // After a stream synchronisation: the sticky error of this thread's last launch or of work that failed
+  // asynchronously. Not cudaDeviceSynchronize, which would also wait for every other session's stream.
+  cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fail(Status::internal, std::string(what) + ": " + err_text(e));
 }
 

@@ -35,6 +35,8 @@ class OpsKvStore final : public KvStore {
     if (n == 0) return;
     moves_.ensure(ops_, moves.size() * 4);
     scratch_.ensure(ops_, static_cast<size_t>(n * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
+    // `moves` is the caller's and may go away on return: a pageable-memory upload has copied it to a staging
+    // buffer before the call returns (CUDA's documented behaviour), so no synchronisation is needed here.
     ops_.upload(moves_.as<int32_t>(), moves.data(), moves.size() * 4);
     ops_.kv_move_slots(g_, moves_.as<int32_t>(), n, scratch_.as<uint8_t>());
   }
