@@ -57,7 +57,8 @@ __global__ void topk_entropy_kernel(double *out, const float *logits, int32_t n,
     above = thr_key == 0xffffffffu ? 0 : count_ge(xr, n, thr_key + 1, sh);
     ties_allowed = k - above;
   }
-  // H = log Z - E[l], l = x - max; accumulate in float per thread then double across the block.
+  // H = log Z - E[l], l = x - max; sums in float (per thread and across the block; the CPU twin uses double:
+  // the kernel tests bound the difference), combined with the threshold ties in double.
   float z = 0, zl = 0;
   for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
     const uint32_t key = order_key(xr[i]);
