@@ -17,6 +17,7 @@
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/runtime.hpp"
 #include "kernels/ops.hpp"
+#include "tests/unit/random_inputs.hpp"
 #include "tests/unit/quant_blocks.hpp"
 #include "util/fp16.hpp"
 
@@ -25,19 +26,8 @@ using cuda::DeviceBuffer;
 
 namespace {
 
-uint32_t test_seed() {
-  const char *e = std::getenv("INFOKV_TEST_SEED");
-  uint32_t s = e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 10)) : std::random_device{}();
-  std::printf("[seed] INFOKV_TEST_SEED=%u\n", s);
-  return s;
-}
-
-std::vector<float> randn(size_t n, std::mt19937 &g, float sd = 1.0f) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (float &x : v) x = d(g);
-  return v;
-}
+using infokv_test::randn;
+using infokv_test::test_seed;
 
 template <typename T> DeviceBuffer up(const std::vector<T> &v) {
   DeviceBuffer b(std::max<size_t>(1, v.size() * sizeof(T)));

@@ -10,25 +10,15 @@
 
 #include "gguf/ggml_types.hpp"
 #include "kernels/ops.hpp"
+#include "random_inputs.hpp"
 #include "util/fp16.hpp"
 
 using namespace infokv;
 
 namespace {
 
-uint32_t test_seed() {
-  const char *e = std::getenv("INFOKV_TEST_SEED");
-  uint32_t s = e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 10)) : std::random_device{}();
-  std::printf("[seed] INFOKV_TEST_SEED=%u\n", s);
-  return s;
-}
-
-std::vector<float> randn(size_t n, std::mt19937 &g, float sd = 1.0f) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<float> v(n);
-  for (float &x : v) x = d(g);
-  return v;
-}
+using infokv_test::randn;
+using infokv_test::test_seed;
 
 }  // namespace
 
