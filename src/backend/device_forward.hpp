@@ -10,6 +10,7 @@
 
 #include "backend/device.hpp"
 #include "kernels/ops.hpp"
+#include "kv/kv_cache.hpp"
 #include "kv/kv_store.hpp"
 
 namespace infokv {
@@ -23,6 +24,7 @@ struct ForwardGroup {
   int32_t seq = 0;
   std::vector<int64_t> items;        // chunk-relative indices, ascending (their slots: the last items.size() of each layer)
   float *pending_entropy = nullptr;  // host, in/out: entropy of the distribution that predicts the next token
+  StepChannels *step = nullptr;      // host, out: H2O sums and window rows, applied by the caller when the step commits
 };
 
 struct ForwardChunk {
@@ -47,8 +49,9 @@ class DeviceForward {
   // The KV block pool for a cache of this geometry, in this backend's memory.
   virtual std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) = 0;
   // Runs the decoder on the chunk. The caller has already reserved the KV slots with KvCache::append_slots.
-  // Writes the logits of c.logit_rows to out[logit_rows.size(), n_vocab] and records the side channels in `kv`
-  // (importance channels, window queries) and in the groups' pending_entropy. Throws Error on failure.
+  // Writes the logits of c.logit_rows to out[logit_rows.size(), n_vocab]; records the entropy channels of the new
+  // slots in `kv` (they go if the step fails), the groups' pending_entropy, and what changes older state (H2O sums,
+  // window rows) in the groups' StepChannels, which the caller applies on commit. Throws Error on failure.
   virtual void forward_chunk(const ForwardChunk &c, KvCache &kv, float *out) = 0;
   // Observation-window scoring: out[r, j] for j < vis[r] = attention probability, averaged over heads, that slot
   // j of `kv` (a view of this backend's pool) receives from query row r of q[rows, n_heads * head_dim] (host);

@@ -313,19 +313,27 @@ class OpsForward final : public DeviceForward {
       const ForwardGroup &g = c.groups[gi];
       SeqCache &sc = kv.seq_mut(g.seq);
       const int64_t n = static_cast<int64_t>(g.items.size());
-      if (c.attention_acc)
+      StepChannels &step = *g.step;
+      if (c.attention_acc) {
+        step.acc.resize(static_cast<size_t>(nl));
+        step.count.resize(static_cast<size_t>(nl));
         for (int32_t l = 0; l < nl; ++l) {
           const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
-          LayerSlots &LS = sc.layers[static_cast<size_t>(l)];
+          std::vector<float> &acc = step.acc[static_cast<size_t>(l)], &cnt = step.count[static_cast<size_t>(l)];
+          acc.resize(static_cast<size_t>(r.n_slots), 0.0f);
+          cnt.resize(static_cast<size_t>(r.n_slots), 0.0f);
           for (int32_t j = 0; j < r.n_slots; ++j) {
-            LS.imp[kImpAttnAcc][static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(r.acc + j)];
-            LS.imp[kImpAttnCount][static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(acc_total + r.acc + j)];
+            acc[static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(r.acc + j)];
+            cnt[static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(acc_total + r.acc + j)];
           }
         }
+      }
       if (W > 0) {
+        // Only the last window_rows rows can survive the commit's trim: older ones are not kept.
         const int64_t keep = std::min<int64_t>(n, c.window_rows);
+        step.window_q.resize(static_cast<size_t>(nl));
         for (int32_t l = 0; l < nl; ++l) {
-          std::vector<float> &wq = sc.window_q[static_cast<size_t>(l)];
+          std::vector<float> &wq = step.window_q[static_cast<size_t>(l)];
           for (int64_t j = n - keep; j < n; ++j) {
             const int64_t wi = std::lower_bound(wrows.begin(), wrows.end(), g.items[static_cast<size_t>(j)]) - wrows.begin();
             const float *row = wq_host_.data() + (l * W + wi) * qd;
@@ -334,9 +342,9 @@ class OpsForward final : public DeviceForward {
           const int64_t rows = static_cast<int64_t>(wq.size()) / qd;
           if (rows > c.window_rows) wq.erase(wq.begin(), wq.begin() + (rows - c.window_rows) * qd);
         }
-        for (int64_t j = n - keep; j < n; ++j) sc.window_pos.push_back(c.positions[g.items[static_cast<size_t>(j)]]);
-        if (static_cast<int64_t>(sc.window_pos.size()) > c.window_rows)
-          sc.window_pos.erase(sc.window_pos.begin(), sc.window_pos.end() - c.window_rows);
+        for (int64_t j = n - keep; j < n; ++j) step.window_pos.push_back(c.positions[g.items[static_cast<size_t>(j)]]);
+        if (static_cast<int64_t>(step.window_pos.size()) > c.window_rows)
+          step.window_pos.erase(step.window_pos.begin(), step.window_pos.end() - c.window_rows);
       }
       if (c.entropy) {
         // H of a token is the entropy of the distribution that predicted it (the previous position's logits).

@@ -154,6 +154,29 @@ void KvCache::append_slots(int32_t id, const int32_t *positions, int32_t n) {
   s.length = std::max<int64_t>(s.length, static_cast<int64_t>(positions[n - 1]) + 1);
 }
 
+void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_cap) {
+  SeqCache &s = seq_mut(id);
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    LayerSlots &L = s.layers[l];
+    for (int ch : {kImpAttnAcc, kImpAttnCount}) {
+      const auto &add = ch == kImpAttnAcc ? step.acc : step.count;
+      if (l >= add.size()) continue;
+      std::vector<float> &dst = L.imp[static_cast<size_t>(ch)];
+      for (size_t j = 0; j < add[l].size() && j < dst.size(); ++j) dst[j] += add[l][j];
+    }
+    if (l < step.window_q.size() && !step.window_q[l].empty()) {
+      std::vector<float> &wq = s.window_q[l];
+      wq.insert(wq.end(), step.window_q[l].begin(), step.window_q[l].end());
+      const auto qd = static_cast<size_t>(cfg_.n_q_dim);
+      const size_t rows = wq.size() / qd;
+      if (rows > static_cast<size_t>(window_cap)) wq.erase(wq.begin(), wq.begin() + static_cast<int64_t>((rows - window_cap) * qd));
+    }
+  }
+  s.window_pos.insert(s.window_pos.end(), step.window_pos.begin(), step.window_pos.end());
+  if (s.window_pos.size() > static_cast<size_t>(window_cap))
+    s.window_pos.erase(s.window_pos.begin(), s.window_pos.end() - window_cap);
+}
+
 void KvCache::shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length) {
   SeqCache &s = seq_mut(id);
   const int32_t bs = cfg_.block_size;

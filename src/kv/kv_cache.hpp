@@ -43,6 +43,15 @@ struct SeqCache {
   std::vector<int32_t> window_pos;    // positions of the rows of window_q (same for every layer)
 };
 
+// What one decode step adds to a sequence's compression state outside its new slots (those go with the slots), held
+// back until the step commits, so that a failed step leaves the cache exactly as it was (DESIGN §2) without copying
+// the state beforehand: the H2O sums that every slot receives, and the observation window's new query rows.
+struct StepChannels {
+  std::vector<std::vector<float>> acc, count;  // [layer][slot]: sums to add (sized to the slots the step has seen)
+  std::vector<std::vector<float>> window_q;    // [layer]: rows appended, oldest first (n_q_dim floats each)
+  std::vector<int32_t> window_pos;             // positions of those rows
+};
+
 struct KvStats {
   int64_t blocks_total = 0;
   int64_t blocks_used = 0;
@@ -84,6 +93,9 @@ class KvCache {
   // Makes room for `n` more slots in every layer of `id` (positions given), copying a shared last block first.
   // Call only after blocks_needed() fit; throws kv_full otherwise, changing nothing for that sequence.
   void append_slots(int32_t id, const int32_t *positions, int32_t n);
+  // Applies a step's held-back channels to `id`: adds the H2O sums and appends the window rows, keeping the last
+  // `window_cap` of them.
+  void commit_step(int32_t id, const StepChannels &step, int32_t window_cap);
   // Undoes append_slots back to n_keep slots per layer (used when a step fails after reserving).
   void shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length);
 

@@ -200,31 +200,29 @@ void Session::decode(const std::vector<BatchToken> &batch) {
     if (batch[i].logits || last_item[batch[i].seq] == i) logit_rows.push_back(i);
 
   // Snapshot of what a failure must restore.
-  struct Saved { std::vector<int32_t> n; int64_t length; std::vector<int32_t> wpos; std::vector<std::vector<float>> wq; };
+  // What a failure must restore: the slot counts and lengths (the step's new slots carry their own channels). What
+  // the step does to older state (H2O sums, window rows) is held in `steps` and applied only on commit.
+  struct Saved { std::vector<int32_t> n; int64_t length; };
   std::map<int32_t, Saved> saved;
   std::map<int32_t, SeqState> staged;
+  std::map<int32_t, StepChannels> steps;
   for (int32_t id : ids) {
     const SeqCache &c = kv_->seq(id);
     Saved s;
     for (const LayerSlots &L : c.layers) s.n.push_back(L.n());
     s.length = c.length;
-    s.wpos = c.window_pos;
-    s.wq = c.window_q;
     saved.emplace(id, std::move(s));
     staged.emplace(id, state(id));
+    steps.emplace(id, StepChannels{});
   }
   std::vector<float> out_logits;
   try {
-    forward(batch, positions, out_logits, logit_rows, staged);
+    forward(batch, positions, out_logits, logit_rows, staged, steps);
   } catch (...) {
-    for (auto &kv : saved) {
-      kv_->shrink_to(kv.first, kv.second.n, kv.second.length);
-      SeqCache &c = kv_->seq_mut(kv.first);
-      c.window_pos = std::move(kv.second.wpos);
-      c.window_q = std::move(kv.second.wq);
-    }
+    for (auto &kv : saved) kv_->shrink_to(kv.first, kv.second.n, kv.second.length);
     throw;
   }
+  for (const auto &st : steps) kv_->commit_step(st.first, st.second, window_capacity());
   // Commit.
   batch_logits_.clear();
   const size_t V = static_cast<size_t>(n_vocab);
@@ -262,7 +260,7 @@ void Session::decode(const std::vector<BatchToken> &batch) {
 
 void Session::forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                       std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
-                      std::map<int32_t, SeqState> &staged) {
+                      std::map<int32_t, SeqState> &staged, std::map<int32_t, StepChannels> &steps) {
   const CompressionConfig &cc = opts_.compression;
   const size_t V = static_cast<size_t>(model_->hparams().n_vocab);
   out_logits.assign(logit_rows.size() * V, 0.0f);
@@ -290,7 +288,7 @@ void Session::forward(const std::vector<BatchToken> &items, const std::vector<in
       std::vector<int32_t> pos;
       for (int64_t t : g.second) pos.push_back(positions[c0 + static_cast<size_t>(t)]);
       kv_->append_slots(g.first, pos.data(), static_cast<int32_t>(pos.size()));
-      c.groups.push_back(ForwardGroup{g.first, std::move(g.second), &staged.at(g.first).pending_entropy});
+      c.groups.push_back(ForwardGroup{g.first, std::move(g.second), &staged.at(g.first).pending_entropy, &steps.at(g.first)});
     }
     for (size_t i = c0; i < c1; ++i)
       if (row_wanted[i]) c.logit_rows.push_back(static_cast<int64_t>(i - c0));

@@ -106,7 +106,7 @@ class Session {
   void init(std::unique_ptr<DeviceForward> backend);
   void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
-               std::map<int32_t, SeqState> &staged);
+               std::map<int32_t, SeqState> &staged, std::map<int32_t, StepChannels> &steps);
   void maybe_compress_after(const std::vector<int32_t> &seqs);
   int32_t budget_for(int32_t seq) const;
   int32_t window_capacity() const;

@@ -13,6 +13,7 @@
 #include "snapshot/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
 #include "test_paths.hpp"
+#include "util/error.hpp"
 #include "util/thread_pool.hpp"
 
 using namespace infokv;
@@ -123,4 +124,89 @@ TEST_P(DeviceStore, SessionsOnBothStoresAgreeThroughCompressionForkAndSnapshots)
 INSTANTIATE_TEST_SUITE_P(Policies, DeviceStore,
                          ::testing::Values(PolicyKind::none, PolicyKind::infokv, PolicyKind::snapkv, PolicyKind::h2o,
                                            PolicyKind::streaming, PolicyKind::tova, PolicyKind::pyramidkv),
+                         [](const ::testing::TestParamInfo<PolicyKind> &i) { return std::string(policy_name(i.param)); });
+
+namespace {
+
+// A backend that fails a chosen forward chunk after the real one has run (the worst case: its side effects are
+// already in the cache), as a device error in the middle of a multi-chunk step would.
+class FailingForward final : public DeviceForward {
+ public:
+  explicit FailingForward(std::unique_ptr<DeviceForward> inner) : inner_(std::move(inner)) {}
+  int fail_at = -1;  // index of the chunk call that fails; -1: none
+  int calls = 0;
+  std::string describe() const override { return inner_->describe(); }
+  int64_t free_memory() const override { return inner_->free_memory(); }
+  std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &g, int64_t n) override { return inner_->make_kv_store(g, n); }
+  void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
+                    float scale) override {
+    inner_->window_probs(out, q, vis, rows, kv, n_heads, scale);
+  }
+  void forward_chunk(const ForwardChunk &c, KvCache &kv, float *out) override {
+    inner_->forward_chunk(c, kv, out);
+    if (calls++ == fail_at) throw Error(Status::internal, "injected device failure");
+  }
+
+ private:
+  std::unique_ptr<DeviceForward> inner_;
+};
+
+}  // namespace
+
+class FailedStep : public ::testing::TestWithParam<PolicyKind> {};
+
+// A step that fails in its second chunk leaves every sequence exactly as before (slots, lengths, importance
+// channels, window queries, logits), and the same step retried then equals a session that never failed.
+TEST_P(FailedStep, DeviceFailureMidStepChangesNothing) {
+  SessionOptions o = opts_for(GetParam());
+  o.ubatch = 16;
+  o.compression.budget_fraction = 1.0;  // score every step, evict nothing
+  o.compression.interval = 1 << 20;
+  ThreadPool pool(2);
+  auto failing = std::make_unique<FailingForward>(make_ops_forward(*stories(), make_host_ops(&pool)));
+  FailingForward *f = failing.get();
+  Session s(stories(), o, std::move(failing)), ref(stories(), o);
+  const int32_t id = s.add_sequence();
+  ASSERT_EQ(ref.add_sequence(), id);
+  std::mt19937 rng(99);
+  std::vector<BatchToken> first, second;
+  for (int32_t t : random_tokens(rng, 40, true)) first.push_back({id, t, false});
+  for (int32_t t : random_tokens(rng, 40, false)) second.push_back({id, t, false});
+  s.decode(first);
+  ref.decode(first);
+  const SeqCache before = s.kv().seq(id);
+  const std::vector<float> logits_before = s.logits(id);
+  const KvStats stats_before = s.kv().stats();
+  f->fail_at = f->calls + 1;  // the second of the step's three chunks
+  try {
+    s.decode(second);
+    ADD_FAILURE() << "the injected failure should surface";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::internal);
+  }
+  const SeqCache &after = s.kv().seq(id);
+  EXPECT_EQ(after.length, before.length);
+  for (size_t l = 0; l < before.layers.size(); ++l) {
+    EXPECT_EQ(after.layers[l].pos, before.layers[l].pos) << "layer " << l;
+    EXPECT_EQ(after.layers[l].blocks, before.layers[l].blocks) << "layer " << l;
+    for (int ch = 0; ch < kImpChannels; ++ch)
+      EXPECT_EQ(after.layers[l].imp[static_cast<size_t>(ch)], before.layers[l].imp[static_cast<size_t>(ch)]) << "layer " << l << " channel " << ch;
+  }
+  EXPECT_EQ(after.window_q, before.window_q);
+  EXPECT_EQ(after.window_pos, before.window_pos);
+  EXPECT_EQ(s.logits(id), logits_before);
+  EXPECT_EQ(s.kv().stats().blocks_used, stats_before.blocks_used);
+  s.kv().check_invariants();
+
+  f->fail_at = -1;
+  s.decode(second);
+  ref.decode(second);
+  EXPECT_EQ(s.logits(id), ref.logits(id));
+  for (size_t l = 0; l < before.layers.size(); ++l)
+    for (int ch = 0; ch < kImpChannels; ++ch)
+      EXPECT_EQ(s.kv().seq(id).layers[l].imp[static_cast<size_t>(ch)], ref.kv().seq(id).layers[l].imp[static_cast<size_t>(ch)]);
+  EXPECT_EQ(s.kv().seq(id).window_q, ref.kv().seq(id).window_q);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, FailedStep, ::testing::Values(PolicyKind::h2o, PolicyKind::snapkv, PolicyKind::infokv),
                          [](const ::testing::TestParamInfo<PolicyKind> &i) { return std::string(policy_name(i.param)); });
