@@ -5,7 +5,6 @@
 // H2O attention sums, the observation window's query rows, per-position entropy and representation change.
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "backend/device_forward.hpp"
 #include "backend/device_ops.hpp"
@@ -339,12 +338,10 @@ class OpsForward final : public DeviceForward {
             const float *row = wq_host_.data() + (l * W + wi) * qd;
             wq.insert(wq.end(), row, row + qd);
           }
-          const int64_t rows = static_cast<int64_t>(wq.size()) / qd;
-          if (rows > c.window_rows) wq.erase(wq.begin(), wq.begin() + (rows - c.window_rows) * qd);
+          keep_last(wq, static_cast<size_t>(c.window_rows * qd));
         }
         for (int64_t j = n - keep; j < n; ++j) step.window_pos.push_back(c.positions[g.items[static_cast<size_t>(j)]]);
-        if (static_cast<int64_t>(step.window_pos.size()) > c.window_rows)
-          step.window_pos.erase(step.window_pos.begin(), step.window_pos.end() - c.window_rows);
+        keep_last(step.window_pos, static_cast<size_t>(c.window_rows));
       }
       if (c.entropy) {
         // H of a token is the entropy of the distribution that predicted it (the previous position's logits).

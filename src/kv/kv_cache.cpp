@@ -1,7 +1,6 @@
 #include "kv/kv_cache.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "util/error.hpp"
@@ -10,6 +9,15 @@ namespace infokv {
 
 namespace {
 int32_t blocks_for(int64_t slots, int32_t bs) { return static_cast<int32_t>((slots + bs - 1) / bs); }
+
+// Whether destination block b of a compaction to `keep` receives any slot other than its own (then a shared block
+// must be copied before it is written).
+bool block_changes(const std::vector<int32_t> &keep, int32_t b, int32_t bs) {
+  const int32_t end = std::min<int32_t>(static_cast<int32_t>(keep.size()), (b + 1) * bs);
+  for (int32_t j = b * bs; j < end; ++j)
+    if (keep[static_cast<size_t>(j)] != j) return true;
+  return false;
+}
 }  // namespace
 
 KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg) {
@@ -19,13 +27,14 @@ KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg
   if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 26))
     fail(Status::invalid_argument, "KV pool must hold between 1 and 2^26 blocks (got " + std::to_string(cfg.n_blocks) + ")");
   block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
-  cpu::PagedKv g{};
-  g.block_stride = block_bytes_;
-  g.block_size = cfg.block_size;
-  g.n_kv_heads = cfg.n_kv_heads;
-  g.head_dim = cfg.head_dim;
-  g.dtype = cfg.dtype;
-  store_ = make_store ? make_store(g, cfg.n_blocks) : make_host_kv_store(g, cfg.n_blocks);
+  geometry_ = cpu::PagedKv{};
+  geometry_.block_stride = block_bytes_;
+  geometry_.block_size = cfg.block_size;
+  geometry_.n_kv_heads = cfg.n_kv_heads;
+  geometry_.head_dim = cfg.head_dim;
+  geometry_.dtype = cfg.dtype;
+  store_ = make_store ? make_store(geometry_, cfg.n_blocks) : make_host_kv_store(geometry_, cfg.n_blocks);
+  geometry_.pool = store_->base();
   refcount_.assign(static_cast<size_t>(cfg.n_blocks), 0);
   free_.reserve(static_cast<size_t>(cfg.n_blocks));
   // Hand out low block numbers first (pop from the back).
@@ -33,7 +42,6 @@ KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg
 }
 
 KvCache::~KvCache() = default;
-
 
 KvStats KvCache::stats() const {
   KvStats s;
@@ -164,17 +172,14 @@ void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_c
       std::vector<float> &dst = L.imp[static_cast<size_t>(ch)];
       for (size_t j = 0; j < add[l].size() && j < dst.size(); ++j) dst[j] += add[l][j];
     }
-    if (l < step.window_q.size() && !step.window_q[l].empty()) {
+    if (l < step.window_q.size()) {
       std::vector<float> &wq = s.window_q[l];
       wq.insert(wq.end(), step.window_q[l].begin(), step.window_q[l].end());
-      const auto qd = static_cast<size_t>(cfg_.n_q_dim);
-      const size_t rows = wq.size() / qd;
-      if (rows > static_cast<size_t>(window_cap)) wq.erase(wq.begin(), wq.begin() + static_cast<int64_t>((rows - window_cap) * qd));
+      keep_last(wq, static_cast<size_t>(window_cap) * static_cast<size_t>(cfg_.n_q_dim));
     }
   }
   s.window_pos.insert(s.window_pos.end(), step.window_pos.begin(), step.window_pos.end());
-  if (s.window_pos.size() > static_cast<size_t>(window_cap))
-    s.window_pos.erase(s.window_pos.begin(), s.window_pos.end() - window_cap);
+  keep_last(s.window_pos, static_cast<size_t>(window_cap));
 }
 
 void KvCache::shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length) {
@@ -236,13 +241,8 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
       if (k[i] < 0 || k[i] >= L.n() || (i > 0 && k[i] <= k[i - 1]))
         fail(Status::invalid_argument, "compact: keep list of layer " + std::to_string(l) + " is not ascending slot indices");
     const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
-    for (int32_t b = 0; b < nb; ++b) {
-      // a destination block whose contents change and that others share must be copied first
-      bool changes = false;
-      for (int32_t j = b * bs; j < std::min<int32_t>(static_cast<int32_t>(k.size()), (b + 1) * bs) && !changes; ++j)
-        changes = k[static_cast<size_t>(j)] != j;
-      if (changes && refcount_[static_cast<size_t>(L.blocks[static_cast<size_t>(b)])] > 1) ++need;
-    }
+    for (int32_t b = 0; b < nb; ++b)
+      if (block_changes(k, b, bs) && refcount_[static_cast<size_t>(L.blocks[static_cast<size_t>(b)])] > 1) ++need;
   }
   if (need > free_blocks())
     fail(Status::kv_full, "KV cache full: compaction of shared blocks needs " + std::to_string(need) + " free blocks");
@@ -258,10 +258,7 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
     std::vector<int32_t> &dst = new_tables[l];
     dst.assign(L.blocks.begin(), L.blocks.begin() + nb);
     for (int32_t b = 0; b < nb; ++b) {
-      bool changes = false;
-      for (int32_t j = b * bs; j < std::min<int32_t>(static_cast<int32_t>(k.size()), (b + 1) * bs) && !changes; ++j)
-        changes = k[static_cast<size_t>(j)] != j;
-      if (changes && refcount_[static_cast<size_t>(dst[static_cast<size_t>(b)])] > 1) {
+      if (block_changes(k, b, bs) && refcount_[static_cast<size_t>(dst[static_cast<size_t>(b)])] > 1) {
         int32_t fresh = alloc_block();
         store_->copy_block(fresh, dst[static_cast<size_t>(b)]);  // slots that stay in place keep their data
         dst[static_cast<size_t>(b)] = fresh;
@@ -324,15 +321,9 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
 
 cpu::PagedKv KvCache::view(int32_t id, int32_t layer) {
   LayerSlots &L = seq_mut(id).layers.at(static_cast<size_t>(layer));
-  cpu::PagedKv v;
-  v.pool = store_->base();
-  v.block_stride = block_bytes_;
+  cpu::PagedKv v = geometry_;
   v.block_table = L.blocks.data();
   v.n_slots = L.n();
-  v.block_size = cfg_.block_size;
-  v.n_kv_heads = cfg_.n_kv_heads;
-  v.head_dim = cfg_.head_dim;
-  v.dtype = cfg_.dtype;
   return v;
 }
 

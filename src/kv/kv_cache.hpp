@@ -52,6 +52,12 @@ struct StepChannels {
   std::vector<int32_t> window_pos;             // positions of those rows
 };
 
+// Drops the front of v so that at most `keep` elements remain (the observation window slides).
+template <typename T>
+void keep_last(std::vector<T> &v, size_t keep) {
+  if (v.size() > keep) v.erase(v.begin(), v.end() - static_cast<std::ptrdiff_t>(keep));
+}
+
 struct KvStats {
   int64_t blocks_total = 0;
   int64_t blocks_used = 0;
@@ -130,6 +136,7 @@ class KvCache {
   KvConfig cfg_;
   int64_t block_bytes_ = 0;
   std::unique_ptr<KvStore> store_;
+  cpu::PagedKv geometry_{};  // the pool's base and block geometry; view() adds a table and slot count
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
   std::map<int32_t, SeqCache> seqs_;

@@ -311,7 +311,6 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in)
   std::vector<int32_t> loose;  // blocks taken for the sequence being built, until it is adopted
   try {
     for (StagedSeq &s : staged.seqs) {
-      loose.clear();
       SeqCache c;
       c.length = s.length;
       c.layers.resize(s.layers.size());
