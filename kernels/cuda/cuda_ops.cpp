@@ -58,6 +58,8 @@ class CudaOps final : public DeviceOps {
     }
     return static_cast<int64_t>(free_b);
   }
+  // What is left after the weights, less room for activations, cuBLAS workspace and other sessions.
+  double default_pool_fraction() const override { return 0.8; }
 
   void *alloc(size_t bytes) override {
     void *p = nullptr;

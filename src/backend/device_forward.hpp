@@ -46,6 +46,8 @@ class DeviceForward {
   virtual std::string describe() const = 0;
   // Bytes of memory free on the device now (the weights already resident); -1 when it cannot tell.
   virtual int64_t free_memory() const = 0;
+  // The share of free_memory() a KV pool takes by default (DeviceOps::default_pool_fraction).
+  virtual double default_pool_fraction() const = 0;
   // The KV block pool for a cache of this geometry, in this backend's memory.
   virtual std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) = 0;
   // Runs the decoder on the chunk. The caller has already reserved the KV slots with KvCache::append_slots.

@@ -35,6 +35,8 @@ class DeviceOps {
   virtual void activate() {}
   // Bytes free on the device now (CPU: available physical memory); -1 when unknown.
   virtual int64_t free_memory() const = 0;
+  // The share of free_memory() a KV pool takes when its size is not given; 0: size it from the model's context.
+  virtual double default_pool_fraction() const = 0;
 
   // ---- memory ----
   virtual void *alloc(size_t bytes) = 0;  // throws Error(out_of_memory)

@@ -20,6 +20,8 @@ class HostOps final : public DeviceOps {
     const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : -1;
   }
+  // The host pool is committed lazily, so it is sized from the context (capped at 1 GiB), not from free memory.
+  double default_pool_fraction() const override { return 0.0; }
 
   void *alloc(size_t bytes) override {
     void *p = std::malloc(bytes);

@@ -101,6 +101,7 @@ class OpsForward final : public DeviceForward {
     ops_->activate();
     return ops_->free_memory();
   }
+  double default_pool_fraction() const override { return ops_->default_pool_fraction(); }
 
   std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
     return ops_->make_kv_store(geometry, n_blocks);

@@ -12,15 +12,16 @@ namespace infokv {
 
 namespace {
 
-// Pool size in blocks. free_bytes: the backend's free memory (-1 when unknown); on_cpu: the CPU backend.
-int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o, int64_t free_bytes, bool on_cpu) {
+// Pool size in blocks. free_bytes: the backend's free memory (-1 when unknown); default_fraction: the share of it the
+// backend takes when no size is given (0: from the context, at most 1 GiB).
+int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o, int64_t free_bytes, double default_fraction) {
   const int64_t block_bytes = int64_t{2} * hp.n_head_kv * o.block_size * hp.head_dim * kv_dtype_size(o.kv_dtype);
   if (o.kv_pool_blocks > 0) return o.kv_pool_blocks;
   if (o.kv_pool_bytes > 0) return std::max<int64_t>(1, o.kv_pool_bytes / block_bytes);
   const int64_t tokens = int64_t{4} * hp.n_ctx_train;
   const int64_t ctx_blocks = (tokens + o.block_size - 1) / o.block_size * hp.n_layer;
   int64_t cap = (int64_t{1} << 30) / block_bytes;  // CPU default
-  const double fraction = o.kv_pool_fraction > 0 ? o.kv_pool_fraction : (on_cpu ? 0.0 : 0.8);
+  const double fraction = o.kv_pool_fraction > 0 ? o.kv_pool_fraction : default_fraction;
   if (fraction > 0) {
     if (free_bytes < 0) fail(Status::unsupported, "kv_pool_fraction: this device does not report its free memory");
     cap = static_cast<int64_t>(fraction * static_cast<double>(free_bytes)) / block_bytes;
@@ -63,7 +64,7 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   kc.n_q_dim = hp.n_head * hp.head_dim;
   kc.block_size = opts_.block_size;
   kc.dtype = opts_.kv_dtype;
-  kc.n_blocks = default_pool_blocks(hp, opts_, device_->free_memory(), device_->describe() == "cpu");
+  kc.n_blocks = default_pool_blocks(hp, opts_, device_->free_memory(), device_->default_pool_fraction());
   kv_ = std::make_unique<KvCache>(
       kc, [this](const cpu::PagedKv &g, int64_t n_blocks) { return device_->make_kv_store(g, n_blocks); });
 }

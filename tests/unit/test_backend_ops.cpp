@@ -137,6 +137,7 @@ class FailingForward final : public DeviceForward {
   int calls = 0;
   std::string describe() const override { return inner_->describe(); }
   int64_t free_memory() const override { return inner_->free_memory(); }
+  double default_pool_fraction() const override { return inner_->default_pool_fraction(); }
   std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &g, int64_t n) override { return inner_->make_kv_store(g, n); }
   void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
                     float scale) override {
