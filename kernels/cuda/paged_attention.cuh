@@ -39,6 +39,26 @@ __device__ __forceinline__ const int32_t *table_of(const AttnArgs &a, int32_t t)
   return a.row_table_off != nullptr ? a.kv.block_table + a.row_table_off[t] : a.kv.block_table;
 }
 
+// The (query, head) item of this thread block (blockIdx.x) and its split's slot range [s0, s1) (blockIdx.y): what
+// the partial and the scores passes both start from.
+struct WorkItem {
+  int64_t item;
+  int32_t g;           // KV head
+  const int32_t *tbl;  // the query's block table
+  int32_t s0, s1;
+};
+
+__device__ __forceinline__ WorkItem work_item(const AttnArgs &a) {
+  WorkItem w;
+  w.item = blockIdx.x;
+  const int32_t t = static_cast<int32_t>(w.item / a.n_heads), h = static_cast<int32_t>(w.item % a.n_heads);
+  w.g = h / a.group;
+  w.tbl = table_of(a, t);
+  w.s0 = blockIdx.y * a.chunk;
+  w.s1 = min(visible_of(a, t), w.s0 + a.chunk);
+  return w;
+}
+
 template <typename T, int MAXD>
 __device__ __forceinline__ float slot_score(const AttnArgs &a, const int32_t *tbl, const float (&qr)[MAXD / 32], int32_t s,
                                             int32_t g, int lane) {
@@ -67,14 +87,11 @@ template <typename T, int MAXD>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_partial_kernel(AttnArgs a, float *part_ml, float *part_o) {
   __shared__ float sh_m[kAttnWarps], sh_l[kAttnWarps];
   __shared__ float sh_o[kAttnWarps][MAXD];
-  const int64_t item = blockIdx.x;
-  const int32_t t = static_cast<int32_t>(item / a.n_heads), h = static_cast<int32_t>(item % a.n_heads);
-  const int32_t g = h / a.group;
+  const WorkItem wi = work_item(a);
+  const int64_t item = wi.item;
+  const int32_t g = wi.g, s0 = wi.s0, s1 = wi.s1;
+  const int32_t *tbl = wi.tbl;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int32_t vis = visible_of(a, t);
-  const int32_t *tbl = table_of(a, t);
-  const int32_t s0 = blockIdx.y * a.chunk;
-  const int32_t s1 = min(vis, s0 + a.chunk);
 
   float qr[MAXD / 32];
   load_q<MAXD>(qr, a, item, lane);
@@ -146,14 +163,11 @@ __global__ void attn_combine_kernel(float *out, float *stats, const float *part_
 // Adds weight * p(t, h, slot) to acc[slot] for every item; grid [n_items, n_splits]. stats: [n_items, 2].
 template <typename T, int MAXD>
 __global__ void __launch_bounds__(kAttnWarps * 32) attn_scores_kernel(AttnArgs a, const float *stats, float *acc, float weight) {
-  const int64_t item = blockIdx.x;
-  const int32_t t = static_cast<int32_t>(item / a.n_heads), h = static_cast<int32_t>(item % a.n_heads);
-  const int32_t g = h / a.group;
+  const WorkItem wi = work_item(a);
+  const int64_t item = wi.item;
+  const int32_t g = wi.g, s0 = wi.s0, s1 = wi.s1;
+  const int32_t *tbl = wi.tbl;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int32_t vis = visible_of(a, t);
-  const int32_t *tbl = table_of(a, t);
-  const int32_t s0 = blockIdx.y * a.chunk;
-  const int32_t s1 = min(vis, s0 + a.chunk);
   const float M = stats[2 * item], L = stats[2 * item + 1];
   if (!(L > 0)) return;
   const float w = weight / L;
