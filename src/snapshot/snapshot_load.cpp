@@ -116,7 +116,13 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
     sum.sampler.seed = s->seed();
     if (vsize(s->rng()) != 4) bad("sampler RNG state must have 4 words");
     uint64_t rng[4];
-    for (int i = 0; i < 4; ++i) rng[i] = s->rng()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    // Byte by byte, not Vector::Get: the verifier checks the alignment of a vector's length word but not of its
+    // elements, so a hostile chunk can put these 8-byte words at an address that is only 4-aligned.
+    const uint8_t *words = reinterpret_cast<const uint8_t *>(s->rng()->Data());
+    for (int i = 0; i < 4; ++i) {
+      rng[i] = 0;
+      for (int b = 0; b < 8; ++b) rng[i] |= static_cast<uint64_t>(words[8 * i + b]) << (8 * b);
+    }
     try {
       Sampler probe(sum.sampler);
       probe.rng().set_state(rng);

@@ -311,6 +311,43 @@ TEST_F(Damage, SemanticViolationInsideValidChunksIsRefused) {
   expect_untouched();
 }
 
+// The FlatBuffers verifier checks a vector's length word for 4-byte alignment but not its elements, so a hostile
+// (or merely unusual) writer can place the 8-byte RNG words at an address that is only 4-aligned. The reader must
+// take them as they are, without a misaligned load (UBSan's alignment check catches one in the sanitizer build).
+TEST_F(Damage, MisalignedRngWordsRestoreTheSameState) {
+  auto chunks = split_chunks(snap);
+  std::vector<uint8_t> &c = chunks[0];
+  const snap::SamplerState *sst = snap::GetChunk(c.data())->header()->sampler();
+  ASSERT_NE(sst, nullptr);
+  ASSERT_EQ(sst->rng()->size(), 4u);
+  uint64_t want[4];
+  for (int i = 0; i < 4; ++i) want[i] = sst->rng()->Get(static_cast<flatbuffers::uoffset_t>(i));
+  const size_t vec = static_cast<size_t>(reinterpret_cast<const uint8_t *>(sst->rng()) - c.data());
+  // The table field that points at the vector: a forward offset relative to its own position.
+  size_t field = 0;
+  int found = 0;
+  for (size_t f = 0; f + 4 <= vec; f += 4) {
+    uint32_t off;
+    std::memcpy(&off, c.data() + f, 4);
+    if (off == vec - f) field = f, ++found;
+  }
+  ASSERT_EQ(found, 1);
+  // Append a copy whose words start at 4 mod 8 (the chunk buffer itself is 16-aligned) and point the field at it.
+  while (c.size() % 8 != 0) c.push_back(0);
+  const size_t moved = c.size();
+  const uint32_t len = 4, off = static_cast<uint32_t>(moved - field);
+  c.insert(c.end(), reinterpret_cast<const uint8_t *>(&len), reinterpret_cast<const uint8_t *>(&len) + 4);
+  // Other words than the saved ones (still a valid xoshiro state), so a restore that ignored the field would fail.
+  for (int i = 0; i < 4; ++i) {
+    want[i] ^= 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(i + 1);
+    for (int b = 0; b < 8; ++b) c.push_back(static_cast<uint8_t>(want[i] >> (8 * b)));
+  }
+  std::memcpy(c.data() + field, &off, 4);
+  ASSERT_EQ((moved + 4) % 8, 4u);
+  ASSERT_EQ(restore_status(*target, sampler.get(), join_chunks(chunks)), Status::ok);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(sampler->rng().state()[i], want[i]) << "word " << i;
+}
+
 TEST_F(Damage, FullPoolIsRefusedAsKvFullWithNothingChanged) {
   auto m = stories_model();
   SessionOptions o = session_opts(PolicyKind::infokv, 0.5);
