@@ -2,6 +2,7 @@
 // change nothing, KV dtypes stay within tolerance of f32, and the accounting matches the formula.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -156,18 +157,37 @@ TEST(Session, BadTokensAndSequencesChangeNothing) {
   EXPECT_EQ(s.info(id).length, 2);
 }
 
+// The logits' RMS change relative to their spread, in units of the KV dtype's unit roundoff (2^-11 for f16, 2^-9
+// for bf16), over 8 random 60-token sequences. Measured over 12,000 sequences on stories260K: the median sequence
+// is at 0.36 (f16) and 0.71 (bf16) units, but random tokens make the odd sequence attend sharply enough for a
+// heavy tail (99.9th percentile 2.2 / 4.7 units, worst 4.5 / 12). So the median of the 8 is held to 2 units (its
+// chance of failing is below 1e-4 from that tail) and every sequence to 50, which catches a broken conversion (order
+// 1/u) without the 1-in-200 failures a worst-logit bound on one sequence had.
 TEST(Session, KvDtypesStayCloseToF32) {
   std::mt19937 rng(infokv_test::test_seed());  // printed; INFOKV_TEST_SEED replays a failure
-  const std::vector<int32_t> toks = random_tokens(rng, 60);
-  const std::vector<float> ref = decode_alone(toks, opts(KvDtype::f32));
-  // Measured on stories260K: f16 KV moves logits by ~1e-3, bf16 by ~1e-2 (8 bits of mantissa).
-  const std::pair<KvDtype, float> cases[] = {{KvDtype::f16, 2e-2f}, {KvDtype::bf16, 1.5e-1f}};
-  for (const auto &c : cases) {
-    const std::vector<float> got = decode_alone(toks, opts(c.first));
-    float worst = 0;
-    for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(got[i] - ref[i]));
-    EXPECT_LT(worst, c.second) << kv_dtype_name(c.first);
-    EXPECT_GT(worst, 0.0f) << kv_dtype_name(c.first) << " should differ from f32 at all";
+  const std::pair<KvDtype, double> cases[] = {{KvDtype::f16, std::ldexp(1.0, -11)}, {KvDtype::bf16, std::ldexp(1.0, -9)}};
+  std::vector<double> units[2];
+  for (int n = 0; n < 8; ++n) {
+    const std::vector<int32_t> toks = random_tokens(rng, 60);
+    const std::vector<float> ref = decode_alone(toks, opts(KvDtype::f32));
+    double mean = 0, var = 0;
+    for (float x : ref) mean += x;
+    mean /= static_cast<double>(ref.size());
+    for (float x : ref) var += (x - mean) * (x - mean);
+    for (int c = 0; c < 2; ++c) {
+      const std::vector<float> got = decode_alone(toks, opts(cases[c].first));
+      double err = 0;
+      for (size_t i = 0; i < ref.size(); ++i) err += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
+      units[c].push_back(std::sqrt(err / var) / cases[c].second);
+    }
+  }
+  for (int c = 0; c < 2; ++c) {
+    const char *name = kv_dtype_name(cases[c].first);
+    std::vector<double> u = units[c];
+    std::sort(u.begin(), u.end());
+    EXPECT_GT(u.front(), 0.0) << name << " should differ from f32 at all";
+    EXPECT_LT(0.5 * (u[3] + u[4]), 2.0) << name << ": median relative logit change in unit roundoffs";
+    EXPECT_LT(u.back(), 50.0) << name << ": worst sequence, in unit roundoffs";
   }
 }
 
