@@ -11,6 +11,7 @@
 
 #include "gguf/gguf.hpp"
 #include "gguf_builder.hpp"
+#include "tokenizer_test_util.hpp"
 #include "test_paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
@@ -21,6 +22,9 @@ using infokv::GgufFile;
 using infokv::Status;
 using infokv::Tokenizer;
 using infokv_test::GgufBuilder;
+using infokv_test::expect_tokenizer_status;
+using infokv_test::load_tokenizer;
+using infokv_test::smollm2_file;
 
 namespace {
 
@@ -51,17 +55,6 @@ std::vector<RefCase> read_refs(const std::string &name) {
   }
   return out;
 }
-
-const GgufFile *smollm2_file() {
-  static std::unique_ptr<GgufFile> f;
-  if (!f && std::filesystem::exists(infokv_test::smollm2_path())) f = std::make_unique<GgufFile>(infokv_test::smollm2_path());
-  return f.get();
-}
-
-#define REQUIRE_SMOLLM2(file)                                                                                        \
-  const GgufFile *file = smollm2_file();                                                                             \
-  ASSERT_NE(file, nullptr) << "SmolLM2 GGUF " << infokv_test::smollm2_path()                                          \
-                           << " is missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)"
 
 std::string show(const std::vector<int32_t> &v) {
   std::string s;
@@ -187,48 +180,32 @@ GgufBuilder tiny_bpe(const std::vector<std::string> &merges, const std::string &
   return b;
 }
 
-Tokenizer load(const GgufBuilder &b) {
-  std::vector<uint8_t> bytes = b.build();
-  GgufFile f(bytes.data(), bytes.size());
-  return Tokenizer::from_gguf(f);
-}
-
-void expect_status(const GgufBuilder &b, Status status, const std::string &needle) {
-  try {
-    load(b);
-    ADD_FAILURE() << "loaded without error; expected " << needle;
-  } catch (const Error &e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 
 TEST(BpeSynthetic, LowerRankMergesFirst) {
   // "abc": with a+b ranked before b+c the word becomes ab,c -> abc; with b+c first it stays a,bc.
-  Tokenizer t1 = load(tiny_bpe({"a b", "b c", "ab c"}));
+  Tokenizer t1 = load_tokenizer(tiny_bpe({"a b", "b c", "ab c"}));
   EXPECT_EQ(t1.encode("abc", false), (std::vector<int32_t>{6}));
-  Tokenizer t2 = load(tiny_bpe({"b c", "a b", "ab c"}));
+  Tokenizer t2 = load_tokenizer(tiny_bpe({"b c", "a b", "ab c"}));
   EXPECT_EQ(t2.encode("abc", false), (std::vector<int32_t>{1, 8}));
   EXPECT_EQ(t2.encode(" a<|end|>b", false), (std::vector<int32_t>{4, 1, 0, 2}));  // no merge "Ġ a" listed
-  Tokenizer t3 = load(tiny_bpe({"\xC4\xA0 a"}));
+  Tokenizer t3 = load_tokenizer(tiny_bpe({"\xC4\xA0 a"}));
   EXPECT_EQ(t3.encode(" a", false), (std::vector<int32_t>{7}));
 }
 
 TEST(BpeSynthetic, RejectsBrokenMetadataWithoutCrashing) {
-  expect_status(tiny_bpe({"a b", "ab"}), Status::bad_model, "merges entry 1");
-  expect_status(tiny_bpe({"a "}), Status::bad_model, "merges entry 0");
-  expect_status(tiny_bpe({""}), Status::bad_model, "merges entry 0");
-  expect_status(tiny_bpe({"a b"}, "qwen2"), Status::unsupported, "'qwen2'");
+  expect_tokenizer_status(tiny_bpe({"a b", "ab"}), Status::bad_model, "merges entry 1");
+  expect_tokenizer_status(tiny_bpe({"a "}), Status::bad_model, "merges entry 0");
+  expect_tokenizer_status(tiny_bpe({""}), Status::bad_model, "merges entry 0");
+  expect_tokenizer_status(tiny_bpe({"a b"}, "qwen2"), Status::unsupported, "'qwen2'");
   GgufBuilder no_merges;
   no_merges.add_string("tokenizer.ggml.model", "gpt2").add_string_array("tokenizer.ggml.tokens", {"a"});
-  expect_status(no_merges, Status::bad_model, "tokenizer.ggml.merges");
+  expect_tokenizer_status(no_merges, Status::bad_model, "tokenizer.ggml.merges");
   GgufBuilder wrong_type;
   wrong_type.add_string("tokenizer.ggml.model", "gpt2")
       .add_string_array("tokenizer.ggml.tokens", {"a"})
       .add_i32_array("tokenizer.ggml.merges", {1, 2});
-  expect_status(wrong_type, Status::bad_model, "tokenizer.ggml.merges");
+  expect_tokenizer_status(wrong_type, Status::bad_model, "tokenizer.ggml.merges");
 }
 
 #ifdef INFOKV_CLI_PATH

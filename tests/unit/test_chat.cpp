@@ -12,6 +12,7 @@
 
 #include "gguf/gguf.hpp"
 #include "gguf_builder.hpp"
+#include "tokenizer_test_util.hpp"
 #include "test_paths.hpp"
 #include "tokenizer/chat.hpp"
 #include "util/error.hpp"
@@ -59,17 +60,6 @@ std::vector<Conv> read_convs() {
   }
   return out;
 }
-
-const GgufFile *smollm2_file() {
-  static std::unique_ptr<GgufFile> f;
-  if (!f && std::filesystem::exists(infokv_test::smollm2_path())) f = std::make_unique<GgufFile>(infokv_test::smollm2_path());
-  return f.get();
-}
-
-#define REQUIRE_SMOLLM2(file)                                                                                        \
-  const GgufFile *file = smollm2_file();                                                                             \
-  ASSERT_NE(file, nullptr) << "SmolLM2 GGUF " << infokv_test::smollm2_path()                                          \
-                           << " is missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)"
 
 }  // namespace
 

@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.hpp"
 #include "gguf_builder.hpp"
+#include "tokenizer_test_util.hpp"
 #include "test_paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
@@ -21,6 +22,8 @@ using infokv::StreamingDetokenizer;
 using infokv::Tokenizer;
 using infokv::TokenType;
 using infokv_test::GgufBuilder;
+using infokv_test::expect_tokenizer_status;
+using infokv_test::load_tokenizer;
 
 namespace {
 
@@ -431,22 +434,6 @@ GgufBuilder tiny_vocab(const std::vector<std::string> &pieces, const std::vector
   return b;
 }
 
-Tokenizer load(const GgufBuilder &b) {
-  std::vector<uint8_t> bytes = b.build();
-  GgufFile f(bytes.data(), bytes.size());
-  return Tokenizer::from_gguf(f);
-}
-
-void expect_status(const GgufBuilder &b, Status status, const std::string &needle) {
-  try {
-    load(b);
-    ADD_FAILURE() << "loaded without error; expected " << needle;
-  } catch (const Error &e) {
-    EXPECT_EQ(e.status(), status) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 }  // namespace
 
 TEST(TokenizerSynthetic, MergesHighestScoreFirstAndLeftmostOnTies) {
@@ -454,20 +441,20 @@ TEST(TokenizerSynthetic, MergesHighestScoreFirstAndLeftmostOnTies) {
   {
     GgufBuilder b = tiny_vocab(pieces, {-1, -1, -5, -5});
     b.add_bool("tokenizer.ggml.add_space_prefix", false);
-    Tokenizer t = load(b);
+    Tokenizer t = load_tokenizer(b);
     EXPECT_EQ(t.encode("abb", false), (std::vector<int32_t>{5, 4}));  // tie: "ab" is leftmost
   }
   {
     GgufBuilder b = tiny_vocab(pieces, {-1, -1, -5, -4});
     b.add_bool("tokenizer.ggml.add_space_prefix", false);
-    Tokenizer t = load(b);
+    Tokenizer t = load_tokenizer(b);
     EXPECT_EQ(t.encode("abb", false), (std::vector<int32_t>{3, 6}));  // "bb" scores higher
   }
 }
 
 TEST(TokenizerSynthetic, MissingByteTokensFallBackToUnknown) {
   GgufBuilder b = tiny_vocab({"\xE2\x96\x81", "a", "<0x7A>"}, {-1, -1, 0});
-  Tokenizer t = load(b);
+  Tokenizer t = load_tokenizer(b);
   // 'z' has a byte token; 'q' has neither piece nor byte token and becomes <unk>, which decodes to nothing.
   EXPECT_EQ(t.encode("azq", true), (std::vector<int32_t>{1, 3, 4, 5, 0}));
   EXPECT_EQ(t.decode(t.encode("azq", true)), " az");
@@ -476,7 +463,7 @@ TEST(TokenizerSynthetic, MissingByteTokensFallBackToUnknown) {
 TEST(TokenizerSynthetic, HonoursAddBosAndSpacePrefixFlags) {
   GgufBuilder b = tiny_vocab({"\xE2\x96\x81", "a"}, {-1, -1});
   b.add_bool("tokenizer.ggml.add_bos_token", false).add_bool("tokenizer.ggml.add_space_prefix", false);
-  Tokenizer t = load(b);
+  Tokenizer t = load_tokenizer(b);
   EXPECT_FALSE(t.add_bos());
   EXPECT_EQ(t.encode("a a", false), (std::vector<int32_t>{4, 3, 4}));
 }
@@ -487,7 +474,7 @@ TEST(TokenizerSynthetic, OptionalArraysDefaultAndNoneIdsMeanAbsent) {
       .add_string_array("tokenizer.ggml.tokens", {"<unk>", "\xE2\x96\x81", "x"})
       .add_u32("tokenizer.ggml.bos_token_id", 0xFFFFFFFFu)
       .add_i32("tokenizer.ggml.eos_token_id", -1);
-  Tokenizer t = load(b);
+  Tokenizer t = load_tokenizer(b);
   EXPECT_EQ(t.bos(), -1);
   EXPECT_EQ(t.eos(), -1);
   EXPECT_EQ(t.type(2), TokenType::normal);
@@ -497,86 +484,86 @@ TEST(TokenizerSynthetic, OptionalArraysDefaultAndNoneIdsMeanAbsent) {
 
 TEST(TokenizerSynthetic, FingerprintChangesWithScoresAndSpecialIds) {
   const std::vector<std::string> pieces = {"a", "b", "ab"};
-  uint64_t base = load(tiny_vocab(pieces, {-1, -1, -2})).fingerprint();
-  EXPECT_EQ(base, load(tiny_vocab(pieces, {-1, -1, -2})).fingerprint());
-  EXPECT_NE(base, load(tiny_vocab(pieces, {-1, -1, -3})).fingerprint());
-  EXPECT_NE(base, load(tiny_vocab({"a", "b", "ba"}, {-1, -1, -2})).fingerprint());
+  uint64_t base = load_tokenizer(tiny_vocab(pieces, {-1, -1, -2})).fingerprint();
+  EXPECT_EQ(base, load_tokenizer(tiny_vocab(pieces, {-1, -1, -2})).fingerprint());
+  EXPECT_NE(base, load_tokenizer(tiny_vocab(pieces, {-1, -1, -3})).fingerprint());
+  EXPECT_NE(base, load_tokenizer(tiny_vocab({"a", "b", "ba"}, {-1, -1, -2})).fingerprint());
   GgufBuilder other_eos = tiny_vocab(pieces, {-1, -1, -2});
   other_eos.add_u32("tokenizer.ggml.padding_token_id", 3);  // not part of the fingerprint
-  EXPECT_EQ(base, load(other_eos).fingerprint());
+  EXPECT_EQ(base, load_tokenizer(other_eos).fingerprint());
 }
 
 TEST(TokenizerSynthetic, RejectsBrokenMetadata) {
   {
     GgufBuilder b;
     b.add_string("general.architecture", "llama");
-    expect_status(b, Status::bad_model, "tokenizer.ggml.model");
+    expect_tokenizer_status(b, Status::bad_model, "tokenizer.ggml.model");
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama");
-    expect_status(b, Status::bad_model, "tokenizer.ggml.tokens");
+    expect_tokenizer_status(b, Status::bad_model, "tokenizer.ggml.tokens");
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama").add_i32_array("tokenizer.ggml.tokens", {1, 2});
-    expect_status(b, Status::bad_model, "tokenizer.ggml.tokens");
+    expect_tokenizer_status(b, Status::bad_model, "tokenizer.ggml.tokens");
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama")
         .add_string_array("tokenizer.ggml.tokens", {"<unk>", "a"})
         .add_f32_array("tokenizer.ggml.scores", {0});
-    expect_status(b, Status::bad_model, "tokenizer.ggml.scores");
+    expect_tokenizer_status(b, Status::bad_model, "tokenizer.ggml.scores");
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama")
         .add_string_array("tokenizer.ggml.tokens", {"<unk>", "a"})
         .add_i32_array("tokenizer.ggml.token_type", {2, 1, 1});
-    expect_status(b, Status::bad_model, "tokenizer.ggml.token_type");
+    expect_tokenizer_status(b, Status::bad_model, "tokenizer.ggml.token_type");
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama")
         .add_string_array("tokenizer.ggml.tokens", {"<unk>", "a"})
         .add_i32_array("tokenizer.ggml.token_type", {2, 9});
-    expect_status(b, Status::bad_model, "token type 9");
+    expect_tokenizer_status(b, Status::bad_model, "token type 9");
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama")
         .add_string_array("tokenizer.ggml.tokens", {"<unk>", "a"})
         .add_i32_array("tokenizer.ggml.token_type", {2, 6});
-    expect_status(b, Status::bad_model, "<0xXX>");
+    expect_tokenizer_status(b, Status::bad_model, "<0xXX>");
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama").add_string_array("tokenizer.ggml.tokens", {});
-    expect_status(b, Status::bad_model, "empty");
+    expect_tokenizer_status(b, Status::bad_model, "empty");
   }
   for (const char *key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id"}) {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama").add_string_array("tokenizer.ggml.tokens", {"<unk>", "a"}).add_u32(key, 2);
-    expect_status(b, Status::bad_model, key);
+    expect_tokenizer_status(b, Status::bad_model, key);
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama").add_string_array("tokenizer.ggml.tokens", {"<unk>"}).add_i32(
         "tokenizer.ggml.bos_token_id", -7);
-    expect_status(b, Status::bad_model, "bos_token_id");
+    expect_tokenizer_status(b, Status::bad_model, "bos_token_id");
   }
   {
     GgufBuilder b;
     b.add_string("tokenizer.ggml.model", "llama")
         .add_string_array("tokenizer.ggml.tokens", {"<unk>"})
         .add_u32("tokenizer.ggml.add_bos_token", 1);
-    expect_status(b, Status::bad_model, "add_bos_token");
+    expect_tokenizer_status(b, Status::bad_model, "add_bos_token");
   }
 }
 
 TEST(TokenizerSynthetic, RejectsUnsupportedModelNamingIt) {
   GgufBuilder b;
   b.add_string("tokenizer.ggml.model", "t5").add_string_array("tokenizer.ggml.tokens", {"a"});
-  expect_status(b, Status::unsupported, "'t5'");
+  expect_tokenizer_status(b, Status::unsupported, "'t5'");
 }
