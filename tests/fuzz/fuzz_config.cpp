@@ -1,10 +1,7 @@
 // libFuzzer target for the config readers: the input is tried as JSON text and as the binary form. Any
 // infokv::Error is fine; a crash or a sanitizer report is a bug. A config that reads must write and re-read.
-// -DINFOKV_FUZZ_STANDALONE gives a main() that runs the files named on the command line (for GCC builds).
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -27,14 +24,3 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   return 0;
 }
-
-#ifdef INFOKV_FUZZ_STANDALONE
-int main(int argc, char **argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::ifstream f(argv[i], std::ios::binary);
-    std::vector<uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    LLVMFuzzerTestOneInput(b.data(), b.size());
-  }
-  return 0;
-}
-#endif

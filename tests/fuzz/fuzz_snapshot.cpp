@@ -2,12 +2,9 @@
 // stories260K when $INFOKV_MODELS_DIR (or ../shared/models) holds it. Any exception is fine; a crash, a sanitizer
 // report, or a restore that changes the session's state after failing is a bug.
 // Build: clang++ -fsanitize=fuzzer,address,undefined with infokv_core (see the note in tests/fuzz/CMakeLists.txt).
-// -DINFOKV_FUZZ_STANDALONE gives a main() that runs the files named on the command line (for GCC builds).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -100,14 +97,3 @@ void check_restore(const uint8_t *data, size_t size) {
   s.kv().check_invariants();
 }
 }  // namespace
-
-#ifdef INFOKV_FUZZ_STANDALONE
-int main(int argc, char **argv) {
-  for (int i = 1; i < argc; ++i) {
-    std::ifstream f(argv[i], std::ios::binary);
-    std::vector<uint8_t> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    LLVMFuzzerTestOneInput(b.data(), b.size());
-  }
-  return 0;
-}
-#endif
