@@ -44,10 +44,11 @@ for t in $targets; do
       ;;
     config)
       cp "$root"/tests/data/golden/config_v1.json "$root"/tests/data/golden/config_v1.bin "$seeds"/
-      [ -d "$root/tests/data/fuzz/config" ] && cp "$root"/tests/data/fuzz/config/* "$seeds"/ 2>/dev/null || true
       extra="-max_len=8192"
       ;;
   esac
+  # Earlier findings (regression inputs, also replayed by ctest's fuzz_replay_<target>) seed the run too.
+  [ -d "$root/tests/data/fuzz/$t" ] && cp "$root/tests/data/fuzz/$t"/* "$seeds"/ 2>/dev/null || true
   echo "run.sh: fuzzing $t for $secs s"
   # shellcheck disable=SC2086
   "$build/tests/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
