@@ -3,7 +3,7 @@
 
 #include "cli/args.hpp"
 #include "cli/json.hpp"
-#include "gguf/gguf.hpp"
+#include "model/model.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
 
@@ -14,9 +14,8 @@ int cmd_tokenize(int argc, char **argv) {
   Args a(argc, argv, 2, {"model", "text", "file"}, {"json", "bos", "no-special", "pieces"});
   if (a.has("text") == a.has("file")) fail(Status::invalid_argument, "give exactly one of --text T and --file F");
   const std::string text = a.has("text") ? a.str("text") : read_file(a.str("file"));
-  // Only the tokenizer metadata is needed: the weights are not checked or touched.
-  GgufFile file(resolve_model_path(a.str("model", default_model_path())));
-  Tokenizer tok = Tokenizer::from_gguf(file);
+  // Only the tokenizer is needed (a GGUF file or a Hugging Face directory): the weights are not checked or touched.
+  const Tokenizer tok = Model::load_tokenizer(resolve_model_path(a.str("model", default_model_path())));
   const std::vector<int32_t> ids = tok.encode(text, a.flag("bos"), !a.flag("no-special"));
   if (a.flag("json")) {
     JsonObject o;

@@ -49,6 +49,10 @@ class Model {
   // or sharded *.safetensors with model.safetensors.index.json, tokenizer.json; f32/f16/bf16 weights).
   // Throws Error(io|bad_model|unsupported) with a message naming the problem.
   static std::shared_ptr<const Model> load(const std::string &path);
+  // Only the tokenizer of what load() would open, without reading or checking weights: a GGUF file's
+  // tokenizer.ggml.* metadata, or a directory's tokenizer.json (+ tokenizer_config.json and config.json when present;
+  // a tokenizer-only directory is enough). Throws as load() does.
+  static Tokenizer load_tokenizer(const std::string &path);
 
   // "gguf" or "safetensors".
   const std::string &format() const { return format_; }

@@ -4,9 +4,11 @@
 // llama.cpp's converter applies, so both layouts compute the same model.
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include "gguf/ggml_types.hpp"
+#include "gguf/gguf.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 #include "util/fp16.hpp"
@@ -29,6 +31,11 @@ std::string slurp(const fs::path &p, const char *what) {
 
 JsonValue json_file(const fs::path &p, const char *what) {
   return JsonValue::parse(slurp(p, what), static_cast<int32_t>(Status::bad_model), p.filename().string());
+}
+
+std::unique_ptr<JsonValue> optional_json_file(const fs::path &p, const char *what) {
+  std::error_code ec;
+  return fs::exists(p, ec) ? std::make_unique<JsonValue>(json_file(p, what)) : nullptr;
 }
 
 int64_t cfg_int(const JsonValue &c, const char *key, int64_t lo, int64_t hi, bool required, int64_t fallback) {
@@ -60,6 +67,15 @@ uint32_t ggml_type_of(StDtype t) {
 }
 
 }  // namespace
+
+Tokenizer Model::load_tokenizer(const std::string &path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return Tokenizer::from_gguf(GgufFile(path));
+  const fs::path dir(path);
+  const std::unique_ptr<JsonValue> tcfg = optional_json_file(dir / "tokenizer_config.json", "tokenizer_config.json");
+  const std::unique_ptr<JsonValue> cfg = optional_json_file(dir / "config.json", "config.json");
+  return Tokenizer::from_hf(json_file(dir / "tokenizer.json", "tokenizer.json"), tcfg.get(), cfg.get());
+}
 
 std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
   const fs::path dir(dir_str);
@@ -103,11 +119,9 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
   const bool tie_cfg = tie != nullptr && tie->is_bool() && tie->as_bool();
 
   // Tokenizer and chat template.
-  const JsonValue tj = json_file(dir / "tokenizer.json", "tokenizer.json");
-  std::unique_ptr<JsonValue> tcfg;
+  std::unique_ptr<JsonValue> tcfg = optional_json_file(dir / "tokenizer_config.json", "tokenizer_config.json");
+  m->tok_ = Tokenizer::from_hf(json_file(dir / "tokenizer.json", "tokenizer.json"), tcfg.get(), &cfg);
   std::error_code ec;
-  if (fs::exists(dir / "tokenizer_config.json", ec)) tcfg = std::make_unique<JsonValue>(json_file(dir / "tokenizer_config.json", "tokenizer_config.json"));
-  m->tok_ = Tokenizer::from_hf(tj, tcfg.get(), &cfg);
   if (tcfg != nullptr)
     if (const JsonValue *ct = tcfg->find("chat_template"); ct != nullptr && ct->is_string()) m->chat_template_ = ct->as_string();
   if (const JsonValue *nm = cfg.find("_name_or_path"); nm != nullptr && nm->is_string()) m->name_ = nm->as_string();

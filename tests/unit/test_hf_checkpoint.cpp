@@ -260,6 +260,37 @@ TEST(HfCheckpoint, SameTokensAndLogitsAsTheGgufOfTheSameModel) {
   fs::remove(gg);
 }
 
+// Model::load_tokenizer (what `infokv tokenize` uses) reads only the tokenizer: from a GGUF file, from a whole
+// checkpoint directory, and from a directory that holds nothing but tokenizer.json + tokenizer_config.json.
+TEST(HfCheckpoint, LoadTokenizerNeedsNoWeights) {
+  const Tiny t = make_tiny(23);
+  const fs::path gg = write_gguf(t, tmp_dir("tok.gguf"));
+  const fs::path dir = write_hf(t, tmp_dir("tokdir"), 1);
+  const fs::path only = tmp_dir("tokonly");
+  fs::create_directories(only);
+  fs::copy_file(dir / "tokenizer.json", only / "tokenizer.json");
+  fs::copy_file(dir / "tokenizer_config.json", only / "tokenizer_config.json");
+  auto full = infokv::Model::load(dir.string());
+  for (const fs::path &p : {gg, dir, only}) {
+    const infokv::Tokenizer tok = infokv::Model::load_tokenizer(p.string());
+    EXPECT_EQ(tok.n_vocab(), full->tokenizer().n_vocab()) << p;
+    for (const char *s : {"in the heat", " the  a\n<|im_start|>x<|im_end|>", "\xC3\xA9t\xC3\xA9 42!"})
+      for (bool bos : {false, true})
+        EXPECT_EQ(tok.encode(s, bos), full->tokenizer().encode(s, bos)) << p << ": " << s;
+  }
+  fs::remove(only / "tokenizer.json");
+  try {
+    infokv::Model::load_tokenizer(only.string());
+    ADD_FAILURE() << "loaded a tokenizer from a directory without tokenizer.json";
+  } catch (const infokv::Error &e) {
+    EXPECT_EQ(e.status(), infokv::Status::io) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+  }
+  fs::remove_all(only);
+  fs::remove_all(dir);
+  fs::remove(gg);
+}
+
 TEST(HfCheckpoint, RejectsBrokenDirectories) {
   const Tiny t = make_tiny(3);
   const fs::path base = tmp_dir("bad");

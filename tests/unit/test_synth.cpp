@@ -33,6 +33,16 @@ std::string tmp_path(const std::string &name) {
 
 int run(const std::string &args) { return std::system((std::string(INFOKV_CLI_PATH) + " " + args + " >/dev/null 2>&1").c_str()); }
 
+// What the CLI prints on stdout ("" when it fails).
+std::string output_of(const std::string &args) {
+  FILE *p = ::popen((std::string(INFOKV_CLI_PATH) + " " + args + " 2>/dev/null").c_str(), "r");
+  if (p == nullptr) return "";
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  return ::pclose(p) == 0 ? out : "";
+}
+
 std::string slurp(const std::string &p) {
   std::ifstream f(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
@@ -126,6 +136,18 @@ TEST(Synth, SafetensorsCheckpointGivesTheSameLogitsAsTheGgufOfTheSameSeed) {
     EXPECT_EQ(h->tokenizer().bos(), 1);
     EXPECT_EQ(h->tokenizer().eos(), 2);
     EXPECT_TRUE(h->tokenizer().add_bos());
+    // `infokv tokenize` reads the tokenizer of either form (the directory's without touching its weights). The two
+    // tokenizers differ by design (the GGUF keeps stories260K's SentencePiece vocabulary, the directory gets a
+    // byte-level BPE tokenizer.json), so each is compared with its own model's.
+    const std::string text = "Once upon a time, <s> a cat!";
+    for (const auto &[path, model] : {std::pair<std::string, const Model *>{gguf, g.get()}, {dir, h.get()}}) {
+      std::string want = "{\"n_tokens\":";
+      const std::vector<int32_t> t = model->tokenizer().encode(text, true);
+      want += std::to_string(t.size()) + ",\"ids\":[";
+      for (size_t k = 0; k < t.size(); ++k) want += (k ? "," : "") + std::to_string(t[k]);
+      want += "]}\n";
+      EXPECT_EQ(output_of("tokenize --bos --json --model " + path + " --text '" + text + "'"), want) << path;
+    }
     const std::vector<int32_t> ids = {1, 300, 301, 455, 460, 7, 511, 42, 259};
     const std::vector<float> x = logits_of(g, ids), y = logits_of(h, ids);
     ASSERT_EQ(x.size(), y.size());
