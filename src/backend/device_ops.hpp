@@ -120,9 +120,11 @@ class DevBuf {
 };
 
 // The CPU's DeviceOps (host_ops.cpp): the cpu:: kernels, multithreaded on `pool` (not owned; must outlive it).
-// With device_store, its KV pool is the generic store a device backend uses (make_ops_kv_store, in malloc'ed
-// memory) instead of the memory-mapped host store: how the tests run that store's code without a GPU.
-std::unique_ptr<DeviceOps> make_host_ops(ThreadPool *pool, bool device_store = false);
+// With like_device it behaves as a device would where the CPU normally takes a shortcut, so the tests run the device
+// code paths without a GPU: its KV pool is the generic store a device backend uses (make_ops_kv_store, in malloc'ed
+// memory) instead of the memory-mapped host store, and a download reaches the host only at sync() (the
+// destination holds a poison pattern until then), as with an asynchronous copy on a GPU stream.
+std::unique_ptr<DeviceOps> make_host_ops(ThreadPool *pool, bool like_device = false);
 
 // A KvStore in a DeviceOps's memory, moving bytes with its copy and kv_move_slots (ops_forward.cpp).
 std::unique_ptr<KvStore> make_ops_kv_store(DeviceOps &ops, const cpu::PagedKv &geometry, int64_t n_blocks);

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <unistd.h>
 
+#include <vector>
+
 #include "backend/device_ops.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
@@ -14,7 +16,7 @@ namespace {
 
 class HostOps final : public DeviceOps {
  public:
-  HostOps(ThreadPool *pool, bool device_store) : pool_(pool), device_store_(device_store) {}
+  HostOps(ThreadPool *pool, bool like_device) : pool_(pool), like_device_(like_device) {}
   std::string name() const override { return "cpu"; }
   int64_t free_memory() const override {
     const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
@@ -30,10 +32,23 @@ class HostOps final : public DeviceOps {
   }
   void release(void *p) noexcept override { std::free(p); }
   void upload(void *dst, const void *host, size_t bytes) override { std::memcpy(dst, host, bytes); }
-  void download(void *host, const void *src, size_t bytes) override { std::memcpy(host, src, bytes); }
+  void download(void *host, const void *src, size_t bytes) override {
+    if (!like_device_) {
+      std::memcpy(host, src, bytes);
+      return;
+    }
+    // As on a GPU stream: the bytes are those at this point of the stream, but they reach `host` only at sync();
+    // until then `host` holds a poison pattern (NaN as f32 and f64), so code that reads a download early fails.
+    const uint8_t *b = static_cast<const uint8_t *>(src);
+    pending_.push_back(Pending{host, std::vector<uint8_t>(b, b + bytes)});
+    std::memset(host, 0xFF, bytes);
+  }
   void copy(void *dst, const void *src, size_t bytes) override { std::memmove(dst, src, bytes); }
   void zero(void *dst, size_t bytes) override { std::memset(dst, 0, bytes); }
-  void sync() override {}
+  void sync() override {
+    for (const Pending &p : pending_) std::memcpy(p.host, p.bytes.data(), p.bytes.size());
+    pending_.clear();
+  }
 
   DevMatrix matrix(const Weight &w) override {
     if (!cpu::weight_type_supported(w.type)) fail(Status::unsupported, "weight type of " + w.name + " is not supported on the CPU");
@@ -41,7 +56,7 @@ class HostOps final : public DeviceOps {
   }
   const float *vec(const std::vector<float> &v) override { return v.data(); }
   std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
-    return device_store_ ? make_ops_kv_store(*this, geometry, n_blocks) : make_host_kv_store(geometry, n_blocks);
+    return like_device_ ? make_ops_kv_store(*this, geometry, n_blocks) : make_host_kv_store(geometry, n_blocks);
   }
 
   void get_rows(float *out, const DevMatrix &emb, const int32_t *ids, int64_t n, int64_t d) override {
@@ -88,14 +103,19 @@ class HostOps final : public DeviceOps {
   }
 
  private:
+  struct Pending {
+    void *host;
+    std::vector<uint8_t> bytes;
+  };
   ThreadPool *pool_;
-  bool device_store_;
+  bool like_device_;
+  std::vector<Pending> pending_;  // downloads not yet delivered (like_device_)
 };
 
 }  // namespace
 
-std::unique_ptr<DeviceOps> make_host_ops(ThreadPool *pool, bool device_store) {
-  return std::make_unique<HostOps>(pool, device_store);
+std::unique_ptr<DeviceOps> make_host_ops(ThreadPool *pool, bool like_device) {
+  return std::make_unique<HostOps>(pool, like_device);
 }
 
 }  // namespace infokv

@@ -1,7 +1,8 @@
 // The backend seam without a GPU: a session whose KV pool is the generic device store (make_ops_kv_store: the
 // store the CUDA backend uses, here in host memory through the CPU's DeviceOps) must behave exactly like one on the
 // memory-mapped host store, through every compression policy (slot moves), forks (copy-on-write block copies) and
-// snapshots (whole-block reads and writes) in both directions.
+// snapshots (whole-block reads and writes) in both directions. That CPU DeviceOps also delivers downloads only at
+// sync(), as a GPU stream does, so a read of the side channels, logits or blocks before the sync fails here too.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -41,7 +42,7 @@ struct Pair {
   ThreadPool pool{2};
   Session host, dev;
   explicit Pair(const SessionOptions &o)
-      : host(stories(), o), dev(stories(), o, make_ops_forward(*stories(), make_host_ops(&pool, /*device_store=*/true))) {}
+      : host(stories(), o), dev(stories(), o, make_ops_forward(*stories(), make_host_ops(&pool, /*like_device=*/true))) {}
 };
 
 void decode_same(Pair &p, int32_t seq, const std::vector<int32_t> &toks) {
