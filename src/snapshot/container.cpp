@@ -16,11 +16,6 @@ constexpr uint64_t kMaxChunk = (uint64_t{1} << 31) - 1;
 void put_le(uint8_t *p, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
-uint64_t get_le(const uint8_t *p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 [[noreturn]] void bad(const std::string &m) { fail(Status::bad_snapshot, "corrupt snapshot: " + m); }
 }  // namespace
 

@@ -14,6 +14,14 @@ namespace infokv {
 namespace snapshot {
 namespace fb = ::infokv::snap;
 
+// The unsigned little-endian integer in the n <= 8 bytes at p, at any alignment (the container's size and checksum
+// fields, and 8-byte vector elements, which the FlatBuffers verifier does not check for alignment).
+inline uint64_t get_le(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
 // RAII XXH3 streaming state.
 class Xxh3Stream {
  public:

@@ -119,10 +119,7 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
     // Byte by byte, not Vector::Get: the verifier checks the alignment of a vector's length word but not of its
     // elements, so a hostile chunk can put these 8-byte words at an address that is only 4-aligned.
     const uint8_t *words = reinterpret_cast<const uint8_t *>(s->rng()->Data());
-    for (int i = 0; i < 4; ++i) {
-      rng[i] = 0;
-      for (int b = 0; b < 8; ++b) rng[i] |= static_cast<uint64_t>(words[8 * i + b]) << (8 * b);
-    }
+    for (int i = 0; i < 4; ++i) rng[i] = get_le(words + 8 * i, 8);
     try {
       Sampler probe(sum.sampler);
       probe.rng().set_state(rng);
