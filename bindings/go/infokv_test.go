@@ -60,13 +60,19 @@ func load(t testing.TB) *infokv.Model {
 	return m
 }
 
-func TestGreedyGenerationMatchesTheReference(t *testing.T) {
-	m := load(t)
-	s, err := m.NewSession()
+// newSession opens a session on m or fails the test; the session is closed when the test ends.
+func newSession(t testing.TB, m *infokv.Model, opts ...infokv.SessionOption) *infokv.Session {
+	s, err := m.NewSession(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestGreedyGenerationMatchesTheReference(t *testing.T) {
+	m := load(t)
+	s := newSession(t, m)
 	var streamed strings.Builder
 	res, err := s.GenerateText(context.Background(), "Once upon a time", 40, infokv.Greedy(), func(tok infokv.Token) error {
 		streamed.WriteString(tok.Text)

@@ -99,11 +99,7 @@ func TestSnapshotContinuesExactlyInAFreshSessionAndModel(t *testing.T) {
 
 func TestCorruptSnapshotIsErrBadSnapshotAndTheSessionStaysUsable(t *testing.T) {
 	m := load(t)
-	s, err := m.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSession(t, m)
 	prompt, _ := m.Tokenize("Once upon a time", true)
 	greedyTokens(t, s, 0, prompt, 8)
 	data, err := s.SaveBytes(0, nil)
@@ -111,11 +107,7 @@ func TestCorruptSnapshotIsErrBadSnapshotAndTheSessionStaysUsable(t *testing.T) {
 		t.Fatal(err)
 	}
 	data[len(data)/2] ^= 0xFF
-	s2, err := m.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := newSession(t, m)
 	if _, err := s2.RestoreBytes(data, nil); !errors.Is(err, infokv.ErrBadSnapshot) {
 		t.Fatalf("want ErrBadSnapshot, got %v", err)
 	}
@@ -238,11 +230,7 @@ func otherModel(t *testing.T) string {
 
 func TestSnapshotOfAnotherModelIsErrWrongModel(t *testing.T) {
 	m := load(t)
-	s, err := m.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := newSession(t, m)
 	prompt, _ := m.Tokenize("Once upon a time", true)
 	greedyTokens(t, s, 0, prompt, 5)
 	data, err := s.SaveBytes(0, nil)
@@ -254,11 +242,7 @@ func TestSnapshotOfAnotherModelIsErrWrongModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	s2, err := other.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := newSession(t, other)
 	if _, err := s2.RestoreBytes(data, nil); !errors.Is(err, infokv.ErrWrongModel) {
 		t.Fatalf("want ErrWrongModel, got %v", err)
 	}
