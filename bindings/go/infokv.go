@@ -19,8 +19,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -247,27 +249,56 @@ func WithDevice(device string) SessionOption {
 }
 
 // WithField sets any numeric field of the C ikv_session_options by its C name ("interval", "alpha", "window",
-// ...), so options added to the C ABI are usable before they get a named helper.
+// ...), so options added to the C ABI are usable before they get a named helper. An integer field takes only a
+// whole number its C type holds (no silent truncation or wrap-around); an unknown name, a string field (use
+// WithDevice) or an unfit value makes NewSession fail with ErrInvalidArgument.
 func WithField(name string, value float64) SessionOption {
 	return func(o capi.Ikv_session_options) error { return setField(o, name, value) }
 }
 
 func setField(o any, name string, value float64) error {
-	camel := "Set" + strings.ToUpper(name[:1]) + name[1:]
-	mth := reflect.ValueOf(o).MethodByName(camel)
-	if !mth.IsValid() || mth.Type().NumIn() != 1 || name == "struct_size" || name == "version" {
-		return &Error{Status: int32(capi.IKV_ERR_INVALID_ARGUMENT), Message: "unknown option " + name}
+	bad := func(msg string) error { return &Error{Status: int32(capi.IKV_ERR_INVALID_ARGUMENT), Message: msg} }
+	if name == "" || name == "struct_size" || name == "version" {
+		return bad("unknown option " + strconv.Quote(name))
+	}
+	mth := reflect.ValueOf(o).MethodByName("Set" + strings.ToUpper(name[:1]) + name[1:])
+	if !mth.IsValid() || mth.Type().NumIn() != 1 {
+		return bad("unknown option " + strconv.Quote(name))
 	}
 	arg := reflect.New(mth.Type().In(0)).Elem()
+	// SWIG gives C int fields as Go int and (u)int64_t as (u)int64: bound by the C type, and by 2^53 where a float64
+	// stops holding every integer.
+	whole := func(lo, hi float64) error {
+		if value != math.Trunc(value) || value < lo || value > hi {
+			return bad(fmt.Sprintf("option %s takes a whole number in [%.0f, %.0f], not %v", name, lo, hi, value))
+		}
+		return nil
+	}
 	switch arg.Kind() {
 	case reflect.Float32, reflect.Float64:
 		arg.SetFloat(value)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+	case reflect.Int, reflect.Int32:
+		if err := whole(math.MinInt32, math.MaxInt32); err != nil {
+			return err
+		}
 		arg.SetInt(int64(value))
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	case reflect.Int64:
+		if err := whole(-(1 << 53), 1<<53); err != nil {
+			return err
+		}
+		arg.SetInt(int64(value))
+	case reflect.Uint, reflect.Uint32:
+		if err := whole(0, math.MaxUint32); err != nil {
+			return err
+		}
+		arg.SetUint(uint64(value))
+	case reflect.Uint64:
+		if err := whole(0, 1<<53); err != nil {
+			return err
+		}
 		arg.SetUint(uint64(value))
 	default:
-		return &Error{Status: int32(capi.IKV_ERR_INVALID_ARGUMENT), Message: "option " + name + " is not numeric"}
+		return bad("option " + name + " is not numeric (the device has WithDevice)")
 	}
 	mth.Call([]reflect.Value{arg})
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -151,6 +152,32 @@ func TestErrorsAreValuesMatchingTheSentinels(t *testing.T) {
 	if _, err := m.NewSession(infokv.WithField("no_such_field", 1)); !errors.Is(err, infokv.ErrInvalidArgument) {
 		t.Fatalf("unknown option: %v", err)
 	}
+	// WithField refuses what the C field cannot hold instead of truncating it (an empty name used to panic).
+	for _, c := range []struct {
+		name  string
+		value float64
+	}{{"", 1}, {"window", 2.5}, {"window", 1e12}, {"window", math.NaN()}, {"kv_pool_blocks", math.Inf(1)},
+		{"device", 1}, {"struct_size", 8}} {
+		if _, err := m.NewSession(infokv.WithField(c.name, c.value)); !errors.Is(err, infokv.ErrInvalidArgument) {
+			t.Fatalf("WithField(%q, %v): %v", c.name, c.value, err)
+		}
+	}
+	tuned := newSession(t, m, infokv.WithPolicy(infokv.PolicyInfoKV), infokv.WithBudgetFraction(0.5),
+		infokv.WithField("window", 8), infokv.WithField("alpha", 0.5), infokv.WithField("kv_pool_blocks", 64))
+	if n, err := tuned.KVStat(infokv.KVBlocksTotal); err != nil || n != 64 {
+		t.Fatalf("kv_pool_blocks through WithField: %v %v", n, err)
+	}
+	// SamplerField goes through the same checks; the seed is an unsigned 64-bit field.
+	for _, v := range []float64{-1, 0.5, math.Inf(1)} {
+		if _, err := infokv.NewSampler(infokv.SamplerField("seed", v)); !errors.Is(err, infokv.ErrInvalidArgument) {
+			t.Fatalf("SamplerField(seed, %v): %v", v, err)
+		}
+	}
+	smp, err := infokv.NewSampler(infokv.SamplerField("seed", 7), infokv.SamplerField("top_k", 20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	smp.Close()
 }
 
 func TestDeviceCPUWorksCUDAWithoutAGPUIsNoDeviceAndABadNameIsInvalid(t *testing.T) {
