@@ -11,6 +11,7 @@
 
 #include "gguf/gguf.hpp"
 #include "gguf_builder.hpp"
+#include "test_util.hpp"
 #include "tokenizer_test_util.hpp"
 #include "test_paths.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -214,13 +215,9 @@ TEST(TokenizeCli, PrintsTheIdsOfATextAndOfAFile) {
       << "SmolLM2 GGUF missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)";
   auto run = [](const std::string &args) {
     const std::string cmd = std::string(INFOKV_CLI_PATH) + " tokenize --model '" + infokv_test::smollm2_path() + "' " + args;
-    FILE *p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[256];
-    size_t n;
-    while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    EXPECT_EQ(p != nullptr ? pclose(p) : -1, 0) << cmd;
-    return out;
+    const infokv_test::CommandOutput r = infokv_test::run_command(cmd);
+    EXPECT_EQ(r.status, 0) << cmd;
+    return r.out;
   };
   EXPECT_EQ(run("--text 'Hello world, 42'"), "19556 905 28 216 36 34\n");
   EXPECT_EQ(run("--text '<|im_start|>x' --json"), "{\"n_tokens\":2,\"ids\":[1,104]}\n");

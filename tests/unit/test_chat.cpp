@@ -3,7 +3,6 @@
 // user content kept as plain text, and the CLI's generate --chat answering a question.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,7 @@
 
 #include "gguf/gguf.hpp"
 #include "gguf_builder.hpp"
+#include "test_util.hpp"
 #include "tokenizer_test_util.hpp"
 #include "test_paths.hpp"
 #include "tokenizer/chat.hpp"
@@ -137,13 +137,8 @@ TEST(ChatCli, GenerateChatAnswersWithParis) {
   const std::string cmd = std::string(INFOKV_CLI_PATH) + " generate --model '" + infokv_test::smollm2_path() +
                           "' --chat --system 'You answer in one sentence.' --prompt 'What is the capital of France?'"
                           " --temperature 0 --max-tokens 24 --threads 2 2>/dev/null";
-  FILE *p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  std::array<char, 256> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  EXPECT_EQ(pclose(p), 0);
-  EXPECT_NE(out.find("Paris"), std::string::npos) << out;
+  const infokv_test::CommandOutput r = infokv_test::run_command(cmd);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
 }
 #endif

@@ -17,6 +17,7 @@
 #include "session/session.hpp"
 #include "util/error.hpp"
 #include "util/json_reader.hpp"
+#include "test_util.hpp"
 
 #ifndef INFOKV_CLI_PATH
 #define INFOKV_CLI_PATH "infokv"
@@ -35,12 +36,8 @@ int run(const std::string &args) { return std::system((std::string(INFOKV_CLI_PA
 
 // What the CLI prints on stdout ("" when it fails).
 std::string output_of(const std::string &args) {
-  FILE *p = ::popen((std::string(INFOKV_CLI_PATH) + " " + args + " 2>/dev/null").c_str(), "r");
-  if (p == nullptr) return "";
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  return ::pclose(p) == 0 ? out : "";
+  const infokv_test::CommandOutput r = infokv_test::run_command(std::string(INFOKV_CLI_PATH) + " " + args + " 2>/dev/null");
+  return r.status == 0 ? r.out : "";
 }
 
 std::string slurp(const std::string &p) {

@@ -41,6 +41,21 @@ inline std::string read_text(const std::string &path) {
   return ss.str();
 }
 
+// The standard output of a shell command and its exit status as pclose() gives it (-1: it could not be started).
+struct CommandOutput {
+  std::string out;
+  int status = -1;
+};
+inline CommandOutput run_command(const std::string &cmd) {
+  CommandOutput r;
+  FILE *p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.out.append(buf, n);
+  r.status = ::pclose(p);
+  return r;
+}
+
 // A file in the temp directory holding the given bytes, removed when this object dies.
 class TempFile {
  public:
