@@ -266,39 +266,32 @@ func setField(o any, name string, value float64) error {
 		return bad("unknown option " + strconv.Quote(name))
 	}
 	arg := reflect.New(mth.Type().In(0)).Elem()
-	// SWIG gives C int fields as Go int and (u)int64_t as (u)int64: bound by the C type, and by 2^53 where a float64
-	// stops holding every integer.
-	whole := func(lo, hi float64) error {
-		if value != math.Trunc(value) || value < lo || value > hi {
-			return bad(fmt.Sprintf("option %s takes a whole number in [%.0f, %.0f], not %v", name, lo, hi, value))
-		}
-		return nil
-	}
+	// SWIG gives C int fields as Go int and (u)int64_t as (u)int64: an integer must be whole and inside the C type,
+	// and inside 2^53 for 64-bit fields, where a float64 stops holding every integer.
+	lo, hi := 0.0, 0.0
 	switch arg.Kind() {
 	case reflect.Float32, reflect.Float64:
 		arg.SetFloat(value)
+		mth.Call([]reflect.Value{arg})
+		return nil
 	case reflect.Int, reflect.Int32:
-		if err := whole(math.MinInt32, math.MaxInt32); err != nil {
-			return err
-		}
-		arg.SetInt(int64(value))
+		lo, hi = math.MinInt32, math.MaxInt32
 	case reflect.Int64:
-		if err := whole(-(1 << 53), 1<<53); err != nil {
-			return err
-		}
-		arg.SetInt(int64(value))
+		lo, hi = -(1 << 53), 1<<53
 	case reflect.Uint, reflect.Uint32:
-		if err := whole(0, math.MaxUint32); err != nil {
-			return err
-		}
-		arg.SetUint(uint64(value))
+		hi = math.MaxUint32
 	case reflect.Uint64:
-		if err := whole(0, 1<<53); err != nil {
-			return err
-		}
-		arg.SetUint(uint64(value))
+		hi = 1 << 53
 	default:
 		return bad("option " + name + " is not numeric (the device has WithDevice)")
+	}
+	if value != math.Trunc(value) || value < lo || value > hi {
+		return bad(fmt.Sprintf("option %s takes a whole number in [%.0f, %.0f], not %v", name, lo, hi, value))
+	}
+	if arg.CanInt() {
+		arg.SetInt(int64(value))
+	} else {
+		arg.SetUint(uint64(value))
 	}
 	mth.Call([]reflect.Value{arg})
 	return nil
