@@ -463,6 +463,9 @@ int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_count, ik
     infokv::GenerateResult r = infokv::generate(*session->session, seq, p, max_tokens, *sampler->sampler, cb);
     if (out_count != nullptr) *out_count = r.tokens.size();
     for (size_t i = 0; i < r.tokens.size() && i < capacity; ++i) out_tokens[i] = r.tokens[i];
+    if (r.error != infokv::Status::ok)
+      return infokv::capi::fail_status(static_cast<int32_t>(r.error),
+                                       "after " + std::to_string(r.tokens.size()) + " generated tokens: " + r.error_message);
     if (r.cancelled) return infokv::capi::fail_status(IKV_ERR_CANCELLED, "generation stopped by the callback");
     return IKV_OK;
   });

@@ -64,8 +64,8 @@ int cmd_chat(int argc, char **argv) {
     });
     std::printf("\n");
     std::fflush(stdout);
-    // A turn cut by --max-tokens leaves its last token undecoded: put it in the cache before the next turn.
-    if (!r.stopped_by_eos && !r.tokens.empty()) session.decode({{seq, r.tokens.back(), false}});
+    // generate() decoded every token it reported (a turn cut by --max-tokens too), so the next turn follows on.
+    if (r.error != Status::ok) fail(r.error, r.error_message);
     first = false;
   }
   return 0;

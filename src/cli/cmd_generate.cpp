@@ -132,6 +132,7 @@ int cmd_generate(int argc, char **argv) {
   }
 
   JsonObject out;
+  std::pair<Status, std::string> failure{Status::ok, ""};  // a decode that stopped generation part-way
   out.ints("prompt_tokens", prompt);
   if (parallel == 1) {
     std::string kv_before, kv_after;
@@ -172,6 +173,8 @@ int cmd_generate(int argc, char **argv) {
         fail(Status::invalid_argument, load_path + " has no logits to continue from: give --prompt");
       r = generate(session, seq, prompt, max_tokens, sampler, cb);
     }
+    // A decode that failed after some tokens (KV full): those tokens are in the sequence and reported; the command
+    // still fails, after the output and any snapshot of what was made.
     std::string saved_json;
     if (!save_path.empty()) {
       // generate() decoded every token it returned, so the snapshot continues exactly where this run stopped.
@@ -187,10 +190,15 @@ int cmd_generate(int argc, char **argv) {
                    r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0,
                    r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0,
                    static_cast<long long>(session.info(seq).bytes));
+      if (r.error != Status::ok) fail(r.error, "after " + std::to_string(r.tokens.size()) + " tokens: " + r.error_message);
       return 0;
     }
     out.ints("tokens", r.tokens).str("text", r.text);
     out.boolean("stopped_by_eos", r.stopped_by_eos);
+    if (r.error != Status::ok) {
+      out.str("error", r.error_message);
+      failure = {r.error, r.error_message};
+    }
     JsonObject timings;
     timings.integer("prefill_tokens", r.prefill_tokens)
         .num("prefill_seconds", r.prefill_seconds)
@@ -252,21 +260,27 @@ int cmd_generate(int argc, char **argv) {
     for (size_t i = 0; i < rs.size(); ++i) {
       JsonObject so1;
       so1.integer("seed", static_cast<int64_t>(sp.seed + i)).ints("tokens", rs[i].tokens).str("text", rs[i].text);
+      if (rs[i].error != Status::ok) so1.str("error", rs[i].error_message);
       so1.raw("kv", kv_json(session, seqs[i]));
       arr += (i ? "," : "") + so1.dump();
     }
     arr += "]";
     if (!json) {
       for (size_t i = 0; i < rs.size(); ++i) std::printf("[%zu] %s%s\n", i, prompt_text.c_str(), rs[i].text.c_str());
+      if (rs[0].error != Status::ok) fail(rs[0].error, rs[0].error_message);
       return 0;
     }
     out.raw("sequences", arr);
+    if (rs[0].error != Status::ok) failure = {rs[0].error, rs[0].error_message};
     const KvStats st = session.kv().stats();
     JsonObject pool;
     pool.integer("blocks_total", st.blocks_total).integer("blocks_used", st.blocks_used).integer("bytes_used", st.bytes_used);
     out.raw("kv_pool", pool.dump());
   }
   std::printf("%s\n", out.dump().c_str());
+  std::fflush(stdout);
+  // The JSON above holds what was made; the failure that stopped it still fails the command.
+  if (failure.first != Status::ok) fail(failure.first, failure.second);
   return 0;
 }
 

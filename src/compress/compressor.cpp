@@ -1,6 +1,7 @@
 // Session::compress: scores every cached token of every layer under the configured policy and keeps the best
 // within the budget (DESIGN.md §4), then compacts the cache so the memory returns to the pool.
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <numeric>
 
@@ -17,10 +18,10 @@ int32_t Session::budget_for(int32_t seq) const {
   return static_cast<int32_t>(std::max<int64_t>(1, std::llround(c.budget_fraction * static_cast<double>(len))));
 }
 
-void Session::compress(int32_t seq, int32_t budget_tokens) {
+Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_tokens) {
   const CompressionConfig &c = opts_.compression;
   if (!c.enabled()) fail(Status::bad_state, "compression policy is 'none'");
-  SeqState &st = state(seq);
+  const SeqState &st = state(seq);
   const SeqCache &sc = kv_->seq(seq);
   const int32_t B = budget_tokens > 0 ? budget_tokens : budget_for(seq);
   const HParams &hp = model_->hparams();
@@ -34,9 +35,8 @@ void Session::compress(int32_t seq, int32_t budget_tokens) {
     const int32_t r = b % bs;
     if (b > bs && r > 0 && r <= bs / 4) b -= r;
   }
-  const bool prefill = st.n_compressions == 0;
-  std::vector<std::vector<int32_t>> keep(sc.layers.size());
-  bool any = false;
+  CompressionPlan plan;
+  plan.keep.resize(sc.layers.size());
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const LayerSlots &L = sc.layers[static_cast<size_t>(l)];
     LayerScoreInput in;
@@ -46,16 +46,73 @@ void Session::compress(int32_t seq, int32_t budget_tokens) {
     in.window_pos = &sc.window_pos;
     in.n_heads = hp.n_head;
     in.head_dim = hp.head_dim;
-    in.prefill = prefill;
+    in.prefill = st.n_compressions == 0;
     in.spans = &st.spans;
     in.window_probs = [this](float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
                              float scale) { device_->window_probs(out, q, vis, rows, kv, n_heads, scale); };
-    keep[static_cast<size_t>(l)] = select_keep(c, in, budgets[static_cast<size_t>(l)]);
-    any = any || static_cast<int32_t>(keep[static_cast<size_t>(l)].size()) < L.n();
+    double share = 0;
+    std::vector<int32_t> &k = plan.keep[static_cast<size_t>(l)];
+    k = select_keep(c, in, budgets[static_cast<size_t>(l)], &share);
+    plan.evicts = plan.evicts || static_cast<int32_t>(k.size()) < L.n();
+    plan.evicted_share += share / hp.n_layer;
   }
-  if (any) kv_->compact(seq, keep);
+  return plan;
+}
+
+void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
+  SeqState &st = state(seq);
+  if (plan.evicts) kv_->compact(seq, plan.keep);
   ++st.n_compressions;
   st.since_compress = 0;
+}
+
+void Session::compress(int32_t seq, int32_t budget_tokens) { apply_compression(seq, plan_compression(seq, budget_tokens)); }
+
+std::vector<Session::PressureCandidate> Session::pressure_candidates(const std::map<int32_t, int32_t> &appending) {
+  std::vector<PressureCandidate> out;
+  for (int32_t id : kv_->sequence_ids()) {
+    int32_t kept = 0;
+    for (const LayerSlots &L : kv_->seq(id).layers) kept = std::max(kept, L.n());
+    if (kept <= budget_for(id)) continue;
+    PressureCandidate cand;
+    cand.seq = id;
+    cand.plan = plan_compression(id, 0);
+    if (!cand.plan.evicts) continue;
+    const auto it = appending.find(id);
+    const int32_t n_new = it == appending.end() ? 0 : it->second;
+    // What compressing it frees, less what the step's own tokens for it would need afterwards beyond what they
+    // need now (a compacted last block may have more or less room than the current one).
+    cand.blocks = kv_->blocks_freed_by(id, cand.plan.keep);
+    if (n_new > 0) cand.blocks += kv_->blocks_needed({id}, {n_new}) - kv_->blocks_needed_after(id, cand.plan.keep, n_new);
+    if (cand.blocks <= 0) continue;
+    cand.cost_per_block = cand.plan.evicted_share / static_cast<double>(cand.blocks);
+    out.push_back(std::move(cand));
+  }
+  // Cheapest loss per freed block first; ties: more blocks, then the lower id (deterministic).
+  std::sort(out.begin(), out.end(), [](const PressureCandidate &a, const PressureCandidate &b) {
+    if (a.cost_per_block != b.cost_per_block) return a.cost_per_block < b.cost_per_block;
+    if (a.blocks != b.blocks) return a.blocks > b.blocks;
+    return a.seq < b.seq;
+  });
+  return out;
+}
+
+void Session::relieve_pressure(const std::map<int32_t, int32_t> &appending, int64_t need) {
+  const std::vector<PressureCandidate> cands = pressure_candidates(appending);
+  // Each estimate holds under the current reference counts; compacting one sequence can only lower the counts
+  // another sees (fewer copies, more frees), so the sum is a lower bound of what the chosen set frees together.
+  int64_t have = kv_->free_blocks();
+  size_t n_pick = 0;
+  while (have < need && n_pick < cands.size()) have += cands[n_pick++].blocks;
+  if (have < need) {
+    int64_t all = kv_->free_blocks();
+    for (const PressureCandidate &c : cands) all += c.blocks;
+    fail(Status::kv_full, "KV cache full: this step needs " + std::to_string(need) + " blocks; " +
+                              std::to_string(kv_->free_blocks()) + " are free and compressing every sequence over its budget (" +
+                              std::to_string(cands.size()) + ") would leave " + std::to_string(all) + " (pool of " +
+                              std::to_string(kv_->stats().blocks_total) + "); nothing was compressed");
+  }
+  for (size_t i = 0; i < n_pick; ++i) apply_compression(cands[i].seq, cands[i].plan);
 }
 
 }  // namespace infokv

@@ -122,9 +122,11 @@ std::vector<int32_t> top_k_later_ties(const std::vector<float> &scores, const st
   return idx;
 }
 
-std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget) {
+std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget,
+                                 double *evicted_share) {
   const LayerSlots &S = *in.slots;
   const int32_t n = S.n();
+  if (evicted_share != nullptr) *evicted_share = 0.0;
   std::vector<int32_t> all(static_cast<size_t>(n));
   std::iota(all.begin(), all.end(), 0);
   if (n <= budget) return all;
@@ -210,6 +212,17 @@ std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInp
   std::vector<int32_t> out;
   for (int32_t j = 0; j < n; ++j)
     if (keep[static_cast<size_t>(j)]) out.push_back(j);
+  if (evicted_share != nullptr) {
+    double dropped = 0, total = 0;
+    for (int32_t j = 0; j < n_cand; ++j) {
+      const float v = score[static_cast<size_t>(j)];
+      // Streaming's scores are positions (and +inf for the sinks): count tokens instead.
+      const double w = c.policy == PolicyKind::streaming || !std::isfinite(v) ? 1.0 : std::max(0.0, static_cast<double>(v));
+      total += w;
+      if (!keep[static_cast<size_t>(j)]) dropped += w;
+    }
+    *evicted_share = total > 0 ? dropped / total : 0.0;
+  }
   return out;
 }
 

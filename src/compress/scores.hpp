@@ -45,8 +45,11 @@ std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, i
 std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<float> &rep_change,
                               const std::vector<float> &entropy, float alpha, float tau);
 
-// Slot indices (ascending) that a layer keeps under `budget`.
-std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget);
+// Slot indices (ascending) that a layer keeps under `budget`. When `evicted_share` is given it receives what the
+// eviction costs by the policy's own measure: the share of the candidates' score mass that is dropped (for
+// streaming, whose score is only an order, the share of candidates dropped); 0 when nothing is dropped.
+std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget,
+                                 double *evicted_share = nullptr);
 
 // Top-k of scores restricted to `allowed` indices: highest score first, ties to the later index. Returns indices.
 std::vector<int32_t> top_k_later_ties(const std::vector<float> &scores, const std::vector<int32_t> &allowed, int32_t k);

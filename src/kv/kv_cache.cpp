@@ -228,6 +228,42 @@ void KvCache::remove_range(int32_t id, int64_t p0, int64_t p1) {
   compact(id, keep);
 }
 
+int64_t KvCache::blocks_freed_by(int32_t id, const std::vector<std::vector<int32_t>> &keep) const {
+  const SeqCache &s = seq(id);
+  if (keep.size() != s.layers.size()) fail(Status::invalid_argument, "compaction plan: one keep list per layer expected");
+  const int32_t bs = cfg_.block_size;
+  int64_t freed = 0;
+  for (size_t l = 0; l < keep.size(); ++l) {
+    const std::vector<int32_t> &blocks = s.layers[l].blocks;
+    const int32_t nb = blocks_for(static_cast<int64_t>(keep[l].size()), bs);
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const bool shared = refcount_[static_cast<size_t>(blocks[b])] > 1;
+      if (b >= static_cast<size_t>(nb)) freed += shared ? 0 : 1;                               // released
+      else if (shared && block_changes(keep[l], static_cast<int32_t>(b), bs)) freed -= 1;  // copied first
+    }
+  }
+  return freed;
+}
+
+int64_t KvCache::blocks_needed_after(int32_t id, const std::vector<std::vector<int32_t>> &keep, int32_t count) const {
+  const SeqCache &s = seq(id);
+  if (keep.size() != s.layers.size()) fail(Status::invalid_argument, "compaction plan: one keep list per layer expected");
+  if (count <= 0) return 0;
+  const int32_t bs = cfg_.block_size;
+  int64_t need = 0;
+  for (size_t l = 0; l < keep.size(); ++l) {
+    const int64_t n0 = static_cast<int64_t>(keep[l].size());
+    const int32_t nb = blocks_for(n0, bs);
+    need += blocks_for(n0 + count, bs) - nb;
+    // The last kept block stays shared only if compaction leaves it as it is (a changed shared block is copied).
+    if (n0 % bs != 0) {
+      const int32_t last = s.layers[l].blocks[static_cast<size_t>(nb - 1)];
+      if (refcount_[static_cast<size_t>(last)] > 1 && !block_changes(keep[l], nb - 1, bs)) ++need;  // copy-on-write
+    }
+  }
+  return need;
+}
+
 void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep) {
   SeqCache &s = seq_mut(id);
   if (keep.size() != s.layers.size()) fail(Status::invalid_argument, "compact: one keep list per layer expected");

@@ -105,6 +105,12 @@ class KvCache {
   // Undoes append_slots back to n_keep slots per layer (used when a step fails after reserving).
   void shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length);
 
+  // Free blocks that compact(id, keep) would return to the pool, less the fresh ones its copy-on-write takes
+  // (negative when it takes more), under the current reference counts. Changes nothing; keep as for compact().
+  int64_t blocks_freed_by(int32_t id, const std::vector<std::vector<int32_t>> &keep) const;
+  // blocks_needed() for appending `count` tokens to `id` after compact(id, keep).
+  int64_t blocks_needed_after(int32_t id, const std::vector<std::vector<int32_t>> &keep, int32_t count) const;
+
   // Keeps, per layer, only the given slot indices (ascending) and returns emptied blocks to the pool.
   // All or nothing: throws kv_full (changing nothing) if copy-on-write of shared blocks needs more free blocks.
   void compact(int32_t id, const std::vector<std::vector<int32_t>> &keep);

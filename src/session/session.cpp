@@ -180,12 +180,7 @@ void Session::decode(const std::vector<BatchToken> &batch) {
   }
   int64_t need = kv_->blocks_needed(ids, cnts);
   if (need > kv_->free_blocks() && opts_.compression.enabled()) {
-    for (int32_t id : kv_->sequence_ids()) {
-      const SeqCache &c = kv_->seq(id);
-      int32_t kept = 0;
-      for (const LayerSlots &L : c.layers) kept = std::max(kept, L.n());
-      if (kept > budget_for(id)) compress(id);
-    }
+    relieve_pressure(counts, need);  // all or nothing: throws kv_full having compressed nothing
     need = kv_->blocks_needed(ids, cnts);
   }
   if (need > kv_->free_blocks())

@@ -86,6 +86,24 @@ class Session {
   void compress(int32_t seq, int32_t budget_tokens = 0);
   int64_t compressions(int32_t seq) const;
 
+  // What compressing one sequence to its budget would do, planned without changing anything.
+  struct CompressionPlan {
+    std::vector<std::vector<int32_t>> keep;  // [layer]: slot indices kept, ascending
+    bool evicts = false;                     // some layer drops a slot
+    double evicted_share = 0;                // the policy's score mass dropped, mean over layers (0..1)
+  };
+  // A sequence that memory pressure could compress: what the pool would gain (blocks, net of the step's own needs
+  // for it) and the estimated loss per block gained.
+  struct PressureCandidate {
+    int32_t seq = 0;
+    CompressionPlan plan;
+    int64_t blocks = 0;
+    double cost_per_block = 0;
+  };
+  // The sequences over their budget whose compression would free blocks, cheapest loss per block first, for a step
+  // that appends appending[seq] tokens to each sequence (none: an empty map). Changes nothing.
+  std::vector<PressureCandidate> pressure_candidates(const std::map<int32_t, int32_t> &appending = {});
+
   // Per-sequence state beyond the KV cache. Public so that snapshots (src/snapshot/) can save and restore it.
   struct SeqState {
     std::vector<int32_t> tokens;
@@ -108,6 +126,11 @@ class Session {
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                std::map<int32_t, SeqState> &staged, std::map<int32_t, StepChannels> &steps);
   void maybe_compress_after(const std::vector<int32_t> &seqs);
+  CompressionPlan plan_compression(int32_t seq, int32_t budget_tokens);
+  void apply_compression(int32_t seq, const CompressionPlan &plan);
+  // Memory pressure, decided like an allocator: compresses the cheapest sequences (loss per freed block) until a
+  // step needing `need` blocks fits, and only if it then fits; otherwise throws kv_full having changed nothing.
+  void relieve_pressure(const std::map<int32_t, int32_t> &appending, int64_t need);
   int32_t budget_for(int32_t seq) const;
   int32_t window_capacity() const;
   SeqState &state(int32_t seq);

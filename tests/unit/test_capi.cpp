@@ -741,3 +741,29 @@ TEST(Capi, ThreadsWithTheirOwnSessionsShareOneModel) {
     EXPECT_EQ(outs[static_cast<size_t>(t)], kGreedyOnce) << "thread " << t;
   }
 }
+
+// Generating 400 tokens into a 160-token pool: ikv_generate returns KV full and reports the tokens it decoded
+// (out_count was 0 while 60 tokens stayed in the sequence), and those tokens are exactly what the sequence gained.
+TEST(Capi, GenerateIntoAFullPoolReportsWhatItDecoded) {
+  REQUIRE_MODEL();
+  int64_t n_layer = 0;
+  ASSERT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  SessionGuard g;
+  ikv_session_options o = f32_options();
+  o.block_size = 16;
+  o.kv_pool_blocks = n_layer * 10;  // 160 tokens per layer
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK);
+  ikv_sampler_options so = IKV_SAMPLER_OPTIONS_INIT;
+  so.temperature = 0.0f;
+  ikv_sampler *sm = nullptr;
+  ASSERT_EQ(ikv_sampler_create(&sm, &so), IKV_OK);
+  const int32_t prompt[] = {1, 403, 407, 261, 378};
+  std::vector<int32_t> out(400, -1);
+  size_t made = 0;
+  const int32_t st = ikv_generate(out.data(), out.size(), &made, g.s, 0, prompt, 5, 400, sm, nullptr, nullptr);
+  ikv_sampler_free(sm);
+  if (st == IKV_OK) GTEST_SKIP() << "greedy story ended before the pool filled";
+  ASSERT_EQ(st, IKV_ERR_KV_FULL) << ikv_last_error_message();
+  EXPECT_GT(made, 0u);
+  EXPECT_EQ(length_of(g.s, 0), static_cast<int64_t>(5 + made));
+}

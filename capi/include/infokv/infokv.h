@@ -355,8 +355,12 @@ typedef int32_t (*ikv_token_callback)(void *user_data, int32_t token, const char
  * @param out_tokens  buffer for the generated ids (may be NULL); *out_count receives how many were generated
  *                    (even when it exceeds capacity: then the first `capacity` are stored and the call still
  *                    returns IKV_OK).
+ * Each token is decoded into the sequence before it is reported, stored or streamed, and only then recorded by the
+ * sampler. When a decode fails part-way (e.g. IKV_ERR_KV_FULL), the call returns that status with *out_count (and
+ * out_tokens) holding the tokens generated before it: they are in the sequence, the sampler has accepted exactly
+ * those, and its random state is as before the draw whose decode failed, so a later call continues identically.
  * @return IKV_OK; IKV_ERR_CANCELLED (callback stopped it; generated tokens stay in the sequence);
- *         every status of ikv_decode.
+ *         every status of ikv_decode (a failed prompt decode changes nothing; a later one keeps what was made).
  */
 IKV_API int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_count, ikv_session *session,
                              int32_t seq, const int32_t *prompt, size_t n_prompt, int32_t max_tokens,
