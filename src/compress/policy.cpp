@@ -1,5 +1,6 @@
 #include "compress/policy.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "util/error.hpp"
@@ -32,6 +33,35 @@ bool CompressionConfig::needs_window_queries() const {
     case PolicyKind::infokv: case PolicyKind::snapkv: case PolicyKind::pyramidkv: case PolicyKind::tova: return true;
     default: return false;
   }
+}
+
+void add_span(std::vector<ProtectedSpan> &spans, const ProtectedSpan &span) {
+  if (span.begin < 0 || span.end < span.begin) fail(Status::invalid_argument, "protected span must satisfy 0 <= begin <= end");
+  if (span.begin == span.end) return;
+  if (span.fair) {
+    for (const ProtectedSpan &s : spans)
+      if (s.fair && s.begin == span.begin && s.end == span.end) return;
+  } else {
+    ProtectedSpan merged = span;
+    std::vector<ProtectedSpan> rest;
+    rest.reserve(spans.size() + 1);
+    for (const ProtectedSpan &s : spans) {
+      if (!s.fair && s.begin <= merged.end && merged.begin <= s.end) {
+        merged.begin = std::min(merged.begin, s.begin);
+        merged.end = std::max(merged.end, s.end);
+      } else {
+        rest.push_back(s);
+      }
+    }
+    rest.push_back(merged);
+    if (static_cast<int64_t>(rest.size()) > kMaxProtectedSpans)
+      fail(Status::out_of_range, "a sequence holds at most " + std::to_string(kMaxProtectedSpans) + " protected spans");
+    spans = std::move(rest);
+    return;
+  }
+  if (static_cast<int64_t>(spans.size()) >= kMaxProtectedSpans)
+    fail(Status::out_of_range, "a sequence holds at most " + std::to_string(kMaxProtectedSpans) + " protected spans");
+  spans.push_back(span);
 }
 
 void CompressionConfig::validate() const {

@@ -18,6 +18,15 @@ struct ProtectedSpan {
   bool fair = false;  // false: never evicted; true: keeps the same fraction as every other fair span
 };
 
+// Spans per sequence: each compression visits every span, and a snapshot or an app must not be able to make that
+// unbounded (a million spans made each compression take seconds).
+constexpr int32_t kMaxProtectedSpans = 4096;
+
+// Adds `span` to `spans`, merging never-evicted spans that overlap or touch into one (fair spans stay separate:
+// each is its own share); an empty span or one that adds nothing is dropped. Throws Error(invalid_argument) for
+// begin < 0 or end < begin, and Error(out_of_range) when the list would exceed kMaxProtectedSpans.
+void add_span(std::vector<ProtectedSpan> &spans, const ProtectedSpan &span);
+
 struct CompressionConfig {
   PolicyKind policy = PolicyKind::none;
   double budget_fraction = 0.0;  // of the logical length at compression time, in (0, 1]; used when budget_tokens == 0

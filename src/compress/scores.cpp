@@ -140,14 +140,16 @@ std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInp
   std::vector<int32_t> group(static_cast<size_t>(n), -1);
   int32_t n_groups = 0;
   if (in.spans != nullptr) {
+    // Positions ascend, so each span covers one run of candidates: found by binary search, not a scan per span.
+    const auto cand_end = S.pos.begin() + n_cand;
     for (const ProtectedSpan &sp : *in.spans) {
       const int32_t g = sp.fair ? n_groups++ : -2;
-      for (int32_t j = 0; j < n_cand; ++j) {
-        const int32_t p = S.pos[static_cast<size_t>(j)];
-        if (p >= sp.begin && p < sp.end) {
-          if (g == -2) keep[static_cast<size_t>(j)] = 1;
-          else if (!keep[static_cast<size_t>(j)]) group[static_cast<size_t>(j)] = g;
-        }
+      const auto lo = std::lower_bound(S.pos.begin(), cand_end, sp.begin);
+      const auto hi = std::lower_bound(lo, cand_end, sp.end);
+      for (auto it = lo; it != hi; ++it) {
+        const auto j = static_cast<size_t>(it - S.pos.begin());
+        if (g == -2) keep[j] = 1;
+        else if (!keep[j]) group[j] = g;
       }
     }
   }

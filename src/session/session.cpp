@@ -307,9 +307,7 @@ void Session::set_compression(const CompressionConfig &c) {
 }
 
 void Session::protect(int32_t seq, const ProtectedSpan &span) {
-  SeqState &s = state(seq);
-  if (span.begin < 0 || span.end < span.begin) fail(Status::invalid_argument, "protected span must satisfy 0 <= begin <= end");
-  s.spans.push_back(span);
+  add_span(state(seq).spans, span);
 }
 
 const std::vector<ProtectedSpan> &Session::protected_spans(int32_t seq) const { return state(seq).spans; }

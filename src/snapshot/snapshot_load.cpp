@@ -52,6 +52,35 @@ void check_hash(const flatbuffers::Vector<T> *v, uint64_t h, const std::string &
 template <typename T>
 size_t vsize(const flatbuffers::Vector<T> *v) { return v == nullptr ? 0 : v->size(); }
 
+constexpr int64_t kMaxCounter = int64_t{1} << 53;
+
+bool all_finite(const flatbuffers::Vector<float> *v) {
+  if (v == nullptr) return true;
+  for (float f : *v)
+    if (!std::isfinite(f)) return false;
+  return true;
+}
+
+// K/V bytes in a KV dtype: an all-ones exponent (f16, bf16, f32) is Inf or NaN.
+bool kv_rows_finite(const flatbuffers::Vector<uint8_t> *v, KvDtype dt) {
+  if (v == nullptr) return true;
+  const uint8_t *p = v->data();
+  const size_t n = v->size();
+  if (dt == KvDtype::f32) {
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+      const uint32_t w = static_cast<uint32_t>(get_le(p + i, 4));
+      if ((w & 0x7f800000u) == 0x7f800000u) return false;
+    }
+    return true;
+  }
+  const uint16_t mask = dt == KvDtype::f16 ? 0x7c00 : 0x7f80;
+  for (size_t i = 0; i + 2 <= n; i += 2) {
+    const uint16_t h = static_cast<uint16_t>(get_le(p + i, 2));
+    if ((h & mask) == mask) return false;
+  }
+  return true;
+}
+
 // Reads the whole snapshot. `model` (may be null) is checked against the header; `staged` (may be null) receives
 // the data. Fills `sum` either way.
 void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) {
@@ -80,6 +109,12 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
   sum.n_heads = h->n_heads();
   sum.n_vocab = h->n_vocab();
   sum.compression = from_fb(h->compression());
+  // The same rules as a config: a NaN alpha or a zero interval is damage, and would print as invalid JSON.
+  try {
+    sum.compression.validate();
+  } catch (const Error &e) {
+    bad(std::string("compression parameters: ") + e.what());
+  }
   sum.created_unix_ms = h->created_unix_ms();
   sum.kept_kv_bytes = h->kept_kv_bytes();
   sum.full_kv_bytes = h->full_kv_bytes();
@@ -160,7 +195,13 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
     if (s->has_logits() ? vsize(s->logits()) != static_cast<size_t>(sum.n_vocab) : vsize(s->logits()) != 0)
       bad(where + ": logits size differs from the vocabulary");
     check_hash(s->logits(), s->logits_xxh3(), where + " logits");
-    if (s->since_compress() < 0 || s->n_compressions() < 0 || !std::isfinite(s->pending_entropy())) bad(where + ": invalid counters");
+    if (!all_finite(s->logits())) bad(where + ": logits are not all finite");
+    // Counters the session increments or compares: tokens since the last compression cannot exceed the length, and
+    // a compression count near the top of int64 would overflow on the next compression.
+    if (!in_range(s->since_compress(), 0, len) || !in_range(s->n_compressions(), 0, kMaxCounter) ||
+        !(std::isfinite(s->pending_entropy()) && s->pending_entropy() >= 0.0f))
+      bad(where + ": invalid counters (since_compress " + std::to_string(s->since_compress()) + ", compressions " +
+          std::to_string(s->n_compressions()) + ")");
     if (vsize(s->kept_per_layer()) != static_cast<size_t>(sum.n_layer)) bad(where + ": kept counts do not match the layers");
     const size_t n_wpos = vsize(s->window_pos());
     if (n_wpos > 65536) bad(where + ": observation window too large");
@@ -196,10 +237,12 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
       if (s->window_pos() != nullptr) sq->window_pos.assign(s->window_pos()->begin(), s->window_pos()->end());
       sq->layers.resize(static_cast<size_t>(sum.n_layer));
     }
+    if (vsize(s->spans()) > static_cast<size_t>(kMaxProtectedSpans))
+      bad(where + ": " + std::to_string(vsize(s->spans())) + " protected spans (at most " + std::to_string(kMaxProtectedSpans) + ")");
     if (s->spans() != nullptr)
       for (const fb::Span *sp : *s->spans()) {
         if (sp->begin() < 0 || sp->end() < sp->begin()) bad(where + ": invalid protected span");
-        if (sq != nullptr) sq->st.spans.push_back(ProtectedSpan{sp->begin(), sp->end(), sp->fair()});
+        if (sq != nullptr) add_span(sq->st.spans, ProtectedSpan{sp->begin(), sp->end(), sp->fair()});
       }
     const int32_t layer_chunks = s->layer_chunks();
     if (layer_chunks < sum.n_layer) bad(where + ": too few layer chunks");
@@ -237,6 +280,9 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
       check_hash(L->v(), L->v_xxh3(), lw + " V");
       check_hash(L->imp(), L->imp_xxh3(), lw + " importance");
       check_hash(L->window_q(), L->window_q_xxh3(), lw + " window queries");
+      // Non-finite K/V, queries or importance values would turn every later logit into NaN (token 0 forever).
+      if (!kv_rows_finite(L->k(), sum.kv_dtype) || !kv_rows_finite(L->v(), sum.kv_dtype)) bad(lw + ": K/V values are not all finite");
+      if (!all_finite(L->imp()) || !all_finite(L->window_q())) bad(lw + ": importance or window query values are not all finite");
       for (int32_t j = 0; j < n; ++j) {
         const int32_t p = L->pos()->Get(static_cast<flatbuffers::uoffset_t>(j));
         if (p <= last_pos || p >= len) bad(lw + ": positions not ascending within the length");

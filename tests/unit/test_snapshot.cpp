@@ -2,7 +2,9 @@
 // and future snapshots with the right status and no state change.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "infokv_fb/snapshot_generated.h"
@@ -383,3 +385,112 @@ TEST(Snapshot, InspectNeedsNoModelAndReportsLayout) {
 }
 
 }  // namespace
+
+namespace {
+// Edits one chunk in place (FlatBuffers mutation) and re-seals the container.
+template <typename F>
+std::vector<uint8_t> with_chunk(const std::vector<uint8_t> &file, size_t index, F edit) {
+  auto chunks = split_chunks(file);
+  edit(snap::GetMutableChunk(chunks.at(index).data()));
+  return join_chunks(chunks);
+}
+template <typename T>
+uint64_t hash_of(const flatbuffers::Vector<T> *v) { return XXH3_64bits(v->data(), v->size() * sizeof(T)); }
+}  // namespace
+
+// Counters are range-checked, not trusted: since_compress = INT64_MAX in a checksummed snapshot used to overflow on
+// the next step and turn periodic compression off for good; a compression count at the top of int64 would overflow.
+TEST_F(Damage, CountersOutOfRangeAreRefused) {
+  auto m = stories_model();
+  Session a(m, session_opts(PolicyKind::infokv, 0.5));
+  const int32_t seq = a.add_sequence();
+  Sampler sa(SamplerParams{});
+  prefill(a, seq, &sa, m->tokenizer().encode("Once upon a time", true));
+  a.decode({{seq, 300, false}});  // since_compress 1 and one compression: both stored in the chunk
+  const std::vector<uint8_t> good = save_bytes(a, seq, &sa);
+  ASSERT_EQ(restore_status(*target, sampler.get(), good), Status::ok);
+  target->remove_sequence(target->kv().sequence_ids().back());
+  for (int64_t v : {std::numeric_limits<int64_t>::max(), int64_t{-1}, a.info(seq).length + 1}) {
+    auto b = with_chunk(good, 1, [&](snap::Chunk *c) { ASSERT_TRUE(c->mutable_sequence()->mutate_since_compress(v)); });
+    EXPECT_EQ(restore_status(*target, sampler.get(), b), Status::bad_snapshot) << "since_compress " << v;
+  }
+  auto n = with_chunk(good, 1, [&](snap::Chunk *c) {
+    ASSERT_TRUE(c->mutable_sequence()->mutate_n_compressions(std::numeric_limits<int64_t>::max()));
+  });
+  EXPECT_EQ(restore_status(*target, sampler.get(), n), Status::bad_snapshot);
+  expect_untouched();
+}
+
+// Compression parameters get the config's rules: a NaN budget used to restore, and `snapshot inspect --json` printed
+// it as `nan` (invalid JSON) and exited 0.
+TEST_F(Damage, NonFiniteCompressionParametersAreRefused) {
+  for (double v : {std::nan(""), std::numeric_limits<double>::infinity(), 2.0}) {
+    auto b = with_header(snap, [&](snap::Header *h) { ASSERT_TRUE(h->mutable_compression()->mutate_budget_fraction(v)); });
+    EXPECT_EQ(restore_status(*target, sampler.get(), b), Status::bad_snapshot) << v;
+    snapshot::MemorySource src(b.data(), b.size());
+    try {
+      snapshot::inspect(src);
+      ADD_FAILURE() << "inspect accepted budget_fraction " << v;
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), Status::bad_snapshot);
+    }
+  }
+  expect_untouched();
+}
+
+// NaN or Inf in the logits, K/V or importance values (checksums re-made to match) are refused: they used to restore
+// and produce token 0 forever.
+TEST_F(Damage, NonFiniteValuesAreRefused) {
+  auto lg = with_chunk(snap, 1, [](snap::Chunk *c) {
+    auto *s = c->mutable_sequence();
+    ASSERT_GT(s->logits()->size(), 3u);
+    s->mutable_logits()->Mutate(3, std::nanf(""));
+    ASSERT_TRUE(s->mutate_logits_xxh3(hash_of(s->logits())));
+  });
+  EXPECT_EQ(restore_status(*target, sampler.get(), lg), Status::bad_snapshot);
+  for (uint16_t bits : {uint16_t{0x7e00}, uint16_t{0x7c00}, uint16_t{0xfc00}}) {  // f16 NaN, +Inf, -Inf
+    auto kv = with_chunk(snap, 2, [&](snap::Chunk *c) {
+      auto *L = c->mutable_layer();
+      ASSERT_GE(L->k()->size(), 4u);
+      L->mutable_k()->Mutate(2, static_cast<uint8_t>(bits & 0xff));
+      L->mutable_k()->Mutate(3, static_cast<uint8_t>(bits >> 8));
+      ASSERT_TRUE(L->mutate_k_xxh3(hash_of(L->k())));
+    });
+    EXPECT_EQ(restore_status(*target, sampler.get(), kv), Status::bad_snapshot) << std::hex << bits;
+  }
+  auto imp = with_chunk(snap, 2, [](snap::Chunk *c) {
+    auto *L = c->mutable_layer();
+    if (L->imp() == nullptr || L->imp()->size() == 0) return;
+    L->mutable_imp()->Mutate(0, std::numeric_limits<float>::infinity());
+    ASSERT_TRUE(L->mutate_imp_xxh3(hash_of(L->imp())));
+  });
+  if (imp != join_chunks(split_chunks(snap))) EXPECT_EQ(restore_status(*target, sampler.get(), imp), Status::bad_snapshot);
+  expect_untouched();
+}
+
+// Protected spans are merged and bounded: a million of them made each compression take seconds.
+TEST(Snapshot, ProtectedSpansAreMergedAndBounded) {
+  auto m = stories_model();
+  Session a(m, session_opts(PolicyKind::infokv, 0.5));
+  const int32_t seq = a.add_sequence();
+  for (int64_t i = 0; i < 100000; ++i) a.protect(seq, ProtectedSpan{i % 1000, i % 1000 + 2, false});
+  ASSERT_EQ(a.protected_spans(seq).size(), 1u);
+  EXPECT_EQ(a.protected_spans(seq)[0].begin, 0);
+  EXPECT_EQ(a.protected_spans(seq)[0].end, 1001);
+  a.protect(seq, ProtectedSpan{5, 5, false});  // empty: nothing to hold
+  EXPECT_EQ(a.protected_spans(seq).size(), 1u);
+  for (int64_t i = 1; i < kMaxProtectedSpans; ++i) a.protect(seq, ProtectedSpan{2000 + 2 * i, 2001 + 2 * i, true});
+  try {
+    a.protect(seq, ProtectedSpan{1, 2, true});
+    FAIL() << "span beyond the limit accepted";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::out_of_range);
+  }
+  EXPECT_EQ(static_cast<int32_t>(a.protected_spans(seq).size()), kMaxProtectedSpans);
+  // A session at the limit still compresses quickly, saves, and restores.
+  prefill(a, seq, nullptr, story_prompt(*m));
+  const std::vector<uint8_t> b = save_bytes(a, seq, nullptr);
+  Session c(m, session_opts(PolicyKind::infokv, 0.5));
+  const std::vector<int32_t> ids = restore_bytes(c, nullptr, b);
+  EXPECT_EQ(c.protected_spans(ids.at(0)).size(), a.protected_spans(seq).size());
+}
