@@ -29,7 +29,11 @@ extern "C" {
 
 /**
  * Saves sequence `seq` (or every sequence when seq is -1) and, when `sampler` is not NULL, its parameters, RNG
- * state and history, to `path` (written to path + ".tmp" and renamed, so a failure never leaves half a file).
+ * state and history, to `path`. The bytes go to a unique temporary file in path's directory (never a link planted
+ * there; mode 0666 & ~umask), which is fsynced and renamed over `path`, then the directory is fsynced: a reader of
+ * `path` sees the old file or the complete new one, saves to one path from several threads or processes leave one
+ * complete file, and a failure removes the temporary. A process killed mid-save leaves nothing behind where the
+ * file system supports O_TMPFILE (Linux: ext4, xfs, btrfs, tmpfs), else a `.<name>.<random>.tmp` file.
  * @return IKV_OK; IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT (NULL path, seq < -1); IKV_ERR_NOT_FOUND;
  *         IKV_ERR_IO; IKV_ERR_OUT_OF_MEMORY. The session is not changed.
  */
