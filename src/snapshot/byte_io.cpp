@@ -35,13 +35,11 @@ void FileSink::write(const void *p, size_t n) {
 }
 
 FileSource::FileSource(const std::string &path) : path_(path) {
-  f_ = std::fopen(path.c_str(), "rb");
-  if (f_ == nullptr) fail(Status::io, "cannot open '" + path + "': " + std::strerror(errno));
-  if (std::fseek(f_, 0, SEEK_END) != 0 || (size_ = std::ftell(f_)) < 0 || std::fseek(f_, 0, SEEK_SET) != 0) {
-    std::fclose(f_);
-    f_ = nullptr;
-    fail(Status::io, "cannot read '" + path + "'");
-  }
+  RegularFile file(path);  // refuses FIFOs and devices before anything blocks on them
+  size_ = file.size();
+  f_ = ::fdopen(file.fd(), "rb");
+  if (f_ == nullptr) fail(Status::io, "cannot read '" + path + "': " + std::strerror(errno));
+  file.release();  // f_ owns the descriptor from here
 }
 
 FileSource::~FileSource() {

@@ -96,6 +96,7 @@ using TensorFill = std::function<void(size_t index, uint64_t first, uint64_t cou
 void write_tensor_data(ByteSink &out, const std::vector<std::pair<uint64_t, uint64_t>> &sizes, uint64_t align,
                        const TensorFill &fill, const std::function<void(uint64_t, uint64_t)> &progress, uint64_t total);
 
+// Reads a regular file (anything else is refused with Error(io): a FIFO or device would block or never end).
 class FileSource : public ByteSource {
  public:
   explicit FileSource(const std::string &path);

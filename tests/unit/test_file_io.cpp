@@ -1,4 +1,6 @@
-// Files as an embedding app hands them over: concurrent saves to one path, planted symlinks, failing writes.
+// Files as an embedding app hands them over: concurrent saves to one path, planted symlinks, failing writes, and
+// paths that are not regular files (FIFOs, devices) or are too large to be a config. Each test names the probe
+// finding of issue 17 it keeps fixed.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -20,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.hpp"
 #include "infokv/infokv.h"
 #include "snapshot/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
@@ -313,5 +316,114 @@ TEST(AtomicSave, CApiSaveIntoAMissingDirectoryOrOntoADirectoryFailsCleanly) {
   ikv_session_free(s);
   ikv_model_free(model);
 }
+
+// ---- Only regular files ----
+
+using Result = std::pair<int32_t, std::string>;  // a status and its message
+Result capi_result(int32_t rc) { return {rc, ikv_last_error_message()}; }
+Result config_file_result(const std::string &path) {
+  try {
+    infokv::config_from_file(path);
+    return {IKV_OK, ""};
+  } catch (const Error &e) {
+    return {static_cast<int32_t>(e.status()), e.what()};
+  }
+}
+
+// Runs `call` on another thread; if it is still blocked (on a FIFO's open or read) after a few seconds, the test
+// fails and the FIFO is opened and closed for writing until the call returns, so a regression cannot hang the run.
+Result call_unblocking(const std::string &fifo, const std::function<Result()> &call) {
+  auto fut = std::async(std::launch::async, call);
+  if (fut.wait_for(std::chrono::seconds(5)) == std::future_status::timeout) {
+    ADD_FAILURE() << "blocked on the FIFO '" << fifo << "'";
+    while (fut.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout) {
+      const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+  }
+  return fut.get();
+}
+
+TEST(RegularFilesOnly, AFifoAsModelOrSnapshotIsRefusedPromptly) {
+  TempDir dir;
+  const std::string fifo = dir / "pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ikv_model *m = nullptr;
+  auto r = call_unblocking(fifo, [&] { return capi_result(ikv_model_load(&m, fifo.c_str())); });
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  EXPECT_NE(r.second.find("not a regular file"), std::string::npos) << r.second;
+  EXPECT_EQ(m, nullptr);
+
+  ikv_model *model = nullptr;
+  ASSERT_EQ(ikv_model_load(&model, infokv_test::stories_path().c_str()), IKV_OK);
+  ikv_session *s = nullptr;
+  ASSERT_EQ(ikv_session_create(&s, model, nullptr), IKV_OK);
+  size_t count = 0;
+  int32_t ids[4];
+  r = call_unblocking(fifo, [&] { return capi_result(ikv_session_restore_file(ids, 4, &count, s, nullptr, fifo.c_str())); });
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  EXPECT_NE(r.second.find("not a regular file"), std::string::npos) << r.second;
+  size_t len = 0;
+  r = call_unblocking(fifo, [&] { return capi_result(ikv_snapshot_inspect(nullptr, 0, &len, fifo.c_str())); });
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  r = call_unblocking(fifo, [&] { return capi_result(ikv_session_restore_file(ids, 4, &count, s, nullptr, "/dev/zero")); });
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  r = call_unblocking(fifo, [&] { return capi_result(ikv_session_restore_file(ids, 4, &count, s, nullptr, dir.path().c_str())); });
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  r = call_unblocking(fifo, [&] { return capi_result(ikv_model_load(&m, "/dev/zero")); });
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  ikv_session_free(s);
+  ikv_model_free(model);
+}
+
+TEST(RegularFilesOnly, ConfigFilesMustBeRegularAndAtMost16MiB) {
+  TempDir dir;
+  const std::string fifo = dir / "cfg";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Result r = call_unblocking(fifo, [&] { return config_file_result(fifo); });
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  EXPECT_NE(r.second.find("not a regular file"), std::string::npos) << r.second;
+  r = call_unblocking(fifo, [&] { return config_file_result("/dev/zero"); });
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  EXPECT_NE(r.second.find("not a regular file"), std::string::npos) << r.second;
+
+  const std::string big = dir / "big.json";  // sparse: no disk is spent
+  write_text_file(big, "{}");
+  ASSERT_EQ(::truncate(big.c_str(), infokv::kMaxConfigFileBytes + 1), 0);
+  r = config_file_result(big);
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  EXPECT_NE(r.second.find("larger than the limit of 16777216 bytes"), std::string::npos) << r.second;
+
+  const std::string ok = dir / "ok.json";
+  write_text_file(ok, R"({"threads": 3})");
+  EXPECT_EQ(infokv::config_from_file(ok).session.n_threads, 3);
+  const std::string bin = dir / "ok.ikvc";
+  infokv::Config c;
+  c.session.n_threads = 5;
+  const std::vector<uint8_t> b = infokv::config_to_binary(c);
+  write_text_file(bin, std::string(b.begin(), b.end()));
+  EXPECT_EQ(infokv::config_from_file(bin).session.n_threads, 5);
+  r = config_file_result(dir / "missing.json");
+  EXPECT_EQ(r.first, IKV_ERR_IO) << r.second;
+  write_text_file(ok, R"({"threads": "x"})");
+  EXPECT_EQ(config_file_result(ok).first, IKV_ERR_BAD_CONFIG);
+}
+
+#ifdef INFOKV_CLI_PATH
+TEST(RegularFilesOnly, CliRefusesAFifoOrADeviceAsConfig) {
+  TempDir dir;
+  const std::string fifo = dir / "cfg";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // `timeout` bounds a regression; 124 would be its status.
+  for (const std::string &cfg : {fifo, std::string("/dev/zero")}) {
+    const infokv_test::CommandOutput r = infokv_test::run_command(
+        "timeout 10 " + std::string(INFOKV_CLI_PATH) + " generate --config '" + cfg + "' --prompt x --max-tokens 1 2>&1");
+    ASSERT_TRUE(WIFEXITED(r.status)) << r.out;
+    EXPECT_NE(WEXITSTATUS(r.status), 124) << "hung on " << cfg;
+    EXPECT_NE(WEXITSTATUS(r.status), 0) << r.out;
+    EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
+  }
+}
+#endif
 
 }  // namespace
