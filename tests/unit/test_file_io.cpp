@@ -426,4 +426,48 @@ TEST(RegularFilesOnly, CliRefusesAFifoOrADeviceAsConfig) {
 }
 #endif
 
+// ---- Restore checks the pool before reading the bulk ----
+
+// Counts the bytes a restore pulls from a snapshot in memory.
+class CountingSource : public infokv::snapshot::ByteSource {
+ public:
+  CountingSource(const void *p, size_t n) : src_(p, n) {}
+  size_t read(void *p, size_t n) override {
+    const size_t k = src_.read(p, n);
+    read_ += k;
+    return k;
+  }
+  int64_t remaining() const override { return src_.remaining(); }
+  size_t bytes_read() const { return read_; }
+
+ private:
+  infokv::snapshot::MemorySource src_;
+  size_t read_ = 0;
+};
+
+TEST(RestoreCapacity, ASnapshotTooLargeForThePoolIsRefusedBeforeItsBulkIsRead) {
+  const auto model = infokv_test::stories_model();
+  infokv::Session big(model, infokv_test::session_opts());
+  const int32_t seq = big.add_sequence();
+  std::vector<infokv::BatchToken> b;
+  for (int i = 0; i < 200; ++i) b.push_back({seq, 1 + i % 50, false});
+  big.decode(b);
+  infokv::snapshot::VectorSink out;
+  infokv::snapshot::save(big, seq, nullptr, out);
+  const std::vector<uint8_t> &bytes = out.bytes();
+
+  infokv::SessionOptions o = infokv_test::session_opts();
+  o.kv_pool_blocks = 8;  // 200 tokens in 5 layers need 65 blocks of 16
+  infokv::Session small(model, o);
+  CountingSource src(bytes.data(), bytes.size());
+  try {
+    infokv::snapshot::restore(small, nullptr, src);
+    ADD_FAILURE() << "restored into a pool that is too small";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::kv_full) << e.what();
+  }
+  EXPECT_LT(src.bytes_read(), bytes.size() / 4) << "of " << bytes.size() << " bytes";
+  EXPECT_EQ(small.kv().free_blocks(), 8);
+}
+
 }  // namespace
