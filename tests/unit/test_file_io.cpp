@@ -312,7 +312,6 @@ TEST(AtomicSave, CApiSaveIntoAMissingDirectoryOrOntoADirectoryFailsCleanly) {
   ASSERT_EQ(::mkdir((dir / "sub").c_str(), 0755), 0);
   EXPECT_EQ(ikv_session_save_file(s, 0, nullptr, (dir / "sub").c_str()), IKV_ERR_IO);  // rename onto a directory
   EXPECT_EQ(dir.entries(), std::set<std::string>{"sub"});
-  EXPECT_TRUE(TempDir().entries().empty());
   ikv_session_free(s);
   ikv_model_free(model);
 }
