@@ -45,11 +45,12 @@ int32_t restore_from(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_
   require(out_count != nullptr, "out_count must not be NULL");
   require(out_seqs != nullptr || capacity == 0, "out_seqs is NULL but capacity is not 0");
   if (out_seqs != nullptr) {
-    // The id buffer must fit before anything is restored (a restore cannot be undone by the caller).
-    const infokv::snapshot::Summary sum = infokv::snapshot::inspect(count_src);
-    *out_count = sum.sequences.size();
-    if (capacity < sum.sequences.size())
-      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot holds " + std::to_string(sum.sequences.size()) +
+    // The id buffer must fit before anything is restored (a restore cannot be undone by the caller). The header's
+    // count is enough: the restore refuses a file that holds another number of sequences.
+    const auto n = static_cast<size_t>(infokv::snapshot::sequence_count(count_src));
+    *out_count = n;
+    if (capacity < n)
+      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot holds " + std::to_string(n) +
                                                                      " sequences; the id buffer holds " + std::to_string(capacity));
   }
   // The sampler is committed only with the sequences (the file may have changed since it was counted).

@@ -4,10 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "util/error.hpp"
+#include "util/file_io.hpp"
 
 namespace infokv {
 namespace cli {
@@ -96,14 +96,7 @@ std::vector<std::string> split_list(const std::string &s) {
   return out;
 }
 
-std::string read_file(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(Status::io, "cannot open '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) fail(Status::io, "cannot read '" + path + "'");
-  return ss.str();
-}
+std::string read_file(const std::string &path) { return read_regular_file(path); }
 
 std::string default_model_path() {
   const char *dir = std::getenv("INFOKV_MODELS_DIR");

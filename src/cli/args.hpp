@@ -28,7 +28,7 @@ class Args {
 };
 
 std::vector<std::string> split_list(const std::string &s);  // "a,b, c" -> {"a","b","c"}
-std::string read_file(const std::string &path);               // throws Error(io)
+std::string read_file(const std::string &path);               // a regular file only; throws Error(io)
 std::string default_model_path();                             // $INFOKV_MODELS_DIR or ../shared/models, stories260K
 // Short names for the models the project's setup installs: "stories260K", and "smollm2" ($INFOKV_SMOLLM2, else
 // $INFOKV_MODEL_CACHE or ~/.cache/infokv/models, where packaging/fetch_models.sh puts it). Other text is a path.

@@ -1,6 +1,6 @@
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "cli/args.hpp"
 #include "config/config.hpp"
@@ -39,12 +39,10 @@ void parse_budget(const std::string &s, double *fraction, int32_t *tokens) {
 Config config_from_args(const Args &a) {
   if (!a.has("config")) return Config{};
   const std::string path = a.str("config");
-  const std::string text = read_file(path);
   try {
-    // The binary form carries the identifier "IKVC" at bytes 4..7; anything else is read as JSON.
-    if (text.size() >= 8 && text.compare(4, 4, "IKVC") == 0) return config_from_binary(text.data(), text.size());
-    return config_from_json(text);
+    return config_from_file(path);
   } catch (const Error &e) {
+    if (e.status() == Status::io) throw;  // the file itself: its message names it
     fail(Status::invalid_argument, path + ": " + e.what());
   }
 }
@@ -62,11 +60,11 @@ std::string model_path_from(const Args &a) {
   candidates.push_back((slash == std::string::npos ? std::string() : cfg.substr(0, slash + 1)) + c.model_path);
   const char *d = std::getenv("INFOKV_MODELS_DIR");
   candidates.push_back(std::string(d != nullptr && *d != '\0' ? d : "../shared/models") + "/" + c.model_path);
-  for (const std::string &p : candidates)
-    if (std::FILE *f = std::fopen(p.c_str(), "rb")) {
-      std::fclose(f);
-      return p;
-    }
+  // Probed with stat, not an open: opening a FIFO found here would block.
+  for (const std::string &p : candidates) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(p, ec) || std::filesystem::is_directory(p, ec)) return p;
+  }
   return c.model_path;
 }
 

@@ -3,7 +3,6 @@
 // same model as the GGUF of the same (preset, dtype, seed).
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "model/safetensors_writer.hpp"
 #include "tokenizer/unicode.hpp"
 #include "util/error.hpp"
+#include "util/file_io.hpp"
 
 namespace infokv {
 namespace cli {
@@ -132,11 +132,11 @@ std::string tokenizer_config_json(const Preset &p) {
          "\n";
 }
 
+// Through the same atomic writer as the weights: a killed run never leaves a truncated config.json.
 void write_text(const fs::path &path, const std::string &text) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) fail(Status::io, "cannot write '" + path.string() + "'");
+  AtomicFile f(path.string());
+  f.write(text.data(), text.size());
+  f.commit();
 }
 
 // `dir` created if needed; refused when it holds anything synth would not write there, so a real checkpoint (or a
@@ -147,10 +147,16 @@ void prepare_dir(const fs::path &dir) {
     fail(Status::invalid_argument, "--out '" + dir.string() + "' exists and is not a directory");
   fs::create_directories(dir, ec);
   if (ec) fail(Status::io, "cannot create the directory '" + dir.string() + "': " + ec.message());
-  std::set<std::string> ours(std::begin(kFiles), std::end(kFiles));
-  ours.insert("model.safetensors.tmp");  // left by a run that was killed; overwritten
+  const std::set<std::string> ours(std::begin(kFiles), std::end(kFiles));
+  // Temporaries left by a run that was killed are ours too (the name older versions used, and AtomicFile's).
+  auto is_ours = [&](const std::string &name) {
+    if (ours.count(name) != 0 || name == "model.safetensors.tmp") return true;
+    for (const char *f : kFiles)
+      if (AtomicFile::is_temp_of(name, f)) return true;
+    return false;
+  };
   for (const fs::directory_entry &e : fs::directory_iterator(dir, ec))
-    if (ours.count(e.path().filename().string()) == 0)
+    if (!is_ours(e.path().filename().string()))
       fail(Status::invalid_argument, "--out '" + dir.string() + "' holds '" + e.path().filename().string() +
                                          "'; synth writes a checkpoint into a new or empty directory (or one it wrote before)");
   if (ec) fail(Status::io, "cannot list the directory '" + dir.string() + "': " + ec.message());

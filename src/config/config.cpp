@@ -9,6 +9,7 @@
 
 #include "infokv_fb/config_generated.h"
 #include "util/error.hpp"
+#include "util/file_io.hpp"
 
 namespace infokv {
 
@@ -193,6 +194,12 @@ Config config_from_json(const std::string &text) {
     bad("invalid JSON" + (field.empty() ? std::string() : " at field \"" + field + "\"") + ": " + p.error_);
   }
   return config_from_binary(p.builder_.GetBufferPointer(), p.builder_.GetSize());
+}
+
+Config config_from_file(const std::string &path) {
+  const std::string text = read_regular_file(path, kMaxConfigFileBytes, "config file");
+  if (text.size() >= 8 && text.compare(4, 4, "IKVC") == 0) return config_from_binary(text.data(), text.size());
+  return config_from_json(text);
 }
 
 std::vector<uint8_t> config_to_binary(const Config &c) {

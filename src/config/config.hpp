@@ -27,6 +27,13 @@ struct Config {
 
 Config config_from_json(const std::string &text);
 Config config_from_binary(const void *data, size_t size);
+
+// Config files are small; the limit keeps a wrong path (a log, a model, /dev/zero) from being read into memory.
+constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
+// A config file in either form: the binary one carries the identifier "IKVC" at bytes 4..7, anything else is read
+// as JSON. Throws Error(io) for a file that cannot be read, is not a regular file (a FIFO or device: refused
+// without blocking) or is larger than kMaxConfigFileBytes; Error(bad_config) for its content.
+Config config_from_file(const std::string &path);
 std::string config_to_json(const Config &c);  // every field, defaults included, indented
 std::vector<uint8_t> config_to_binary(const Config &c);
 void validate_config(const Config &c);  // the semantic checks both readers run

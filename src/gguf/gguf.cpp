@@ -154,6 +154,9 @@ void GgufFile::parse() {
   if (size_ < 4 || std::memcmp(base_, "GGUF", 4) != 0) fail(Status::bad_model, "not a GGUF file (wrong magic)");
   r.skip(4, "magic");
   version_ = r.read<uint32_t>("version");
+  // GGUF has had versions 1 to 3 in ten years: 0 or anything past 255 is the magic followed by garbage (a damaged
+  // or foreign file), not a newer format that a newer infokv could read.
+  if (version_ == 0 || version_ > 255) fail(Status::bad_model, "not a GGUF file or damaged: version " + std::to_string(version_));
   if (version_ == 1) fail(Status::unsupported, "GGUF version 1 is not supported (re-convert the model to v3)");
   if (version_ != 2 && version_ != 3) fail(Status::unsupported, "unsupported GGUF version " + std::to_string(version_));
   uint64_t n_tensors = r.read<uint64_t>("tensor count");

@@ -29,46 +29,17 @@ size_t MemorySource::read(void *p, size_t n) {
   return k;
 }
 
-FileSink::FileSink(const std::string &path) : path_(path), tmp_(path + ".tmp") {
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  if (f_ == nullptr) fail(Status::io, "cannot create '" + tmp_ + "': " + std::strerror(errno));
-}
-
-FileSink::~FileSink() {
-  if (f_ != nullptr) {
-    std::fclose(f_);
-    std::remove(tmp_.c_str());
-  }
-}
-
 void FileSink::write(const void *p, size_t n) {
-  if (n != 0 && std::fwrite(p, 1, n, f_) != n) fail(Status::io, "cannot write '" + tmp_ + "': " + std::strerror(errno));
+  file_.write(p, n);
   n_ += n;
 }
 
-void FileSink::commit() {
-  const bool flushed = std::fflush(f_) == 0;
-  const int rc = std::fclose(f_);
-  f_ = nullptr;
-  if (!flushed || rc != 0) {
-    std::remove(tmp_.c_str());
-    fail(Status::io, "cannot write '" + tmp_ + "': " + std::strerror(errno));
-  }
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp_.c_str());
-    fail(Status::io, "cannot rename '" + tmp_ + "' to '" + path_ + "': " + why);
-  }
-}
-
 FileSource::FileSource(const std::string &path) : path_(path) {
-  f_ = std::fopen(path.c_str(), "rb");
-  if (f_ == nullptr) fail(Status::io, "cannot open '" + path + "': " + std::strerror(errno));
-  if (std::fseek(f_, 0, SEEK_END) != 0 || (size_ = std::ftell(f_)) < 0 || std::fseek(f_, 0, SEEK_SET) != 0) {
-    std::fclose(f_);
-    f_ = nullptr;
-    fail(Status::io, "cannot read '" + path + "'");
-  }
+  RegularFile file(path);  // refuses FIFOs and devices before anything blocks on them
+  size_ = file.size();
+  f_ = ::fdopen(file.fd(), "rb");
+  if (f_ == nullptr) fail(Status::io, "cannot read '" + path + "': " + std::strerror(errno));
+  file.release();  // f_ owns the descriptor from here
 }
 
 FileSource::~FileSource() {

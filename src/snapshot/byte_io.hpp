@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "util/file_io.hpp"
+
 namespace infokv {
 namespace snapshot {
 
@@ -70,21 +72,19 @@ class MemorySource : public ByteSource {
   size_t off_ = 0;
 };
 
-// Writes to `path` + ".tmp" and renames it over `path` on commit(), so a failed save never leaves half a file
-// under the final name (the temporary is removed by the destructor).
+// Writes `path` through an AtomicFile (util/file_io.hpp): a unique temporary in the destination's directory,
+// fsynced and renamed over `path` on commit(), so a failed or concurrent save never leaves half a file or a mix of
+// two under the final name, and a link planted next to it is never followed. Without commit() (an exception), the
+// temporary is removed by the destructor.
 class FileSink : public ByteSink {
  public:
-  explicit FileSink(const std::string &path);
-  ~FileSink() override;
-  FileSink(const FileSink &) = delete;
-  FileSink &operator=(const FileSink &) = delete;
+  explicit FileSink(const std::string &path, AtomicFile::Temp temp = AtomicFile::Temp::automatic) : file_(path, temp) {}
   void write(const void *p, size_t n) override;
-  void commit();
+  void commit() { file_.commit(); }
   size_t size() const { return n_; }
 
  private:
-  std::string path_, tmp_;
-  std::FILE *f_ = nullptr;
+  AtomicFile file_;
   size_t n_ = 0;
 };
 
@@ -96,6 +96,7 @@ using TensorFill = std::function<void(size_t index, uint64_t first, uint64_t cou
 void write_tensor_data(ByteSink &out, const std::vector<std::pair<uint64_t, uint64_t>> &sizes, uint64_t align,
                        const TensorFill &fill, const std::function<void(uint64_t, uint64_t)> &progress, uint64_t total);
 
+// Reads a regular file (anything else is refused with Error(io): a FIFO or device would block or never end).
 class FileSource : public ByteSource {
  public:
   explicit FileSource(const std::string &path);

@@ -42,7 +42,9 @@ int64_t save_file(const Session &session, int32_t seq, const Sampler *sampler, c
 // `sampler` is not null and the snapshot has sampler state, the sampler is replaced by it. Throws, changing
 // nothing: Error(bad_snapshot) for damaged or inconsistent data, Error(version) for a format this version cannot
 // read, Error(wrong_model) for another model, tokenizer or head layout, Error(kv_full) when the pool cannot
-// hold the kept tokens, Error(io) for a failed read.
+// hold the kept tokens, Error(io) for a failed read. The pool is checked as each sequence chunk gives its kept
+// counts, before that sequence's K/V chunks are read: a snapshot too large for the pool costs the reading of its
+// header and sequence chunks, not of its bulk (and may be refused as kv_full before damage further on is seen).
 std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in);
 std::vector<int32_t> restore_file(Session &session, Sampler *sampler, const std::string &path);
 
@@ -80,6 +82,9 @@ struct Summary {
 // Reads and checks a whole snapshot (container, checksums, verifier, invariants) without a model.
 // Throws like restore() except for wrong_model and kv_full.
 Summary inspect(ByteSource &in);
+// The sequence count the header announces, from the header chunk alone (a restore checks that the file holds
+// exactly that many). Throws like inspect() for a damaged or unreadable header.
+int32_t sequence_count(ByteSource &in);
 std::string summary_json(const Summary &s);
 std::string summary_text(const Summary &s);
 

@@ -54,6 +54,8 @@ size_t vsize(const flatbuffers::Vector<T> *v) { return v == nullptr ? 0 : v->siz
 
 constexpr int64_t kMaxCounter = int64_t{1} << 53;
 
+bool in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; }
+
 bool all_finite(const flatbuffers::Vector<float> *v) {
   if (v == nullptr) return true;
   for (float f : *v)
@@ -81,10 +83,22 @@ bool kv_rows_finite(const flatbuffers::Vector<uint8_t> *v, KvDtype dt) {
   return true;
 }
 
-// Reads the whole snapshot. `model` (may be null) is checked against the header; `staged` (may be null) receives
-// the data. Fills `sum` either way.
-void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) {
-  ChunkReader rd(in);
+// What a restore may take from the pool: its free blocks, counted in its own block size.
+struct Capacity {
+  int64_t free_blocks = 0;
+  int32_t block_size = 1;
+};
+
+int64_t blocks_for(int64_t kept, int32_t block_size) { return (kept + block_size - 1) / block_size; }
+
+[[noreturn]] void kv_full(int64_t need, int64_t free_blocks) {
+  fail(Status::kv_full, "KV cache full: the snapshot needs " + std::to_string(need) + " blocks, " +
+                            std::to_string(free_blocks) + " are free");
+}
+
+// Reads and checks the header chunk; returns the number of sequences it announces. `model` (may be null) is checked
+// against it; `staged` (may be null) receives the sampler state.
+int32_t read_header(ChunkReader &rd, const Model *model, Staged *staged, Summary &sum) {
   const fb::Chunk *c = rd.next();
   if (c == nullptr || c->kind() != fb::ChunkKind::HEADER || c->header() == nullptr) bad("the first chunk is not a header");
   const fb::Header *h = c->header();
@@ -118,7 +132,6 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
   sum.created_unix_ms = h->created_unix_ms();
   sum.kept_kv_bytes = h->kept_kv_bytes();
   sum.full_kv_bytes = h->full_kv_bytes();
-  auto in_range = [](int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <= hi; };
   if (!in_range(sum.block_size, 1, 4096) || !in_range(sum.n_layer, 1, 4096) || !in_range(sum.n_kv_heads, 1, 4096) ||
       !in_range(sum.head_dim, 1, 4096) || !in_range(sum.n_heads, 1, 65536) || !in_range(sum.n_vocab, 1, 1 << 26) ||
       sum.n_heads % sum.n_kv_heads != 0)
@@ -170,6 +183,17 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
     }
   }
   if (staged != nullptr) staged->dtype = sum.kv_dtype;
+  return h->n_sequences();
+}
+
+// Reads the whole snapshot. `model` (may be null) is checked against the header; `staged` (may be null) receives
+// the data; `cap` (may be null) is checked as each sequence chunk gives its kept counts, before that sequence's
+// layer chunks (the bulk of the file) are read or staged. Fills `sum` either way.
+void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity *cap, Summary &sum) {
+  ChunkReader rd(in);
+  const int32_t n_sequences = read_header(rd, model, staged, sum);
+  const fb::Chunk *c = nullptr;
+  int64_t need = 0;  // pool blocks of the sequences read so far
 
   const int64_t es = kv_dtype_size(sum.kv_dtype);
   const int64_t row = static_cast<int64_t>(sum.head_dim) * es;
@@ -177,8 +201,6 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
   const int64_t slot_bytes = 2 * sum.n_kv_heads * row;
   int max_channels = 0;
   // The chunk buffer is reused: nothing read from one chunk may be used after the next is read.
-  const int32_t n_sequences = h->n_sequences();
-  h = nullptr;
   for (int32_t si = 0; si < n_sequences; ++si) {
     const std::string where = "sequence " + std::to_string(si);
     c = rd.next();
@@ -221,7 +243,9 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
     for (int32_t k : *s->kept_per_layer()) {
       if (k < 0 || k > len) bad(where + ": kept count beyond the length");
       ss.kept_per_layer.push_back(k);
+      if (cap != nullptr) need += blocks_for(k, cap->block_size);
     }
+    if (cap != nullptr && need > cap->free_blocks) kv_full(need, cap->free_blocks);
     StagedSeq *sq = nullptr;
     if (staged != nullptr) {
       staged->seqs.emplace_back();
@@ -337,16 +361,15 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, Summary &sum) 
 std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in) {
   Staged staged;
   Summary sum;
-  read_all(in, &session.model(), &staged, sum);
   KvCache &kv = session.kv();
   const KvConfig &kc = kv.config();
   const int32_t bs = kc.block_size;
-  int64_t need = 0;
+  const Capacity cap{kv.free_blocks(), bs};
+  read_all(in, &session.model(), &staged, &cap, sum);
+  int64_t need = 0;  // checked again from what was staged: the commit below takes exactly this many
   for (const StagedSeq &s : staged.seqs)
-    for (const StagedLayer &L : s.layers) need += (static_cast<int64_t>(L.pos.size()) + bs - 1) / bs;
-  if (need > kv.free_blocks())
-    fail(Status::kv_full, "KV cache full: the snapshot needs " + std::to_string(need) + " blocks, " +
-                              std::to_string(kv.free_blocks()) + " are free");
+    for (const StagedLayer &L : s.layers) need += blocks_for(static_cast<int64_t>(L.pos.size()), bs);
+  if (need > kv.free_blocks()) kv_full(need, kv.free_blocks());
   Sampler new_sampler(staged.has_sampler ? staged.sp : SamplerParams{});
   if (staged.has_sampler) {
     new_sampler.rng().set_state(staged.rng);
@@ -404,8 +427,14 @@ std::vector<int32_t> restore_file(Session &session, Sampler *sampler, const std:
 
 Summary inspect(ByteSource &in) {
   Summary s;
-  read_all(in, nullptr, nullptr, s);
+  read_all(in, nullptr, nullptr, nullptr, s);
   return s;
+}
+
+int32_t sequence_count(ByteSource &in) {
+  ChunkReader rd(in);
+  Summary s;
+  return read_header(rd, nullptr, nullptr, s);
 }
 
 namespace {

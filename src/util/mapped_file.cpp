@@ -2,40 +2,25 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "util/error.hpp"
+#include "util/file_io.hpp"
 
 namespace infokv {
 
 MappedFile::MappedFile(const std::string &path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(Status::io, "cannot open '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail(Status::io, "cannot stat '" + path + "': " + std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(Status::io, "'" + path + "' is not a regular file");
-  }
-  size_ = static_cast<size_t>(st.st_size);
+  const RegularFile file(path);  // a FIFO or device is refused before anything blocks on it
+  size_ = static_cast<size_t>(file.size());
   if (size_ > 0) {
-    void *p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.fd(), 0);
     if (p == MAP_FAILED) {
-      int e = errno;
-      ::close(fd);
+      const int e = errno;
       size_ = 0;
       fail(Status::io, "cannot map '" + path + "': " + std::strerror(e));
     }
     data_ = static_cast<const uint8_t *>(p);
   }
-  ::close(fd);
 }
 
 MappedFile::~MappedFile() { reset(); }

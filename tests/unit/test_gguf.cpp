@@ -290,8 +290,8 @@ TEST(GgufCrafted, WrongMagicIsRejected) {
   EXPECT_EQ(parse_status({'G', 'G', 'U'}), Status::bad_model);
 }
 
-TEST(GgufCrafted, Version1And4AreUnsupportedAnd2And3Parse) {
-  for (uint32_t v : {0u, 1u, 4u, 0xffffffffu}) {
+TEST(GgufCrafted, Version1AndPlausibleNewerVersionsAreUnsupportedAnd2And3Parse) {
+  for (uint32_t v : {1u, 4u, 255u}) {
     std::string msg;
     EXPECT_EQ(parse_status(GgufBuilder().set_version(v).add_u32("x", 1).build(), &msg), Status::unsupported) << v;
     EXPECT_NE(msg.find("version"), std::string::npos) << msg;
@@ -302,6 +302,18 @@ TEST(GgufCrafted, Version1And4AreUnsupportedAnd2And3Parse) {
     EXPECT_EQ(f.version(), v);
     EXPECT_EQ(f.get_int("x", 0), 7);
   }
+}
+
+// The magic followed by garbage (the probe's file read as version 421816220) is damage, not a newer format.
+TEST(GgufCrafted, AbsurdVersionsAreDamageNotUnsupported) {
+  for (uint32_t v : {0u, 256u, 421816220u, 0xffffffffu}) {
+    std::string msg;
+    EXPECT_EQ(parse_status(GgufBuilder().set_version(v).add_u32("x", 1).build(), &msg), Status::bad_model) << v;
+    EXPECT_NE(msg.find("not a GGUF file or damaged: version " + std::to_string(v)), std::string::npos) << msg;
+  }
+  std::vector<uint8_t> junk = {'G', 'G', 'U', 'F'};
+  for (int i = 0; i < 60; ++i) junk.push_back(static_cast<uint8_t>(0x9c + 37 * i));
+  EXPECT_EQ(parse_status(junk), Status::bad_model);
 }
 
 TEST(GgufCrafted, AbsurdCountsAreRejectedWithoutAllocating) {

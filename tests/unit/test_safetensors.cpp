@@ -16,6 +16,7 @@
 #include "model/safetensors.hpp"
 #include "model/safetensors_writer.hpp"
 #include "util/error.hpp"
+#include "util/file_io.hpp"
 #include "util/fp16.hpp"
 #include "util/json_reader.hpp"
 
@@ -248,7 +249,9 @@ TEST(SafetensorsWriter, RefusesBadNamesAndLeavesNoFileWhenFillThrows) {
   const std::string path = writer_tmp("throws.safetensors");
   EXPECT_THROW(w.write(path, [](size_t, uint64_t, uint64_t, uint8_t *) { throw Error(Status::cancelled, "stop"); }), Error);
   EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  const std::filesystem::path fp(path);
+  for (const auto &e : std::filesystem::directory_iterator(fp.parent_path()))
+    EXPECT_FALSE(infokv::AtomicFile::is_temp_of(e.path().filename().string(), fp.filename().string())) << e.path();
   try {
     w.write("/nonexistent-dir/x.safetensors", [](size_t, uint64_t, uint64_t, uint8_t *) {});
     ADD_FAILURE() << "wrote into a missing directory";

@@ -103,8 +103,10 @@ typedef struct ikv_sampler ikv_sampler;
  * Loads a GGUF model (memory-mapped; weights are not copied).
  * @param out   receives the model; NULL on failure.
  * @param path  file path (UTF-8).
- * @return IKV_OK, IKV_ERR_INVALID_ARGUMENT (NULL argument), IKV_ERR_IO, IKV_ERR_BAD_MODEL, IKV_ERR_UNSUPPORTED
- *         (architecture, tensor type or tokenizer this version does not run), IKV_ERR_OUT_OF_MEMORY.
+ * @return IKV_OK, IKV_ERR_INVALID_ARGUMENT (NULL argument), IKV_ERR_IO (also for a path that is not a regular
+ *         file or directory: a FIFO or device is refused without blocking), IKV_ERR_BAD_MODEL (also a GGUF version
+ *         of 0 or above 255: damage, not a newer format), IKV_ERR_UNSUPPORTED (GGUF version 1 or 4..255,
+ *         architecture, tensor type or tokenizer this version does not run), IKV_ERR_OUT_OF_MEMORY.
  * Ownership: free with ikv_model_free() after every session that uses it is freed.
  */
 IKV_API int32_t ikv_model_load(ikv_model **out, const char *path);

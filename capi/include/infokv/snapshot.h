@@ -29,7 +29,11 @@ extern "C" {
 
 /**
  * Saves sequence `seq` (or every sequence when seq is -1) and, when `sampler` is not NULL, its parameters, RNG
- * state and history, to `path` (written to path + ".tmp" and renamed, so a failure never leaves half a file).
+ * state and history, to `path`. The bytes go to a unique temporary file in path's directory (never a link planted
+ * there; mode 0666 & ~umask), which is fsynced and renamed over `path`, then the directory is fsynced: a reader of
+ * `path` sees the old file or the complete new one, saves to one path from several threads or processes leave one
+ * complete file, and a failure removes the temporary. A process killed mid-save leaves nothing behind where the
+ * file system supports O_TMPFILE (Linux: ext4, xfs, btrfs, tmpfs), else a `.<name>.<random>.tmp` file.
  * @return IKV_OK; IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT (NULL path, seq < -1); IKV_ERR_NOT_FOUND;
  *         IKV_ERR_IO; IKV_ERR_OUT_OF_MEMORY. The session is not changed.
  */
@@ -50,9 +54,11 @@ IKV_API int32_t ikv_session_save_buffer(void *out, size_t capacity, size_t *out_
  * @param out_count  receives how many sequences the snapshot holds (set even on IKV_ERR_BUFFER_TOO_SMALL).
  * @return IKV_OK; IKV_ERR_BAD_SNAPSHOT (corrupt, truncated or inconsistent); IKV_ERR_VERSION (needs a newer
  *         reader); IKV_ERR_WRONG_MODEL (another model, tokenizer or head layout); IKV_ERR_KV_FULL (the pool cannot
- *         hold it); IKV_ERR_BUFFER_TOO_SMALL (capacity below the sequence count while out_seqs is not NULL);
- *         IKV_ERR_IO; IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT; IKV_ERR_OUT_OF_MEMORY.
- *         On any failure neither the session nor the sampler changed.
+ *         hold it: checked from each sequence's kept counts before its K/V is read, so a snapshot too large for
+ *         the pool is refused without reading its bulk); IKV_ERR_BUFFER_TOO_SMALL (capacity below the sequence
+ *         count while out_seqs is not NULL); IKV_ERR_IO (also for a path that is not a regular file: a FIFO or
+ *         device is refused without blocking); IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT;
+ *         IKV_ERR_OUT_OF_MEMORY. On any failure neither the session nor the sampler changed.
  */
 IKV_API int32_t ikv_session_restore_file(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_session *session,
                                          ikv_sampler *sampler, const char *path);
