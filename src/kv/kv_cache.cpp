@@ -94,6 +94,7 @@ void KvCache::remove(int32_t id) {
   SeqCache &s = seq_mut(id);
   release_all(s);
   seqs_.erase(id);
+  return_memory();
 }
 
 void KvCache::fork(int32_t src, int32_t dst) {
@@ -115,7 +116,19 @@ int32_t KvCache::alloc_block() {
 
 void KvCache::release(int32_t b) {
   int32_t &rc = refcount_[static_cast<size_t>(b)];
-  if (--rc == 0) free_.push_back(b);
+  if (--rc == 0) {
+    free_.push_back(b);
+    freed_.push_back(b);
+  }
+}
+
+void KvCache::return_memory() {
+  std::sort(freed_.begin(), freed_.end());
+  freed_.erase(std::unique(freed_.begin(), freed_.end()), freed_.end());
+  freed_.erase(std::remove_if(freed_.begin(), freed_.end(), [this](int32_t b) { return refcount_[static_cast<size_t>(b)] != 0; }),
+               freed_.end());
+  if (!freed_.empty()) store_->discard_blocks(freed_);
+  freed_.clear();
 }
 
 int64_t KvCache::blocks_needed(const std::vector<int32_t> &ids, const std::vector<int32_t> &counts) const {
@@ -197,6 +210,7 @@ void KvCache::shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t 
     for (auto &ch : L.imp) ch.resize(static_cast<size_t>(n));
   }
   s.length = length;
+  return_memory();
 }
 
 void KvCache::truncate(int32_t id, int64_t length) {
@@ -326,6 +340,7 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
       ch = std::move(v);
     }
   }
+  return_memory();
 }
 
 std::vector<int32_t> KvCache::alloc_blocks(int64_t n) {
@@ -339,6 +354,7 @@ std::vector<int32_t> KvCache::alloc_blocks(int64_t n) {
 
 void KvCache::release_blocks(const std::vector<int32_t> &blocks) {
   for (int32_t b : blocks) release(b);
+  return_memory();
 }
 
 void KvCache::adopt(int32_t id, SeqCache &&s) {
@@ -350,6 +366,7 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
   }
   if (!ok) {
     release_all(s);
+    return_memory();
     fail(Status::invalid_argument, "adopt: sequence " + std::to_string(id) + " exists or does not fit the cache layout");
   }
   seqs_.emplace(id, std::move(s));

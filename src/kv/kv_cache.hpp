@@ -138,6 +138,8 @@ class KvCache {
   void retain(int32_t b) { ++refcount_[static_cast<size_t>(b)]; }
   void release(int32_t b);
   void release_all(SeqCache &s);
+  // Hands the blocks freed since the last call to the store, which may give their memory back to the OS.
+  void return_memory();
 
   KvConfig cfg_;
   int64_t block_bytes_ = 0;
@@ -145,6 +147,7 @@ class KvCache {
   cpu::PagedKv geometry_{};  // the pool's base and block geometry; view() adds a table and slot count
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
+  std::vector<int32_t> freed_;  // freed since the last return_memory()
   std::map<int32_t, SeqCache> seqs_;
 };
 

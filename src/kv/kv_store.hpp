@@ -23,6 +23,9 @@ class KvStore {
   // Whole blocks to or from host memory, in the order of ids: out/in hold ids.size() * block_bytes bytes.
   virtual void read_blocks(const std::vector<int32_t> &ids, uint8_t *out) const = 0;
   virtual void write_blocks(const std::vector<int32_t> &ids, const uint8_t *in) = 0;
+  // Blocks that went back to the pool: their contents are dead, and a store may return their memory to the
+  // operating system (the next writer finds them zeroed or as they were). ids ascending. Default: keep it.
+  virtual void discard_blocks(const std::vector<int32_t> &ids) { (void)ids; }
 };
 
 // A pool of n_blocks blocks with `geometry` (pool and block table ignored) in anonymous, lazily committed host

@@ -2,6 +2,8 @@
 // truncate, remove, compact, remove a range) with every invariant and every stored value checked after each step.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <map>
 #include <random>
 
@@ -235,4 +237,42 @@ TEST(KvCache, RejectsBadArguments) {
   EXPECT_THROW(kv.compact(0, {{5}, {}, {}}), Error);
   KvConfig bad = small_config(0, 4);
   EXPECT_THROW(KvCache{bad}, Error);
+}
+
+// Blocks freed by compaction or removal give their pages back to the operating system (the host store zero-fills
+// them, MADV_DONTNEED), so that compression lowers the process's memory, not only the pool's accounting; blocks
+// still in use keep their bytes.
+TEST(KvCacheMemory, FreedBlocksReturnTheirPages) {
+  KvConfig kc;
+  kc.n_layer = 1;
+  kc.n_kv_heads = 1;
+  kc.head_dim = 64;
+  kc.n_q_dim = 64;
+  kc.block_size = 8;
+  kc.dtype = KvDtype::f32;  // 2 x 8 x 64 x 4 bytes: one 4 KiB page a block
+  kc.n_blocks = 16;
+  KvCache kv(kc);
+  if (kv.block_bytes() % ::sysconf(_SC_PAGESIZE) != 0) GTEST_SKIP() << "page size is not a divisor of 4 KiB";
+  kv.add(0);
+  std::vector<int32_t> pos(80);
+  for (int32_t i = 0; i < 80; ++i) pos[static_cast<size_t>(i)] = i;
+  kv.append_slots(0, pos.data(), 80);
+  const std::vector<int32_t> blocks = kv.seq(0).layers[0].blocks;
+  ASSERT_EQ(blocks.size(), 10u);
+  std::vector<uint8_t> fill(blocks.size() * static_cast<size_t>(kv.block_bytes()), 0xab);
+  kv.store().write_blocks(blocks, fill.data());
+  std::vector<std::vector<int32_t>> keep(1);
+  for (int32_t j = 0; j < 8; ++j) keep[0].push_back(j);  // the first block stays where it is
+  kv.compact(0, keep);
+  std::vector<uint8_t> got(static_cast<size_t>(kv.block_bytes()));
+  kv.store().read_blocks({blocks[0]}, got.data());
+  EXPECT_EQ(got, std::vector<uint8_t>(got.size(), 0xab)) << "a kept block lost its bytes";
+  for (size_t b = 1; b < blocks.size(); ++b) {
+    kv.store().read_blocks({blocks[b]}, got.data());
+    EXPECT_EQ(got, std::vector<uint8_t>(got.size(), 0)) << "freed block " << blocks[b] << " still holds its pages";
+  }
+  kv.remove(0);
+  kv.store().read_blocks({blocks[0]}, got.data());
+  EXPECT_EQ(got, std::vector<uint8_t>(got.size(), 0));
+  kv.check_invariants();
 }
