@@ -16,6 +16,9 @@ namespace infokv {
 
 namespace {
 
+// LM-head rows computed at once when every row's entropy is needed: bounds that buffer by a small chunk.
+constexpr int64_t kLmRows = 32;
+
 class OpsKvStore final : public KvStore {
  public:
   OpsKvStore(DeviceOps &ops, const cpu::PagedKv &g, int64_t n_blocks) : ops_(ops), g_(g) {
@@ -140,11 +143,12 @@ class OpsForward final : public DeviceForward {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     auto f32 = [](int64_t n) { return static_cast<size_t>(n) * 4; };
 
-    // Rows that get logits: every row when entropy is scored (it needs every position's distribution).
-    std::vector<int64_t> lm_rows;
-    if (c.entropy) for (int64_t t = 0; t < T; ++t) lm_rows.push_back(t);
-    else lm_rows = c.logit_rows;
+    // Rows that get logits. Entropy scoring needs every position's distribution, but only its entropy is kept: the
+    // LM head then runs kLmRows rows at a time into a small buffer (a whole chunk of SmolLM2's 49,152-wide logits
+    // was 50 MB), and the rows the caller asked for are copied out as they pass.
+    const std::vector<int64_t> &lm_rows = c.logit_rows;
     const int64_t R = static_cast<int64_t>(lm_rows.size());
+    const int64_t LR = c.entropy ? std::min<int64_t>(T, kLmRows) : R;  // rows of logits_
 
     // Window query rows: the last window_rows items of each group (the same rows in every layer).
     std::vector<int64_t> wrows;
@@ -201,7 +205,8 @@ class OpsForward final : public DeviceForward {
     k_.ensure(o, f32(T * kvd)); v_.ensure(o, f32(T * kvd));
     g_.ensure(o, f32(T * ff)); u_.ensure(o, f32(T * ff));
     ids_.ensure(o, f32(T)); pos_.ensure(o, f32(T));
-    xr_.ensure(o, f32(R * d)); logits_.ensure(o, f32(R * V));
+    xr_.ensure(o, f32(R * d)); logits_.ensure(o, f32(LR * V));
+    if (c.entropy && R > 0) lgout_.ensure(o, f32(R * V));
     table_.ensure(o, table_host_.size() * 4);
     if (c.attention_acc) acc_.ensure(o, f32(2 * acc_total));
     if (W > 0) wq_.ensure(o, f32(nl * W * qd));
@@ -269,34 +274,31 @@ class OpsForward final : public DeviceForward {
       if (c.entropy) o.copy(hidden_.as<float>() + l * T * d, x, f32(T * d));
     }
     o.rmsnorm(xn, x, out_norm_, T, d, hp.rms_eps);
-    const float *lm_in = xn;
-    if (!c.entropy && R > 0) {
+    if (c.entropy) {
+      for (int64_t t0 = 0, ri = 0; t0 < T; t0 += LR) {
+        const int64_t n = std::min(LR, T - t0);
+        o.matmul(logits_.as<float>(), xn + t0 * d, out_, n);
+        o.topk_entropy_rows(ent_.as<double>() + t0, logits_.as<float>(), n, static_cast<int32_t>(V), c.entropy_top_k);
+        for (; ri < R && lm_rows[static_cast<size_t>(ri)] < t0 + n; ++ri)
+          o.copy(lgout_.as<float>() + ri * V, logits_.as<float>() + (lm_rows[static_cast<size_t>(ri)] - t0) * V, f32(V));
+      }
+      o.rep_change_rows(rep_.as<float>(), hidden_.as<float>(), nl, T, d);
+    } else if (R > 0) {
       int64_t ri = 0;
       for (const auto &run : runs_of(lm_rows)) {
         o.copy(xr_.as<float>() + ri * d, xn + run.first * d, f32(run.second * d));
         ri += run.second;
       }
-      lm_in = xr_.as<float>();
-    }
-    if (R > 0) o.matmul(logits_.as<float>(), lm_in, out_, R);
-    if (c.entropy) {
-      o.topk_entropy_rows(ent_.as<double>(), logits_.as<float>(), T, static_cast<int32_t>(V), c.entropy_top_k);
-      o.rep_change_rows(rep_.as<float>(), hidden_.as<float>(), nl, T, d);
+      o.matmul(logits_.as<float>(), xr_.as<float>(), out_, R);
     }
 
     // Downloads, then the one synchronisation.
+    if (R > 0) o.download(out, (c.entropy ? lgout_ : logits_).as<float>(), f32(R * V));
     if (c.entropy) {
-      int64_t ri = 0;
-      for (const auto &run : runs_of(c.logit_rows)) {
-        o.download(out + ri * V, logits_.as<float>() + run.first * V, f32(run.second * V));
-        ri += run.second;
-      }
       ent_host_.resize(static_cast<size_t>(T));
       rep_host_.resize(static_cast<size_t>(nl * T));
       o.download(ent_host_.data(), ent_.as<double>(), static_cast<size_t>(T) * 8);
       o.download(rep_host_.data(), rep_.as<float>(), f32(nl * T));
-    } else if (R > 0) {
-      o.download(out, logits_.as<float>(), f32(R * V));
     }
     if (c.attention_acc) {
       acc_host_.resize(static_cast<size_t>(2 * acc_total));
@@ -367,7 +369,7 @@ class OpsForward final : public DeviceForward {
   std::vector<DevLayer> layers_;
   DevMatrix emb_, out_;
   const float *out_norm_ = nullptr;
-  DevBuf x_, xn_, o_, q_, att_, k_, v_, g_, u_, ids_, pos_, xr_, logits_, table_, rows_, acc_, wq_, hidden_, ent_, rep_;
+  DevBuf x_, xn_, o_, q_, att_, k_, v_, g_, u_, ids_, pos_, xr_, logits_, lgout_, table_, rows_, acc_, wq_, hidden_, ent_, rep_;
   std::vector<int32_t> table_host_, rows_host_;
   std::vector<float> acc_host_, wq_host_, rep_host_;
   std::vector<double> ent_host_;
