@@ -10,6 +10,7 @@
 #include "session/generate.hpp"
 #include "snapshot/snapshot.hpp"
 #include "util/error.hpp"
+#include "util/process_memory.hpp"
 
 namespace infokv {
 namespace cli {
@@ -153,10 +154,8 @@ int cmd_generate(int argc, char **argv) {
       CompressionConfig cc = so.compression;
       cc.compress_after_prefill = false;
       session.set_compression(cc);
-      std::vector<BatchToken> batch;
-      for (int32_t t : prompt) batch.push_back({seq, t, false});
       const auto t0 = std::chrono::steady_clock::now();
-      session.decode(batch);
+      session.prefill(seq, prompt);  // a long prompt in chunks, compressed between them
       const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       for (int32_t t : prompt) sampler.accept(t);
       kv_before = kv_json(session, seq);
@@ -185,11 +184,11 @@ int cmd_generate(int argc, char **argv) {
     if (!json) {
       std::printf("\n");
       std::fflush(stdout);
-      std::fprintf(stderr, "[%zu prompt tokens, %zu generated; prefill %.1f tok/s, decode %.1f tok/s; KV %lld bytes]\n",
+      std::fprintf(stderr, "[%zu prompt tokens, %zu generated; prefill %.1f tok/s, decode %.1f tok/s; KV %lld bytes; peak RSS %.1f MiB]\n",
                    prompt.size(), r.tokens.size(),
                    r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0,
                    r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0,
-                   static_cast<long long>(session.info(seq).bytes));
+                   static_cast<long long>(session.info(seq).bytes), static_cast<double>(peak_rss_bytes()) / (1 << 20));
       if (r.error != Status::ok) fail(r.error, "after " + std::to_string(r.tokens.size()) + " tokens: " + r.error_message);
       return 0;
     }
@@ -277,6 +276,9 @@ int cmd_generate(int argc, char **argv) {
     pool.integer("blocks_total", st.blocks_total).integer("blocks_used", st.blocks_used).integer("bytes_used", st.bytes_used);
     out.raw("kv_pool", pool.dump());
   }
+  JsonObject mem;
+  mem.integer("peak_rss_bytes", peak_rss_bytes()).integer("rss_bytes", current_rss_bytes());
+  out.raw("memory", mem.dump());
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
   // The JSON above holds what was made; the failure that stopped it still fails the command.

@@ -71,6 +71,7 @@ void Session::compress(int32_t seq, int32_t budget_tokens) { apply_compression(s
 std::vector<Session::PressureCandidate> Session::pressure_candidates(const std::map<int32_t, int32_t> &appending) {
   std::vector<PressureCandidate> out;
   for (int32_t id : kv_->sequence_ids()) {
+    if (prefill_seq_ >= 0 && id != prefill_seq_) continue;
     int32_t kept = 0;
     for (const LayerSlots &L : kv_->seq(id).layers) kept = std::max(kept, L.n());
     if (kept <= budget_for(id)) continue;

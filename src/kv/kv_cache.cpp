@@ -106,6 +106,14 @@ void KvCache::fork(int32_t src, int32_t dst) {
   seqs_.emplace(dst, std::move(copy));
 }
 
+void KvCache::rename(int32_t from, int32_t to) {
+  seq(from);
+  if (seqs_.count(to) != 0) fail(Status::invalid_argument, "sequence " + std::to_string(to) + " already exists");
+  auto node = seqs_.extract(from);
+  node.key() = to;
+  seqs_.insert(std::move(node));
+}
+
 int32_t KvCache::alloc_block() {
   if (free_.empty()) fail(Status::kv_full, "KV cache full: no free block in the pool");
   int32_t b = free_.back();

@@ -91,6 +91,7 @@ class KvCache {
   void add(int32_t id);                       // throws invalid_argument if it exists
   void remove(int32_t id);                    // returns its blocks; throws not_found
   void fork(int32_t src, int32_t dst);        // dst shares src's blocks
+  void rename(int32_t from, int32_t to);      // sequence `from` becomes `to` (which must not exist)
   void truncate(int32_t id, int64_t length);  // drops positions >= length
   void remove_range(int32_t id, int64_t p0, int64_t p1);  // drops positions in [p0, p1)
 

@@ -19,10 +19,7 @@ GenerateResult generate(Session &session, int32_t seq, const std::vector<int32_t
   const Tokenizer &tok = session.model().tokenizer();
   auto t0 = std::chrono::steady_clock::now();
   if (!prompt.empty()) {
-    std::vector<BatchToken> batch;
-    batch.reserve(prompt.size());
-    for (int32_t t : prompt) batch.push_back({seq, t, false});
-    session.decode(batch);
+    session.prefill(seq, prompt);  // chunked, compressing between chunks, when a policy is on
     for (int32_t t : prompt) sampler.accept(t);
     res.prefill_tokens = static_cast<int64_t>(prompt.size());
   }

@@ -254,6 +254,59 @@ void Session::decode(const std::vector<BatchToken> &batch) {
   }
 }
 
+void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
+  const size_t chunk = static_cast<size_t>(opts_.ubatch);
+  std::vector<BatchToken> batch;
+  auto decode_range = [&](size_t b, size_t e) {
+    batch.clear();
+    for (size_t i = b; i < e; ++i) batch.push_back({seq, tokens[i], false});
+    decode(batch);
+  };
+  if (!opts_.compression.enabled() || tokens.size() <= chunk) {
+    if (!tokens.empty()) decode_range(0, tokens.size());
+    return;
+  }
+  // Compression between chunks evicts for good, so a failure part-way is undone from a copy: an empty sequence needs
+  // none (it is emptied again); otherwise a fork holds the old blocks (shared, no copy) until the prompt is in.
+  const SeqState saved = state(seq);
+  const bool was_empty = kv_->seq(seq).length == 0;
+  const int32_t backup = was_empty ? -1 : fork_sequence(seq);
+  try {
+    const bool after = opts_.compression.compress_after_prefill;
+    opts_.compression.compress_after_prefill = false;  // the chunks' own decodes must not count as "the" prefill
+    // Memory pressure during the chunks may compress only this sequence: another one's evictions could not be
+    // undone if a later chunk failed.
+    prefill_seq_ = seq;
+    struct Restore {
+      Session &s;
+      bool after;
+      ~Restore() {
+        s.opts_.compression.compress_after_prefill = after;
+        s.prefill_seq_ = -1;
+      }
+    } restore{*this, after};
+    for (size_t b = 0; b < tokens.size(); b += chunk) {
+      decode_range(b, std::min(tokens.size(), b + chunk));
+      int32_t kept = 0;
+      for (const LayerSlots &L : kv_->seq(seq).layers) kept = std::max(kept, L.n());
+      const bool last = b + chunk >= tokens.size();
+      // Between chunks, compress once the cache holds a chunk beyond the budget; after the last, as a prefill would.
+      if (last ? (after && kept > budget_for(seq)) : kept > budget_for(seq) + static_cast<int32_t>(chunk)) compress(seq);
+    }
+  } catch (...) {
+    kv_->remove(seq);
+    if (was_empty) {
+      kv_->add(seq);
+    } else {
+      kv_->rename(backup, seq);
+      seqs_.erase(backup);
+    }
+    seqs_[seq] = saved;
+    throw;
+  }
+  if (backup >= 0) remove_sequence(backup);
+}
+
 void Session::forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                       std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                       std::map<int32_t, SeqState> &staged, std::map<int32_t, StepChannels> &steps) {

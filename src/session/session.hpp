@@ -72,6 +72,12 @@ class Session {
   // Appends the batch's tokens to their sequences and runs the model. All or nothing: on any error (bad token,
   // unknown sequence, KV full) the caches, lengths and logits are exactly as before and Error is thrown.
   void decode(const std::vector<BatchToken> &batch);
+  // Appends `tokens` to `seq` like decode(), but with a compression policy on and more tokens than one chunk
+  // (options().ubatch) it prefills chunk by chunk, compressing between chunks whenever the sequence holds more than
+  // its budget plus a chunk, so the prompt's full cache never exists and a prompt longer than the pool can fit.
+  // Compresses at the end as decode() would after a prefill. All or nothing: on any error the sequence (cache,
+  // state, counters) is as before and Error is thrown.
+  void prefill(int32_t seq, const std::vector<int32_t> &tokens);
   // Logits of the latest token of `seq` [n_vocab]; throws bad_state before the first decode.
   const std::vector<float> &logits(int32_t seq) const;
   // Logits of the flagged items of the last decode, in batch order: [n_flagged * n_vocab].
@@ -143,6 +149,7 @@ class Session {
   std::unique_ptr<KvCache> kv_;
   std::map<int32_t, SeqState> seqs_;
   int32_t next_id_ = 0;
+  int32_t prefill_seq_ = -1;  // during prefill(): the one sequence memory pressure may compress
   std::vector<float> batch_logits_;
 };
 

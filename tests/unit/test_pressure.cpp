@@ -252,3 +252,73 @@ TEST(Pressure, GenerateBatchIntoAFullPoolKeepsWhatItDecoded) {
   }
   s.kv().check_invariants();
 }
+
+// A prompt four times the pool: prefilled in chunks with compression between them, so the full cache never exists.
+// Without a policy the same prompt is refused as KV full, changing nothing.
+TEST(Prefill, PromptFourTimesThePoolFitsWithCompression) {
+  std::mt19937 rng(infokv_test::test_seed());
+  const int32_t n_layer = stories()->hparams().n_layer;
+  SessionOptions o;
+  o.n_threads = 1;
+  o.block_size = 16;
+  o.ubatch = 64;
+  o.kv_pool_blocks = int64_t{n_layer} * 16;  // 256 tokens per layer
+  o.compression.policy = PolicyKind::snapkv;
+  o.compression.budget_fraction = 0.125;
+  const std::vector<int32_t> prompt = random_tokens(rng, 1024);
+  Session s(stories(), o);
+  const int32_t id = s.add_sequence();
+  s.prefill(id, prompt);
+  EXPECT_EQ(s.info(id).length, 1024);
+  EXPECT_EQ(s.tokens(id), prompt);
+  for (int32_t k : s.info(id).kept_per_layer) EXPECT_LE(k, 128);
+  EXPECT_GE(s.compressions(id), 2);
+  EXPECT_TRUE(s.seq_state(id).has_logits);
+  s.decode({{id, 300, false}});  // and generation goes on
+  s.kv().check_invariants();
+
+  SessionOptions full = o;
+  full.compression = CompressionConfig{};
+  Session f(stories(), full);
+  const int32_t fid = f.add_sequence();
+  EXPECT_THROW(f.prefill(fid, prompt), Error);
+  EXPECT_EQ(f.info(fid).length, 0);
+  EXPECT_EQ(f.kv().stats().blocks_used, 0);
+}
+
+// A chunked prefill that fails part-way (here a token outside the vocabulary in a late chunk, after compressions of
+// earlier chunks) leaves the sequence exactly as it was, evictions included, and no other sequence changed.
+TEST(Prefill, FailurePartWayLeavesEverySequenceAsItWas) {
+  std::mt19937 rng(infokv_test::test_seed());
+  const int32_t n_layer = stories()->hparams().n_layer;
+  SessionOptions o = pressure_options(int64_t{n_layer} * 20);  // 320 tokens per layer
+  o.ubatch = 64;
+  o.compression.budget_tokens = 40;
+  for (bool start_empty : {true, false}) {
+    Session s(stories(), o);
+    const int32_t other = s.add_sequence();
+    decode_all(s, other, random_tokens(rng, 96));  // over budget: pressure could compress it, but must not
+    const int32_t id = s.add_sequence();
+    if (!start_empty) decode_all(s, id, random_tokens(rng, 40));
+    const SeqPicture p_other = picture(s, other), p_id = picture(s, id);
+    const int64_t used = s.kv().stats().blocks_used;
+    const std::vector<int32_t> ids_before = s.kv().sequence_ids();
+    std::vector<int32_t> prompt = random_tokens(rng, 600);
+    prompt[550] = stories()->hparams().n_vocab;  // chunk 9 of 10
+    try {
+      s.prefill(id, prompt);
+      FAIL() << "a token outside the vocabulary was accepted";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), Status::out_of_range);
+    }
+    EXPECT_TRUE(picture(s, id) == p_id) << "start_empty " << start_empty;
+    EXPECT_TRUE(picture(s, other) == p_other);
+    EXPECT_EQ(s.kv().stats().blocks_used, used);
+    EXPECT_EQ(s.kv().sequence_ids(), ids_before) << "the backup fork was left behind";
+    s.kv().check_invariants();
+    prompt[550] = 300;  // the same prompt, valid, then goes in (compressing on the way)
+    s.prefill(id, prompt);
+    EXPECT_GE(s.compressions(id), 2);
+    EXPECT_TRUE(picture(s, other) == p_other);
+  }
+}
