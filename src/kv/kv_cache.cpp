@@ -4,10 +4,18 @@
 #include <string>
 
 #include "util/error.hpp"
+#include "util/fp16.hpp"
 
 namespace infokv {
 
 namespace {
+void round_to_dtype(float *x, size_t n, KvDtype dt) {
+  if (dt == KvDtype::f16)
+    for (size_t i = 0; i < n; ++i) x[i] = fp16_to_float(float_to_fp16(x[i]));
+  else if (dt == KvDtype::bf16)
+    for (size_t i = 0; i < n; ++i) x[i] = bf16_to_float(float_to_bf16(x[i]));
+}
+
 int32_t blocks_for(int64_t slots, int32_t bs) { return static_cast<int32_t>((slots + bs - 1) / bs); }
 
 // Whether destination block b of a compaction to `keep` receives any slot other than its own (then a shared block
@@ -195,7 +203,11 @@ void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_c
     }
     if (l < step.window_q.size()) {
       std::vector<float> &wq = s.window_q[l];
+      const size_t at = wq.size();
       wq.insert(wq.end(), step.window_q[l].begin(), step.window_q[l].end());
+      // Held at the KV dtype's precision, like the keys they are scored against: a snapshot then stores them in
+      // that dtype (half the bytes of f32) and a restored sequence scores exactly as the original would.
+      round_to_dtype(wq.data() + at, wq.size() - at, cfg_.dtype);
       keep_last(wq, static_cast<size_t>(window_cap) * static_cast<size_t>(cfg_.n_q_dim));
     }
   }

@@ -297,16 +297,24 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity
       for (int ch = 0; ch < kImpChannels; ++ch) n_ch += (L->imp_mask() >> ch) & 1;
       max_channels = std::max(max_channels, n_ch);
       if (vsize(L->imp()) != static_cast<size_t>(n_ch) * static_cast<size_t>(n)) bad(lw + ": importance size");
+      // Window rows come as f32 (v1) or, in a v2 file with a 16-bit KV dtype, in that dtype; never both.
       const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(qd) : 0;
-      if (vsize(L->window_q()) != wq_size) bad(lw + ": window query size");
+      const bool wq_kv = vsize(L->window_q_kv()) != 0;
+      if (wq_kv && (sum.min_reader_version < kWindowKvVersion || sum.kv_dtype == KvDtype::f32))
+        bad(lw + ": 16-bit window queries in a v1 file or an f32 cache");
+      if (wq_kv ? vsize(L->window_q()) != 0 || vsize(L->window_q_kv()) != wq_size * static_cast<size_t>(es)
+                : vsize(L->window_q()) != wq_size)
+        bad(lw + ": window query size");
       check_hash(L->pos(), L->pos_xxh3(), lw + " positions");
       check_hash(L->k(), L->k_xxh3(), lw + " K");
       check_hash(L->v(), L->v_xxh3(), lw + " V");
       check_hash(L->imp(), L->imp_xxh3(), lw + " importance");
       check_hash(L->window_q(), L->window_q_xxh3(), lw + " window queries");
+      if (wq_kv) check_hash(L->window_q_kv(), L->window_q_kv_xxh3(), lw + " window queries");  // v1: absent
       // Non-finite K/V, queries or importance values would turn every later logit into NaN (token 0 forever).
       if (!kv_rows_finite(L->k(), sum.kv_dtype) || !kv_rows_finite(L->v(), sum.kv_dtype)) bad(lw + ": K/V values are not all finite");
-      if (!all_finite(L->imp()) || !all_finite(L->window_q())) bad(lw + ": importance or window query values are not all finite");
+      if (!all_finite(L->imp()) || !all_finite(L->window_q()) || !kv_rows_finite(L->window_q_kv(), sum.kv_dtype))
+        bad(lw + ": importance or window query values are not all finite");
       for (int32_t j = 0; j < n; ++j) {
         const int32_t p = L->pos()->Get(static_cast<flatbuffers::uoffset_t>(j));
         if (p <= last_pos || p >= len) bad(lw + ": positions not ascending within the length");
@@ -337,6 +345,11 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity
           }
         }
         if (first == 0 && L->window_q() != nullptr) SL.window_q.assign(L->window_q()->begin(), L->window_q()->end());
+        if (first == 0 && wq_kv) {
+          SL.window_q.resize(wq_size);
+          convert_rows(reinterpret_cast<uint8_t *>(SL.window_q.data()), KvDtype::f32, L->window_q_kv()->data(), sum.kv_dtype,
+                       static_cast<int64_t>(wq_size));
+        }
       }
       first += n;
       started = true;

@@ -1,8 +1,10 @@
 // Snapshot writer: one header chunk, then per sequence a sequence chunk and its layer chunks (schemas/snapshot.fbs).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
+#include "compress/scores.hpp"
 #include "snapshot/container.hpp"
 #include "snapshot/convert.hpp"
 #include "snapshot/snapshot.hpp"
@@ -56,6 +58,35 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     for (const LayerSlots &L : c.layers) kept_bytes += static_cast<int64_t>(L.n()) * slot_bytes;
   }
 
+  // How many of a sequence's last observation-window queries go into the file (see SaveOptions::WindowQueries):
+  // automatically, only those the next scheduled compression will score with that the restored sequence will not
+  // have decoded anew by then.
+  const CompressionConfig &cc = session.options().compression;
+  auto window_rows = [&](int32_t id) -> int64_t {
+    const SeqCache &c = kv.seq(id);
+    const int64_t rows = static_cast<int64_t>(c.window_pos.size());
+    if (opts.window_queries != SaveOptions::WindowQueries::automatic)
+      return opts.window_queries == SaveOptions::WindowQueries::always ? rows : 0;
+    if (!cc.enabled() || !cc.needs_window_queries() || rows == 0) return 0;
+    const int64_t ahead = std::max<int64_t>(0, cc.interval - session.seq_state(id).since_compress);
+    const int64_t next_len = c.length + ahead;
+    const int64_t budget = cc.budget_tokens > 0 ? cc.budget_tokens
+                                                : std::max<int64_t>(1, std::llround(cc.budget_fraction * static_cast<double>(next_len)));
+    std::vector<int32_t> counts;
+    for (const LayerSlots &L : c.layers) counts.push_back(static_cast<int32_t>(std::min<int64_t>(INT32_MAX, L.n() + ahead)));
+    int64_t w = 0;
+    for (int32_t b : layer_budgets(cc, counts, static_cast<int32_t>(std::min<int64_t>(INT32_MAX, budget))))
+      w = std::max<int64_t>(w, cc.policy == PolicyKind::tova ? 1 : window_size(cc, b));
+    return std::min(rows, std::max<int64_t>(0, w - ahead));
+  };
+  // Window queries are held at the KV dtype's precision (KvCache::commit_step), so a 16-bit cache stores them in
+  // 16 bits: a v2 file.
+  bool half_window = false;
+  if (kc.dtype != KvDtype::f32)
+    for (int32_t id : ids) half_window = half_window || window_rows(id) > 0;
+  const uint32_t format_version = half_window ? std::max(opts.format_version, kWindowKvVersion) : opts.format_version;
+  const uint32_t min_reader_version = half_window ? std::max(opts.min_reader_version, kWindowKvVersion) : opts.min_reader_version;
+
   ChunkWriter w(out);
   {
     flatbuffers::FlatBufferBuilder b(1024);
@@ -73,8 +104,8 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     }
     auto producer = b.CreateString(std::string("infokv ") + "0.1.0");
     fb::HeaderBuilder h(b);
-    h.add_format_version(opts.format_version);
-    h.add_min_reader_version(opts.min_reader_version);
+    h.add_format_version(format_version);
+    h.add_min_reader_version(min_reader_version);
     h.add_producer(producer);
     h.add_weights_fingerprint(session.model().weights_fingerprint());
     h.add_tokenizer_fingerprint(session.model().tokenizer().fingerprint());
@@ -100,7 +131,7 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
   }
 
   const int64_t qd = static_cast<int64_t>(hp.n_head) * hp.head_dim;
-  std::vector<uint8_t> kbuf, vbuf, blocks;
+  std::vector<uint8_t> kbuf, vbuf, blocks, wq_kv;
   for (size_t si = 0; si < ids.size(); ++si) {
     const SeqCache &c = kv.seq(ids[si]);
     const Session::SeqState &st = session.seq_state(ids[si]);
@@ -109,13 +140,8 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     std::vector<int32_t> per_chunk(c.layers.size(), 1);
     int32_t layer_chunks = 0;
     std::vector<int32_t> kept;
-    const CompressionConfig &cc = session.options().compression;
-    const int64_t rows = static_cast<int64_t>(c.window_pos.size());
-    bool keep_window = opts.window_queries == SaveOptions::WindowQueries::always;
-    if (opts.window_queries == SaveOptions::WindowQueries::automatic)
-      keep_window = cc.enabled() && rows > 0 && cc.interval - st.since_compress <= rows;
-    const std::vector<int32_t> no_rows;
-    const std::vector<int32_t> &window_pos = keep_window ? c.window_pos : no_rows;
+    const int64_t n_rows = window_rows(ids[si]);
+    const std::vector<int32_t> window_pos(c.window_pos.end() - n_rows, c.window_pos.end());
     for (size_t l = 0; l < c.layers.size(); ++l) {
       const LayerSlots &L = c.layers[l];
       kept.push_back(L.n());
@@ -159,13 +185,18 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
         for (int ch = 0; ch < kImpChannels; ++ch)
           if (masks[l] & (1u << ch)) imp.insert(imp.end(), L.imp[static_cast<size_t>(ch)].begin() + first, L.imp[static_cast<size_t>(ch)].begin() + first + n);
         const std::vector<float> empty;
-        const std::vector<float> &wq = first == 0 && keep_window ? c.window_q[l] : empty;
-        if (static_cast<int64_t>(wq.size()) != static_cast<int64_t>(first == 0 ? window_pos.size() : 0) * qd)
+        const std::vector<float> &all_rows = c.window_q[l];
+        if (static_cast<int64_t>(all_rows.size()) != static_cast<int64_t>(c.window_pos.size()) * qd)
           fail(Status::internal, "window queries do not match their positions");
-        flatbuffers::FlatBufferBuilder b(static_cast<size_t>(1024 + kbuf.size() * 2 + pos.size() * 4 + imp.size() * 4 + wq.size() * 4));
+        const std::vector<float> rows(first == 0 ? all_rows.end() - n_rows * qd : all_rows.end(), all_rows.end());
+        // f32 rows as v1 wrote them; 16-bit ones in the KV dtype (exact: they were rounded when recorded).
+        const std::vector<float> &wq = half_window ? empty : rows;
+        wq_kv.resize(half_window ? rows.size() * static_cast<size_t>(kv_dtype_size(kc.dtype)) : 0);
+        if (half_window && !rows.empty()) convert_rows(wq_kv.data(), kc.dtype, reinterpret_cast<const uint8_t *>(rows.data()), KvDtype::f32, static_cast<int64_t>(rows.size()));
+        flatbuffers::FlatBufferBuilder b(static_cast<size_t>(1024 + kbuf.size() * 2 + pos.size() * 4 + imp.size() * 4 + wq.size() * 4 + wq_kv.size()));
         auto layer = fb::CreateLayerDirect(b, static_cast<int32_t>(si), static_cast<int32_t>(l), first, n, &pos, vec_hash(pos),
                                            &kbuf, vec_hash(kbuf), &vbuf, vec_hash(vbuf), masks[l], &imp, vec_hash(imp), &wq,
-                                           vec_hash(wq));
+                                           vec_hash(wq), half_window ? &wq_kv : nullptr, vec_hash(wq_kv));
         fb::ChunkBuilder cb(b);
         cb.add_kind(fb::ChunkKind::LAYER);
         cb.add_layer(layer);

@@ -100,7 +100,28 @@ TEST_P(SnapshotContinuation, RestoredSessionContinuesWithIdenticalTokensAndLogit
 INSTANTIATE_TEST_SUITE_P(PoliciesAndSampling, SnapshotContinuation,
                          ::testing::Values(Case{PolicyKind::none, 0, 1024, 0.0f}, Case{PolicyKind::none, 0, 1024, 0.9f},
                                            Case{PolicyKind::infokv, 0.5, 6, 0.0f}, Case{PolicyKind::infokv, 0.5, 6, 0.9f},
-                                           Case{PolicyKind::h2o, 0.4, 5, 0.9f}, Case{PolicyKind::snapkv, 0.3, 7, 0.0f}));
+                                           Case{PolicyKind::h2o, 0.4, 5, 0.9f}, Case{PolicyKind::snapkv, 0.3, 7, 0.0f},
+                                           // compression every step or two: window rows trimmed to what the next uses
+                                           Case{PolicyKind::infokv, 0.25, 1, 0.9f}, Case{PolicyKind::tova, 0.3, 3, 0.0f},
+                                           Case{PolicyKind::pyramidkv, 0.4, 2, 0.9f}));
+
+// With compression every step, the observation-window queries used to dominate a compressed snapshot (stored as
+// f32, all 32 rows: 48% of the full cache's snapshot at 25%); now they are stored in the KV dtype and only the rows
+// the next compression uses.
+TEST(Snapshot, FrequentCompressionKeepsTheSnapshotSmall) {
+  auto m = stories_model();
+  const std::vector<int32_t> prompt = m->tokenizer().encode("Once upon a time", true);
+  auto run = [&](PolicyKind p, double budget, int32_t interval) {
+    Session s(m, session_opts(p, budget, interval));
+    const int32_t seq = s.add_sequence();
+    Sampler sp(SamplerParams{});
+    prefill(s, seq, &sp, prompt);
+    continue_n(s, seq, sp, 300);
+    return save_bytes(s, seq, &sp).size();
+  };
+  const size_t full = run(PolicyKind::none, 0.0, 1024), every = run(PolicyKind::infokv, 0.25, 1);
+  EXPECT_LE(static_cast<double>(every), 0.36 * static_cast<double>(full)) << every << " vs " << full;
+}
 
 TEST(Snapshot, DifferentBlockSizeAndManySmallChunksRestoreExactly) {
   auto m = stories_model();
