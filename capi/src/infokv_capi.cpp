@@ -5,6 +5,7 @@
 #include <new>
 #include <sstream>
 
+#include "compress/policy_table.hpp"
 #include "gguf/ggml_types.hpp"
 #include "handles.hpp"
 #include "model/describe.hpp"
@@ -19,7 +20,15 @@ using infokv::capi::guard;
 static_assert(IKV_ERR_KV_FULL == static_cast<int32_t>(Status::kv_full), "status values must agree");
 static_assert(IKV_ERR_BAD_HANDLE == static_cast<int32_t>(Status::bad_handle), "status values must agree");
 static_assert(IKV_ERR_INTERNAL == static_cast<int32_t>(Status::internal), "status values must agree");
-static_assert(IKV_POLICY_PYRAMIDKV == static_cast<int32_t>(infokv::PolicyKind::pyramidkv), "policy values must agree");
+// Each IKV_POLICY_* constant against its row of the policy table (the table is the one converter).
+static_assert(IKV_POLICY_NONE == infokv::policy_row(infokv::PolicyKind::none).c_value, "policy table: C value");
+static_assert(IKV_POLICY_INFOKV == infokv::policy_row(infokv::PolicyKind::infokv).c_value, "policy table: C value");
+static_assert(IKV_POLICY_SNAPKV == infokv::policy_row(infokv::PolicyKind::snapkv).c_value, "policy table: C value");
+static_assert(IKV_POLICY_H2O == infokv::policy_row(infokv::PolicyKind::h2o).c_value, "policy table: C value");
+static_assert(IKV_POLICY_STREAMING == infokv::policy_row(infokv::PolicyKind::streaming).c_value, "policy table: C value");
+static_assert(IKV_POLICY_TOVA == infokv::policy_row(infokv::PolicyKind::tova).c_value, "policy table: C value");
+static_assert(IKV_POLICY_PYRAMIDKV == infokv::policy_row(infokv::PolicyKind::pyramidkv).c_value, "policy table: C value");
+static_assert(infokv::kPolicyTable.size() == 7, "a new policy needs its IKV_POLICY_* constant checked here");
 static_assert(IKV_KV_BF16 == static_cast<int32_t>(infokv::KvDtype::bf16), "dtype values must agree");
 
 namespace {
@@ -64,16 +73,19 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   require(o->kv_dtype >= 1 && o->kv_dtype <= 3, "kv_dtype must be IKV_KV_F32, IKV_KV_F16 or IKV_KV_BF16");
   require(o->block_size >= 0, "block_size must be >= 0");
   require(o->ubatch >= 0, "ubatch must be >= 0");
-  require(o->policy >= 0 && o->policy <= 6, "policy must be one of IKV_POLICY_*");
+  const infokv::PolicyInfo *policy = infokv::policy_by_c_value(o->policy);
+  if (policy == nullptr)
+    fail(Status::invalid_argument, "policy = " + std::to_string(o->policy) + " is not one of IKV_POLICY_* (" +
+                                       infokv::policy_names_list() + ")");
   require(o->shape == 0 || o->shape == 1, "shape must be IKV_SHAPE_UNIFORM or IKV_SHAPE_PYRAMID");
   so.n_threads = o->n_threads;
   so.kv_dtype = static_cast<infokv::KvDtype>(o->kv_dtype);
-  so.block_size = o->block_size > 0 ? o->block_size : 16;
-  so.ubatch = o->ubatch > 0 ? o->ubatch : 256;
+  so.block_size = o->block_size > 0 ? o->block_size : infokv::defaults::block_size;
+  so.ubatch = o->ubatch > 0 ? o->ubatch : infokv::defaults::ubatch;
   so.kv_pool_blocks = o->kv_pool_blocks;
   so.kv_pool_bytes = o->kv_pool_bytes;
   infokv::CompressionConfig &c = so.compression;
-  c.policy = static_cast<infokv::PolicyKind>(o->policy);
+  c.policy = policy->kind;
   c.budget_tokens = o->budget_tokens;
   c.budget_fraction = o->budget_fraction;
   c.window = o->window;

@@ -7,12 +7,24 @@
 
 #include <flatbuffers/idl.h>
 
+#include "compress/policy_table.hpp"
 #include "infokv_fb/config_generated.h"
 #include "util/error.hpp"
 
 namespace infokv {
 
 namespace fbc = ::infokv::config;
+
+// The schema's Policy values against the policy table (the JSON names are checked by a test: they are not constexpr).
+static_assert(static_cast<int>(fbc::Policy::UNSPECIFIED) == kPolicySchemaUnspecified, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::none) == policy_row(PolicyKind::none).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::infokv) == policy_row(PolicyKind::infokv).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::snapkv) == policy_row(PolicyKind::snapkv).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::h2o) == policy_row(PolicyKind::h2o).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::streaming) == policy_row(PolicyKind::streaming).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::tova) == policy_row(PolicyKind::tova).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::pyramidkv) == policy_row(PolicyKind::pyramidkv).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::MAX) == kPolicyTable.back().schema_value, "a schema policy is missing from the table");
 
 namespace {
 
@@ -147,8 +159,11 @@ Config config_from_binary(const void *data, size_t size) {
   if (const fbc::Compression *k = f->compression()) {
     CompressionConfig &cc = s.compression;
     const int pol = static_cast<int>(k->policy());
-    if (pol < 0 || pol > 7) bad("compression.policy = " + std::to_string(pol) + " is not a known policy");
-    cc.policy = pol == 0 ? PolicyKind::none : static_cast<PolicyKind>(pol - 1);
+    if (pol != kPolicySchemaUnspecified) {
+      const PolicyInfo *info = policy_by_schema_value(pol);
+      if (info == nullptr) bad("compression.policy = " + std::to_string(pol) + " is not a known policy value");
+      cc.policy = info->kind;
+    }
     cc.budget_fraction = k->budget_fraction();
     cc.budget_tokens = k->budget_tokens();
     cc.window = k->window();
@@ -200,7 +215,7 @@ std::vector<uint8_t> config_to_binary(const Config &c) {
   flatbuffers::FlatBufferBuilder b(512);
   b.ForceDefaults(true);  // so the JSON form lists every setting
   const CompressionConfig &k = c.session.compression;
-  auto comp = fbc::CreateCompression(b, static_cast<fbc::Policy>(static_cast<int16_t>(k.policy) + 1), k.budget_fraction,
+  auto comp = fbc::CreateCompression(b, static_cast<fbc::Policy>(policy_info(k.policy).schema_value), k.budget_fraction,
                                      k.budget_tokens, k.window, k.interval, k.alpha, k.tau, k.entropy_top_k,
                                      k.pool_kernel_prefill, k.pool_kernel_decode,
                                      static_cast<fbc::BudgetShape>(static_cast<int16_t>(k.shape) + 1), k.beta, k.sink,
