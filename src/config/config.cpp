@@ -10,6 +10,7 @@
 #include "compress/policy_table.hpp"
 #include "infokv_fb/config_generated.h"
 #include "util/error.hpp"
+#include "util/json_reader.hpp"
 
 namespace infokv {
 
@@ -68,6 +69,63 @@ std::string field_near_error(const std::string &text, const std::string &err) {
   const size_t q1 = text.rfind('"', q2 - 1);
   if (q1 == std::string::npos) return "";
   return text.substr(q1 + 1, q2 - q1 - 1);
+}
+
+// Configs are strict JSON (RFC 8259), checked field by field against the schema before the FlatBuffers parser sees
+// them: that parser alone also takes comments, single quotes, unquoted keys, trailing commas, hex and "4" for a
+// number, and ORs space-separated enum names ("infokv h2o" became tova).
+void check_table(const JsonValue &obj, const flatbuffers::StructDef &sd, const std::string &prefix);
+
+void check_field(const JsonValue &v, const flatbuffers::FieldDef &fd, const std::string &field) {
+  const flatbuffers::Type &t = fd.value.type;
+  if (t.base_type == flatbuffers::BASE_TYPE_STRUCT && t.struct_def != nullptr && !t.struct_def->fixed) {
+    check_table(v, *t.struct_def, field);
+    return;
+  }
+  if (t.base_type == flatbuffers::BASE_TYPE_STRING) {
+    if (!v.is_string()) bad(field + " must be a JSON string");
+    return;
+  }
+  if (flatbuffers::IsBool(t.base_type)) {
+    if (!v.is_bool()) bad(field + " must be true or false");
+    return;
+  }
+  if (t.enum_def != nullptr && flatbuffers::IsInteger(t.base_type)) {
+    const flatbuffers::EnumDef &e = *t.enum_def;
+    if (e.name == "Policy") {
+      // Exactly one name from the policy table; numbers and unions are refused (they meant other policies).
+      if (!v.is_string() || policy_by_name(v.as_string()) == nullptr)
+        bad(field + (v.is_string() ? " = \"" + v.as_string() + "\" is not" : " must be") +
+            " one policy name as a JSON string (one of: " + policy_names_list() + ")");
+      return;
+    }
+    std::string names;
+    for (const flatbuffers::EnumVal *ev : e.Vals()) names += (names.empty() ? "" : ", ") + ev->name;
+    if (!v.is_string() || e.Lookup(v.as_string()) == nullptr)
+      bad(field + (v.is_string() ? " = \"" + v.as_string() + "\" is not" : " must be") + " one name as a JSON string (one of: " +
+          names + ")");
+    return;
+  }
+  if (flatbuffers::IsInteger(t.base_type)) {
+    if (!v.is_number()) bad(field + " must be a JSON number");
+    if (!v.is_integral_literal()) bad(field + " must be a whole number (no fraction or exponent)");
+    return;
+  }
+  if (flatbuffers::IsFloat(t.base_type)) {
+    if (!v.is_number()) bad(field + " must be a JSON number");
+    return;
+  }
+  bad(field + " has a schema type this reader does not handle");
+}
+
+void check_table(const JsonValue &obj, const flatbuffers::StructDef &sd, const std::string &prefix) {
+  if (!obj.is_object()) bad((prefix.empty() ? std::string("the config") : prefix) + " must be a JSON object");
+  for (const auto &member : obj.members()) {
+    const std::string field = prefix.empty() ? member.first : prefix + "." + member.first;
+    const flatbuffers::FieldDef *fd = sd.fields.Lookup(member.first);
+    if (fd == nullptr || fd->deprecated) bad("unknown field \"" + field + "\"");
+    check_field(member.second, *fd, field);
+  }
 }
 
 bool valid_utf8(const std::string &s) {
@@ -203,6 +261,9 @@ Config config_from_json(const std::string &text) {
   if (text.find('\0') != std::string::npos) bad("JSON text contains a NUL byte");
   flatbuffers::Parser p(json_options());
   parser_with_schema(p);
+  const JsonValue doc = JsonValue::parse(text, static_cast<int32_t>(Status::bad_config), "config: invalid JSON");
+  if (p.root_struct_def_ == nullptr) fail(Status::internal, "embedded config schema has no root type");
+  check_table(doc, *p.root_struct_def_, "");
   if (!p.Parse(text.c_str())) {
     const std::string field = field_near_error(text, p.error_);
     bad("invalid JSON" + (field.empty() ? std::string() : " at field \"" + field + "\"") + ": " + p.error_);
