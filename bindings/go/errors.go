@@ -49,6 +49,7 @@ var (
 	ErrNotFound        = sentinel(capi.IKV_ERR_NOT_FOUND)
 	ErrBadState        = sentinel(capi.IKV_ERR_BAD_STATE)
 	ErrBadHandle       = sentinel(capi.IKV_ERR_BAD_HANDLE)
+	ErrBusy            = sentinel(capi.IKV_ERR_BUSY)
 	ErrInternal        = sentinel(capi.IKV_ERR_INTERNAL)
 )
 

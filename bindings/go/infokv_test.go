@@ -109,6 +109,13 @@ func TestModelInfoAndTokenizer(t *testing.T) {
 	}
 }
 
+func TestBusyStatusHasItsOwnSentinel(t *testing.T) {
+	busy := &infokv.Error{Status: -18, Message: "session is in use by another thread"}
+	if !errors.Is(busy, infokv.ErrBusy) || errors.Is(busy, infokv.ErrBadHandle) {
+		t.Fatalf("IKV_ERR_BUSY does not match ErrBusy alone: %v", busy)
+	}
+}
+
 func TestErrorsAreValuesMatchingTheSentinels(t *testing.T) {
 	_, err := infokv.Load("/definitely/not/here.gguf")
 	if !errors.Is(err, infokv.ErrIO) || errors.Is(err, infokv.ErrBadModel) {

@@ -7,7 +7,6 @@
 
 using infokv::Status;
 using infokv::fail;
-using infokv::capi::check_handle;
 using infokv::capi::guard;
 
 namespace {
@@ -33,15 +32,14 @@ int32_t copy_text(char *out, size_t capacity, size_t *out_len, const std::string
 int32_t new_config(ikv_config **out, infokv::Config &&c) {
   auto h = std::make_unique<ikv_config>();
   h->config = std::move(c);
-  infokv::capi::register_handle(h.get());
-  *out = h.release();
+  *out = infokv::capi::register_handle(std::move(h));
   return IKV_OK;
 }
 
 int32_t restore_from(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_session *session, ikv_sampler *sampler,
                      infokv::snapshot::ByteSource &src, infokv::snapshot::ByteSource &count_src) {
-  check_handle(session, "session");
-  if (sampler != nullptr) check_handle(sampler, "sampler");
+  const auto sess = infokv::capi::use(session, "session");
+  const auto samp = infokv::capi::use_optional(sampler, "sampler");
   require(out_count != nullptr, "out_count must not be NULL");
   require(out_seqs != nullptr || capacity == 0, "out_seqs is NULL but capacity is not 0");
   if (out_seqs != nullptr) {
@@ -55,16 +53,16 @@ int32_t restore_from(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_
   }
   // The sampler is committed only with the sequences (the file may have changed since it was counted).
   std::unique_ptr<infokv::Sampler> staged_sampler;
-  if (sampler != nullptr) staged_sampler = std::make_unique<infokv::Sampler>(*sampler->sampler);
-  const std::vector<int32_t> ids = infokv::snapshot::restore(*session->session, staged_sampler.get(), src);
+  if (sampler != nullptr) staged_sampler = std::make_unique<infokv::Sampler>(*samp->sampler);
+  const std::vector<int32_t> ids = infokv::snapshot::restore(*sess->session, staged_sampler.get(), src);
   *out_count = ids.size();
   if (out_seqs != nullptr && ids.size() > capacity) {
-    for (int32_t id : ids) session->session->remove_sequence(id);
+    for (int32_t id : ids) sess->session->remove_sequence(id);
     return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot changed while it was read and now holds " +
                                                                    std::to_string(ids.size()) + " sequences");
   }
   if (out_seqs != nullptr) std::copy(ids.begin(), ids.end(), out_seqs);
-  if (sampler != nullptr) *sampler->sampler = std::move(*staged_sampler);
+  if (sampler != nullptr) *samp->sampler = std::move(*staged_sampler);
   return IKV_OK;
 }
 
@@ -99,18 +97,18 @@ int32_t ikv_config_from_binary(ikv_config **out, const void *bytes, size_t len) 
 int32_t ikv_config_to_json(char *out, size_t capacity, size_t *out_len, const ikv_config *config) {
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
-    check_handle(config, "config");
-    return copy_text(out, capacity, out_len, infokv::config_to_json(config->config));
+    const auto cfg = infokv::capi::use(config, "config");
+    return copy_text(out, capacity, out_len, infokv::config_to_json(cfg->config));
   });
 }
 
 int32_t ikv_config_to_binary(void *out, size_t capacity, size_t *out_len, const ikv_config *config) {
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
-    check_handle(config, "config");
+    const auto cfg = infokv::capi::use(config, "config");
     require(out_len != nullptr, "out_len must not be NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
-    const std::vector<uint8_t> b = infokv::config_to_binary(config->config);
+    const std::vector<uint8_t> b = infokv::config_to_binary(cfg->config);
     *out_len = b.size();
     if (capacity < b.size())
       return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "buffer of " + std::to_string(capacity) + " bytes is too small; " +
@@ -121,25 +119,23 @@ int32_t ikv_config_to_binary(void *out, size_t capacity, size_t *out_len, const 
 }
 
 void ikv_config_free(ikv_config *config) {
-  if (config == nullptr || !infokv::capi::is_live(config)) return;
-  infokv::capi::unregister_handle(config);
-  delete config;
+  infokv::capi::free_handle(config);  // NULL, stale and foreign handles are ignored
 }
 
 int32_t ikv_config_get_model_path(char *out, size_t capacity, size_t *out_len, const ikv_config *config) {
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
-    check_handle(config, "config");
-    return copy_text(out, capacity, out_len, config->config.model_path);
+    const auto cfg = infokv::capi::use(config, "config");
+    return copy_text(out, capacity, out_len, cfg->config.model_path);
   });
 }
 
 int32_t ikv_model_load_with_config(ikv_model **out, const ikv_config *config) {
   if (out != nullptr) *out = nullptr;
   return guard([&] {
-    check_handle(config, "config");
-    if (config->config.model_path.empty()) fail(Status::bad_config, "config: model_path is empty");
-    return ikv_model_load(out, config->config.model_path.c_str());
+    const auto cfg = infokv::capi::use(config, "config");
+    if (cfg->config.model_path.empty()) fail(Status::bad_config, "config: model_path is empty");
+    return ikv_model_load(out, cfg->config.model_path.c_str());
   });
 }
 
@@ -147,18 +143,17 @@ int32_t ikv_session_create_with_config(ikv_session **out, ikv_model *model, cons
   if (out != nullptr) *out = nullptr;
   return guard([&] {
     require(out != nullptr, "out must not be NULL");
-    check_handle(model, "model");
-    check_handle(config, "config");
-    const infokv::Config &c = config->config;
+    const auto mdl = infokv::capi::use(model, "model");
+    const auto cfg = infokv::capi::use(config, "config");
+    const infokv::Config &c = cfg->config;
     auto s = std::make_unique<ikv_session>();
     infokv::SessionOptions so = c.session;
     so.device = c.device;  // "cuda" without a usable GPU fails here with IKV_ERR_NO_DEVICE
-    s->session = std::make_unique<infokv::Session>(model->model, so);
+    s->session = std::make_unique<infokv::Session>(mdl->model, so);
     s->protect_prefix = c.protect_prefix;
     const int32_t id = s->session->add_sequence();
     if (c.protect_prefix > 0) s->session->protect(id, infokv::ProtectedSpan{0, c.protect_prefix, false});
-    infokv::capi::register_handle(s.get());
-    *out = s.release();
+    *out = infokv::capi::register_handle(std::move(s));
     return IKV_OK;
   });
 }
@@ -167,22 +162,21 @@ int32_t ikv_sampler_create_with_config(ikv_sampler **out, const ikv_config *conf
   if (out != nullptr) *out = nullptr;
   return guard([&] {
     require(out != nullptr, "out must not be NULL");
-    check_handle(config, "config");
+    const auto cfg = infokv::capi::use(config, "config");
     auto s = std::make_unique<ikv_sampler>();
-    s->sampler = std::make_unique<infokv::Sampler>(config->config.sampler);
-    infokv::capi::register_handle(s.get());
-    *out = s.release();
+    s->sampler = std::make_unique<infokv::Sampler>(cfg->config.sampler);
+    *out = infokv::capi::register_handle(std::move(s));
     return IKV_OK;
   });
 }
 
 int32_t ikv_session_save_file(const ikv_session *session, int32_t seq, const ikv_sampler *sampler, const char *path) {
   return guard([&] {
-    check_handle(session, "session");
-    if (sampler != nullptr) check_handle(sampler, "sampler");
+    const auto sess = infokv::capi::use(session, "session");
+    const auto samp = infokv::capi::use_optional(sampler, "sampler");
     require(path != nullptr, "path must not be NULL");
     require(seq >= -1, "seq must be a sequence id or -1 (every sequence)");
-    infokv::snapshot::save_file(*session->session, seq, sampler != nullptr ? sampler->sampler.get() : nullptr, path);
+    infokv::snapshot::save_file(*sess->session, seq, sampler != nullptr ? samp->sampler.get() : nullptr, path);
     return IKV_OK;
   });
 }
@@ -191,22 +185,22 @@ int32_t ikv_session_save_buffer(void *out, size_t capacity, size_t *out_len, con
                                 const ikv_sampler *sampler) {
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
-    check_handle(session, "session");
-    if (sampler != nullptr) check_handle(sampler, "sampler");
+    const auto sess = infokv::capi::use(session, "session");
+    const auto samp = infokv::capi::use_optional(sampler, "sampler");
     require(out_len != nullptr, "out_len must not be NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
     require(seq >= -1, "seq must be a sequence id or -1 (every sequence)");
-    const infokv::Sampler *sp = sampler != nullptr ? sampler->sampler.get() : nullptr;
+    const infokv::Sampler *sp = sampler != nullptr ? samp->sampler.get() : nullptr;
     // Size first (a counting pass), so a small buffer is reported without a partial write.
     infokv::snapshot::CountingSink count;
-    infokv::snapshot::save(*session->session, seq, sp, count);
+    infokv::snapshot::save(*sess->session, seq, sp, count);
     *out_len = count.size();
     if (capacity < count.size())
       return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "snapshot buffer of " + std::to_string(capacity) +
                                                                      " bytes is too small; " + std::to_string(count.size()) + " needed");
     // The creation time may differ between the passes; both have the same size.
     infokv::snapshot::SpanSink sink(static_cast<uint8_t *>(out), capacity);
-    infokv::snapshot::save(*session->session, seq, sp, sink);
+    infokv::snapshot::save(*sess->session, seq, sp, sink);
     *out_len = sink.size();
     return IKV_OK;
   });
@@ -217,6 +211,10 @@ int32_t ikv_session_restore_file(int32_t *out_seqs, size_t capacity, size_t *out
   if (out_count != nullptr) *out_count = 0;
   return guard([&] {
     require(path != nullptr, "path must not be NULL");
+    // Handles before the file: a stale handle is BAD_HANDLE whatever the path (restore_from takes them again; the
+    // same thread may re-enter).
+    const auto sess = infokv::capi::use(session, "session");
+    const auto samp = infokv::capi::use_optional(sampler, "sampler");
     infokv::snapshot::FileSource src(path);
     if (out_seqs == nullptr) return restore_from(out_seqs, capacity, out_count, session, sampler, src, src);
     infokv::snapshot::FileSource count_src(path);

@@ -1,8 +1,11 @@
-// Handle objects behind the opaque C types, the live-handle registry and the error plumbing of the C shim.
+// Handle objects behind the opaque C types, the handle registry and the error plumbing of the C shim.
 #pragma once
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
 
@@ -13,25 +16,63 @@
 #include "session/session.hpp"
 #include "util/error.hpp"
 
+namespace infokv {
+namespace capi {
+
+// Marks an object as being used by one thread. A session or sampler may be used by one thread at a time; a second
+// thread that enters while the first is inside gets Status::busy instead of racing it. The owning thread may
+// re-enter (ikv_generate's callback may read the session it streams from), counted by depth_.
+class InUse {
+ public:
+  bool try_enter() {
+    const std::thread::id me = std::this_thread::get_id();
+    std::thread::id expected{};
+    if (owner_.compare_exchange_strong(expected, me, std::memory_order_acquire)) {
+      depth_ = 1;
+      return true;
+    }
+    if (expected != me) return false;
+    ++depth_;  // only the owner gets here
+    return true;
+  }
+  void leave() {
+    if (--depth_ == 0) owner_.store(std::thread::id{}, std::memory_order_release);
+  }
+
+ private:
+  std::atomic<std::thread::id> owner_{};
+  int depth_ = 0;  // touched only by the owner
+};
+
+}  // namespace capi
+}  // namespace infokv
+
+// The objects. A C handle is NOT a pointer to one of these: it is a registry key (see below) that maps to one.
 struct ikv_model {
   std::shared_ptr<const infokv::Model> model;
 };
 struct ikv_session {
   std::unique_ptr<infokv::Session> session;
   int64_t protect_prefix = 0;  // from a config: applied to every new sequence
+  infokv::capi::InUse in_use;
 };
 struct ikv_config {
   infokv::Config config;
 };
 struct ikv_sampler {
   std::unique_ptr<infokv::Sampler> sampler;
+  infokv::capi::InUse in_use;
 };
 
 namespace infokv {
 namespace capi {
 
-// Every live handle is registered with its kind, so that a freed or foreign pointer, or a live handle of another
-// kind (a model passed as a session), is refused instead of dereferenced.
+// The registry maps handle values to live objects with their kind. Handle values come from a 64-bit counter and
+// are never reused, so a freed handle stays refused for good, even when a new object lands at the freed object's
+// address (a registry of addresses let such a stale handle pass, and a double free then freed the new object).
+// A foreign pointer or a live handle of another kind (a model passed as a session) is refused as well.
+// Objects are held by shared_ptr: a free that races a call on another thread (a caller bug) only unregisters the
+// handle; the object goes when that call returns, never under it.
 // This is the one piece of process-wide state: handles cross threads, so the registry must too.
 enum class HandleKind { model, session, sampler, config };
 template <typename H> struct HandleKindOf;
@@ -41,11 +82,74 @@ template <> struct HandleKindOf<ikv_sampler> { static constexpr HandleKind value
 template <> struct HandleKindOf<ikv_config> { static constexpr HandleKind value = HandleKind::config; };
 template <typename H> constexpr HandleKind kind_of() { return HandleKindOf<std::remove_const_t<H>>::value; }
 
-void register_handle(const void *p, HandleKind kind);
-void unregister_handle(const void *p);
-bool is_live(const void *p, HandleKind kind);
-template <typename H> void register_handle(const H *h) { register_handle(h, kind_of<H>()); }
-template <typename H> bool is_live(const H *h) { return is_live(static_cast<const void *>(h), kind_of<H>()); }
+uintptr_t register_object(std::shared_ptr<void> obj, HandleKind kind);
+std::shared_ptr<void> find_object(uintptr_t handle, HandleKind kind);  // nullptr when not live or of another kind
+std::shared_ptr<void> unregister_object(uintptr_t handle, HandleKind kind);  // the object, or nullptr
+
+// Registers a new object and returns its handle value.
+template <typename H>
+H *register_handle(std::unique_ptr<H> obj) {
+  return reinterpret_cast<H *>(register_object(std::shared_ptr<H>(std::move(obj)), kind_of<H>()));
+}
+
+// Unregisters a handle (free functions). Stale, foreign and NULL handles are ignored. The object is destroyed
+// here, or when a call still using it on another thread returns.
+template <typename H>
+void free_handle(H *h) {
+  if (h == nullptr) return;
+  std::shared_ptr<void> obj = unregister_object(reinterpret_cast<uintptr_t>(h), kind_of<H>());
+  obj.reset();
+}
+
+// The object behind a handle for the length of one C call. Sessions and samplers are marked in use meanwhile.
+template <typename H>
+class Ref {
+ public:
+  Ref() = default;
+  Ref(std::shared_ptr<H> obj, InUse *in_use) : obj_(std::move(obj)), in_use_(in_use) {}
+  Ref(Ref &&o) noexcept : obj_(std::move(o.obj_)), in_use_(o.in_use_) { o.in_use_ = nullptr; }
+  Ref(const Ref &) = delete;
+  Ref &operator=(const Ref &) = delete;
+  Ref &operator=(Ref &&) = delete;
+  ~Ref() {
+    if (in_use_ != nullptr) in_use_->leave();
+  }
+  H *operator->() const { return obj_.get(); }
+  H &operator*() const { return *obj_; }
+  H *get() const { return obj_.get(); }
+  explicit operator bool() const { return obj_ != nullptr; }
+
+ private:
+  std::shared_ptr<H> obj_;
+  InUse *in_use_ = nullptr;
+};
+
+template <typename H> InUse *in_use_of(H &) { return nullptr; }
+inline InUse *in_use_of(ikv_session &s) { return &s.in_use; }
+inline InUse *in_use_of(ikv_sampler &s) { return &s.in_use; }
+
+// Resolves a handle: Status::bad_handle when it is NULL, freed, foreign or of another kind; Status::busy when
+// another thread is inside a call on the same session or sampler.
+template <typename H>
+Ref<std::remove_const_t<H>> use(H *h, const char *what) {
+  using T = std::remove_const_t<H>;
+  if (h == nullptr) fail(Status::bad_handle, std::string(what) + " handle is NULL");
+  auto obj = std::static_pointer_cast<T>(find_object(reinterpret_cast<uintptr_t>(h), kind_of<T>()));
+  if (obj == nullptr)
+    fail(Status::bad_handle, std::string(what) + " handle is not live (freed, of another kind, or not made by infokv)");
+  InUse *u = in_use_of(*obj);
+  if (u != nullptr && !u->try_enter())
+    fail(Status::busy, std::string(what) +
+                           " is in use by another thread (a session or sampler must be used by one thread at a time)");
+  return Ref<T>(std::move(obj), u);
+}
+
+// As use(), but NULL gives an empty Ref (for optional handles).
+template <typename H>
+Ref<std::remove_const_t<H>> use_optional(H *h, const char *what) {
+  if (h == nullptr) return Ref<std::remove_const_t<H>>();
+  return use(h, what);
+}
 
 void set_error(const std::string &msg);
 void clear_error();
@@ -65,14 +169,6 @@ int32_t guard(F &&body) noexcept {
   } catch (...) {
     return fail_status(IKV_ERR_INTERNAL, "internal error: unknown exception");
   }
-}
-
-template <typename H>
-H *check_handle(H *h, const char *what) {
-  if (h == nullptr) fail(Status::bad_handle, std::string(what) + " handle is NULL");
-  if (!is_live(h))
-    fail(Status::bad_handle, std::string(what) + " handle is not live (freed, of another kind, or not made by infokv)");
-  return h;
 }
 
 }  // namespace capi

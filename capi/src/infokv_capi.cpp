@@ -5,6 +5,7 @@
 #include <new>
 #include <sstream>
 
+#include "compress/policy_table.hpp"
 #include "gguf/ggml_types.hpp"
 #include "handles.hpp"
 #include "model/describe.hpp"
@@ -13,13 +14,21 @@
 using infokv::Error;
 using infokv::Status;
 using infokv::fail;
-using infokv::capi::check_handle;
 using infokv::capi::guard;
 
 static_assert(IKV_ERR_KV_FULL == static_cast<int32_t>(Status::kv_full), "status values must agree");
 static_assert(IKV_ERR_BAD_HANDLE == static_cast<int32_t>(Status::bad_handle), "status values must agree");
+static_assert(IKV_ERR_BUSY == static_cast<int32_t>(Status::busy), "status values must agree");
 static_assert(IKV_ERR_INTERNAL == static_cast<int32_t>(Status::internal), "status values must agree");
-static_assert(IKV_POLICY_PYRAMIDKV == static_cast<int32_t>(infokv::PolicyKind::pyramidkv), "policy values must agree");
+// Each IKV_POLICY_* constant against its row of the policy table (the table is the one converter).
+static_assert(IKV_POLICY_NONE == infokv::policy_row(infokv::PolicyKind::none).c_value, "policy table: C value");
+static_assert(IKV_POLICY_INFOKV == infokv::policy_row(infokv::PolicyKind::infokv).c_value, "policy table: C value");
+static_assert(IKV_POLICY_SNAPKV == infokv::policy_row(infokv::PolicyKind::snapkv).c_value, "policy table: C value");
+static_assert(IKV_POLICY_H2O == infokv::policy_row(infokv::PolicyKind::h2o).c_value, "policy table: C value");
+static_assert(IKV_POLICY_STREAMING == infokv::policy_row(infokv::PolicyKind::streaming).c_value, "policy table: C value");
+static_assert(IKV_POLICY_TOVA == infokv::policy_row(infokv::PolicyKind::tova).c_value, "policy table: C value");
+static_assert(IKV_POLICY_PYRAMIDKV == infokv::policy_row(infokv::PolicyKind::pyramidkv).c_value, "policy table: C value");
+static_assert(infokv::kPolicyTable.size() == 7, "a new policy needs its IKV_POLICY_* constant checked here");
 static_assert(IKV_KV_BF16 == static_cast<int32_t>(infokv::KvDtype::bf16), "dtype values must agree");
 
 namespace {
@@ -64,16 +73,19 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   require(o->kv_dtype >= 1 && o->kv_dtype <= 3, "kv_dtype must be IKV_KV_F32, IKV_KV_F16 or IKV_KV_BF16");
   require(o->block_size >= 0, "block_size must be >= 0");
   require(o->ubatch >= 0, "ubatch must be >= 0");
-  require(o->policy >= 0 && o->policy <= 6, "policy must be one of IKV_POLICY_*");
+  const infokv::PolicyInfo *policy = infokv::policy_by_c_value(o->policy);
+  if (policy == nullptr)
+    fail(Status::invalid_argument, "policy = " + std::to_string(o->policy) + " is not one of IKV_POLICY_* (" +
+                                       infokv::policy_names_list() + ")");
   require(o->shape == 0 || o->shape == 1, "shape must be IKV_SHAPE_UNIFORM or IKV_SHAPE_PYRAMID");
   so.n_threads = o->n_threads;
   so.kv_dtype = static_cast<infokv::KvDtype>(o->kv_dtype);
-  so.block_size = o->block_size > 0 ? o->block_size : 16;
-  so.ubatch = o->ubatch > 0 ? o->ubatch : 256;
+  so.block_size = o->block_size > 0 ? o->block_size : infokv::defaults::block_size;
+  so.ubatch = o->ubatch > 0 ? o->ubatch : infokv::defaults::ubatch;
   so.kv_pool_blocks = o->kv_pool_blocks;
   so.kv_pool_bytes = o->kv_pool_bytes;
   infokv::CompressionConfig &c = so.compression;
-  c.policy = static_cast<infokv::PolicyKind>(o->policy);
+  c.policy = policy->kind;
   c.budget_tokens = o->budget_tokens;
   c.budget_fraction = o->budget_fraction;
   c.window = o->window;
@@ -137,6 +149,7 @@ const char *ikv_status_string(int32_t status) {
     case IKV_ERR_NOT_FOUND: return "not found";
     case IKV_ERR_BAD_STATE: return "bad state";
     case IKV_ERR_BAD_HANDLE: return "bad handle";
+    case IKV_ERR_BUSY: return "busy";
     case IKV_ERR_INTERNAL: return "internal error";
     default: return "unknown status";
   }
@@ -148,24 +161,21 @@ int32_t ikv_model_load(ikv_model **out, const char *path) {
     require(out != nullptr && path != nullptr, "ikv_model_load: out and path must not be NULL");
     auto m = std::make_unique<ikv_model>();
     m->model = infokv::Model::load(path);
-    infokv::capi::register_handle(m.get());
-    *out = m.release();
+    *out = infokv::capi::register_handle(std::move(m));
     return IKV_OK;
   });
 }
 
 void ikv_model_free(ikv_model *model) {
-  if (model == nullptr || !infokv::capi::is_live(model)) return;
-  infokv::capi::unregister_handle(model);
-  delete model;
+  infokv::capi::free_handle(model);  // NULL, stale and foreign handles are ignored
 }
 
 int32_t ikv_model_get_int(int64_t *out, const ikv_model *model, int32_t property) {
   if (out != nullptr) *out = 0;
   return guard([&] {
-    check_handle(model, "model");
+    const auto mdl = infokv::capi::use(model, "model");
     require(out != nullptr, "out must not be NULL");
-    const infokv::Model &m = *model->model;
+    const infokv::Model &m = *mdl->model;
     const infokv::HParams &hp = m.hparams();
     switch (property) {
       case IKV_MODEL_N_VOCAB: *out = hp.n_vocab; break;
@@ -189,10 +199,10 @@ int32_t ikv_model_get_int(int64_t *out, const ikv_model *model, int32_t property
 int32_t ikv_model_describe(char *out, size_t capacity, size_t *out_len, const ikv_model *model) {
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
-    check_handle(model, "model");
+    const auto mdl = infokv::capi::use(model, "model");
     require(out_len != nullptr, "out_len must not be NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
-    return copy_out(out, capacity, out_len, infokv::describe_json(*model->model));
+    return copy_out(out, capacity, out_len, infokv::describe_json(*mdl->model));
   });
 }
 
@@ -200,11 +210,11 @@ int32_t ikv_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_count, co
                      size_t text_len, int32_t add_bos) {
   if (out_count != nullptr) *out_count = 0;
   return guard([&] {
-    check_handle(model, "model");
+    const auto mdl = infokv::capi::use(model, "model");
     require(out_count != nullptr, "out_count must not be NULL");
     require(text != nullptr || text_len == 0, "text is NULL");
     require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
-    std::vector<int32_t> ids = model->model->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0);
+    std::vector<int32_t> ids = mdl->model->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0);
     *out_count = ids.size();
     if (capacity < ids.size())
       return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "token buffer holds " + std::to_string(capacity) + ", " +
@@ -218,12 +228,12 @@ int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, const ikv_mo
                        size_t n_tokens) {
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
-    check_handle(model, "model");
+    const auto mdl = infokv::capi::use(model, "model");
     require(out_len != nullptr, "out_len must not be NULL");
     require(tokens != nullptr || n_tokens == 0, "tokens is NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
     std::vector<int32_t> ids(tokens, tokens + n_tokens);
-    return copy_out(out, capacity, out_len, model->model->tokenizer().decode(ids));
+    return copy_out(out, capacity, out_len, mdl->model->tokenizer().decode(ids));
   });
 }
 
@@ -238,29 +248,26 @@ int32_t ikv_session_create(ikv_session **out, ikv_model *model, const ikv_sessio
   if (out != nullptr) *out = nullptr;
   return guard([&] {
     require(out != nullptr, "out must not be NULL");
-    check_handle(model, "model");
+    const auto mdl = infokv::capi::use(model, "model");
     auto s = std::make_unique<ikv_session>();
-    s->session = std::make_unique<infokv::Session>(model->model, to_session_options(opts));
+    s->session = std::make_unique<infokv::Session>(mdl->model, to_session_options(opts));
     s->session->add_sequence();
-    infokv::capi::register_handle(s.get());
-    *out = s.release();
+    *out = infokv::capi::register_handle(std::move(s));
     return IKV_OK;
   });
 }
 
 void ikv_session_free(ikv_session *session) {
-  if (session == nullptr || !infokv::capi::is_live(session)) return;
-  infokv::capi::unregister_handle(session);
-  delete session;
+  infokv::capi::free_handle(session);  // NULL, stale and foreign handles are ignored
 }
 
 int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session) {
   if (out_seq != nullptr) *out_seq = -1;
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(out_seq != nullptr, "out_seq must not be NULL");
-    const int32_t id = session->session->add_sequence();
-    if (session->protect_prefix > 0) session->session->protect(id, infokv::ProtectedSpan{0, session->protect_prefix, false});
+    const int32_t id = sess->session->add_sequence();
+    if (sess->protect_prefix > 0) sess->session->protect(id, infokv::ProtectedSpan{0, sess->protect_prefix, false});
     *out_seq = id;
     return IKV_OK;
   });
@@ -268,8 +275,8 @@ int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session) {
 
 int32_t ikv_seq_remove(ikv_session *session, int32_t seq) {
   return guard([&] {
-    check_handle(session, "session");
-    session->session->remove_sequence(seq);
+    const auto sess = infokv::capi::use(session, "session");
+    sess->session->remove_sequence(seq);
     return IKV_OK;
   });
 }
@@ -277,25 +284,25 @@ int32_t ikv_seq_remove(ikv_session *session, int32_t seq) {
 int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src) {
   if (out_seq != nullptr) *out_seq = -1;
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(out_seq != nullptr, "out_seq must not be NULL");
-    *out_seq = session->session->fork_sequence(src);
+    *out_seq = sess->session->fork_sequence(src);
     return IKV_OK;
   });
 }
 
 int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t length) {
   return guard([&] {
-    check_handle(session, "session");
-    session->session->truncate(seq, length);
+    const auto sess = infokv::capi::use(session, "session");
+    sess->session->truncate(seq, length);
     return IKV_OK;
   });
 }
 
 int32_t ikv_seq_remove_range(ikv_session *session, int32_t seq, int64_t begin, int64_t end) {
   return guard([&] {
-    check_handle(session, "session");
-    session->session->remove_range(seq, begin, end);
+    const auto sess = infokv::capi::use(session, "session");
+    sess->session->remove_range(seq, begin, end);
     return IKV_OK;
   });
 }
@@ -303,9 +310,9 @@ int32_t ikv_seq_remove_range(ikv_session *session, int32_t seq, int64_t begin, i
 int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq) {
   if (out != nullptr) *out = 0;
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(out != nullptr, "out must not be NULL");
-    *out = session->session->info(seq).length;
+    *out = sess->session->info(seq).length;
     return IKV_OK;
   });
 }
@@ -313,9 +320,9 @@ int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq) {
 int32_t ikv_seq_kept(int64_t *out, const ikv_session *session, int32_t seq, int32_t layer) {
   if (out != nullptr) *out = 0;
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(out != nullptr, "out must not be NULL");
-    infokv::SeqInfo info = session->session->info(seq);
+    infokv::SeqInfo info = sess->session->info(seq);
     if (layer < 0 || static_cast<size_t>(layer) >= info.kept_per_layer.size())
       fail(Status::out_of_range, "layer " + std::to_string(layer) + " out of range");
     *out = info.kept_per_layer[static_cast<size_t>(layer)];
@@ -326,31 +333,31 @@ int32_t ikv_seq_kept(int64_t *out, const ikv_session *session, int32_t seq, int3
 int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32_t seq) {
   if (out != nullptr) *out = 0;
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(out != nullptr, "out must not be NULL");
-    *out = session->session->info(seq).bytes;
+    *out = sess->session->info(seq).bytes;
     return IKV_OK;
   });
 }
 
 int32_t ikv_decode(ikv_session *session, int32_t seq, const int32_t *tokens, size_t n_tokens) {
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(tokens != nullptr && n_tokens > 0, "tokens must not be NULL or empty");
     std::vector<infokv::BatchToken> batch(n_tokens);
     for (size_t i = 0; i < n_tokens; ++i) batch[i] = {seq, tokens[i], false};
-    session->session->decode(batch);
+    sess->session->decode(batch);
     return IKV_OK;
   });
 }
 
 int32_t ikv_decode_batch(ikv_session *session, const int32_t *seq_ids, const int32_t *tokens, size_t n_items) {
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(seq_ids != nullptr && tokens != nullptr && n_items > 0, "seq_ids and tokens must not be NULL or empty");
     std::vector<infokv::BatchToken> batch(n_items);
     for (size_t i = 0; i < n_items; ++i) batch[i] = {seq_ids[i], tokens[i], false};
-    session->session->decode(batch);
+    sess->session->decode(batch);
     return IKV_OK;
   });
 }
@@ -358,10 +365,10 @@ int32_t ikv_decode_batch(ikv_session *session, const int32_t *seq_ids, const int
 int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, const ikv_session *session, int32_t seq) {
   if (out_count != nullptr) *out_count = 0;
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(out_count != nullptr, "out_count must not be NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
-    const std::vector<float> &lg = session->session->logits(seq);
+    const std::vector<float> &lg = sess->session->logits(seq);
     *out_count = lg.size();
     if (capacity < lg.size())
       return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "logits buffer holds " + std::to_string(capacity) +
@@ -374,16 +381,16 @@ int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, const ikv
 int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat) {
   if (out != nullptr) *out = 0;
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(out != nullptr, "out must not be NULL");
-    infokv::KvStats s = session->session->kv().stats();
+    infokv::KvStats s = sess->session->kv().stats();
     switch (stat) {
       case IKV_KV_BLOCKS_TOTAL: *out = s.blocks_total; break;
       case IKV_KV_BLOCKS_USED: *out = s.blocks_used; break;
       case IKV_KV_BLOCKS_FREE: *out = s.blocks_free; break;
       case IKV_KV_BLOCK_BYTES: *out = s.block_bytes; break;
       case IKV_KV_BYTES_USED: *out = s.bytes_used; break;
-      case IKV_KV_BLOCK_SIZE: *out = session->session->kv().config().block_size; break;
+      case IKV_KV_BLOCK_SIZE: *out = sess->session->kv().config().block_size; break;
       default: fail(Status::invalid_argument, "unknown KV statistic " + std::to_string(stat));
     }
     return IKV_OK;
@@ -392,17 +399,17 @@ int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat) {
 
 int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair) {
   return guard([&] {
-    check_handle(session, "session");
-    session->session->protect(seq, infokv::ProtectedSpan{begin, end, fair != 0});
+    const auto sess = infokv::capi::use(session, "session");
+    sess->session->protect(seq, infokv::ProtectedSpan{begin, end, fair != 0});
     return IKV_OK;
   });
 }
 
 int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens) {
   return guard([&] {
-    check_handle(session, "session");
+    const auto sess = infokv::capi::use(session, "session");
     require(budget_tokens >= 0, "budget_tokens must be >= 0");
-    session->session->compress(seq, budget_tokens);
+    sess->session->compress(seq, budget_tokens);
     return IKV_OK;
   });
 }
@@ -420,27 +427,24 @@ int32_t ikv_sampler_create(ikv_sampler **out, const ikv_sampler_options *opts) {
     require(out != nullptr, "out must not be NULL");
     auto s = std::make_unique<ikv_sampler>();
     s->sampler = std::make_unique<infokv::Sampler>(to_sampler_params(opts));
-    infokv::capi::register_handle(s.get());
-    *out = s.release();
+    *out = infokv::capi::register_handle(std::move(s));
     return IKV_OK;
   });
 }
 
 void ikv_sampler_free(ikv_sampler *sampler) {
-  if (sampler == nullptr || !infokv::capi::is_live(sampler)) return;
-  infokv::capi::unregister_handle(sampler);
-  delete sampler;
+  infokv::capi::free_handle(sampler);  // NULL, stale and foreign handles are ignored
 }
 
 int32_t ikv_sample(int32_t *out_token, ikv_sampler *sampler, const ikv_session *session, int32_t seq) {
   if (out_token != nullptr) *out_token = -1;
   return guard([&] {
-    check_handle(sampler, "sampler");
-    check_handle(session, "session");
+    const auto samp = infokv::capi::use(sampler, "sampler");
+    const auto sess = infokv::capi::use(session, "session");
     require(out_token != nullptr, "out_token must not be NULL");
-    const std::vector<float> &lg = session->session->logits(seq);
-    const int32_t t = sampler->sampler->sample(lg.data(), static_cast<int32_t>(lg.size()));
-    sampler->sampler->accept(t);
+    const std::vector<float> &lg = sess->session->logits(seq);
+    const int32_t t = samp->sampler->sample(lg.data(), static_cast<int32_t>(lg.size()));
+    samp->sampler->accept(t);
     *out_token = t;
     return IKV_OK;
   });
@@ -451,8 +455,8 @@ int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_count, ik
                      ikv_token_callback callback, void *user_data) {
   if (out_count != nullptr) *out_count = 0;
   return guard([&] {
-    check_handle(session, "session");
-    check_handle(sampler, "sampler");
+    const auto sess = infokv::capi::use(session, "session");
+    const auto samp = infokv::capi::use(sampler, "sampler");
     require(prompt != nullptr || n_prompt == 0, "prompt is NULL");
     require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
     require(max_tokens >= 0, "max_tokens must be >= 0");
@@ -460,7 +464,7 @@ int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_count, ik
     infokv::TokenCallback cb;
     if (callback != nullptr)
       cb = [&](int32_t token, const std::string &text) { return callback(user_data, token, text.data(), text.size()) == 0; };
-    infokv::GenerateResult r = infokv::generate(*session->session, seq, p, max_tokens, *sampler->sampler, cb);
+    infokv::GenerateResult r = infokv::generate(*sess->session, seq, p, max_tokens, *samp->sampler, cb);
     if (out_count != nullptr) *out_count = r.tokens.size();
     for (size_t i = 0; i < r.tokens.size() && i < capacity; ++i) out_tokens[i] = r.tokens[i];
     if (r.error != infokv::Status::ok)

@@ -3,29 +3,49 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compress/policy_table.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
 
+const PolicyInfo *policy_by_name(std::string_view name) {
+  for (const PolicyInfo &p : kPolicyTable)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+const PolicyInfo *policy_by_c_value(int32_t v) {
+  for (const PolicyInfo &p : kPolicyTable)
+    if (v == p.c_value) return &p;
+  return nullptr;
+}
+
+const PolicyInfo *policy_by_schema_value(int32_t v) {
+  for (const PolicyInfo &p : kPolicyTable)
+    if (v == p.schema_value) return &p;
+  return nullptr;
+}
+
+const PolicyInfo &policy_info(PolicyKind k) {
+  const auto i = static_cast<size_t>(k);
+  if (i >= kPolicyTable.size()) fail(Status::internal, "policy value " + std::to_string(static_cast<int32_t>(k)) + " is not in the policy table");
+  return kPolicyTable[i];
+}
+
+std::string policy_names_list() {
+  std::string s;
+  for (const PolicyInfo &p : kPolicyTable) s += (s.empty() ? "" : ", ") + std::string(p.name);
+  return s;
+}
+
 const char *policy_name(PolicyKind p) {
-  switch (p) {
-    case PolicyKind::none: return "none";
-    case PolicyKind::infokv: return "infokv";
-    case PolicyKind::snapkv: return "snapkv";
-    case PolicyKind::h2o: return "h2o";
-    case PolicyKind::streaming: return "streaming";
-    case PolicyKind::tova: return "tova";
-    case PolicyKind::pyramidkv: return "pyramidkv";
-  }
-  return "unknown";
+  const auto i = static_cast<size_t>(p);
+  return i < kPolicyTable.size() ? kPolicyTable[i].name : "unknown";
 }
 
 PolicyKind parse_policy(const std::string &name) {
-  for (int i = 0; i <= 6; ++i) {
-    auto p = static_cast<PolicyKind>(i);
-    if (name == policy_name(p)) return p;
-  }
-  fail(Status::invalid_argument, "unknown policy '" + name + "' (known: none, infokv, snapkv, h2o, streaming, tova, pyramidkv)");
+  if (const PolicyInfo *p = policy_by_name(name)) return p->kind;
+  fail(Status::invalid_argument, "unknown policy '" + name + "' (known: " + policy_names_list() + ")");
 }
 
 bool CompressionConfig::needs_window_queries() const {

@@ -4,11 +4,14 @@
 #include <string>
 #include <vector>
 
+#include "util/defaults.hpp"
+
 namespace infokv {
 
 enum class PolicyKind : int32_t { none = 0, infokv = 1, snapkv = 2, h2o = 3, streaming = 4, tova = 5, pyramidkv = 6 };
 enum class BudgetShape : int32_t { uniform = 0, pyramid = 1 };
 
+// Both go through the policy table (compress/policy_table.hpp).
 const char *policy_name(PolicyKind p);
 PolicyKind parse_policy(const std::string &name);  // throws Error(invalid_argument) listing the known names
 
@@ -31,17 +34,17 @@ struct CompressionConfig {
   PolicyKind policy = PolicyKind::none;
   double budget_fraction = 0.0;  // of the logical length at compression time, in (0, 1]; used when budget_tokens == 0
   int32_t budget_tokens = 0;     // absolute tokens per layer (average over layers for pyramid shapes)
-  int32_t window = -1;           // observation window; < 0: min(32, budget / 4)
-  int32_t pool_kernel_prefill = 5;
-  int32_t pool_kernel_decode = 7;
-  float alpha = 0.9f;
-  float tau = 1.0f;
-  int32_t entropy_top_k = 256;
-  int32_t interval = 1024;       // decode steps between compressions
+  int32_t window = defaults::window;  // observation window; < 0: min(32, budget / 4)
+  int32_t pool_kernel_prefill = defaults::pool_kernel_prefill;
+  int32_t pool_kernel_decode = defaults::pool_kernel_decode;
+  float alpha = defaults::alpha;
+  float tau = defaults::tau;
+  int32_t entropy_top_k = defaults::entropy_top_k;
+  int32_t interval = defaults::interval;  // decode steps between compressions
   BudgetShape shape = BudgetShape::uniform;  // pyramidkv forces pyramid
-  float beta = 20.0f;
-  int32_t sink = 4;              // streaming
-  bool compress_after_prefill = true;
+  float beta = defaults::beta;
+  int32_t sink = defaults::sink;  // streaming
+  bool compress_after_prefill = defaults::compress_after_prefill;
 
   bool enabled() const { return policy != PolicyKind::none; }
   bool needs_window_queries() const;

@@ -7,13 +7,26 @@
 
 #include <flatbuffers/idl.h>
 
+#include "compress/policy_table.hpp"
 #include "infokv_fb/config_generated.h"
 #include "util/error.hpp"
 #include "util/file_io.hpp"
+#include "util/json_reader.hpp"
 
 namespace infokv {
 
 namespace fbc = ::infokv::config;
+
+// The schema's Policy values against the policy table (the JSON names are checked by a test: they are not constexpr).
+static_assert(static_cast<int>(fbc::Policy::UNSPECIFIED) == kPolicySchemaUnspecified, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::none) == policy_row(PolicyKind::none).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::infokv) == policy_row(PolicyKind::infokv).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::snapkv) == policy_row(PolicyKind::snapkv).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::h2o) == policy_row(PolicyKind::h2o).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::streaming) == policy_row(PolicyKind::streaming).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::tova) == policy_row(PolicyKind::tova).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::pyramidkv) == policy_row(PolicyKind::pyramidkv).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::MAX) == kPolicyTable.back().schema_value, "a schema policy is missing from the table");
 
 namespace {
 
@@ -57,6 +70,63 @@ std::string field_near_error(const std::string &text, const std::string &err) {
   const size_t q1 = text.rfind('"', q2 - 1);
   if (q1 == std::string::npos) return "";
   return text.substr(q1 + 1, q2 - q1 - 1);
+}
+
+// Configs are strict JSON (RFC 8259), checked field by field against the schema before the FlatBuffers parser sees
+// them: that parser alone also takes comments, single quotes, unquoted keys, trailing commas, hex and "4" for a
+// number, and ORs space-separated enum names ("infokv h2o" became tova).
+void check_table(const JsonValue &obj, const flatbuffers::StructDef &sd, const std::string &prefix);
+
+void check_field(const JsonValue &v, const flatbuffers::FieldDef &fd, const std::string &field) {
+  const flatbuffers::Type &t = fd.value.type;
+  if (t.base_type == flatbuffers::BASE_TYPE_STRUCT && t.struct_def != nullptr && !t.struct_def->fixed) {
+    check_table(v, *t.struct_def, field);
+    return;
+  }
+  if (t.base_type == flatbuffers::BASE_TYPE_STRING) {
+    if (!v.is_string()) bad(field + " must be a JSON string");
+    return;
+  }
+  if (flatbuffers::IsBool(t.base_type)) {
+    if (!v.is_bool()) bad(field + " must be true or false");
+    return;
+  }
+  if (t.enum_def != nullptr && flatbuffers::IsInteger(t.base_type)) {
+    const flatbuffers::EnumDef &e = *t.enum_def;
+    if (e.name == "Policy") {
+      // Exactly one name from the policy table; numbers and unions are refused (they meant other policies).
+      if (!v.is_string() || policy_by_name(v.as_string()) == nullptr)
+        bad(field + (v.is_string() ? " = \"" + v.as_string() + "\" is not" : " must be") +
+            " one policy name as a JSON string (one of: " + policy_names_list() + ")");
+      return;
+    }
+    std::string names;
+    for (const flatbuffers::EnumVal *ev : e.Vals()) names += (names.empty() ? "" : ", ") + ev->name;
+    if (!v.is_string() || e.Lookup(v.as_string()) == nullptr)
+      bad(field + (v.is_string() ? " = \"" + v.as_string() + "\" is not" : " must be") + " one name as a JSON string (one of: " +
+          names + ")");
+    return;
+  }
+  if (flatbuffers::IsInteger(t.base_type)) {
+    if (!v.is_number()) bad(field + " must be a JSON number");
+    if (!v.is_integral_literal()) bad(field + " must be a whole number (no fraction or exponent)");
+    return;
+  }
+  if (flatbuffers::IsFloat(t.base_type)) {
+    if (!v.is_number()) bad(field + " must be a JSON number");
+    return;
+  }
+  bad(field + " has a schema type this reader does not handle");
+}
+
+void check_table(const JsonValue &obj, const flatbuffers::StructDef &sd, const std::string &prefix) {
+  if (!obj.is_object()) bad((prefix.empty() ? std::string("the config") : prefix) + " must be a JSON object");
+  for (const auto &member : obj.members()) {
+    const std::string field = prefix.empty() ? member.first : prefix + "." + member.first;
+    const flatbuffers::FieldDef *fd = sd.fields.Lookup(member.first);
+    if (fd == nullptr || fd->deprecated) bad("unknown field \"" + field + "\"");
+    check_field(member.second, *fd, field);
+  }
 }
 
 bool valid_utf8(const std::string &s) {
@@ -148,8 +218,11 @@ Config config_from_binary(const void *data, size_t size) {
   if (const fbc::Compression *k = f->compression()) {
     CompressionConfig &cc = s.compression;
     const int pol = static_cast<int>(k->policy());
-    if (pol < 0 || pol > 7) bad("compression.policy = " + std::to_string(pol) + " is not a known policy");
-    cc.policy = pol == 0 ? PolicyKind::none : static_cast<PolicyKind>(pol - 1);
+    if (pol != kPolicySchemaUnspecified) {
+      const PolicyInfo *info = policy_by_schema_value(pol);
+      if (info == nullptr) bad("compression.policy = " + std::to_string(pol) + " is not a known policy value");
+      cc.policy = info->kind;
+    }
     cc.budget_fraction = k->budget_fraction();
     cc.budget_tokens = k->budget_tokens();
     cc.window = k->window();
@@ -189,6 +262,9 @@ Config config_from_json(const std::string &text) {
   if (text.find('\0') != std::string::npos) bad("JSON text contains a NUL byte");
   flatbuffers::Parser p(json_options());
   parser_with_schema(p);
+  const JsonValue doc = JsonValue::parse(text, static_cast<int32_t>(Status::bad_config), "config: invalid JSON");
+  if (p.root_struct_def_ == nullptr) fail(Status::internal, "embedded config schema has no root type");
+  check_table(doc, *p.root_struct_def_, "");
   if (!p.Parse(text.c_str())) {
     const std::string field = field_near_error(text, p.error_);
     bad("invalid JSON" + (field.empty() ? std::string() : " at field \"" + field + "\"") + ": " + p.error_);
@@ -207,7 +283,7 @@ std::vector<uint8_t> config_to_binary(const Config &c) {
   flatbuffers::FlatBufferBuilder b(512);
   b.ForceDefaults(true);  // so the JSON form lists every setting
   const CompressionConfig &k = c.session.compression;
-  auto comp = fbc::CreateCompression(b, static_cast<fbc::Policy>(static_cast<int16_t>(k.policy) + 1), k.budget_fraction,
+  auto comp = fbc::CreateCompression(b, static_cast<fbc::Policy>(policy_info(k.policy).schema_value), k.budget_fraction,
                                      k.budget_tokens, k.window, k.interval, k.alpha, k.tau, k.entropy_top_k,
                                      k.pool_kernel_prefill, k.pool_kernel_decode,
                                      static_cast<fbc::BudgetShape>(static_cast<int16_t>(k.shape) + 1), k.beta, k.sink,

@@ -4,16 +4,18 @@
 #include <deque>
 #include <vector>
 
+#include "util/defaults.hpp"
+
 namespace infokv {
 
 struct SamplerParams {
-  float temperature = 0.8f;    // <= 0 means greedy (argmax; ties go to the lowest id)
-  int32_t top_k = 40;          // <= 0 disables
-  float top_p = 0.95f;         // >= 1 disables
-  float min_p = 0.05f;         // <= 0 disables
-  float repeat_penalty = 1.0f; // 1 disables; applied to the last repeat_last_n accepted tokens
-  int32_t repeat_last_n = 64;
-  uint64_t seed = 0;
+  float temperature = defaults::temperature;        // <= 0 means greedy (argmax; ties go to the lowest id)
+  int32_t top_k = defaults::top_k;                  // <= 0 disables
+  float top_p = defaults::top_p;                    // >= 1 disables
+  float min_p = defaults::min_p;                    // <= 0 disables
+  float repeat_penalty = defaults::repeat_penalty;  // 1 disables; applied to the last repeat_last_n accepted tokens
+  int32_t repeat_last_n = defaults::repeat_last_n;
+  uint64_t seed = defaults::seed;
 };
 
 // xoshiro256** — small, fast, and the same sequence on every platform (std distributions are not).

@@ -16,16 +16,16 @@
 namespace infokv {
 
 struct SessionOptions {
-  int32_t n_threads = 0;         // 0: available cores
+  int32_t n_threads = defaults::n_threads;  // 0: available cores
   KvDtype kv_dtype = KvDtype::f16;
-  int32_t block_size = 16;
+  int32_t block_size = defaults::block_size;
   int64_t kv_pool_blocks = 0;    // pool size in blocks (all layers); 0: from kv_pool_bytes or the default
   int64_t kv_pool_bytes = 0;     // pool size in bytes; 0: kv_pool_fraction or the default
   // Pool size as a fraction of the device's free memory once the weights are loaded (CUDA: cudaMemGetInfo; CPU:
   // available physical memory), at most 4 x the trained context. 0: the default, which is 0.8 on CUDA, and on the
   // CPU 4 x the trained context capped at 1 GiB (lazily committed).
   double kv_pool_fraction = 0;
-  int32_t ubatch = 256;          // tokens per forward chunk
+  int32_t ubatch = defaults::ubatch;  // tokens per forward chunk
   CompressionConfig compression;
   // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with
   // Status::no_device; "auto" uses the CPU (see src/backend/README.md). C callers set it in

@@ -2,13 +2,26 @@
 
 #include <cstring>
 
+#include "compress/policy_table.hpp"
+#include "util/error.hpp"
 #include "util/fp16.hpp"
 
 namespace infokv {
 namespace snapshot {
 
+// snapshot.fbs spells the policies in capitals; its values must still be the table's.
+static_assert(static_cast<int>(fb::Policy::UNSPECIFIED) == kPolicySchemaUnspecified, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::NONE) == policy_row(PolicyKind::none).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::INFOKV) == policy_row(PolicyKind::infokv).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::SNAPKV) == policy_row(PolicyKind::snapkv).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::H2O) == policy_row(PolicyKind::h2o).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::STREAMING) == policy_row(PolicyKind::streaming).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::TOVA) == policy_row(PolicyKind::tova).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::PYRAMIDKV) == policy_row(PolicyKind::pyramidkv).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::MAX) == kPolicyTable.back().schema_value, "a snapshot policy is missing from the table");
+
 flatbuffers::Offset<fb::CompressionParams> to_fb(flatbuffers::FlatBufferBuilder &b, const CompressionConfig &c) {
-  return fb::CreateCompressionParams(b, static_cast<fb::Policy>(static_cast<int16_t>(c.policy) + 1), c.budget_fraction,
+  return fb::CreateCompressionParams(b, static_cast<fb::Policy>(policy_info(c.policy).schema_value), c.budget_fraction,
                                      c.budget_tokens, c.window, c.pool_kernel_prefill, c.pool_kernel_decode, c.alpha, c.tau,
                                      c.entropy_top_k, c.interval,
                                      static_cast<fb::BudgetShape>(static_cast<int16_t>(c.shape) + 1), c.beta, c.sink,
@@ -18,8 +31,13 @@ flatbuffers::Offset<fb::CompressionParams> to_fb(flatbuffers::FlatBufferBuilder 
 CompressionConfig from_fb(const fb::CompressionParams *p) {
   CompressionConfig c;
   if (p == nullptr) return c;
-  const int pol = static_cast<int>(p->policy()) - 1;
-  c.policy = pol >= 0 && pol <= static_cast<int>(PolicyKind::pyramidkv) ? static_cast<PolicyKind>(pol) : PolicyKind::none;
+  // A value this reader does not know is damage or a newer writer: refuse it rather than restore under "none".
+  const int pol = static_cast<int>(p->policy());
+  if (pol != kPolicySchemaUnspecified) {
+    const PolicyInfo *info = policy_by_schema_value(pol);
+    if (info == nullptr) fail(Status::bad_snapshot, "snapshot: compression policy value " + std::to_string(pol) + " is not a known policy");
+    c.policy = info->kind;
+  }
   c.budget_fraction = p->budget_fraction();
   c.budget_tokens = p->budget_tokens();
   c.window = p->window();

@@ -26,6 +26,7 @@ enum class Status : int32_t {
   not_found = -15,
   bad_state = -16,
   bad_handle = -17,
+  busy = -18,
   internal = -100,
 };
 

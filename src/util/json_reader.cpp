@@ -111,6 +111,7 @@ class JsonParser {
     v.kind_ = JsonValue::Kind::number;
     v.num_ = std::strtod(s.c_str(), nullptr);
     if (!std::isfinite(v.num_)) error("number out of range");
+    v.integral_ = integral;
     if (integral) {
       errno = 0;
       long long x = std::strtoll(s.c_str(), nullptr, 10);

@@ -28,6 +28,9 @@ class JsonValue {
   // True when the number was written as an integer (no fraction or exponent) that fits int64.
   bool is_integer() const { return kind_ == Kind::number && is_int_; }
   int64_t as_int() const { return int_; }
+  // True when the number was written without a fraction or exponent, whatever its size (e.g. a uint64 above
+  // INT64_MAX, for which is_integer() is false).
+  bool is_integral_literal() const { return kind_ == Kind::number && integral_; }
   const std::string &as_string() const { return str_; }
   const std::vector<JsonValue> &items() const { return items_; }
   // Object members in file order (duplicate keys are rejected by the parser).
@@ -43,6 +46,7 @@ class JsonValue {
   Kind kind_ = Kind::null;
   bool b_ = false;
   bool is_int_ = false;
+  bool integral_ = false;
   double num_ = 0;
   int64_t int_ = 0;
   std::string str_;

@@ -105,11 +105,12 @@ TEST(Capi, EveryStatusHasItsOwnStaticString) {
                            IKV_ERR_OUT_OF_MEMORY, IKV_ERR_KV_FULL, IKV_ERR_OUT_OF_RANGE, IKV_ERR_CANCELLED,
                            IKV_ERR_BAD_SNAPSHOT, IKV_ERR_WRONG_MODEL, IKV_ERR_VERSION, IKV_ERR_BAD_CONFIG,
                            IKV_ERR_NO_DEVICE, IKV_ERR_BUFFER_TOO_SMALL, IKV_ERR_NOT_FOUND, IKV_ERR_BAD_STATE,
-                           IKV_ERR_BAD_HANDLE, IKV_ERR_INTERNAL};
+                           IKV_ERR_BAD_HANDLE, IKV_ERR_BUSY, IKV_ERR_INTERNAL};
   // The values are part of the ABI: never renumbered.
   EXPECT_EQ(IKV_ERR_INVALID_ARGUMENT, -1);
   EXPECT_EQ(IKV_ERR_KV_FULL, -6);
   EXPECT_EQ(IKV_ERR_BAD_HANDLE, -17);
+  EXPECT_EQ(IKV_ERR_BUSY, -18);
   EXPECT_EQ(IKV_ERR_INTERNAL, -100);
   std::set<std::string> seen;
   for (int32_t c : codes) {
@@ -122,7 +123,7 @@ TEST(Capi, EveryStatusHasItsOwnStaticString) {
   }
   EXPECT_EQ(seen.size(), sizeof(codes) / sizeof(codes[0]));
   EXPECT_STREQ(ikv_status_string(IKV_ERR_KV_FULL), "KV full");
-  for (int32_t c : {1, -18, -99, -101, INT32_MIN, INT32_MAX}) EXPECT_STREQ(ikv_status_string(c), "unknown status") << c;
+  for (int32_t c : {1, -19, -99, -101, INT32_MIN, INT32_MAX}) EXPECT_STREQ(ikv_status_string(c), "unknown status") << c;
 }
 
 TEST(Capi, LastErrorMessageIsNeverNullAndThreadLocal) {

@@ -202,3 +202,188 @@ TEST(Config, FuzzRegressionInputsAreHandled) {
   EXPECT_GT(n, 0);
 }
 }  // namespace
+
+// ---- strict JSON (RFC 8259), one policy name, and the policy table ----
+#include "compress/policy_table.hpp"
+#include "infokv_fb/config_generated.h"
+namespace {
+namespace fbc = ::infokv::config;
+
+void expect_refused(const std::string &text, const std::string &needle) {
+  std::string msg;
+  EXPECT_EQ(json_status(text, &msg), Status::bad_config) << text;
+  EXPECT_NE(msg.find(needle), std::string::npos) << text << " -> " << msg;
+}
+
+TEST(ConfigStrictJson, CommentsAreRefused) {
+  expect_refused("{\"threads\": 2 // two\n}", "invalid JSON");
+  expect_refused("{/* two */ \"threads\": 2}", "invalid JSON");
+  expect_refused("// config\n{}", "invalid JSON");
+}
+
+TEST(ConfigStrictJson, SingleQuotesAndUnquotedKeysAreRefused) {
+  expect_refused("{'threads': 2}", "invalid JSON");
+  expect_refused(R"({"device": 'cpu'})", "invalid JSON");
+  expect_refused("{threads: 2}", "invalid JSON");
+}
+
+TEST(ConfigStrictJson, TrailingCommasAreRefused) {
+  expect_refused(R"({"threads": 2,})", "invalid JSON");
+  expect_refused(R"({"compression": {"policy": "h2o", "budget_tokens": 8,}})", "invalid JSON");
+}
+
+TEST(ConfigStrictJson, HexNanAndInfinityAreRefused) {
+  expect_refused(R"({"block_size": 0x10})", "invalid JSON");
+  expect_refused(R"({"compression": {"alpha": NaN}})", "invalid JSON");
+  expect_refused(R"({"compression": {"tau": Infinity}})", "invalid JSON");
+  expect_refused(R"({"compression": {"tau": -Infinity}})", "invalid JSON");
+  expect_refused(R"({"compression": {"tau": nan}})", "invalid JSON");
+  expect_refused(R"({"compression": {"tau": 1e999}})", "invalid JSON");
+  expect_refused(R"({"threads": +2})", "invalid JSON");
+  expect_refused(R"({"threads": 02})", "invalid JSON");
+}
+
+TEST(ConfigStrictJson, StringsWhereTheSchemaWantsANumberAreRefusedNamingTheField) {
+  expect_refused(R"({"threads": "4"})", "threads");
+  expect_refused(R"({"compression": {"interval": "64"}})", "compression.interval");
+  expect_refused(R"({"compression": {"alpha": "0.5"}})", "compression.alpha");
+  expect_refused(R"({"sampler": {"seed": "7"}})", "sampler.seed");
+  expect_refused(R"({"threads": 2.5})", "threads");  // an int field takes a whole number
+  expect_refused(R"({"threads": 2e0})", "threads");
+  expect_refused(R"({"threads": null})", "threads");
+  expect_refused(R"({"threads": true})", "threads");
+  expect_refused(R"({"self_tuning": {"enabled": 1}})", "self_tuning.enabled");
+  expect_refused(R"({"self_tuning": {"enabled": "true"}})", "self_tuning.enabled");
+  expect_refused(R"({"model_path": 5})", "model_path");
+  expect_refused(R"({"compression": 5})", "compression");
+  expect_refused(R"({"compression": [1]})", "compression");
+  expect_refused(R"({"kv_dtype": 2})", "kv_dtype");
+  expect_refused(R"({"compression": {"shape": "uniform pyramid"}})", "compression.shape");
+}
+
+TEST(ConfigStrictJson, DuplicateKeysAreRefused) {
+  expect_refused(R"({"threads": 1, "threads": 2})", "duplicate key 'threads'");
+  expect_refused(R"({"compression": {"alpha": 0.5, "alpha": 0.6}})", "duplicate key 'alpha'");
+}
+
+TEST(ConfigStrictJson, WhatIsAcceptedStillLoads) {
+  // Whitespace of every JSON kind, numbers in every JSON form a float takes, escapes, and a uint64 seed above
+  // INT64_MAX.
+  const Config c = config_from_json(
+      "\t{\r\n\"model_path\": \"a\\u00e9\\/b.gguf\", \"compression\": {\"alpha\": 5E-1, \"tau\": 2, \"beta\": 1.5e1},"
+      " \"sampler\": {\"seed\": 18446744073709551615, \"temperature\": -0.0}}\n");
+  EXPECT_EQ(c.model_path, "a\xc3\xa9/b.gguf");
+  EXPECT_FLOAT_EQ(c.session.compression.alpha, 0.5f);
+  EXPECT_FLOAT_EQ(c.session.compression.tau, 2.0f);
+  EXPECT_FLOAT_EQ(c.session.compression.beta, 15.0f);
+  EXPECT_EQ(c.sampler.seed, UINT64_MAX);
+}
+
+TEST(ConfigPolicy, ANumberIsRefusedNamingTheField) {
+  // 3 was snapkv in the schema's numbering but IKV_POLICY_H2O in C's: a number is ambiguous, so none is taken.
+  for (const char *t : {R"({"compression": {"policy": 3, "budget_tokens": 8}})",
+                        R"({"compression": {"policy": 0}})", R"({"compression": {"policy": -1}})"}) {
+    std::string msg;
+    EXPECT_EQ(json_status(t, &msg), Status::bad_config) << t;
+    EXPECT_NE(msg.find("compression.policy"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("one policy name"), std::string::npos) << msg;
+  }
+  ikv_config *c = nullptr;
+  const char *j = R"({"compression": {"policy": 3, "budget_tokens": 8}})";
+  EXPECT_EQ(ikv_config_from_json(&c, j, std::strlen(j)), IKV_ERR_BAD_CONFIG);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("compression.policy"), std::string::npos);
+}
+
+TEST(ConfigPolicy, AUnionOfNamesIsRefusedNamingTheField) {
+  // The FlatBuffers parser ORs space-separated enum names: "infokv h2o" (2 | 4) ran tova (6).
+  for (const char *t : {R"({"compression": {"policy": "infokv h2o", "budget_tokens": 8}})",
+                        R"({"compression": {"policy": "snapkv streaming", "budget_tokens": 8}})",
+                        R"({"compression": {"policy": " h2o", "budget_tokens": 8}})",
+                        R"({"compression": {"policy": "H2O", "budget_tokens": 8}})",
+                        R"({"compression": {"policy": "UNSPECIFIED"}})",
+                        R"({"compression": {"policy": ""}})"}) {
+    std::string msg;
+    EXPECT_EQ(json_status(t, &msg), Status::bad_config) << t;
+    EXPECT_NE(msg.find("compression.policy"), std::string::npos) << msg;
+  }
+}
+
+TEST(ConfigPolicy, EveryNameOfTheTableReadsAsItsPolicyAndRoundTrips) {
+  for (const PolicyInfo &p : kPolicyTable) {
+    const std::string t = std::string(R"({"compression": {"policy": ")") + p.name + R"(", "budget_tokens": 8}})";
+    const Config c = config_from_json(t);
+    EXPECT_EQ(c.session.compression.policy, p.kind) << t;
+    const std::vector<uint8_t> bin = config_to_binary(c);
+    const auto *f = fbc::GetConfig(bin.data());
+    EXPECT_EQ(static_cast<int>(f->compression()->policy()), p.schema_value) << p.name;
+    EXPECT_EQ(config_from_binary(bin.data(), bin.size()).session.compression.policy, p.kind);
+    EXPECT_NE(config_to_json(c).find(std::string("\"policy\": \"") + p.name + "\""), std::string::npos) << p.name;
+  }
+}
+
+TEST(ConfigPolicy, TableColumnsMatchTheSchemasAndTheCConstants) {
+  for (const PolicyInfo &p : kPolicyTable) {
+    EXPECT_STREQ(fbc::EnumNamePolicy(static_cast<fbc::Policy>(p.schema_value)), p.name);
+    EXPECT_EQ(policy_by_name(p.name), &p);
+    EXPECT_EQ(policy_by_c_value(p.c_value), &p);
+    EXPECT_EQ(policy_by_schema_value(p.schema_value), &p);
+    EXPECT_STREQ(policy_name(p.kind), p.name);
+    EXPECT_EQ(parse_policy(p.name), p.kind);
+  }
+  EXPECT_EQ(policy_by_c_value(IKV_POLICY_H2O)->kind, PolicyKind::h2o);
+  EXPECT_EQ(policy_by_schema_value(static_cast<int>(fbc::Policy::h2o))->kind, PolicyKind::h2o);
+  EXPECT_EQ(policy_by_c_value(IKV_POLICY_PYRAMIDKV + 1), nullptr);
+  EXPECT_EQ(policy_by_schema_value(0), nullptr);  // UNSPECIFIED is "not set", not a policy
+  EXPECT_EQ(policy_by_name("infokv h2o"), nullptr);
+}
+
+std::vector<uint8_t> binary_with_policy(int16_t policy) {
+  flatbuffers::FlatBufferBuilder b;
+  fbc::CompressionBuilder cb(b);
+  cb.add_policy(static_cast<fbc::Policy>(policy));
+  cb.add_budget_tokens(8);
+  const auto comp = cb.Finish();
+  fbc::ConfigBuilder root(b);
+  root.add_compression(comp);
+  fbc::FinishConfigBuffer(b, root.Finish());
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+TEST(ConfigPolicy, BinaryCarriesTheSchemaValueAndRefusesOneOutOfRange) {
+  const std::vector<uint8_t> h2o = binary_with_policy(static_cast<int16_t>(fbc::Policy::h2o));
+  EXPECT_EQ(config_from_binary(h2o.data(), h2o.size()).session.compression.policy, PolicyKind::h2o);
+  const std::vector<uint8_t> unset = binary_with_policy(0);
+  EXPECT_EQ(config_from_binary(unset.data(), unset.size()).session.compression.policy, PolicyKind::none);
+  for (int16_t v : {int16_t{8}, int16_t{-1}, int16_t{6 | 1}, int16_t{0x7fff}}) {
+    if (v == 7) continue;  // pyramidkv
+    const std::vector<uint8_t> bad = binary_with_policy(v);
+    try {
+      config_from_binary(bad.data(), bad.size());
+      ADD_FAILURE() << "policy value " << v << " was accepted";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), Status::bad_config);
+      EXPECT_NE(std::string(e.what()).find("compression.policy"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ConfigExamples, DocumentedExamplesLoad) {
+  const std::string dir = std::string(INFOKV_TEST_DATA_DIR) + "/../../packaging/examples";
+  DIR *d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr) << dir;
+  int n = 0;
+  while (dirent *e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() < 5 || name.compare(name.size() - 5, 5, ".json") != 0) continue;
+    std::ifstream f(dir + "/" + name, std::ios::binary);
+    std::ostringstream s;
+    s << f.rdbuf();
+    EXPECT_NO_THROW(config_from_json(s.str())) << name;
+    ++n;
+  }
+  closedir(d);
+  EXPECT_GE(n, 1);
+}
+
+}  // namespace

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import capi as _c
 from ._errors import (  # noqa: F401  (re-exported)
-    BadConfigError, BadHandleError, BadModelError, BadSnapshotError, BadStateError, BufferTooSmallError,
+    BadConfigError, BadHandleError, BadModelError, BadSnapshotError, BadStateError, BufferTooSmallError, BusyError,
     CancelledError, Error, InternalError, InvalidArgumentError, IoError, KvFullError, NoDeviceError, NotFoundError,
     OutOfMemoryError, OutOfRangeError, UnsupportedError, VersionError, WrongModelError, check as _check, error_for)
 from . import _errors

@@ -89,6 +89,11 @@ class BadHandleError(Error):
     """IKV_ERR_BAD_HANDLE: a closed or foreign handle."""
 
 
+class BusyError(Error):
+    """IKV_ERR_BUSY: another thread is inside a call on the same session or sampler (use one from one thread at a
+    time, or lock around it); nothing was changed."""
+
+
 class InternalError(Error):
     """IKV_ERR_INTERNAL: a bug in infokv; please report it with the message."""
 

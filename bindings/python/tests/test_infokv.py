@@ -88,6 +88,13 @@ def test_errors_map_to_their_own_classes(model):
     assert infokv.error_for(-6).__class__ is infokv.KvFullError
 
 
+def test_busy_status_has_its_own_class():
+    # IKV_ERR_BUSY: another thread inside a call on the same session or sampler.
+    assert infokv.BusyError.status == -18
+    assert infokv.error_for(-18).__class__ is infokv.BusyError
+    assert "BusyError" in infokv.__all__
+
+
 # ---- device choice --------------------------------------------------------------------------------------------
 def cuda_device_count() -> int:
     status, n = infokv.capi.ikv_device_count()

@@ -7,10 +7,19 @@
  *    calling thread's message for its latest failure (never NULL; "" when there is none).
  *  - Output parameters come first. They are initialised at the top of every call (to NULL / 0), so on failure they
  *    hold those values; nothing is returned half-made.
- *  - Handles are opaque. Destroy functions accept NULL. A handle that is not live (already freed, or never made by
- *    this library) is rejected with IKV_ERR_BAD_HANDLE instead of being dereferenced.
- *  - Thread safety: an ikv_model may be shared by any number of threads and sessions (it is immutable after load).
- *    An ikv_session and an ikv_sampler must be used by one thread at a time (callers lock if they share one).
+ *  - Handles are opaque values, not addresses: compare them, never dereference them. A freed handle is never
+ *    handed out again, so it stays invalid for good (even after many more objects are made): every call given a
+ *    handle that is not live (already freed, never made by this library, or of another kind) returns
+ *    IKV_ERR_BAD_HANDLE without touching anything, and destroy functions do nothing for it (a double free is
+ *    harmless). Destroy functions accept NULL.
+ *  - Thread safety: an ikv_model may be shared by any number of threads and sessions (it is immutable after load);
+ *    so may an ikv_config. An ikv_session and an ikv_sampler must be used by one thread at a time (callers lock if
+ *    they share one). That rule is checked, not trusted: a call that finds another thread inside a call on the same
+ *    session or sampler returns IKV_ERR_BUSY at once, changing nothing (it does not wait); retry after the other
+ *    call returns. Calls that take a session or sampler may therefore return IKV_ERR_BUSY in addition to the
+ *    statuses they list. The thread inside a call may call back in (ikv_generate's callback may read the session).
+ *    Freeing a session or sampler while another thread is inside a call on it is still a caller bug, but a safe
+ *    one: the handle is invalid at once and the object goes when that call returns.
  *    The status/version functions may be called from any thread at any time.
  *  - Errors never change state: a failed decode leaves the KV cache, lengths and logits as they were.
  */
@@ -66,6 +75,7 @@ IKV_API int32_t ikv_version_number(void);
 #define IKV_ERR_NOT_FOUND (-15)        /* no such sequence */
 #define IKV_ERR_BAD_STATE (-16)        /* the call is not valid now (e.g. logits before any decode) */
 #define IKV_ERR_BAD_HANDLE (-17)       /* a NULL, freed or foreign handle */
+#define IKV_ERR_BUSY (-18)             /* another thread is inside a call on the same session or sampler */
 #define IKV_ERR_INTERNAL (-100)        /* a bug: please report it with the message */
 
 /** Static text for a status ("KV full", ...); "unknown status" for values this version does not know. */

@@ -103,6 +103,12 @@ class InfokvTest {
   }
 
   @Test
+  void busyStatusHasItsOwnKind() {
+    assertEquals(Status.BUSY, Status.of(-18));
+    assertEquals(-18, Status.BUSY.code());
+  }
+
+  @Test
   void deviceCpuWorksCudaWithoutAGpuIsNoDeviceAndABadNameIsInvalid() {
     for (String device : new String[] {"cpu", "auto", null}) {
       try (Session s = model.newSession(SessionOptions.defaults().device(device)); Sampler greedy = Sampler.greedy()) {

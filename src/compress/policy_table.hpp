@@ -1,0 +1,57 @@
+// The one table of compression policies: name (configs, the CLI, snapshot inspect) <-> core PolicyKind <->
+// C IKV_POLICY_* <-> schema enum value (config.fbs and snapshot.fbs `Policy`, which are offset by UNSPECIFIED = 0).
+// Every conversion goes through it; static_asserts in the C shim, the config reader and the snapshot converter
+// check each column against the constants they mirror. A new policy is one row here (appended: released C and
+// schema values never change).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "compress/policy.hpp"
+
+namespace infokv {
+
+struct PolicyInfo {
+  PolicyKind kind;
+  const char *name;      // the config/CLI spelling; the schema enum's value name in config.fbs
+  int32_t c_value;       // IKV_POLICY_*
+  int16_t schema_value;  // config.fbs / snapshot.fbs Policy
+};
+
+inline constexpr std::array<PolicyInfo, 7> kPolicyTable = {{
+    {PolicyKind::none, "none", 0, 1},
+    {PolicyKind::infokv, "infokv", 1, 2},
+    {PolicyKind::snapkv, "snapkv", 2, 3},
+    {PolicyKind::h2o, "h2o", 3, 4},
+    {PolicyKind::streaming, "streaming", 4, 5},
+    {PolicyKind::tova, "tova", 5, 6},
+    {PolicyKind::pyramidkv, "pyramidkv", 6, 7},
+}};
+
+// policy_row() indexes by the core value, and the schema values are the C values + 1 (UNSPECIFIED = 0 first):
+// both hold for every row.
+constexpr bool policy_table_is_dense() {
+  for (size_t i = 0; i < kPolicyTable.size(); ++i)
+    if (static_cast<size_t>(kPolicyTable[i].kind) != i || kPolicyTable[i].schema_value <= 0) return false;
+  return true;
+}
+static_assert(policy_table_is_dense(), "kPolicyTable rows must be in PolicyKind order");
+
+// The schema value that means "not set" (the runtime's default, none).
+inline constexpr int16_t kPolicySchemaUnspecified = 0;
+
+// Lookups; nullptr when nothing matches (the callers choose the status and name the field).
+const PolicyInfo *policy_by_name(std::string_view name);
+const PolicyInfo *policy_by_c_value(int32_t v);
+const PolicyInfo *policy_by_schema_value(int32_t v);
+const PolicyInfo &policy_info(PolicyKind k);  // throws Error(internal) for a value outside the table
+
+// "none, infokv, snapkv, ..." for error messages.
+std::string policy_names_list();
+
+// The row's C or schema value, at compile time (for static_asserts next to the constants being mirrored).
+constexpr const PolicyInfo &policy_row(PolicyKind k) { return kPolicyTable[static_cast<size_t>(k)]; }
+
+}  // namespace infokv

@@ -1,0 +1,38 @@
+// The runtime's defaults, in one place. The core structs (SessionOptions, CompressionConfig, SamplerParams) take
+// their initial values from here; the C header (IKV_SESSION_OPTIONS_INIT, IKV_SAMPLER_OPTIONS_INIT) and
+// schemas/config.fbs must spell the same values as literals (C and the schema language cannot include this file),
+// and tests/unit/test_defaults.cpp checks that all of them agree with these.
+#pragma once
+#include <cstdint>
+
+namespace infokv {
+namespace defaults {
+
+// Session and KV layout.
+constexpr int32_t n_threads = 0;  // 0: available cores
+constexpr int32_t block_size = 16;
+constexpr int32_t ubatch = 256;
+
+// Compression.
+constexpr int32_t window = -1;  // min(32, budget / 4)
+constexpr int32_t pool_kernel_prefill = 5;
+constexpr int32_t pool_kernel_decode = 7;
+constexpr float alpha = 0.9f;
+constexpr float tau = 1.0f;
+constexpr int32_t entropy_top_k = 256;
+constexpr int32_t interval = 1024;
+constexpr float beta = 20.0f;
+constexpr int32_t sink = 4;
+constexpr bool compress_after_prefill = true;
+
+// Sampler.
+constexpr float temperature = 0.8f;
+constexpr int32_t top_k = 40;
+constexpr float top_p = 0.95f;
+constexpr float min_p = 0.05f;
+constexpr float repeat_penalty = 1.0f;
+constexpr int32_t repeat_last_n = 64;
+constexpr uint64_t seed = 0;
+
+}  // namespace defaults
+}  // namespace infokv
