@@ -136,9 +136,22 @@ func (c *Config) ModelPath() (string, error) {
 
 // LoadWithConfig loads the model named by the config's model_path (ErrBadConfig when it is empty).
 func LoadWithConfig(c *Config) (*Model, error) {
+	return loadWithConfig(c, func(p *uintptr, h capi.Struct_SS_ikv_config) int { return capi.Ikv_model_load_with_config(p, h) })
+}
+
+// LoadWithConfigConfined loads the config's model_path only when it resolves inside allowedDir (symlinks and ".."
+// that escape are refused): otherwise an error matching ErrIO with one fixed message, whatever the reason. See
+// ikv_model_load_with_config_confined.
+func LoadWithConfigConfined(c *Config, allowedDir string) (*Model, error) {
+	return loadWithConfig(c, func(p *uintptr, h capi.Struct_SS_ikv_config) int {
+		return capi.Ikv_model_load_with_config_confined(p, h, allowedDir)
+	})
+}
+
+func loadWithConfig(c *Config, load func(*uintptr, capi.Struct_SS_ikv_config) int) (*Model, error) {
 	var p uintptr
 	err := c.with(func(h capi.Struct_SS_ikv_config) error {
-		return call(func() int { return capi.Ikv_model_load_with_config(&p, h) })
+		return call(func() int { return load(&p, h) })
 	})
 	if err != nil {
 		return nil, err

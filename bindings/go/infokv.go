@@ -58,6 +58,9 @@ const (
 	KVBlockBytes  = capi.IKV_KV_BLOCK_BYTES
 	KVBytesUsed   = capi.IKV_KV_BYTES_USED
 	KVBlockSize   = capi.IKV_KV_BLOCK_SIZE
+	// KVHostBytes is host memory outside the pool: block bookkeeping and every sequence's tables, windows, tokens
+	// and logits.
+	KVHostBytes = capi.IKV_KV_HOST_BYTES
 )
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -224,6 +227,12 @@ func WithKVPoolBlocks(n int64) SessionOption {
 }
 func WithKVPoolBytes(n int64) SessionOption {
 	return func(o capi.Ikv_session_options) error { o.SetKv_pool_bytes(n); return nil }
+}
+
+// WithMaxSequences bounds the sequences the session holds, [1, 2^20] (0: 4096); AddSequence and Fork beyond it
+// fail with an error matching ErrOutOfRange.
+func WithMaxSequences(n int) SessionOption {
+	return func(o capi.Ikv_session_options) error { o.SetMax_sequences(n); return nil }
 }
 
 // WithPolicy selects the compression policy (PolicyInfoKV, PolicySnapKV, ...); it needs a budget.

@@ -293,3 +293,54 @@ func TestSavedSamplerStateContinuesASampledRunExactly(t *testing.T) {
 		t.Fatalf("continued %v, uninterrupted %v", got, whole)
 	}
 }
+
+func TestConfinedModelPathAndSessionLimits(t *testing.T) {
+	root := t.TempDir()
+	raw, err := os.ReadFile(modelPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "m.gguf"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loadIn := func(p string) (*infokv.Model, error) {
+		c, err := infokv.ConfigFromMap(map[string]any{"model_path": p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return infokv.LoadWithConfigConfined(c, root)
+	}
+	m, err := loadIn("m.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for _, escape := range []string{modelPath(t), "../nothing.gguf"} {
+		if _, err := loadIn(escape); !errors.Is(err, infokv.ErrIO) {
+			t.Fatalf("%s: want ErrIO, got %v", escape, err)
+		}
+	}
+
+	s, err := m.NewSession(infokv.WithMaxSequences(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Decode(0, []int32{1, 5, 9}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.KVStat(infokv.KVHostBytes)
+	if err != nil || before <= 0 {
+		t.Fatalf("host bytes %d %v", before, err)
+	}
+	if _, err := s.Fork(0); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := s.KVStat(infokv.KVHostBytes); after <= before {
+		t.Fatalf("host bytes %d -> %d after a fork", before, after)
+	}
+	if _, err := s.Fork(0); !errors.Is(err, infokv.ErrOutOfRange) {
+		t.Fatalf("want ErrOutOfRange past max_sequences, got %v", err)
+	}
+}

@@ -4,6 +4,7 @@
 #include "config/config.hpp"
 #include "handles.hpp"
 #include "snapshot/snapshot.hpp"
+#include "util/path_confine.hpp"
 
 using infokv::Status;
 using infokv::fail;
@@ -136,6 +137,18 @@ int32_t ikv_model_load_with_config(ikv_model **out, const ikv_config *config) {
     const auto cfg = infokv::capi::use(config, "config");
     if (cfg->config.model_path.empty()) fail(Status::bad_config, "config: model_path is empty");
     return ikv_model_load(out, cfg->config.model_path.c_str());
+  });
+}
+
+int32_t ikv_model_load_with_config_confined(ikv_model **out, const ikv_config *config, const char *allowed_dir) {
+  if (out != nullptr) *out = nullptr;
+  return guard([&] {
+    require(out != nullptr, "out must not be NULL");
+    const auto cfg = infokv::capi::use(config, "config");
+    require(allowed_dir != nullptr, "allowed_dir must not be NULL");
+    if (cfg->config.model_path.empty()) fail(Status::bad_config, "config: model_path is empty");
+    const std::string path = infokv::confine_path(cfg->config.model_path, allowed_dir);
+    return ikv_model_load(out, path.c_str());
   });
 }
 

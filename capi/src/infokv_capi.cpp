@@ -56,7 +56,8 @@ int32_t copy_out(char *out, size_t capacity, size_t *out_len, const std::string 
 // first field begins (not at sizeof: trailing padding may differ by platform).
 constexpr size_t kSessionOptionsV1Size = offsetof(ikv_session_options, device);
 constexpr size_t kSessionOptionsV2Size = offsetof(ikv_session_options, device) + sizeof(const char *);
-static_assert(IKV_SESSION_OPTIONS_VERSION == 2, "a new ikv_session_options revision needs its size and reader here");
+constexpr size_t kSessionOptionsV3Size = offsetof(ikv_session_options, max_sequences) + sizeof(int32_t);
+static_assert(IKV_SESSION_OPTIONS_VERSION == 3, "a new ikv_session_options revision needs its size and reader here");
 
 infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   infokv::SessionOptions so;
@@ -69,6 +70,10 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   if (has_v2)
     require(o->struct_size >= kSessionOptionsV2Size,
             "ikv_session_options.struct_size is too small for version 2 (initialise with IKV_SESSION_OPTIONS_INIT)");
+  const bool has_v3 = o->version >= 3;
+  if (has_v3)
+    require(o->struct_size >= kSessionOptionsV3Size,
+            "ikv_session_options.struct_size is too small for version 3 (initialise with IKV_SESSION_OPTIONS_INIT)");
   require(o->n_threads >= 0, "n_threads must be >= 0");
   require(o->kv_dtype >= 1 && o->kv_dtype <= 3, "kv_dtype must be IKV_KV_F32, IKV_KV_F16 or IKV_KV_BF16");
   require(o->block_size >= 0, "block_size must be >= 0");
@@ -104,6 +109,10 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   // string is invalid_argument, a CUDA device that is not there is no_device. Copied: the caller's string may go.
   if (has_v2 && o->device != nullptr) so.device = o->device;
   if (so.device.empty()) so.device = "cpu";
+  if (has_v3) {
+    require(o->max_sequences >= 0 && o->max_sequences <= (1 << 20), "max_sequences must be in [0, 2^20] (0: 4096)");
+    if (o->max_sequences > 0) so.max_sequences = o->max_sequences;
+  }
   return so;
 }
 
@@ -383,7 +392,7 @@ int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat) {
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");
     require(out != nullptr, "out must not be NULL");
-    infokv::KvStats s = sess->session->kv().stats();
+    const infokv::KvStats s = sess->session->kv_stats();
     switch (stat) {
       case IKV_KV_BLOCKS_TOTAL: *out = s.blocks_total; break;
       case IKV_KV_BLOCKS_USED: *out = s.blocks_used; break;
@@ -391,6 +400,7 @@ int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat) {
       case IKV_KV_BLOCK_BYTES: *out = s.block_bytes; break;
       case IKV_KV_BYTES_USED: *out = s.bytes_used; break;
       case IKV_KV_BLOCK_SIZE: *out = sess->session->kv().config().block_size; break;
+      case IKV_KV_HOST_BYTES: *out = s.host_bytes; break;
       default: fail(Status::invalid_argument, "unknown KV statistic " + std::to_string(stat));
     }
     return IKV_OK;

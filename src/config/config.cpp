@@ -162,6 +162,7 @@ void validate_config(const Config &c) {
   in_range<int64_t>("kv_pool_bytes", s.kv_pool_bytes, 0, int64_t{1} << 46);
   in_range<int64_t>("kv_pool_blocks", s.kv_pool_blocks, 0, int64_t{1} << 30);
   in_range("kv_pool_fraction", s.kv_pool_fraction, 0.0, 1.0);
+  in_range("max_sequences", s.max_sequences, 1, 1 << 20);
   const CompressionConfig &k = s.compression;
   in_range("compression.budget_fraction", k.budget_fraction, 0.0, 1.0);
   in_range("compression.budget_tokens", k.budget_tokens, 0, 1 << 30);
@@ -214,6 +215,7 @@ Config config_from_binary(const void *data, size_t size) {
   s.kv_pool_bytes = f->kv_pool_bytes();
   s.kv_pool_blocks = f->kv_pool_blocks();
   s.kv_pool_fraction = f->kv_pool_fraction();
+  if (f->max_sequences() != 0) s.max_sequences = f->max_sequences();
   if (f->ubatch() != 0) s.ubatch = f->ubatch();
   if (const fbc::Compression *k = f->compression()) {
     CompressionConfig &cc = s.compression;
@@ -295,7 +297,8 @@ std::vector<uint8_t> config_to_binary(const Config &c) {
   const SessionOptions &s = c.session;
   auto root = fbc::CreateConfigDirect(b, c.model_path.c_str(), c.device.c_str(), s.n_threads,
                                       static_cast<fbc::KvDtype>(static_cast<int16_t>(s.kv_dtype)), s.block_size,
-                                      s.kv_pool_bytes, s.kv_pool_blocks, s.ubatch, comp, prot, samp, tune, s.kv_pool_fraction);
+                                      s.kv_pool_bytes, s.kv_pool_blocks, s.ubatch, comp, prot, samp, tune, s.kv_pool_fraction,
+                                      s.max_sequences);
   fbc::FinishConfigBuffer(b, root);
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }

@@ -58,7 +58,30 @@ KvStats KvCache::stats() const {
   s.blocks_used = s.blocks_total - s.blocks_free;
   s.block_bytes = block_bytes_;
   s.bytes_used = s.blocks_used * block_bytes_;
+  s.host_bytes = static_cast<int64_t>((refcount_.capacity() + free_.capacity()) * sizeof(int32_t));
+  for (const auto &kv : seqs_) s.host_bytes += seq_host_bytes(kv.first);
   return s;
+}
+
+namespace {
+// Heap bytes of a vector's buffer (the vector object itself is counted with its owner).
+template <typename T>
+int64_t heap_bytes(const std::vector<T> &v) {
+  return static_cast<int64_t>(v.capacity() * sizeof(T));
+}
+}  // namespace
+
+int64_t KvCache::seq_host_bytes(int32_t id) const {
+  const SeqCache &c = seq(id);
+  // A std::map node: the key/value pair plus about four pointers of tree links.
+  int64_t n = static_cast<int64_t>(sizeof(std::pair<const int32_t, SeqCache>) + 4 * sizeof(void *));
+  n += heap_bytes(c.layers) + heap_bytes(c.window_q) + heap_bytes(c.window_pos);
+  for (const LayerSlots &L : c.layers) {
+    n += heap_bytes(L.blocks) + heap_bytes(L.pos);
+    for (const auto &ch : L.imp) n += heap_bytes(ch);
+  }
+  for (const auto &w : c.window_q) n += heap_bytes(w);
+  return n;
 }
 
 int64_t KvCache::seq_bytes(int32_t id) const {

@@ -64,6 +64,11 @@ struct KvStats {
   int64_t blocks_free = 0;
   int64_t block_bytes = 0;
   int64_t bytes_used = 0;
+  // Host memory outside the pool (malloc'd, so invisible in the block counts): the pool's per-block bookkeeping and
+  // every sequence's block tables, positions, importance channels and observation window (the window alone is
+  // [layers x window rows x n_q_dim] floats, copied by each fork). Session::kv_stats() adds the sessions'
+  // per-sequence state (token history, logits).
+  int64_t host_bytes = 0;
 };
 
 class KvCache {
@@ -80,6 +85,8 @@ class KvCache {
   const KvConfig &config() const { return cfg_; }
   int64_t block_bytes() const { return block_bytes_; }
   KvStats stats() const;
+  // Host bytes of one sequence's cache state (see KvStats::host_bytes), by vector capacity.
+  int64_t seq_host_bytes(int32_t seq) const;
   // Bytes that the kept tokens of `seq` occupy, block rounding included (shared blocks counted in full).
   int64_t seq_bytes(int32_t seq) const;
 

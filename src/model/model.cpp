@@ -6,6 +6,7 @@
 
 #include "gguf/ggml_types.hpp"
 #include "kernels/ops.hpp"
+#include "model/weight_check.hpp"
 #include "util/error.hpp"
 #include "util/fp16.hpp"
 
@@ -145,7 +146,10 @@ std::shared_ptr<const Model> Model::load(const std::string &path) {
     m->output_ = m->tok_embd_;
     m->tied_ = true;
   }
+  check_finite_rows(m->tok_embd_);
+  if (!m->tied_) check_finite_rows(m->output_);
   m->out_norm_ = vector_f32(f, "output_norm.weight", static_cast<uint64_t>(hp.n_embd));
+  check_finite(m->out_norm_, "output_norm.weight");
 
   const uint64_t d = static_cast<uint64_t>(hp.n_embd), hd = static_cast<uint64_t>(hp.head_dim);
   const uint64_t q_dim = hd * static_cast<uint64_t>(hp.n_head), kv_dim = hd * static_cast<uint64_t>(hp.n_head_kv);
@@ -155,11 +159,13 @@ std::shared_ptr<const Model> Model::load(const std::string &path) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights &L = m->layers_[static_cast<size_t>(l)];
     L.attn_norm = vector_f32(f, p + "attn_norm.weight", d);
+    check_finite(L.attn_norm, p + "attn_norm.weight");
     L.wq = matrix(f, p + "attn_q.weight", d, q_dim);
     L.wk = matrix(f, p + "attn_k.weight", d, kv_dim);
     L.wv = matrix(f, p + "attn_v.weight", d, kv_dim);
     L.wo = matrix(f, p + "attn_output.weight", q_dim, d);
     L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", d);
+    check_finite(L.ffn_norm, p + "ffn_norm.weight");
     L.w_gate = matrix(f, p + "ffn_gate.weight", d, ff);
     L.w_up = matrix(f, p + "ffn_up.weight", d, ff);
     L.w_down = matrix(f, p + "ffn_down.weight", ff, d);

@@ -10,6 +10,7 @@
 #include "gguf/ggml_types.hpp"
 #include "gguf/gguf.hpp"
 #include "model/model.hpp"
+#include "model/weight_check.hpp"
 #include "util/error.hpp"
 #include "util/fp16.hpp"
 #include "util/json_reader.hpp"
@@ -232,17 +233,22 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
     m->output_ = m->tok_embd_;
     m->tied_ = true;
   }
+  check_finite_rows(m->tok_embd_);
+  if (!m->tied_) check_finite_rows(m->output_);
   m->out_norm_ = vec("model.norm.weight", d);
+  check_finite(m->out_norm_, "model.norm.weight");
   m->layers_.resize(static_cast<size_t>(hp.n_layer));
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights &L = m->layers_[static_cast<size_t>(l)];
     L.attn_norm = vec(p + "input_layernorm.weight", d);
+    check_finite(L.attn_norm, p + "input_layernorm.weight");
     L.wq = matrix(p + "self_attn.q_proj.weight", q_dim, d, hp.head_dim);
     L.wk = matrix(p + "self_attn.k_proj.weight", kv_dim, d, hp.head_dim);
     L.wv = matrix(p + "self_attn.v_proj.weight", kv_dim, d, 0);
     L.wo = matrix(p + "self_attn.o_proj.weight", d, q_dim, 0);
     L.ffn_norm = vec(p + "post_attention_layernorm.weight", d);
+    check_finite(L.ffn_norm, p + "post_attention_layernorm.weight");
     L.w_gate = matrix(p + "mlp.gate_proj.weight", ff, d, 0);
     L.w_up = matrix(p + "mlp.up_proj.weight", ff, d, 0);
     L.w_down = matrix(p + "mlp.down_proj.weight", d, ff, 0);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "util/error.hpp"
+#include "util/sys_memory.hpp"
 
 namespace infokv {
 
@@ -14,10 +15,22 @@ namespace {
 
 // Pool size in blocks. free_bytes: the backend's free memory (-1 when unknown); default_fraction: the share of it the
 // backend takes when no size is given (0: from the context, at most 1 GiB).
-int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o, int64_t free_bytes, double default_fraction) {
+// device_bytes: the most memory the device can give a pool (-1 when unknown); an explicit size beyond it is refused
+// here, before the 8 bytes a block of bookkeeping are allocated and long before the pool runs the machine out of
+// memory.
+int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o, int64_t free_bytes, double default_fraction,
+                            int64_t device_bytes) {
   const int64_t block_bytes = int64_t{2} * hp.n_head_kv * o.block_size * hp.head_dim * kv_dtype_size(o.kv_dtype);
-  if (o.kv_pool_blocks > 0) return o.kv_pool_blocks;
-  if (o.kv_pool_bytes > 0) return std::max<int64_t>(1, o.kv_pool_bytes / block_bytes);
+  if (o.kv_pool_blocks > 0 || o.kv_pool_bytes > 0) {
+    const int64_t blocks = o.kv_pool_blocks > 0 ? o.kv_pool_blocks : std::max<int64_t>(1, o.kv_pool_bytes / block_bytes);
+    if (device_bytes >= 0 && blocks > device_bytes / block_bytes) {
+      const double asked = static_cast<double>(blocks) * static_cast<double>(block_bytes);
+      fail(Status::out_of_memory, "KV pool of " + std::to_string(blocks) + " blocks (" +
+                                      std::to_string(static_cast<int64_t>(asked / 1048576.0)) + " MiB) is larger than the " +
+                                      std::to_string(device_bytes >> 20) + " MiB the device can hold");
+    }
+    return blocks;
+  }
   const int64_t tokens = int64_t{4} * hp.n_ctx_train;
   const int64_t ctx_blocks = (tokens + o.block_size - 1) / o.block_size * hp.n_layer;
   int64_t cap = (int64_t{1} << 30) / block_bytes;  // CPU default
@@ -52,6 +65,8 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   if (opts_.kv_pool_blocks < 0 || opts_.kv_pool_bytes < 0) fail(Status::invalid_argument, "KV pool size must not be negative");
   if (!(opts_.kv_pool_fraction >= 0 && opts_.kv_pool_fraction <= 1))
     fail(Status::invalid_argument, "kv_pool_fraction must be in (0, 1], or 0 for the default");
+  if (opts_.max_sequences < 1 || opts_.max_sequences > (1 << 20))
+    fail(Status::invalid_argument, "max_sequences must be in [1, 2^20]");
   opts_.compression.validate();
   const HParams &hp = model_->hparams();
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
@@ -64,7 +79,11 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   kc.n_q_dim = hp.n_head * hp.head_dim;
   kc.block_size = opts_.block_size;
   kc.dtype = opts_.kv_dtype;
-  kc.n_blocks = default_pool_blocks(hp, opts_, device_->free_memory(), device_->default_pool_fraction());
+  // The host pool is committed lazily, so what bounds it is physical memory, not what happens to be free now; a
+  // device pool is allocated whole, so there it is free memory.
+  const int64_t free_bytes = device_->free_memory();
+  const int64_t device_bytes = device_->describe() == "cpu" ? physical_memory_bytes() : free_bytes;
+  kc.n_blocks = default_pool_blocks(hp, opts_, free_bytes, device_->default_pool_fraction(), device_bytes);
   kv_ = std::make_unique<KvCache>(
       kc, [this](const cpu::PagedKv &g, int64_t n_blocks) { return device_->make_kv_store(g, n_blocks); });
 }
@@ -84,6 +103,7 @@ const Session::SeqState &Session::state(int32_t seq) const {
 }
 
 int32_t Session::add_sequence() {
+  check_room_for_sequences(1);
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
   const int32_t id = next_id_++;
   kv_->add(id);
@@ -92,6 +112,11 @@ int32_t Session::add_sequence() {
 }
 
 int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st) {
+  if (sequence_count() >= opts_.max_sequences) {
+    // The caller passed its block references to this call (restore checks the count first; this is the backstop).
+    for (const LayerSlots &L : cache.layers) kv_->release_blocks(L.blocks);
+    check_room_for_sequences(1);
+  }
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
   const int32_t id = next_id_++;
   kv_->adopt(id, std::move(cache));
@@ -106,6 +131,7 @@ void Session::remove_sequence(int32_t seq) {
 
 int32_t Session::fork_sequence(int32_t src) {
   const SeqState &s = state(src);
+  check_room_for_sequences(1);
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
   const int32_t id = next_id_++;
   kv_->fork(src, id);

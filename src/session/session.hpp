@@ -26,6 +26,10 @@ struct SessionOptions {
   // CPU 4 x the trained context capped at 1 GiB (lazily committed).
   double kv_pool_fraction = 0;
   int32_t ubatch = defaults::ubatch;  // tokens per forward chunk
+  // Most sequences the session holds at once, in [1, 2^20]. Each costs host memory outside the pool (block tables,
+  // logits and, with a policy, the observation window: 2.3 MiB for SmolLM2-135M), so an embedder facing untrusted
+  // callers bounds it; add_sequence, fork_sequence and restore beyond it throw out_of_range and change nothing.
+  int32_t max_sequences = defaults::max_sequences;
   CompressionConfig compression;
   // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with
   // Status::no_device; "auto" uses the CPU (see src/backend/README.md). C callers set it in
@@ -59,6 +63,12 @@ class Session {
   std::string device_name() const { return device_->describe(); }
   KvCache &kv() { return *kv_; }
   const KvCache &kv() const { return *kv_; }
+  // kv().stats() with host_bytes also counting the per-sequence state the session keeps (token histories, logits,
+  // protected spans).
+  KvStats kv_stats() const;
+  int64_t sequence_count() const { return static_cast<int64_t>(seqs_.size()); }
+  // Throws Error(out_of_range) unless n more sequences fit under options().max_sequences.
+  void check_room_for_sequences(int64_t n) const;
 
   int32_t add_sequence();                   // a new empty sequence; returns its id
   void remove_sequence(int32_t seq);

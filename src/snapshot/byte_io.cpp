@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "util/error.hpp"
+#include "util/fault_injection.hpp"
 
 namespace infokv {
 namespace snapshot {
@@ -47,6 +48,7 @@ FileSource::~FileSource() {
 }
 
 size_t FileSource::read(void *p, size_t n) {
+  if (fault::hit(fault::Op::read)) fail(Status::io, "cannot read '" + path_ + "': " + std::strerror(errno));
   const size_t k = std::fread(p, 1, n, f_);
   if (k < n && std::ferror(f_)) fail(Status::io, "cannot read '" + path_ + "': " + std::strerror(errno));
   off_ += static_cast<int64_t>(k);

@@ -87,6 +87,7 @@ bool kv_rows_finite(const flatbuffers::Vector<uint8_t> *v, KvDtype dt) {
 struct Capacity {
   int64_t free_blocks = 0;
   int32_t block_size = 1;
+  const Session *session = nullptr;  // whose max_sequences the header's sequence count must fit
 };
 
 int64_t blocks_for(int64_t kept, int32_t block_size) { return (kept + block_size - 1) / block_size; }
@@ -192,6 +193,8 @@ int32_t read_header(ChunkReader &rd, const Model *model, Staged *staged, Summary
 void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity *cap, Summary &sum) {
   ChunkReader rd(in);
   const int32_t n_sequences = read_header(rd, model, staged, sum);
+  // Refused from the header, before any sequence is read or staged.
+  if (cap != nullptr && cap->session != nullptr) cap->session->check_room_for_sequences(n_sequences);
   const fb::Chunk *c = nullptr;
   int64_t need = 0;  // pool blocks of the sequences read so far
 
@@ -377,12 +380,13 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in)
   KvCache &kv = session.kv();
   const KvConfig &kc = kv.config();
   const int32_t bs = kc.block_size;
-  const Capacity cap{kv.free_blocks(), bs};
+  const Capacity cap{kv.free_blocks(), bs, &session};
   read_all(in, &session.model(), &staged, &cap, sum);
   int64_t need = 0;  // checked again from what was staged: the commit below takes exactly this many
   for (const StagedSeq &s : staged.seqs)
     for (const StagedLayer &L : s.layers) need += blocks_for(static_cast<int64_t>(L.pos.size()), bs);
   if (need > kv.free_blocks()) kv_full(need, kv.free_blocks());
+  session.check_room_for_sequences(static_cast<int64_t>(staged.seqs.size()));
   Sampler new_sampler(staged.has_sampler ? staged.sp : SamplerParams{});
   if (staged.has_sampler) {
     new_sampler.rng().set_state(staged.rng);

@@ -12,6 +12,7 @@ namespace defaults {
 constexpr int32_t n_threads = 0;  // 0: available cores
 constexpr int32_t block_size = 16;
 constexpr int32_t ubatch = 256;
+constexpr int32_t max_sequences = 4096;  // C options and configs: 0 means this
 
 // Compression.
 constexpr int32_t window = -1;  // min(32, budget / 4)

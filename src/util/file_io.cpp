@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/error.hpp"
+#include "util/fault_injection.hpp"
 
 namespace infokv {
 
@@ -147,7 +148,7 @@ void AtomicFile::write(const void *p, size_t n) {
     return;
   }
   for (size_t done = 0; done < n;) {
-    const ssize_t k = no_eintr([&] { return ::write(fd_, b + done, n - done); });
+    const ssize_t k = fault::hit(fault::Op::write) ? -1 : no_eintr([&] { return ::write(fd_, b + done, n - done); });
     if (k < 0) fail(Status::io, "cannot write '" + path_ + "': " + why());
     done += static_cast<size_t>(k);
   }
@@ -155,7 +156,8 @@ void AtomicFile::write(const void *p, size_t n) {
 
 void AtomicFile::flush() {
   for (size_t done = 0; done < buf_.size();) {
-    const ssize_t k = no_eintr([&] { return ::write(fd_, buf_.data() + done, buf_.size() - done); });
+    const ssize_t k =
+        fault::hit(fault::Op::write) ? -1 : no_eintr([&] { return ::write(fd_, buf_.data() + done, buf_.size() - done); });
     if (k < 0) fail(Status::io, "cannot write '" + path_ + "': " + why());
     done += static_cast<size_t>(k);
   }
@@ -181,14 +183,15 @@ void AtomicFile::commit() {
   if (fd_ < 0) fail(Status::internal, "commit of '" + path_ + "' twice");
   try {
     flush();
-    if (::fsync(fd_) != 0) fail(Status::io, "cannot write '" + path_ + "' to disk: " + why());
+    if (fault::hit(fault::Op::fsync) || ::fsync(fd_) != 0) fail(Status::io, "cannot write '" + path_ + "' to disk: " + why());
     if (tmp_.empty()) link_temp();
     if (::close(fd_) != 0) {
       fd_ = -1;
       fail(Status::io, "cannot write '" + path_ + "': " + why());
     }
     fd_ = -1;
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail(Status::io, "cannot replace '" + path_ + "': " + why());
+    if (fault::hit(fault::Op::rename) || ::rename(tmp_.c_str(), path_.c_str()) != 0)
+      fail(Status::io, "cannot replace '" + path_ + "': " + why());
   } catch (...) {
     discard();
     throw;

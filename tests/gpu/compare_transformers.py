@@ -192,13 +192,15 @@ def infokv_logits(lib_path, model, ids, device="cpu"):
     opts = ctypes.create_string_buffer(512)
     ok(lib.ikv_session_options_init(opts), "ikv_session_options_init")
     struct.pack_into("<i", opts, 12, 1)  # kv_dtype = IKV_KV_F32 (offset after struct_size, version, n_threads)
-    # device (version 2): the struct's last member, a pointer, so its last 8 bytes on a 64-bit platform
-    size, version = struct.unpack_from("<II", opts, 0)
+    # device (version 2): a pointer at offsetof(ikv_session_options, device), 104 on a 64-bit platform (the fields of
+    # version 1 end at 100, padded to 8). Later versions append after it (version 3: max_sequences, left at 0).
+    device_offset = 104
+    _, version = struct.unpack_from("<II", opts, 0)
     if version < 2 and device != "cpu":
         raise RuntimeError("this libinfokv's session options have no device field (version %d)" % version)
     dev = ctypes.create_string_buffer(device.encode())
     if version >= 2:
-        struct.pack_into("<Q", opts, size - 8, ctypes.addressof(dev))
+        struct.pack_into("<Q", opts, device_offset, ctypes.addressof(dev))
     ok(lib.ikv_session_create(ctypes.byref(s), m, opts), "ikv_session_create")
     rows = []
     n = ctypes.c_size_t()

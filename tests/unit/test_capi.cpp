@@ -172,6 +172,8 @@ TEST(Capi, SessionOptionsInitMacroEqualsInitFunction) {
   EXPECT_EQ(a.sink, b.sink);
   EXPECT_EQ(a.compress_after_prefill, b.compress_after_prefill);
   EXPECT_EQ(a.device, b.device);  // b was filled with 0xAB: init must have written NULL
+  EXPECT_EQ(a.max_sequences, b.max_sequences);
+  EXPECT_EQ(a.max_sequences, 0);  // the default, 4096
   // The documented defaults.
   EXPECT_EQ(a.device, nullptr);
   EXPECT_EQ(a.kv_dtype, IKV_KV_F16);
@@ -274,6 +276,66 @@ TEST(Capi, VersionOneSizedSessionOptionsAreAccepted) {
   v1_full.device = "cuda:7";
   SessionGuard g2;
   EXPECT_EQ(ikv_session_create(&g2.s, m, &v1_full), IKV_OK) << ikv_last_error_message();
+}
+
+// ---- limits (ikv_session_options version 3, IKV_KV_HOST_BYTES) ----
+
+TEST(Capi, MaxSequencesBoundsSeqAddAndForkChangingNothing) {
+  REQUIRE_MODEL();
+  ikv_session_options o = f32_options();
+  o.max_sequences = 2;
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK) << ikv_last_error_message();  // holds sequence 0
+  int32_t id = -5;
+  ASSERT_EQ(ikv_seq_add(&id, g.s), IKV_OK);
+  const int64_t host = stat_of(g.s, IKV_KV_HOST_BYTES), used = stat_of(g.s, IKV_KV_BLOCKS_USED);
+  EXPECT_EQ(ikv_seq_add(&id, g.s), IKV_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(id, -1);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("max_sequences (2)"), std::string::npos) << ikv_last_error_message();
+  EXPECT_EQ(ikv_seq_fork(&id, g.s, 0), IKV_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(stat_of(g.s, IKV_KV_HOST_BYTES), host);
+  EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCKS_USED), used);
+  EXPECT_EQ(ikv_seq_remove(g.s, 0), IKV_OK);
+  EXPECT_EQ(ikv_seq_add(&id, g.s), IKV_OK);
+  // Out of range values are refused; a version-2 struct (no max_sequences) gets the default.
+  o.max_sequences = -1;
+  ikv_session *s = nullptr;
+  EXPECT_EQ(ikv_session_create(&s, m, &o), IKV_ERR_INVALID_ARGUMENT);
+  o.max_sequences = (1 << 20) + 1;
+  EXPECT_EQ(ikv_session_create(&s, m, &o), IKV_ERR_INVALID_ARGUMENT);
+  const size_t v2_size = offsetof(ikv_session_options, device) + sizeof(const char *);
+  void *mem = std::malloc(v2_size);  // exactly v2_size bytes: a read of max_sequences would be out of bounds
+  ASSERT_NE(mem, nullptr);
+  o.max_sequences = 1;
+  std::memcpy(mem, &o, v2_size);
+  auto *v2 = static_cast<ikv_session_options *>(mem);
+  v2->struct_size = static_cast<uint32_t>(v2_size);
+  v2->version = 2;
+  SessionGuard g2;
+  ASSERT_EQ(ikv_session_create(&g2.s, m, v2), IKV_OK) << ikv_last_error_message();
+  EXPECT_EQ(ikv_seq_add(&id, g2.s), IKV_OK);  // 4096 allowed, not 1
+  v2->version = 3;  // claims the field its size lacks
+  EXPECT_EQ(ikv_session_create(&s, m, v2), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("version 3"), std::string::npos) << ikv_last_error_message();
+  std::free(mem);
+}
+
+TEST(Capi, HostBytesCountsWhatAForkCopies) {
+  REQUIRE_MODEL();
+  ikv_session_options o = f32_options();
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK);
+  const int32_t toks[] = {1, 5, 9, 13};
+  ASSERT_EQ(ikv_decode(g.s, 0, toks, 4), IKV_OK);
+  const int64_t before = stat_of(g.s, IKV_KV_HOST_BYTES);
+  EXPECT_GT(before, 0);
+  int32_t id = 0;
+  ASSERT_EQ(ikv_seq_fork(&id, g.s, 0), IKV_OK);
+  int64_t n_vocab = 0;
+  ASSERT_EQ(ikv_model_get_int(&n_vocab, m, IKV_MODEL_N_VOCAB), IKV_OK);
+  EXPECT_GE(stat_of(g.s, IKV_KV_HOST_BYTES) - before, n_vocab * 4);  // the fork's logits at least
+  EXPECT_EQ(ikv_seq_remove(g.s, id), IKV_OK);
+  EXPECT_EQ(stat_of(g.s, IKV_KV_HOST_BYTES), before);
 }
 
 TEST(Capi, SamplerOptionsInitMacroEqualsInitFunction) {

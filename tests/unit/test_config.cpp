@@ -81,6 +81,8 @@ TEST(Config, OutOfRangeValuesAreErrorsNamingTheField) {
       {R"({"self_tuning": {"probe_tokens": 0}})", "self_tuning.probe_tokens"},
       {R"({"kv_dtype": "f8"})", "f8"},
       {R"({"kv_pool_fraction": 1.5})", "kv_pool_fraction"},
+      {R"({"max_sequences": -1})", "max_sequences"},
+      {R"({"max_sequences": 1048577})", "max_sequences"},
       {R"({"threads": 99999999999})", "threads"},
   };
   for (const auto &c : cases) {
@@ -98,10 +100,13 @@ TEST(Config, MalformedJsonIsBadConfig) {
 
 TEST(Config, JsonAndBinaryRoundTrip) {
   const Config c = config_from_json(
-      R"({"threads": 2, "kv_pool_fraction": 0.25, "compression": {"policy": "h2o", "budget_tokens": 64}, "sampler": {"seed": 5}})");
+      R"({"threads": 2, "kv_pool_fraction": 0.25, "max_sequences": 7, "compression": {"policy": "h2o", "budget_tokens": 64}, "sampler": {"seed": 5}})");
   const std::vector<uint8_t> bin = config_to_binary(c);
   const Config d = config_from_binary(bin.data(), bin.size());
   EXPECT_EQ(d.session.n_threads, 2);
+  EXPECT_EQ(d.session.max_sequences, 7);
+  EXPECT_EQ(config_from_json("{}").session.max_sequences, 4096);
+  EXPECT_EQ(config_from_json(R"({"max_sequences": 0})").session.max_sequences, 4096);
   EXPECT_EQ(d.session.kv_pool_fraction, 0.25);
   EXPECT_EQ(d.session.compression.policy, PolicyKind::h2o);
   EXPECT_EQ(d.session.compression.budget_tokens, 64);

@@ -332,5 +332,15 @@ TEST(HfCheckpoint, RejectsBrokenDirectories) {
     t2.shape["model.layers.0.mlp.up_proj.weight"] = {kD, kFf};  // transposed
     expect_load_error(write_hf(t2, base / "shape", 1), infokv::Status::bad_model, "has shape");
   }
+  {  // non-finite weights would make every logit NaN: refused at load, naming the tensor (and the row)
+    Tiny t2 = t;
+    t2.w["model.layers.1.input_layernorm.weight"][5] = std::nanf("");
+    expect_load_error(write_hf(t2, base / "nan_norm", 1), infokv::Status::bad_model,
+                      "tensor 'model.layers.1.input_layernorm.weight' holds a non-finite value (NaN) at element 5");
+    Tiny t3 = t;
+    t3.w["model.embed_tokens.weight"][static_cast<size_t>(9 * kD + 3)] = -INFINITY;
+    expect_load_error(write_hf(t3, base / "inf_embd", 1), infokv::Status::bad_model,
+                      "tensor 'model.embed_tokens.weight' holds a non-finite value (-Inf) in row 9 (column 3)");
+  }
   fs::remove_all(base);
 }

@@ -215,17 +215,25 @@ def inspect_snapshot(source: Union[PathLike, bytes, bytearray, memoryview]) -> D
 class Model(_Owner):
     """A loaded GGUF model (memory-mapped, immutable, shareable by any number of sessions and threads).
 
-    ``Model(path)`` loads a file; ``Model(config=cfg)`` (or :meth:`from_config`) loads the config's model_path."""
+    ``Model(path)`` loads a file; ``Model(config=cfg)`` (or :meth:`from_config`) loads the config's model_path,
+    confined to a directory with ``allowed_dir=`` (see ikv_model_load_with_config_confined)."""
 
     _what = "model"
 
-    def __init__(self, path: Optional[PathLike] = None, *, config: Optional[Config] = None) -> None:
+    def __init__(self, path: Optional[PathLike] = None, *, config: Optional[Config] = None,
+                 allowed_dir: Optional[PathLike] = None) -> None:
         self._h = None
         self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
         self._lock = threading.Lock()
         if (path is None) == (config is None):
             raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, "give a path or a config (one of them)")
-        if config is not None:
+        if allowed_dir is not None and config is None:
+            raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, "allowed_dir confines a config's model_path")
+        if config is not None and allowed_dir is not None:
+            d = os.fspath(allowed_dir)
+            self._h = _check(config._use(lambda h: _c.ikv_model_load_with_config_confined(h, d)))
+            self.path = config.model_path
+        elif config is not None:
             self._h = _check(config._use(_c.ikv_model_load_with_config))
             self.path = config.model_path
         else:
@@ -233,14 +241,16 @@ class Model(_Owner):
             self.path = os.fspath(path)  # type: ignore[arg-type]
 
     @classmethod
-    def load(cls, path: Optional[PathLike] = None, *, config: Optional[Config] = None) -> "Model":
-        """Loads a model from a path or from a config's model_path."""
-        return cls(path, config=config)
+    def load(cls, path: Optional[PathLike] = None, *, config: Optional[Config] = None,
+             allowed_dir: Optional[PathLike] = None) -> "Model":
+        """Loads a model from a path or from a config's model_path (confined to allowed_dir when given)."""
+        return cls(path, config=config, allowed_dir=allowed_dir)
 
     @classmethod
-    def from_config(cls, config: Config) -> "Model":
-        """Loads the model named by the config's model_path (BadConfigError when it is empty)."""
-        return cls(config=config)
+    def from_config(cls, config: Config, allowed_dir: Optional[PathLike] = None) -> "Model":
+        """Loads the model named by the config's model_path (BadConfigError when it is empty); with allowed_dir,
+        only a model inside that directory (IOError with one fixed message otherwise)."""
+        return cls(config=config, allowed_dir=allowed_dir)
 
     # lifetime
     def close(self) -> None:

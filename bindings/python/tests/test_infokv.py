@@ -466,3 +466,31 @@ def test_cli_saves_restores_and_inspects_snapshots(model_path, tmp_path, capsys)
     assert first + rest == whole
     assert main(["inspect-snapshot", snap]) == 0
     assert json.loads(capsys.readouterr().out)["format_version"] >= 1
+
+
+def test_a_config_model_path_can_be_confined_to_a_directory(model_path, tmp_path):
+    import os
+    import shutil
+    root = tmp_path / "models"
+    root.mkdir()
+    shutil.copy(model_path, root / "m.gguf")
+    with infokv.Config.from_dict({"model_path": "m.gguf"}) as cfg, infokv.Model.from_config(cfg, allowed_dir=root) as m:
+        assert m.n_vocab > 0
+    messages = []
+    for escape in (os.path.abspath(model_path), "../nothing.gguf"):  # exists outside / does not exist
+        with infokv.Config.from_dict({"model_path": escape}) as cfg:
+            with pytest.raises(infokv.IoError) as e:
+                infokv.Model(config=cfg, allowed_dir=str(root))
+            messages.append(str(e.value).replace(escape, "<path>"))
+    assert messages[0] == messages[1]
+
+
+def test_max_sequences_and_host_bytes(model_path):
+    with infokv.Model(model_path) as m, m.session(max_sequences=2, kv_dtype="f32") as s:
+        s.decode([1, 5, 9])
+        before = s.kv_stat("host_bytes")
+        assert before > 0 and "host_bytes" in s.kv_stats()
+        s.fork(0)
+        assert s.kv_stat("host_bytes") > before
+        with pytest.raises(infokv.OutOfRangeError):
+            s.fork(0)

@@ -76,10 +76,30 @@ IKV_API void ikv_config_free(ikv_config *config);
 IKV_API int32_t ikv_config_get_model_path(char *out, size_t capacity, size_t *out_len, const ikv_config *config);
 
 /**
- * Loads the model named by the config's model_path.
+ * Loads the model named by the config's model_path. The path is used as it is: any file the process can read.
+ * When configs come from someone the embedder does not trust, use ikv_model_load_with_config_confined instead.
  * @return the statuses of ikv_model_load; IKV_ERR_BAD_CONFIG when model_path is empty; IKV_ERR_BAD_HANDLE.
  */
 IKV_API int32_t ikv_model_load_with_config(ikv_model **out, const ikv_config *config);
+
+/**
+ * Loads the model named by the config's model_path, confined to the directory `allowed_dir`: a relative
+ * model_path is taken relative to allowed_dir (an absolute one as it is), the result is resolved with realpath
+ * (every symlink followed, "." and ".." removed) and must lie inside allowed_dir's own resolved path; a Hugging
+ * Face checkpoint directory must moreover hold no entry that resolves outside. So "..", absolute paths and
+ * symlinks that escape are refused. Every such refusal, and a model_path that does not exist or cannot be
+ * resolved, gives the same status and the same message, so a config cannot learn which files exist outside the
+ * directory (or inside it, beyond what the loader's own errors say about a file inside).
+ * The check and the open are two steps: a directory that someone else may rearrange between them (swapping a
+ * checked file for a link) is not protected; allowed_dir should be one that only the embedder writes.
+ * @param allowed_dir  UTF-8, NUL-terminated; read only during the call.
+ * @return IKV_OK; IKV_ERR_IO ("model_path '...' does not name a model inside the allowed directory") for a
+ *         missing, unresolvable or escaping model_path; IKV_ERR_BAD_CONFIG when model_path is empty;
+ *         IKV_ERR_INVALID_ARGUMENT (NULL out or allowed_dir, or allowed_dir not an existing directory);
+ *         IKV_ERR_BAD_HANDLE; then the statuses of ikv_model_load for the resolved file.
+ * Thread-safe (the config is immutable).
+ */
+IKV_API int32_t ikv_model_load_with_config_confined(ikv_model **out, const ikv_config *config, const char *allowed_dir);
 
 /**
  * Creates a session (with one empty sequence, id 0) from the config's threads, KV layout, pool size, compression

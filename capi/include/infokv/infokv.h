@@ -193,8 +193,9 @@ IKV_API int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, cons
 
 /* Revisions (fields are only appended, never reordered or removed; defaults never change):
  *   1: struct_size ... compress_after_prefill
- *   2: device */
-#define IKV_SESSION_OPTIONS_VERSION 2
+ *   2: device
+ *   3: max_sequences */
+#define IKV_SESSION_OPTIONS_VERSION 3
 
 /**
  * Session options: a versioned struct. Initialise with IKV_SESSION_OPTIONS_INIT or ikv_session_options_init()
@@ -234,11 +235,18 @@ typedef struct ikv_session_options {
    * strings, one parser judges them all, a new device kind needs no new constant, and SWIG gives it to Python (str),
    * Java (String) and Go (string) as it is, with no per-language parser of "cuda:N". */
   const char *device;
+  /* ---- version 3 ---- */
+  /* Most sequences the session holds at once, in [1, 2^20]; 0: the default, 4096. Every sequence costs host memory
+   * outside the KV pool (block tables, its logits and, with a policy, an observation window of
+   * [layers x window x n_heads*head_dim] floats: 2.3 MiB for SmolLM2-135M; IKV_KV_HOST_BYTES counts it), so a server
+   * facing untrusted callers bounds it. ikv_seq_add, ikv_seq_fork and restores beyond it fail with
+   * IKV_ERR_OUT_OF_RANGE, changing nothing. */
+  int32_t max_sequences;
 } ikv_session_options;
 
 #define IKV_SESSION_OPTIONS_INIT                                                                          \
   { (uint32_t)sizeof(ikv_session_options), IKV_SESSION_OPTIONS_VERSION, 0, IKV_KV_F16, 16, 256, 0, 0,   \
-    IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1, NULL }
+    IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1, NULL, 0 }
 
 /** Fills `opts` with the defaults (same values as IKV_SESSION_OPTIONS_INIT). IKV_ERR_INVALID_ARGUMENT on NULL. */
 IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
@@ -247,8 +255,9 @@ IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
  * Creates a session over a model with one empty sequence, id 0.
  * @param opts  NULL for defaults. Otherwise struct_size must be at least the version-1 size
  *              (offsetof(ikv_session_options, device)) and version at least 1. `device` is read only when
- *              version >= 2 (a version-1 struct from an older caller runs on the CPU); a version >= 2 struct must
- *              then be large enough to hold it. opts and the device string are not used after the call returns.
+ *              version >= 2 (a version-1 struct from an older caller runs on the CPU), `max_sequences` only when
+ *              version >= 3 (older callers get 4096); a struct of version >= 2 (>= 3) must be large enough to hold
+ *              `device` (`max_sequences`). opts and the device string are not used after the call returns.
  * @return IKV_OK;
  *         IKV_ERR_BAD_HANDLE (model);
  *         IKV_ERR_INVALID_ARGUMENT (NULL out; struct_size or version too small; a bad option value; a malformed
@@ -256,18 +265,27 @@ IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
  *         IKV_ERR_NO_DEVICE ("cuda" or "cuda:N" when there is no such usable CUDA device: always in a build without
  *           CUDA; the message says why, e.g. no driver);
  *         IKV_ERR_UNSUPPORTED (a CUDA device for a model whose weight types the CUDA path does not run);
- *         IKV_ERR_OUT_OF_MEMORY (host or device memory).
+ *         IKV_ERR_OUT_OF_MEMORY (host or device memory; also an explicit kv_pool_blocks/kv_pool_bytes larger than
+ *           the device can hold: on the CPU the machine's physical memory, on a GPU its free memory; the message
+ *           gives both sizes).
  * The model must outlive the session. Threads may create sessions over one model at the same time.
  */
 IKV_API int32_t ikv_session_create(ikv_session **out, ikv_model *model, const ikv_session_options *opts);
 /** Frees a session and its KV cache; NULL is ignored. */
 IKV_API void ikv_session_free(ikv_session *session);
 
-/** Adds an empty sequence; *out_seq receives its id. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT. */
+/**
+ * Adds an empty sequence; *out_seq receives its id. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT;
+ * IKV_ERR_OUT_OF_RANGE when the session already holds max_sequences (nothing changed).
+ */
 IKV_API int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session);
 /** Removes a sequence and returns its blocks to the pool. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_NOT_FOUND. */
 IKV_API int32_t ikv_seq_remove(ikv_session *session, int32_t seq);
-/** Forks `src`: the new sequence shares its cache (copy-on-write) and logits. IKV_OK, IKV_ERR_NOT_FOUND, ... */
+/**
+ * Forks `src`: the new sequence shares its cache (copy-on-write) and logits. IKV_OK, IKV_ERR_NOT_FOUND,
+ * IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT; IKV_ERR_OUT_OF_RANGE when the session already holds max_sequences
+ * (nothing changed).
+ */
 IKV_API int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src);
 /** Drops positions >= length (logits are cleared; decode before sampling). IKV_ERR_OUT_OF_RANGE beyond the length. */
 IKV_API int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t length);
@@ -313,7 +331,13 @@ IKV_API int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, c
 #define IKV_KV_BLOCK_BYTES 4
 #define IKV_KV_BYTES_USED 5
 #define IKV_KV_BLOCK_SIZE 6
-/** Reads one pool statistic (IKV_KV_*). */
+/* Host memory outside the pool, in bytes: the pool's block bookkeeping and every sequence's block tables, importance
+ * channels, observation window, token history and logits (a fork copies all but the blocks). */
+#define IKV_KV_HOST_BYTES 7
+/**
+ * Reads one pool statistic (IKV_KV_*).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out, an unknown stat: *out is then 0); IKV_ERR_BAD_HANDLE.
+ */
 IKV_API int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat);
 
 /* ---- compression ---- */

@@ -55,7 +55,8 @@ IKV_API int32_t ikv_session_save_buffer(void *out, size_t capacity, size_t *out_
  * @return IKV_OK; IKV_ERR_BAD_SNAPSHOT (corrupt, truncated or inconsistent); IKV_ERR_VERSION (needs a newer
  *         reader); IKV_ERR_WRONG_MODEL (another model, tokenizer or head layout); IKV_ERR_KV_FULL (the pool cannot
  *         hold it: checked from each sequence's kept counts before its K/V is read, so a snapshot too large for
- *         the pool is refused without reading its bulk); IKV_ERR_BUFFER_TOO_SMALL (capacity below the sequence
+ *         the pool is refused without reading its bulk); IKV_ERR_OUT_OF_RANGE (the session's sequences plus the
+ *         snapshot's would pass its max_sequences: checked from the header); IKV_ERR_BUFFER_TOO_SMALL (capacity below the sequence
  *         count while out_seqs is not NULL); IKV_ERR_IO (also for a path that is not a regular file: a FIFO or
  *         device is refused without blocking); IKV_ERR_BAD_HANDLE; IKV_ERR_INVALID_ARGUMENT;
  *         IKV_ERR_OUT_OF_MEMORY. On any failure neither the session nor the sampler changed.

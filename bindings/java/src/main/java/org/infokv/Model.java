@@ -52,6 +52,16 @@ public final class Model implements AutoCloseable {
     return new Model(config.modelPath(), new SWIGTYPE_p_ikv_model(out[0], false));
   }
 
+  /**
+   * Loads the config's model_path only when it resolves inside {@code allowedDir} (symlinks and ".." that escape
+   * are refused); Status.IO with one fixed message otherwise. See ikv_model_load_with_config_confined.
+   */
+  public static Model load(Config config, String allowedDir) {
+    long[] out = new long[1];
+    InfokvException.check(config.use(h -> InfokvNative.ikv_model_load_with_config_confined(out, h, allowedDir)));
+    return new Model(config.modelPath(), new SWIGTYPE_p_ikv_model(out[0], false));
+  }
+
   /** Same as {@link #load(Config)}. */
   public static Model fromConfig(Config config) { return load(config); }
 

@@ -35,6 +35,8 @@ public final class Session implements AutoCloseable {
   public static final int KV_BLOCK_BYTES = InfokvNativeConstants.IKV_KV_BLOCK_BYTES;
   public static final int KV_BYTES_USED = InfokvNativeConstants.IKV_KV_BYTES_USED;
   public static final int KV_BLOCK_SIZE = InfokvNativeConstants.IKV_KV_BLOCK_SIZE;
+  /** Host memory outside the pool: block bookkeeping and every sequence's tables, windows, tokens and logits. */
+  public static final int KV_HOST_BYTES = InfokvNativeConstants.IKV_KV_HOST_BYTES;
 
   private final Model model;
   private final State state;

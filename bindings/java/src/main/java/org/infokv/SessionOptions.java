@@ -42,6 +42,8 @@ public final class SessionOptions {
   public SessionOptions blockSize(int tokens) { return set("block_size", tokens); }
   public SessionOptions kvPoolBlocks(long blocks) { return set("kv_pool_blocks", blocks); }
   public SessionOptions kvPoolBytes(long bytes) { return set("kv_pool_bytes", bytes); }
+  /** Most sequences the session holds, [1, 2^20] (0: 4096); adding or forking beyond it throws OUT_OF_RANGE. */
+  public SessionOptions maxSequences(int n) { return set("max_sequences", n); }
   /** The compression policy (POLICY_INFOKV, ...); it needs a budget. */
   public SessionOptions policy(int policy) { return set("policy", policy); }
   /** Keeps this fraction of a sequence's tokens per layer when compressing, (0, 1]. */

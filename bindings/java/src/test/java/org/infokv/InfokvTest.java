@@ -71,6 +71,32 @@ class InfokvTest {
   }
 
   @Test
+  void aConfigModelPathCanBeConfinedAndSessionsBounded() throws Exception {
+    Path root = Files.createTempDirectory("infokv_confine");
+    Files.copy(Path.of(modelPath), root.resolve("m.gguf"));
+    try (Config c = Config.fromJson("{\"model_path\": \"m.gguf\"}"); Model m = Model.load(c, root.toString())) {
+      assertEquals(512, m.nVocab());
+    }
+    for (String escape : new String[] {modelPath, "../nothing.gguf"}) {
+      try (Config c = Config.fromJson("{\"model_path\": \"" + escape + "\"}")) {
+        InfokvException e = assertThrows(InfokvException.class, () -> Model.load(c, root.toString()));
+        assertEquals(Status.IO, e.kind());
+      }
+    }
+    Files.delete(root.resolve("m.gguf"));
+    Files.delete(root);
+    try (Session s = model.newSession(new SessionOptions().maxSequences(2))) {
+      s.decode(0, new int[] {1, 5, 9});
+      long before = s.kvStat(Session.KV_HOST_BYTES);
+      assertTrue(before > 0);
+      s.fork(0);
+      assertTrue(s.kvStat(Session.KV_HOST_BYTES) > before);
+      InfokvException e = assertThrows(InfokvException.class, () -> s.fork(0));
+      assertEquals(Status.OUT_OF_RANGE, e.kind());
+    }
+  }
+
+  @Test
   void aBadPathThrowsAnIoError() {
     InfokvException e = assertThrows(InfokvException.class, () -> Model.load("/definitely/not/here.gguf"));
     assertEquals(Status.IO, e.kind());
