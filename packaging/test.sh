@@ -42,6 +42,8 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 echo "=== AddressSanitizer + UndefinedBehaviorSanitizer build, unit tests"
 JOBS="$JOBS" bash tests/sanitize.sh "$ROOT/build-ci/asan"
+echo "=== ThreadSanitizer build (library + concurrency test binary only), concurrency tests"
+JOBS="$JOBS" sh tests/tsan.sh "$ROOT/build-ci/tsan"
 echo "=== fuzzing (libFuzzer, ${INFOKV_FUZZ_SECONDS:-45} s per target)"
 FUZZ_BUILD_DIR="$ROOT/build-ci/fuzz" JOBS="$JOBS" sh tests/fuzz/run.sh "${INFOKV_FUZZ_SECONDS:-45}"
 echo "=== all tests passed"
