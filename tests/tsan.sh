@@ -4,7 +4,7 @@
 # any data race or lock-order report fails the test that triggered it.
 # Only the target infokv_tests is built, with the core and libinfokv it links; in a TSan build it holds just the test
 # files that have a *Concurrency suite (tests/CMakeLists.txt). No CLI, bindings, benchmarks or fuzz replays: this is
-# a short CI step (about 2 minutes of build and 10 s of tests on 2 idle cores).
+# a short CI step (about 2 CPU-minutes of build, so about 1 minute on 2 idle cores, and 10 s of tests).
 # usage: tests/tsan.sh [BUILD_DIR (default <repo>/build-tsan)]
 # env: LABELS (ctest label regex, default "concurrency"), JOBS (default: all cores), INFOKV_MODELS_DIR as for the
 #      normal tests, TSAN_OPTIONS to override the defaults below.
