@@ -398,7 +398,17 @@ void Session::maybe_compress_after(const std::vector<int32_t> &seqs) {
     const SeqCache &c = kv_->seq(id);
     int32_t kept = 0;
     for (const LayerSlots &L : c.layers) kept = std::max(kept, L.n());
-    if (kept > budget_for(id)) compress(id);
+    if (kept > budget_for(id)) {
+      // The step is committed by now, so its status must be OK. Compacting a sequence that shares blocks with a fork
+      // needs fresh blocks for the copies; when the pool has none, compact() refuses before touching anything, and
+      // the sequence simply stays over budget: since_compress is kept, so the next step tries again.
+      try {
+        compress(id);
+      } catch (const Error &e) {
+        if (e.status() != Status::kv_full) throw;
+        continue;
+      }
+    }
     state(id).since_compress = 0;
   }
 }

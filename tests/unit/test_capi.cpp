@@ -126,7 +126,7 @@ TEST(Capi, EveryStatusHasItsOwnStaticString) {
   for (int32_t c : {1, -19, -99, -101, INT32_MIN, INT32_MAX}) EXPECT_STREQ(ikv_status_string(c), "unknown status") << c;
 }
 
-TEST(Capi, LastErrorMessageIsNeverNullAndThreadLocal) {
+TEST(CapiConcurrency, LastErrorMessageIsNeverNullAndThreadLocal) {
   std::string fresh = "unset";
   std::thread([&] { fresh = ikv_last_error_message() == nullptr ? "NULL" : ikv_last_error_message(); }).join();
   EXPECT_EQ(fresh, "");
@@ -785,7 +785,7 @@ TEST(Capi, GreedyGenerationMatchesTheReference) {
   EXPECT_EQ(st, IKV_OK);
 }
 
-TEST(Capi, ThreadsWithTheirOwnSessionsShareOneModel) {
+TEST(CapiConcurrency, ThreadsWithTheirOwnSessionsShareOneModel) {
   REQUIRE_MODEL();
   constexpr int kThreads = 4;
   std::vector<std::vector<int32_t>> outs(kThreads);

@@ -98,6 +98,48 @@ TEST(Pressure, RefusedStepLeavesEverySequenceUnchanged) {
   s.kv().check_invariants();
 }
 
+// Periodic compression runs after a step has been committed. For a sequence sharing blocks with a fork it needs
+// fresh blocks for the copies; when the pool had none, the compaction's KV full escaped as the step's status while
+// the token stayed decoded (decode reported failure, length +1). Now such a step succeeds and the sequence stays
+// over budget until there is room. Filler sizes sweep the free-block count through the interesting range.
+TEST(Pressure, PeriodicCompressionWithoutRoomDoesNotFailACommittedStep) {
+  const int32_t n_layer = stories()->hparams().n_layer;
+  int over_budget_after_ok = 0;
+  for (int filler = 1; filler <= 200; filler += 3) {
+    SessionOptions o = pressure_options(int64_t{12} * n_layer);
+    o.compression.budget_tokens = 30;
+    o.compression.interval = 1;  // compress after every decoding step
+    Session s(stories(), o);
+    std::mt19937 rng(static_cast<unsigned>(filler));
+    const int32_t s0 = s.add_sequence();
+    decode_all(s, s0, random_tokens(rng, 40));
+    const int32_t f = s.fork_sequence(s0);
+    const int32_t g = s.add_sequence();
+    try {
+      decode_all(s, g, random_tokens(rng, static_cast<size_t>(filler)));
+    } catch (const Error &) {
+      continue;  // the filler itself did not fit
+    }
+    for (int step = 0; step < 8; ++step) {
+      const int32_t seq = step % 2 == 0 ? s0 : f;
+      const SeqPicture before = picture(s, seq);
+      try {
+        decode_all(s, seq, {static_cast<int32_t>(300 + step)});
+      } catch (const Error &e) {
+        EXPECT_EQ(e.status(), Status::kv_full) << e.what();
+        EXPECT_TRUE(picture(s, seq) == before) << "filler " << filler << " step " << step << ": a failed step changed "
+                                               << "the sequence (" << e.what() << ")";
+        continue;
+      }
+      const SeqInfo info = s.info(seq);
+      EXPECT_EQ(info.length, before.info.length + 1);
+      if (*std::max_element(info.kept_per_layer.begin(), info.kept_per_layer.end()) > 30) ++over_budget_after_ok;
+    }
+    s.kv().check_invariants();
+  }
+  EXPECT_GT(over_budget_after_ok, 0) << "no filler size left the pool too short for the compaction: test not exercised";
+}
+
 // Three sequences over budget, a fourth step that needs a few blocks: only as many sequences are compressed as the
 // step needs, the cheapest first by the estimate the session reports, and the step then succeeds.
 TEST(Pressure, CompressesOnlyWhatTheStepNeedsCheapestFirst) {
