@@ -317,7 +317,14 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
       for (const LayerSlots &L : kv_->seq(seq).layers) kept = std::max(kept, L.n());
       const bool last = b + chunk >= tokens.size();
       // Between chunks, compress once the cache holds a chunk beyond the budget; after the last, as a prefill would.
-      if (last ? (after && kept > budget_for(seq)) : kept > budget_for(seq) + static_cast<int32_t>(chunk)) compress(seq);
+      // A compaction that cannot copy its shared blocks (no free block) changes nothing: go on, as decode() does.
+      if (last ? (after && kept > budget_for(seq)) : kept > budget_for(seq) + static_cast<int32_t>(chunk)) {
+        try {
+          compress(seq);
+        } catch (const Error &e) {
+          if (e.status() != Status::kv_full) throw;
+        }
+      }
     }
   } catch (...) {
     kv_->remove(seq);
