@@ -12,7 +12,7 @@ GEN="${4:-512}"
 CORPUS="${INFOKV_CORPORA_DIR:-$ROOT/../shared/corpora}/emma.txt"
 PROMPT="$(python3 -c "import sys; t=open(sys.argv[1]).read(); print(t[20000:20000+int(sys.argv[2])])" "$CORPUS" "$CHARS")"
 THREADS="${THREADS:-2}"
-printf '| run | prompt tokens | generated | KV bytes at end | peak RSS (time -v) | peak RSS (self) |\n|---|---|---|---|---|---|\n'
+printf '| run | prompt tokens | generated | KV bytes at end | peak RSS (time -v) | peak RSS (self) | prefill tok/s | decode tok/s |\n|---|---|---|---|---|---|---|---|\n'
 run() {  # label, extra args...
   local label="$1"; shift
   local out err
@@ -25,7 +25,8 @@ label, out, err = sys.argv[1:4]
 d = json.load(open(out))
 rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(err).read()).group(1))
 print(f"| {label} | {len(d['prompt_tokens'])} | {len(d['tokens'])} | {d['kv']['bytes']/2**20:.1f} MiB | "
-      f"{rss/1024:.1f} MiB | {d['memory']['peak_rss_bytes']/2**20:.1f} MiB |")
+      f"{rss/1024:.1f} MiB | {d['memory']['peak_rss_bytes']/2**20:.1f} MiB | "
+      f"{d['timings']['prefill_tokens_per_second']:.1f} | {d['timings']['decode_tokens_per_second']:.1f} |")
 PY
   rm -f "$out" "$err"
 }

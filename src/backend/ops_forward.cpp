@@ -17,7 +17,7 @@ namespace infokv {
 namespace {
 
 // LM-head rows computed at once when every row's entropy is needed: bounds that buffer by a small chunk.
-constexpr int64_t kLmRows = 32;
+constexpr int64_t kLmRows = 8;
 
 class OpsKvStore final : public KvStore {
  public:
@@ -36,11 +36,14 @@ class OpsKvStore final : public KvStore {
     const int64_t n = static_cast<int64_t>(moves.size() / 4);
     if (n == 0) return;
     moves_.ensure(ops_, moves.size() * 4);
-    scratch_.ensure(ops_, static_cast<size_t>(n * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
+    // Batches in stream order (see KvStore::move_slots): the scratch is bounded by a batch.
+    const int64_t batch = std::min(n, kMoveBatch);
+    scratch_.ensure(ops_, static_cast<size_t>(batch * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
     // `moves` is the caller's and may go away on return: a pageable-memory upload has copied it to a staging
     // buffer before the call returns (CUDA's documented behaviour), so no synchronisation is needed here.
     ops_.upload(moves_.as<int32_t>(), moves.data(), moves.size() * 4);
-    ops_.kv_move_slots(g_, moves_.as<int32_t>(), n, scratch_.as<uint8_t>());
+    for (int64_t i = 0; i < n; i += batch)
+      ops_.kv_move_slots(g_, moves_.as<int32_t>() + 4 * i, std::min(batch, n - i), scratch_.as<uint8_t>());
   }
   void read_blocks(const std::vector<int32_t> &ids, uint8_t *out) const override {
     ops_.activate();

@@ -1,5 +1,6 @@
 #include "kv/kv_store.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <sys/mman.h>
@@ -25,8 +26,10 @@ class HostKvStore final : public KvStore {
   void copy_block(int32_t dst, int32_t src) override { std::memcpy(at(dst), at(src), static_cast<size_t>(g_.block_stride)); }
   void move_slots(const std::vector<int32_t> &moves) override {
     const int64_t n = static_cast<int64_t>(moves.size() / 4);
-    scratch_.resize(static_cast<size_t>(n * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
-    cpu::kv_move_slots(g_, moves.data(), n, scratch_.data());
+    const int64_t batch = std::min(n, kMoveBatch);
+    scratch_.resize(static_cast<size_t>(batch * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
+    for (int64_t i = 0; i < n; i += batch)
+      cpu::kv_move_slots(g_, moves.data() + 4 * i, std::min(batch, n - i), scratch_.data());
   }
   void read_blocks(const std::vector<int32_t> &ids, uint8_t *out) const override {
     for (size_t i = 0; i < ids.size(); ++i) std::memcpy(out + i * static_cast<size_t>(g_.block_stride), at(ids[i]), static_cast<size_t>(g_.block_stride));

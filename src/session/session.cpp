@@ -13,6 +13,8 @@ namespace infokv {
 
 namespace {
 
+constexpr int32_t kEntropyChunk = 64;  // forward rows per chunk when the policy scores entropy
+
 // Pool size in blocks. free_bytes: the backend's free memory (-1 when unknown); default_fraction: the share of it the
 // backend takes when no size is given (0: from the context, at most 1 GiB).
 // device_bytes: the most memory the device can give a pool (-1 when unknown); an explicit size beyond it is refused
@@ -352,7 +354,9 @@ void Session::forward(const std::vector<BatchToken> &items, const std::vector<in
     row_wanted[logit_rows[r]] = 1;
     row_slot[logit_rows[r]] = r;
   }
-  const size_t ub = static_cast<size_t>(opts_.ubatch);
+  // Entropy scoring keeps every layer's hidden state of a chunk until the last layer is done (nl x T x d floats:
+  // 17.7 MB for SmolLM2 at 256 rows): its chunks are capped so that this transient stays small.
+  const size_t ub = static_cast<size_t>(cc.needs_entropy() ? std::min(opts_.ubatch, kEntropyChunk) : opts_.ubatch);
   std::vector<int32_t> tokens;
   std::vector<float> lg;
   for (size_t c0 = 0; c0 < items.size(); c0 += ub) {

@@ -276,3 +276,64 @@ TEST(KvCacheMemory, FreedBlocksReturnTheirPages) {
   EXPECT_EQ(got, std::vector<uint8_t>(got.size(), 0));
   kv.check_invariants();
 }
+
+// Compaction moves are applied in batches (bounded scratch, KvStore::kMoveBatch): a compaction of many more slots
+// than a batch, with shared blocks copied on write, keeps every kept slot's bytes and leaves the fork's intact.
+TEST(KvCacheMemory, CompactionLargerThanAMoveBatchKeepsEverySlot) {
+  std::mt19937 rng(11);
+  KvConfig kc;
+  kc.n_layer = 2;
+  kc.n_kv_heads = 1;
+  kc.head_dim = 2;
+  kc.n_q_dim = 2;
+  kc.block_size = 16;
+  kc.dtype = KvDtype::f32;
+  kc.n_blocks = 4000;
+  KvCache kv(kc);
+  const int32_t n = 12000;  // 2 layers x ~6,000 moves: more than one batch
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = i;
+  kv.add(0);
+  kv.append_slots(0, pos.data(), n);
+  // Slot j of layer l holds K = (l, j), V = (-l, -j) as floats.
+  const int64_t bb = kv.block_bytes();
+  for (int32_t l = 0; l < 2; ++l) {
+    const std::vector<int32_t> &blocks = kv.seq(0).layers[static_cast<size_t>(l)].blocks;
+    std::vector<float> data(blocks.size() * static_cast<size_t>(bb) / 4, 0.0f);
+    for (int32_t j = 0; j < n; ++j) {
+      float *blk = data.data() + static_cast<size_t>(j / 16) * static_cast<size_t>(bb / 4);
+      blk[(j % 16) * 2] = static_cast<float>(l);
+      blk[(j % 16) * 2 + 1] = static_cast<float>(j);
+      blk[32 + (j % 16) * 2] = static_cast<float>(-l);
+      blk[32 + (j % 16) * 2 + 1] = static_cast<float>(-j);
+    }
+    kv.store().write_blocks(blocks, reinterpret_cast<const uint8_t *>(data.data()));
+  }
+  for (bool forked : {false, true}) {
+    if (forked) kv.fork(0, 1);
+    std::vector<std::vector<int32_t>> keep(2);
+    for (int32_t l = 0; l < 2; ++l)
+      for (int32_t j = 0; j < kv.seq(0).layers[static_cast<size_t>(l)].n(); ++j)
+        if (rng() % 2) keep[static_cast<size_t>(l)].push_back(j);
+    std::vector<std::vector<int32_t>> want_pos(2);
+    for (int32_t l = 0; l < 2; ++l)
+      for (int32_t j : keep[static_cast<size_t>(l)]) want_pos[static_cast<size_t>(l)].push_back(kv.seq(0).layers[static_cast<size_t>(l)].pos[static_cast<size_t>(j)]);
+    kv.compact(0, keep);
+    for (int32_t target : forked ? std::vector<int32_t>{0, 1} : std::vector<int32_t>{0}) {
+      for (int32_t l = 0; l < 2; ++l) {
+        const LayerSlots &L = kv.seq(target).layers[static_cast<size_t>(l)];
+        if (target == 0) ASSERT_EQ(L.pos, want_pos[static_cast<size_t>(l)]);
+        std::vector<float> got(L.blocks.size() * static_cast<size_t>(bb) / 4);
+        kv.store().read_blocks(L.blocks, reinterpret_cast<uint8_t *>(got.data()));
+        for (int32_t j = 0; j < L.n(); ++j) {
+          const float *blk = got.data() + static_cast<size_t>(j / 16) * static_cast<size_t>(bb / 4);
+          const float p = static_cast<float>(L.pos[static_cast<size_t>(j)]);
+          ASSERT_EQ(blk[(j % 16) * 2], static_cast<float>(l));
+          ASSERT_EQ(blk[(j % 16) * 2 + 1], p) << "seq " << target << " layer " << l << " slot " << j;
+          ASSERT_EQ(blk[32 + (j % 16) * 2 + 1], -p);
+        }
+      }
+    }
+    kv.check_invariants();
+  }
+}
