@@ -304,7 +304,10 @@ IKV_API int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32
 
 /**
  * Appends tokens to one sequence and runs the model; the logits of the last token become available.
- * All or nothing: on failure nothing changes.
+ * All or nothing: on failure nothing changes, in any sequence of the session. When the pool cannot hold the step and
+ * a compression policy is on, the sequences over their budget whose compression costs least per freed block (by
+ * the policy's own scores) are compressed, only as many as the step needs and only if the step then fits; when
+ * even compressing them all would not make room, the call fails with IKV_ERR_KV_FULL having compressed nothing.
  * @return IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT (NULL tokens or n == 0), IKV_ERR_NOT_FOUND,
  *         IKV_ERR_OUT_OF_RANGE (a token outside the vocabulary), IKV_ERR_KV_FULL, IKV_ERR_OUT_OF_MEMORY.
  */
@@ -387,7 +390,10 @@ typedef int32_t (*ikv_token_callback)(void *user_data, int32_t token, const char
 
 /**
  * Generates up to max_tokens tokens into `seq`: decodes `prompt` first (may be NULL/0 when the sequence already has
- * logits), then samples, streaming each token to `callback` (may be NULL). Stops at EOS.
+ * logits), then samples, streaming each token to `callback` (may be NULL). Stops at EOS. With a compression policy,
+ * a prompt longer than one chunk (the session's ubatch, 256) is prefilled chunk by chunk with compression between
+ * chunks, so its full cache never exists and a prompt longer than the pool can fit; that prefill is all or nothing
+ * (on failure the sequence is as before; meanwhile memory pressure compresses only this sequence).
  * @param out_tokens  buffer for the generated ids (may be NULL); *out_count receives how many were generated
  *                    (even when it exceeds capacity: then the first `capacity` are stored and the call still
  *                    returns IKV_OK).
