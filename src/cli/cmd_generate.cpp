@@ -5,6 +5,7 @@
 
 #include "cli/args.hpp"
 #include "cli/json.hpp"
+#include "cli/svg_plot.hpp"
 #include "tokenizer/chat.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
@@ -64,7 +65,7 @@ SamplerParams sampler_from(const Args &a, SamplerParams sp) {
 int cmd_generate(int argc, char **argv) {
   std::set<std::string> valued = {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                                   "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix",
-                                  "save-snapshot", "load-snapshot", "system"};
+                                  "save-snapshot", "load-snapshot", "system", "plot"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json", "no-bos", "chat"});
   const Config cfg = config_from_args(a);
@@ -139,9 +140,20 @@ int cmd_generate(int argc, char **argv) {
     std::string kv_before, kv_after;
     int64_t compressions_before = 0;
     // Stream to the terminal as tokens come unless JSON was asked for.
+    // --plot: the sequence's KV bytes and the process's resident memory after every token, in MiB.
+    const std::string plot_path = a.has("plot") ? a.str("plot") : "";
+    PlotSeries kv_line{"KV bytes of the sequence", "#d62728", {}}, rss_line{"process RSS", "#1f77b4", {}};
+    auto sample_memory = [&] {
+      const double len = static_cast<double>(session.info(seq).length), mib = 1.0 / (1 << 20);
+      kv_line.points.emplace_back(len, static_cast<double>(session.info(seq).bytes) * mib);
+      rss_line.points.emplace_back(len, static_cast<double>(current_rss_bytes()) * mib);
+    };
+    if (!plot_path.empty()) sample_memory();
     TokenCallback cb;
-    if (!json) {
-      cb = [](int32_t, const std::string &text) {
+    if (!json || !plot_path.empty()) {
+      cb = [&, json](int32_t, const std::string &text) {
+        if (!plot_path.empty()) sample_memory();
+        if (json) return true;
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);
         return true;
@@ -171,6 +183,13 @@ int cmd_generate(int argc, char **argv) {
       if (prompt.empty() && !session.seq_state(seq).has_logits)
         fail(Status::invalid_argument, load_path + " has no logits to continue from: give --prompt");
       r = generate(session, seq, prompt, max_tokens, sampler, cb);
+    }
+    if (!plot_path.empty()) {
+      sample_memory();
+      std::vector<PlotSeries> lines{kv_line};
+      if (rss_line.points.back().second > 0) lines.push_back(rss_line);
+      write_line_plot(plot_path, "memory while generating (" + std::string(policy_name(so.compression.policy)) + ")",
+                      "tokens in the sequence", "MiB", lines);
     }
     // A decode that failed after some tokens (KV full): those tokens are in the sequence and reported; the command
     // still fails, after the output and any snapshot of what was made.

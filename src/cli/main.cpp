@@ -45,6 +45,7 @@ const char *kOptions =
     "generate: --prompt TEXT --max-tokens N (64) --temperature T (0.8; 0 is greedy) --top-k K (40) --top-p P (0.95)\n"
     "          --min-p P (0.05) --repeat-penalty R (1) --repeat-last-n N (64) --seed S (0) --parallel N (1)\n"
     "          --protect-prefix N --no-bos --chat --system TEXT --save-snapshot FILE --load-snapshot FILE\n"
+    "          --plot F.svg (KV bytes and process RSS after every token)\n"
     "session:  --threads N (cores) --device cpu|cuda|cuda:N|auto (cpu) --kv-dtype f32|f16|bf16 (f16)\n"
     "          --block-size B (16) --kv-pool-mb M | --kv-pool-blocks N | --kv-pool-fraction F --ubatch N (256) --config FILE\n"
     "compress: --policy none|infokv|snapkv|h2o|streaming|tova|pyramidkv --budget 0.25|25%|128\n"
