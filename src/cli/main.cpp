@@ -52,7 +52,8 @@ const char *kOptions =
     "          --compress-interval N (1024) --window W (min(32, budget/4)) --alpha A (0.9) --tau T (1)\n"
     "          --entropy-top-k K (256) --pool-kernel-prefill 5 --pool-kernel-decode 7\n"
     "          --budget-shape uniform|pyramid --beta B (20) --sink N (4)\n"
-    "eval:     --prefix N --continuation M --policies LIST --budgets LIST --windows K (1) --offset T (0) --plot F.svg\n";
+    "eval:     --prefix N --continuation M --policies LIST --budgets LIST --windows K (1) --offset T (0) --plot F.svg\n"
+    "          --chunked-prefill (prefill the prefix in --ubatch chunks, compressing between them)\n";
 
 }  // namespace
 
