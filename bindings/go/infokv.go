@@ -420,6 +420,16 @@ func (s *Session) KVBytes(seq int32) (int64, error) {
 	return v, err
 }
 
+// PressureEstimate is what compressing the sequence to its budget now would free (KV blocks returned to the pool)
+// and its estimated loss per freed block (the share of the policy's score mass evicted, over the blocks): the
+// ranking memory pressure compresses by. Both are 0 at or under the budget or without a policy. Changes nothing.
+func (s *Session) PressureEstimate(seq int32) (blocks int64, cost float64, err error) {
+	err = s.with(func(h capi.Struct_SS_ikv_session) int {
+		return capi.Ikv_seq_pressure_estimate(&blocks, &cost, h, int(seq))
+	})
+	return blocks, cost, err
+}
+
 // KVStat reads one pool statistic (KVBlocksTotal, KVBytesUsed, ...).
 func (s *Session) KVStat(stat int) (int64, error) {
 	var v int64

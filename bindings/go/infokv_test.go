@@ -422,6 +422,46 @@ func TestSequencesAccountingAndCompression(t *testing.T) {
 	}
 }
 
+func TestPressureEstimateReportsBlocksAndCostAndChangesNothing(t *testing.T) {
+	m := load(t)
+	text := strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 3)
+	toks, _ := m.Tokenize(text, true)
+	c, err := m.NewSession(infokv.WithPolicy(infokv.PolicySnapKV), infokv.WithBudgetFraction(0.25),
+		infokv.WithField("compress_after_prefill", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Decode(0, toks); err != nil {
+		t.Fatal(err)
+	}
+	length, _ := c.Length(0)
+	kept, _ := c.Kept(0, 0)
+	used, _ := c.KVStat(infokv.KVBlocksUsed)
+	blocks, cost, err := c.PressureEstimate(0)
+	if err != nil || blocks <= 0 || cost <= 0 || cost >= 1 {
+		t.Fatalf("estimate %d blocks at %g: %v", blocks, cost, err)
+	}
+	l2, _ := c.Length(0)
+	k2, _ := c.Kept(0, 0)
+	u2, _ := c.KVStat(infokv.KVBlocksUsed)
+	if l2 != length || k2 != kept || u2 != used {
+		t.Fatalf("the estimate changed the session: %d/%d/%d -> %d/%d/%d", length, kept, used, l2, k2, u2)
+	}
+	if _, _, err := c.PressureEstimate(42); !errors.Is(err, infokv.ErrNotFound) {
+		t.Fatalf("unknown sequence: %v", err)
+	}
+	if err := c.Compress(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if u3, _ := c.KVStat(infokv.KVBlocksUsed); used-u3 != blocks {
+		t.Fatalf("compressing freed %d blocks, the estimate said %d", used-u3, blocks)
+	}
+	if b, c2, err := c.PressureEstimate(0); err != nil || b != 0 || c2 != 0 {
+		t.Fatalf("at the budget: %d %g %v", b, c2, err)
+	}
+}
+
 func TestClosingTheModelClosesItsSessions(t *testing.T) {
 	m, err := infokv.Load(modelPath(t))
 	if err != nil {

@@ -407,6 +407,21 @@ int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat) {
   });
 }
 
+int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_per_block, const ikv_session *session,
+                                  int32_t seq) {
+  if (out_blocks != nullptr) *out_blocks = 0;
+  if (out_cost_per_block != nullptr) *out_cost_per_block = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(out_blocks != nullptr && out_cost_per_block != nullptr,
+            "out_blocks and out_cost_per_block must not be NULL");
+    const infokv::Session::PressureCandidate c = sess->session->pressure_estimate(seq);
+    *out_blocks = c.blocks;
+    *out_cost_per_block = c.cost_per_block;
+    return IKV_OK;
+  });
+}
+
 int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair) {
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");

@@ -68,26 +68,41 @@ void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
 
 void Session::compress(int32_t seq, int32_t budget_tokens) { apply_compression(seq, plan_compression(seq, budget_tokens)); }
 
+bool Session::pressure_candidate(int32_t id, int32_t n_new, PressureCandidate *out) {
+  int32_t kept = 0;
+  for (const LayerSlots &L : kv_->seq(id).layers) kept = std::max(kept, L.n());
+  if (kept <= budget_for(id)) return false;
+  PressureCandidate cand;
+  cand.seq = id;
+  cand.plan = plan_compression(id, 0);
+  if (!cand.plan.evicts) return false;
+  // What compressing it frees, less what the step's own tokens for it would need afterwards beyond what they
+  // need now (a compacted last block may have more or less room than the current one).
+  cand.blocks = kv_->blocks_freed_by(id, cand.plan.keep);
+  if (n_new > 0) cand.blocks += kv_->blocks_needed({id}, {n_new}) - kv_->blocks_needed_after(id, cand.plan.keep, n_new);
+  if (cand.blocks <= 0) return false;
+  cand.cost_per_block = cand.plan.evicted_share / static_cast<double>(cand.blocks);
+  *out = std::move(cand);
+  return true;
+}
+
+Session::PressureCandidate Session::pressure_estimate(int32_t seq) {
+  state(seq);  // not_found for an unknown sequence
+  PressureCandidate cand;
+  cand.seq = seq;
+  if (!opts_.compression.enabled()) return cand;
+  PressureCandidate found;
+  if (pressure_candidate(seq, 0, &found)) cand = std::move(found);
+  return cand;
+}
+
 std::vector<Session::PressureCandidate> Session::pressure_candidates(const std::map<int32_t, int32_t> &appending) {
   std::vector<PressureCandidate> out;
   for (int32_t id : kv_->sequence_ids()) {
     if (prefill_seq_ >= 0 && id != prefill_seq_) continue;
-    int32_t kept = 0;
-    for (const LayerSlots &L : kv_->seq(id).layers) kept = std::max(kept, L.n());
-    if (kept <= budget_for(id)) continue;
-    PressureCandidate cand;
-    cand.seq = id;
-    cand.plan = plan_compression(id, 0);
-    if (!cand.plan.evicts) continue;
     const auto it = appending.find(id);
-    const int32_t n_new = it == appending.end() ? 0 : it->second;
-    // What compressing it frees, less what the step's own tokens for it would need afterwards beyond what they
-    // need now (a compacted last block may have more or less room than the current one).
-    cand.blocks = kv_->blocks_freed_by(id, cand.plan.keep);
-    if (n_new > 0) cand.blocks += kv_->blocks_needed({id}, {n_new}) - kv_->blocks_needed_after(id, cand.plan.keep, n_new);
-    if (cand.blocks <= 0) continue;
-    cand.cost_per_block = cand.plan.evicted_share / static_cast<double>(cand.blocks);
-    out.push_back(std::move(cand));
+    PressureCandidate cand;
+    if (pressure_candidate(id, it == appending.end() ? 0 : it->second, &cand)) out.push_back(std::move(cand));
   }
   // Cheapest loss per freed block first; ties: more blocks, then the lower id (deterministic).
   std::sort(out.begin(), out.end(), [](const PressureCandidate &a, const PressureCandidate &b) {

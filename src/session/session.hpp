@@ -119,6 +119,11 @@ class Session {
   // The sequences over their budget whose compression would free blocks, cheapest loss per block first, for a step
   // that appends appending[seq] tokens to each sequence (none: an empty map). Changes nothing.
   std::vector<PressureCandidate> pressure_candidates(const std::map<int32_t, int32_t> &appending = {});
+  // pressure_candidates()'s estimate for one sequence, for a step that appends nothing: what compressing `seq` to
+  // its budget now would free (blocks) and its loss per freed block. blocks and cost_per_block are 0 (plan empty)
+  // when the sequence is at or under its budget, the policy is 'none', or compressing it would free nothing.
+  // Changes nothing. Throws not_found for an unknown sequence.
+  PressureCandidate pressure_estimate(int32_t seq);
 
   // Per-sequence state beyond the KV cache. Public so that snapshots (src/snapshot/) can save and restore it.
   struct SeqState {
@@ -151,6 +156,8 @@ class Session {
   int32_t window_capacity() const;
   SeqState &state(int32_t seq);
   const SeqState &state(int32_t seq) const;
+  // One sequence's pressure candidate (false when it is at or under its budget or compressing it frees nothing).
+  bool pressure_candidate(int32_t seq, int32_t n_new, PressureCandidate *out);
 
   std::shared_ptr<const Model> model_;
   SessionOptions opts_;

@@ -27,6 +27,7 @@ int32_t infokv_header_c99_probe(void) {
   int32_t (*gen)(int32_t *, size_t, size_t *, ikv_session *, int32_t, const int32_t *, size_t, int32_t, ikv_sampler *,
                  ikv_token_callback, void *) = ikv_generate;
   const char *(*status)(int32_t) = ikv_status_string;
+  int32_t (*pressure)(int64_t *, double *, const ikv_session *, int32_t) = ikv_seq_pressure_estimate;
   generic_fn all[] = {
       (generic_fn)ikv_version_string, (generic_fn)ikv_version_number, (generic_fn)ikv_last_error_message,
       (generic_fn)ikv_model_get_int, (generic_fn)ikv_model_describe, (generic_fn)ikv_tokenize,
@@ -35,14 +36,16 @@ int32_t infokv_header_c99_probe(void) {
       (generic_fn)ikv_seq_fork, (generic_fn)ikv_seq_truncate, (generic_fn)ikv_seq_length,
       (generic_fn)ikv_seq_kept, (generic_fn)ikv_seq_kv_bytes, (generic_fn)ikv_decode,
       (generic_fn)ikv_decode_batch, (generic_fn)ikv_get_logits, (generic_fn)ikv_kv_stat,
-      (generic_fn)ikv_seq_protect, (generic_fn)ikv_seq_compress, (generic_fn)ikv_sampler_options_init,
-      (generic_fn)ikv_sampler_create, (generic_fn)ikv_sampler_free, (generic_fn)ikv_sample,
+      (generic_fn)ikv_seq_protect, (generic_fn)ikv_seq_compress, (generic_fn)ikv_seq_pressure_estimate,
+      (generic_fn)ikv_sampler_options_init, (generic_fn)ikv_sampler_create, (generic_fn)ikv_sampler_free,
+      (generic_fn)ikv_sample,
   };
   (void)all;
   (void)load;
   (void)model_free;
   (void)gen;
   (void)status;
+  (void)pressure;
   (void)fn;
   return (int32_t)(so.struct_size + sa.struct_size + v1_size) + (so.device != NULL) + IKV_VERSION_NUMBER + IKV_ERR_INTERNAL + IKV_KV_BLOCK_SIZE +
          IKV_MODEL_WEIGHT_BYTES + IKV_POLICY_PYRAMIDKV + IKV_SHAPE_PYRAMID;

@@ -554,6 +554,106 @@ TEST(Capi, BufferTooSmallReportsTheSizeThenFills) {
   ikv_sampler_free(sm);
 }
 
+// ---- memory pressure's estimate ----
+
+namespace {
+// Everything a query must leave as it was: lengths, kept slots per layer, KV bytes, every pool statistic, logits.
+struct SessionState {
+  std::vector<int64_t> values;
+  std::vector<float> logits;
+  bool operator==(const SessionState &o) const { return values == o.values && logits == o.logits; }
+};
+
+SessionState state_of(ikv_model *m, ikv_session *s, const std::vector<int32_t> &seqs) {
+  SessionState st;
+  int64_t n_layer = 0;
+  EXPECT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  for (int32_t seq : seqs) {
+    st.values.push_back(length_of(s, seq));
+    for (int32_t l = 0; l < n_layer; ++l) {
+      int64_t k = -1;
+      EXPECT_EQ(ikv_seq_kept(&k, s, seq, l), IKV_OK);
+      st.values.push_back(k);
+    }
+    int64_t b = -1;
+    EXPECT_EQ(ikv_seq_kv_bytes(&b, s, seq), IKV_OK);
+    st.values.push_back(b);
+    const std::vector<float> lg = logits_of(s, seq);
+    st.logits.insert(st.logits.end(), lg.begin(), lg.end());
+  }
+  for (int32_t stat = IKV_KV_BLOCKS_TOTAL; stat <= IKV_KV_HOST_BYTES; ++stat) st.values.push_back(stat_of(s, stat));
+  return st;
+}
+}  // namespace
+
+TEST(Capi, PressureEstimateReportsWhatCompressingWouldFreeAndChangesNothing) {
+  REQUIRE_MODEL();
+  ikv_session_options o = f32_options();
+  o.policy = IKV_POLICY_SNAPKV;
+  o.budget_fraction = 0.25;
+  o.compress_after_prefill = 0;  // sequence 0 stays over its budget (the interval, 1024 steps, is not reached)
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK) << ikv_last_error_message();
+  std::vector<int32_t> toks(200);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = 261 + static_cast<int32_t>((i * 7) % 200);
+  ASSERT_EQ(ikv_decode(g.s, 0, toks.data(), toks.size()), IKV_OK) << ikv_last_error_message();
+  int32_t small = -1;
+  ASSERT_EQ(ikv_seq_add(&small, g.s), IKV_OK);
+  ASSERT_EQ(ikv_decode(g.s, small, toks.data(), 1), IKV_OK);  // 1 token: at its budget (max(1, 0.25))
+  const SessionState before = state_of(m, g.s, {0, small});
+
+  int64_t blocks = -1;
+  double cost = -1;
+  ASSERT_EQ(ikv_seq_pressure_estimate(&blocks, &cost, g.s, 0), IKV_OK) << ikv_last_error_message();
+  EXPECT_GT(blocks, 0);
+  EXPECT_GT(cost, 0.0);
+  EXPECT_LT(cost, 1.0);
+  EXPECT_TRUE(state_of(m, g.s, {0, small}) == before) << "the estimate changed the session";
+  int64_t blocks2 = -1;
+  double cost2 = -1;
+  ASSERT_EQ(ikv_seq_pressure_estimate(&blocks2, &cost2, g.s, 0), IKV_OK);
+  EXPECT_EQ(blocks2, blocks);
+  EXPECT_EQ(cost2, cost);
+
+  // At its budget: nothing to free, no cost.
+  ASSERT_EQ(ikv_seq_pressure_estimate(&blocks2, &cost2, g.s, small), IKV_OK);
+  EXPECT_EQ(blocks2, 0);
+  EXPECT_EQ(cost2, 0.0);
+
+  // Unknown sequence, NULL outputs: refused with the outputs cleared, and still nothing changed.
+  blocks2 = 7;
+  cost2 = 7;
+  EXPECT_EQ(ikv_seq_pressure_estimate(&blocks2, &cost2, g.s, 42), IKV_ERR_NOT_FOUND);
+  EXPECT_EQ(blocks2, 0);
+  EXPECT_EQ(cost2, 0.0);
+  cost2 = 7;
+  EXPECT_EQ(ikv_seq_pressure_estimate(nullptr, &cost2, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(cost2, 0.0);
+  blocks2 = 7;
+  EXPECT_EQ(ikv_seq_pressure_estimate(&blocks2, nullptr, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(blocks2, 0);
+  EXPECT_TRUE(state_of(m, g.s, {0, small}) == before);
+
+  // The estimate is what compressing frees (no block is shared), and afterwards the sequence is at its budget.
+  const int64_t used = stat_of(g.s, IKV_KV_BLOCKS_USED);
+  ASSERT_EQ(ikv_seq_compress(g.s, 0, 0), IKV_OK) << ikv_last_error_message();
+  EXPECT_EQ(used - stat_of(g.s, IKV_KV_BLOCKS_USED), blocks);
+  ASSERT_EQ(ikv_seq_pressure_estimate(&blocks2, &cost2, g.s, 0), IKV_OK);
+  EXPECT_EQ(blocks2, 0);
+  EXPECT_EQ(cost2, 0.0);
+
+  // Without a policy: 0 and 0.
+  ikv_session_options none = f32_options();
+  SessionGuard g2;
+  ASSERT_EQ(ikv_session_create(&g2.s, m, &none), IKV_OK);
+  ASSERT_EQ(ikv_decode(g2.s, 0, toks.data(), toks.size()), IKV_OK);
+  blocks2 = 7;
+  cost2 = 7;
+  ASSERT_EQ(ikv_seq_pressure_estimate(&blocks2, &cost2, g2.s, 0), IKV_OK);
+  EXPECT_EQ(blocks2, 0);
+  EXPECT_EQ(cost2, 0.0);
+}
+
 // ---- state preserved by failures ----
 
 TEST(Capi, OutOfRangeTokensLeaveStateUnchanged) {

@@ -74,6 +74,10 @@ void expect_session_refused(ikv_session *stale, ikv_sampler *live_sampler) {
   EXPECT_EQ(ikv_kv_stat(&v, stale, IKV_KV_BLOCKS_TOTAL), IKV_ERR_BAD_HANDLE);
   EXPECT_EQ(ikv_seq_protect(stale, 0, 0, 1, 0), IKV_ERR_BAD_HANDLE);
   EXPECT_EQ(ikv_seq_compress(stale, 0, 0), IKV_ERR_BAD_HANDLE);
+  double cost = 7;
+  EXPECT_EQ(ikv_seq_pressure_estimate(&v, &cost, stale, 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(v, 0);
+  EXPECT_EQ(cost, 0);
   EXPECT_EQ(ikv_sample(&seq, live_sampler, stale, 0), IKV_ERR_BAD_HANDLE);
   EXPECT_EQ(ikv_generate(toks, 4, &n, stale, 0, &tok, 1, 2, live_sampler, nullptr, nullptr), IKV_ERR_BAD_HANDLE);
   EXPECT_EQ(ikv_session_save_file(stale, 0, nullptr, "/nonexistent/never-written.ikvs"), IKV_ERR_BAD_HANDLE);

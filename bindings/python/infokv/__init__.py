@@ -17,7 +17,7 @@ import queue
 import tempfile
 import threading
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -448,6 +448,15 @@ class Session(_Owner):
         """Bytes of KV blocks the sequence holds."""
         with self._lock:
             return int(_check(_c.ikv_seq_kv_bytes(self.handle, seq)))
+
+    def pressure_estimate(self, seq: int = 0) -> Tuple[int, float]:
+        """What compressing the sequence to its budget now would free, as (blocks, cost_per_block): KV blocks returned
+        to the pool and the estimated loss per freed block (the share of the policy's score mass evicted, over the
+        blocks), the ranking memory pressure compresses by. (0, 0.0) at or under the budget or without a policy.
+        Changes nothing."""
+        with self._lock:
+            blocks, cost = _check(_c.ikv_seq_pressure_estimate(self.handle, seq))
+            return int(blocks), float(cost)
 
     def kv_stat(self, stat: Union[str, int]) -> int:
         """One pool statistic: 'blocks_total', 'blocks_used', 'blocks_free', 'block_bytes', 'bytes_used', ..."""

@@ -254,6 +254,26 @@ def test_compression_policy_and_budget_reduce_the_cache(model):
         assert s.kept(0, 0) == s.length(0)
 
 
+def test_pressure_estimate_reports_blocks_and_cost_and_changes_nothing(model):
+    text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " * 3
+    with model.session(policy="snapkv", budget=0.25, compress_after_prefill=False) as s:
+        s.decode(model.tokenize(text))
+        before = (s.length(0), [s.kept(0, l) for l in range(model.n_layer)], s.kv_stats())
+        blocks, cost = s.pressure_estimate(0)
+        assert isinstance(blocks, int) and isinstance(cost, float)
+        assert blocks > 0 and 0.0 < cost < 1.0
+        assert (s.length(0), [s.kept(0, l) for l in range(model.n_layer)], s.kv_stats()) == before
+        with pytest.raises(infokv.NotFoundError):
+            s.pressure_estimate(42)
+        used = s.kv_stat("blocks_used")
+        s.compress(0)
+        assert used - s.kv_stat("blocks_used") == blocks
+        assert s.pressure_estimate(0) == (0, 0.0)
+    with model.session() as s:  # no policy
+        s.decode(model.tokenize(text))
+        assert s.pressure_estimate() == (0, 0.0)
+
+
 def test_sampling_options_and_sampler_objects(model):
     with model.session() as s, infokv.Sampler(temperature=0.8, top_k=20, seed=7) as smp:
         a = s.complete("Once upon a time", 20, sampler=smp).tokens

@@ -342,6 +342,21 @@ IKV_API int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, c
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out, an unknown stat: *out is then 0); IKV_ERR_BAD_HANDLE.
  */
 IKV_API int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat);
+/**
+ * The estimate memory pressure ranks sequences by (see ikv_decode): what compressing `seq` to its budget now would
+ * free, in whole KV blocks returned to the pool (*out_blocks), and the estimated loss per freed block
+ * (*out_cost_per_block: the share of the policy's own score mass the compression would evict, mean over layers, in
+ * 0..1, divided by *out_blocks). Under pressure the sequences with the lowest cost per block are compressed first.
+ * Both are 0 when the sequence is at or under its budget, when compressing it would free no block (e.g. blocks it
+ * shares with a fork), or when the session's policy is IKV_POLICY_NONE. A query: the compression is planned (the
+ * policy scores the cache, on the session's device) but not applied, and nothing in the session changes.
+ * Ownership: both outputs are plain values written by the call. Thread safety: as every session call.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_blocks or out_cost_per_block); IKV_ERR_NOT_FOUND (no such
+ *         sequence); IKV_ERR_BAD_HANDLE; IKV_ERR_OUT_OF_MEMORY (scoring's scratch could not be allocated).
+ *         On failure both outputs are 0.
+ */
+IKV_API int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_per_block, const ikv_session *session,
+                                          int32_t seq);
 
 /* ---- compression ---- */
 /** Marks positions [begin, end) of `seq` as never evicted (fair == 0) or as a fair-share span (fair != 0). */

@@ -139,6 +139,19 @@ public final class Session implements AutoCloseable {
     }
   }
 
+  /**
+   * What compressing the sequence to its budget now would free and its estimated loss per freed block (the ranking
+   * memory pressure compresses by); zeros at or under the budget or without a policy. Changes nothing.
+   */
+  public PressureEstimate pressureEstimate(int seq) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      long[] blocks = new long[1];
+      double[] cost = new double[1];
+      InfokvException.check(InfokvNative.ikv_seq_pressure_estimate(blocks, cost, h(), seq));
+      return new PressureEstimate(blocks[0], cost[0]);
+    }
+  }
+
   /** One pool statistic (KV_BLOCKS_TOTAL, KV_BYTES_USED, ...). */
   public long kvStat(int stat) {
     synchronized (state) { // State.run (close, or the model closing) waits for a call in progress

@@ -260,6 +260,31 @@ class InfokvTest {
   }
 
   @Test
+  void pressureEstimateReportsBlocksAndCostAndChangesNothing() {
+    String text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ".repeat(3);
+    try (Session c = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_SNAPKV).budgetFraction(0.25)
+                                          .set("compress_after_prefill", 0))) {
+      c.decode(0, model.tokenize(text, true));
+      long length = c.length(0), kept = c.kept(0, 0), used = c.kvStat(Session.KV_BLOCKS_USED);
+      PressureEstimate e = c.pressureEstimate(0);
+      assertTrue(e.blocks() > 0, e.toString());
+      assertTrue(e.costPerBlock() > 0 && e.costPerBlock() < 1, e.toString());
+      assertEquals(length, c.length(0));
+      assertEquals(kept, c.kept(0, 0));
+      assertEquals(used, c.kvStat(Session.KV_BLOCKS_USED));
+      assertEquals(Status.NOT_FOUND, assertThrows(InfokvException.class, () -> c.pressureEstimate(42)).kind());
+      c.compress(0, 0);
+      assertEquals(e.blocks(), used - c.kvStat(Session.KV_BLOCKS_USED));
+      assertEquals(0, c.pressureEstimate(0).blocks());
+      assertEquals(0.0, c.pressureEstimate(0).costPerBlock());
+    }
+    try (Session s = model.newSession()) {
+      s.decode(0, model.tokenize(text, true));
+      assertEquals(0, s.pressureEstimate(0).blocks());
+    }
+  }
+
+  @Test
   void sequencesAccountingAndCompression() {
     try (Session s = model.newSession()) {
       s.decode(0, model.tokenize("Once upon a time", true));
