@@ -363,7 +363,8 @@ IKV_API int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_
 IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair);
 /**
  * Compresses `seq` now, to budget_tokens per layer (0: the session's configured budget). Freed blocks return
- * to the pool. IKV_ERR_BAD_STATE when the session's policy is IKV_POLICY_NONE.
+ * to the pool. IKV_ERR_BAD_STATE when the session's policy is IKV_POLICY_NONE; IKV_ERR_KV_FULL (nothing changed)
+ * when the sequence shares blocks with a fork and the pool has no free blocks for the copies that compaction needs.
  */
 IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens);
 
