@@ -4,8 +4,25 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <new>
+#include <utility>
+#include <vector>
 
 #include <flatbuffers/idl.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define INFOKV_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define INFOKV_LSAN 1
+#endif
+#endif
+#ifndef INFOKV_LSAN
+#define INFOKV_LSAN 0
+#endif
+#if INFOKV_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #include "compress/policy_table.hpp"
 #include "infokv_fb/config_generated.h"
@@ -43,6 +60,30 @@ flatbuffers::IDLOptions json_options() {
   o.output_default_scalars_in_json = true;
   o.indent_step = 2;
   return o;
+}
+
+// The system flatbuffers (2.0) parser is not exception-safe: a std::bad_alloc inside Parser::Parse (e.g. in
+// EnumValBuilder::AcceptEnumerator while it reads the schema) can leave a symbol owned twice or a dangling
+// pointer, and ~Parser then frees garbage (tests/unit/test_alloc_faults.cpp found it). A parser that an allocation
+// failure went through is therefore abandoned, not destroyed: memory is short already, and a leak of one parser on
+// that path beats corrupting the heap. Any other exception comes from our own checks and destroys it as usual.
+template <typename F>
+auto with_schema_parser(F &&use) -> decltype(use(std::declval<flatbuffers::Parser &>())) {
+  flatbuffers::Parser *p = new flatbuffers::Parser(json_options());
+  try {
+    parser_with_schema(*p);
+    auto r = use(*p);
+    delete p;
+    return r;
+  } catch (const std::bad_alloc &) {
+#if INFOKV_LSAN
+    __lsan_ignore_object(p);  // on purpose, see above
+#endif
+    throw;
+  } catch (...) {
+    delete p;
+    throw;
+  }
 }
 
 template <typename T>
@@ -262,16 +303,17 @@ Config config_from_binary(const void *data, size_t size) {
 
 Config config_from_json(const std::string &text) {
   if (text.find('\0') != std::string::npos) bad("JSON text contains a NUL byte");
-  flatbuffers::Parser p(json_options());
-  parser_with_schema(p);
-  const JsonValue doc = JsonValue::parse(text, static_cast<int32_t>(Status::bad_config), "config: invalid JSON");
-  if (p.root_struct_def_ == nullptr) fail(Status::internal, "embedded config schema has no root type");
-  check_table(doc, *p.root_struct_def_, "");
-  if (!p.Parse(text.c_str())) {
-    const std::string field = field_near_error(text, p.error_);
-    bad("invalid JSON" + (field.empty() ? std::string() : " at field \"" + field + "\"") + ": " + p.error_);
-  }
-  return config_from_binary(p.builder_.GetBufferPointer(), p.builder_.GetSize());
+  const std::vector<uint8_t> bin = with_schema_parser([&](flatbuffers::Parser &p) {
+    const JsonValue doc = JsonValue::parse(text, static_cast<int32_t>(Status::bad_config), "config: invalid JSON");
+    if (p.root_struct_def_ == nullptr) fail(Status::internal, "embedded config schema has no root type");
+    check_table(doc, *p.root_struct_def_, "");
+    if (!p.Parse(text.c_str())) {
+      const std::string field = field_near_error(text, p.error_);
+      bad("invalid JSON" + (field.empty() ? std::string() : " at field \"" + field + "\"") + ": " + p.error_);
+    }
+    return std::vector<uint8_t>(p.builder_.GetBufferPointer(), p.builder_.GetBufferPointer() + p.builder_.GetSize());
+  });
+  return config_from_binary(bin.data(), bin.size());
 }
 
 Config config_from_file(const std::string &path) {
@@ -305,11 +347,11 @@ std::vector<uint8_t> config_to_binary(const Config &c) {
 
 std::string config_to_json(const Config &c) {
   const std::vector<uint8_t> bin = config_to_binary(c);
-  flatbuffers::Parser p(json_options());
-  parser_with_schema(p);
-  std::string out;
-  if (!flatbuffers::GenerateText(p, bin.data(), &out)) fail(Status::internal, "config: cannot write JSON");
-  return out;
+  return with_schema_parser([&](flatbuffers::Parser &p) {
+    std::string out;
+    if (!flatbuffers::GenerateText(p, bin.data(), &out)) fail(Status::internal, "config: cannot write JSON");
+    return out;
+  });
 }
 
 }  // namespace infokv

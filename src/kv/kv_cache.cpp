@@ -1,6 +1,7 @@
 #include "kv/kv_cache.hpp"
 
 #include <algorithm>
+#include <new>
 #include <string>
 
 #include "util/error.hpp"
@@ -113,7 +114,13 @@ void KvCache::add(int32_t id) {
   SeqCache s;
   s.layers.resize(static_cast<size_t>(cfg_.n_layer));
   s.window_q.resize(static_cast<size_t>(cfg_.n_layer));
-  seqs_.emplace(id, std::move(s));
+  try {
+    seqs_.emplace(id, std::move(s));  // the node is allocated before s is moved from
+  } catch (...) {
+    release_all(s);
+    return_memory();
+    throw;
+  }
 }
 
 void KvCache::release_all(SeqCache &s) {
@@ -156,8 +163,13 @@ int32_t KvCache::alloc_block() {
 void KvCache::release(int32_t b) {
   int32_t &rc = refcount_[static_cast<size_t>(b)];
   if (--rc == 0) {
-    free_.push_back(b);
-    freed_.push_back(b);
+    free_.push_back(b);  // reserved for the whole pool: never allocates
+    // Only for return_memory(), which gives pages back to the OS: an optimisation, so out of memory just skips
+    // it and release() never throws (rollbacks and compaction commits rely on that).
+    try {
+      freed_.push_back(b);
+    } catch (const std::bad_alloc &) {
+    }
   }
 }
 
@@ -203,6 +215,7 @@ void KvCache::append_slots(int32_t id, const int32_t *positions, int32_t n) {
         release(L.blocks.back());
         L.blocks.back() = nb;
       }
+      L.blocks.reserve(static_cast<size_t>(blocks_for(static_cast<int64_t>(n0) + n, bs)));  // push_back below can't throw
       while (static_cast<int64_t>(L.blocks.size()) * bs < n0 + n) L.blocks.push_back(alloc_block());
       L.pos.insert(L.pos.end(), positions, positions + n);
       for (auto &ch : L.imp) ch.resize(L.pos.size(), 0.0f);
@@ -340,48 +353,72 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
   if (need > free_blocks())
     fail(Status::kv_full, "KV cache full: compaction of shared blocks needs " + std::to_string(need) + " free blocks");
 
-  // Copies of shared blocks first, then every layer's slot moves in one call (reads before writes: sources are
-  // read from the old tables, which the moves may overwrite in place).
+  // Everything that allocates happens before the first change (new block tables, positions, importance channels,
+  // the move list, the store's scratch), so that out of host memory leaves the sequence as it was; fresh blocks
+  // taken for copy-on-write go back on failure. Then the commit only releases blocks and moves vectors.
   std::vector<std::vector<int32_t>> new_tables(keep.size());
+  std::vector<std::vector<int32_t>> new_pos(keep.size());
+  std::vector<std::vector<std::vector<float>>> new_imp(keep.size());
   std::vector<int32_t> moves;
+  std::vector<int32_t> fresh_blocks;
+  size_t n_moves = 0;
+  for (const auto &k : keep) n_moves += k.size();
+  moves.reserve(4 * n_moves);
+  fresh_blocks.reserve(static_cast<size_t>(need));
   for (size_t l = 0; l < keep.size(); ++l) {
     const LayerSlots &L = s.layers[l];
     const auto &k = keep[l];
-    const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
-    std::vector<int32_t> &dst = new_tables[l];
-    dst.assign(L.blocks.begin(), L.blocks.begin() + nb);
-    for (int32_t b = 0; b < nb; ++b) {
-      if (block_changes(k, b, bs) && refcount_[static_cast<size_t>(dst[static_cast<size_t>(b)])] > 1) {
-        int32_t fresh = alloc_block();
-        store_->copy_block(fresh, dst[static_cast<size_t>(b)]);  // slots that stay in place keep their data
-        dst[static_cast<size_t>(b)] = fresh;
+    std::vector<int32_t> &pos = new_pos[l];
+    pos.resize(k.size());
+    for (size_t d = 0; d < k.size(); ++d) pos[d] = L.pos[static_cast<size_t>(k[d])];
+    new_imp[l].resize(L.imp.size());
+    for (size_t c = 0; c < L.imp.size(); ++c) {
+      std::vector<float> &v = new_imp[l][c];
+      v.resize(k.size());
+      for (size_t d = 0; d < k.size(); ++d) v[d] = L.imp[c][static_cast<size_t>(k[d])];
+    }
+    new_tables[l].reserve(static_cast<size_t>(blocks_for(static_cast<int64_t>(k.size()), bs)));
+  }
+  try {
+    // Copies of shared blocks first, then every layer's slot moves in one call (reads before writes: sources are
+    // read from the old tables, which the moves may overwrite in place).
+    for (size_t l = 0; l < keep.size(); ++l) {
+      const LayerSlots &L = s.layers[l];
+      const auto &k = keep[l];
+      const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
+      std::vector<int32_t> &dst = new_tables[l];
+      dst.assign(L.blocks.begin(), L.blocks.begin() + nb);
+      for (int32_t b = 0; b < nb; ++b) {
+        if (block_changes(k, b, bs) && refcount_[static_cast<size_t>(dst[static_cast<size_t>(b)])] > 1) {
+          int32_t fresh = alloc_block();
+          fresh_blocks.push_back(fresh);  // reserved: cannot throw
+          store_->copy_block(fresh, dst[static_cast<size_t>(b)]);  // slots that stay in place keep their data
+          dst[static_cast<size_t>(b)] = fresh;
+        }
+      }
+      for (size_t d = 0; d < k.size(); ++d) {
+        const int32_t src = k[d];
+        const int32_t db = dst[d / static_cast<size_t>(bs)];
+        if (src == static_cast<int32_t>(d) && db == L.blocks[d / static_cast<size_t>(bs)]) continue;
+        moves.insert(moves.end(), {L.blocks[static_cast<size_t>(src / bs)], src % bs, db, static_cast<int32_t>(d % static_cast<size_t>(bs))});
       }
     }
-    for (size_t d = 0; d < k.size(); ++d) {
-      const int32_t src = k[d];
-      const int32_t db = dst[d / static_cast<size_t>(bs)];
-      if (src == static_cast<int32_t>(d) && db == L.blocks[d / static_cast<size_t>(bs)]) continue;
-      moves.insert(moves.end(), {L.blocks[static_cast<size_t>(src / bs)], src % bs, db, static_cast<int32_t>(d % static_cast<size_t>(bs))});
-    }
+    // The store sizes its scratch before the first move, so a failure here has moved nothing.
+    if (!moves.empty()) store_->move_slots(moves);
+  } catch (...) {
+    for (int32_t b : fresh_blocks) release(b);
+    throw;
   }
-  if (!moves.empty()) store_->move_slots(moves);
   for (size_t l = 0; l < keep.size(); ++l) {
     LayerSlots &L = s.layers[l];
-    const auto &k = keep[l];
-    const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
+    const int32_t nb = blocks_for(static_cast<int64_t>(keep[l].size()), bs);
     std::vector<int32_t> &dst = new_tables[l];
     // Blocks no longer referenced by this layer go back (shared ones just lose a reference).
     for (size_t b = 0; b < L.blocks.size(); ++b)
       if (b >= static_cast<size_t>(nb) || dst[b] != L.blocks[b]) release(L.blocks[b]);
     L.blocks = std::move(dst);
-    std::vector<int32_t> pos(k.size());
-    for (size_t d = 0; d < k.size(); ++d) pos[d] = L.pos[static_cast<size_t>(k[d])];
-    L.pos = std::move(pos);
-    for (auto &ch : L.imp) {
-      std::vector<float> v(k.size());
-      for (size_t d = 0; d < k.size(); ++d) v[d] = ch[static_cast<size_t>(k[d])];
-      ch = std::move(v);
-    }
+    L.pos = std::move(new_pos[l]);
+    for (size_t c = 0; c < L.imp.size(); ++c) L.imp[c] = std::move(new_imp[l][c]);
   }
   return_memory();
 }
@@ -412,7 +449,13 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
     return_memory();
     fail(Status::invalid_argument, "adopt: sequence " + std::to_string(id) + " exists or does not fit the cache layout");
   }
-  seqs_.emplace(id, std::move(s));
+  try {
+    seqs_.emplace(id, std::move(s));  // the node is allocated before s is moved from
+  } catch (...) {
+    release_all(s);
+    return_memory();
+    throw;
+  }
 }
 
 cpu::PagedKv KvCache::view(int32_t id, int32_t layer) {

@@ -120,9 +120,20 @@ int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st) {
     check_room_for_sequences(1);
   }
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
-  const int32_t id = next_id_++;
-  kv_->adopt(id, std::move(cache));
-  seqs_[id] = std::move(st);
+  const int32_t id = next_id_;
+  try {
+    seqs_.emplace(id, std::move(st));  // the node is allocated before st is moved from
+  } catch (...) {
+    for (const LayerSlots &L : cache.layers) kv_->release_blocks(L.blocks);
+    throw;
+  }
+  try {
+    kv_->adopt(id, std::move(cache));  // releases the blocks itself when it fails
+  } catch (...) {
+    seqs_.erase(id);
+    throw;
+  }
+  ++next_id_;
   return id;
 }
 

@@ -398,6 +398,17 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in)
   const int64_t hd = kc.head_dim, nkv = kc.n_kv_heads;
   std::vector<uint8_t> blocks;
   std::vector<int32_t> loose;  // blocks taken for the sequence being built, until it is adopted
+  // Reserved up front so that recording a block or an adopted id cannot run out of memory (and lose track of it).
+  ids.reserve(staged.seqs.size());
+  {
+    size_t most = 0;
+    for (const StagedSeq &s : staged.seqs) {
+      size_t n = 0;
+      for (const StagedLayer &SL : s.layers) n += (SL.pos.size() + static_cast<size_t>(bs) - 1) / static_cast<size_t>(bs);
+      most = std::max(most, n);
+    }
+    loose.reserve(most);
+  }
   try {
     for (StagedSeq &s : staged.seqs) {
       SeqCache c;
