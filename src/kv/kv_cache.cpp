@@ -109,11 +109,7 @@ SeqCache &KvCache::seq_mut(int32_t id) {
   return it->second;
 }
 
-void KvCache::add(int32_t id) {
-  if (seqs_.count(id) != 0) fail(Status::invalid_argument, "sequence " + std::to_string(id) + " already exists");
-  SeqCache s;
-  s.layers.resize(static_cast<size_t>(cfg_.n_layer));
-  s.window_q.resize(static_cast<size_t>(cfg_.n_layer));
+void KvCache::insert_or_release(int32_t id, SeqCache &&s) {
   try {
     seqs_.emplace(id, std::move(s));  // the node is allocated before s is moved from
   } catch (...) {
@@ -121,6 +117,14 @@ void KvCache::add(int32_t id) {
     return_memory();
     throw;
   }
+}
+
+void KvCache::add(int32_t id) {
+  if (seqs_.count(id) != 0) fail(Status::invalid_argument, "sequence " + std::to_string(id) + " already exists");
+  SeqCache s;
+  s.layers.resize(static_cast<size_t>(cfg_.n_layer));
+  s.window_q.resize(static_cast<size_t>(cfg_.n_layer));
+  insert_or_release(id, std::move(s));
 }
 
 void KvCache::release_all(SeqCache &s) {
@@ -449,13 +453,7 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
     return_memory();
     fail(Status::invalid_argument, "adopt: sequence " + std::to_string(id) + " exists or does not fit the cache layout");
   }
-  try {
-    seqs_.emplace(id, std::move(s));  // the node is allocated before s is moved from
-  } catch (...) {
-    release_all(s);
-    return_memory();
-    throw;
-  }
+  insert_or_release(id, std::move(s));
 }
 
 cpu::PagedKv KvCache::view(int32_t id, int32_t layer) {

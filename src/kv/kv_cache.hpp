@@ -146,6 +146,8 @@ class KvCache {
   void retain(int32_t b) { ++refcount_[static_cast<size_t>(b)]; }
   void release(int32_t b);
   void release_all(SeqCache &s);
+  // Adds `s` as sequence `id`; if that allocation fails, its blocks go back to the pool before the error leaves.
+  void insert_or_release(int32_t id, SeqCache &&s);
   // Hands the blocks freed since the last call to the store, which may give their memory back to the OS.
   void return_memory();
 
