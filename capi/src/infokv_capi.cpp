@@ -28,7 +28,8 @@ static_assert(IKV_POLICY_H2O == infokv::policy_row(infokv::PolicyKind::h2o).c_va
 static_assert(IKV_POLICY_STREAMING == infokv::policy_row(infokv::PolicyKind::streaming).c_value, "policy table: C value");
 static_assert(IKV_POLICY_TOVA == infokv::policy_row(infokv::PolicyKind::tova).c_value, "policy table: C value");
 static_assert(IKV_POLICY_PYRAMIDKV == infokv::policy_row(infokv::PolicyKind::pyramidkv).c_value, "policy table: C value");
-static_assert(infokv::kPolicyTable.size() == 7, "a new policy needs its IKV_POLICY_* constant checked here");
+static_assert(IKV_POLICY_AUTO == infokv::policy_row(infokv::PolicyKind::auto_).c_value, "policy table: C value");
+static_assert(infokv::kPolicyTable.size() == 8, "a new policy needs its IKV_POLICY_* constant checked here");
 static_assert(IKV_KV_BF16 == static_cast<int32_t>(infokv::KvDtype::bf16), "dtype values must agree");
 
 namespace {

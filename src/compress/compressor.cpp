@@ -1,10 +1,13 @@
 // Session::compress: scores every cached token of every layer under the configured policy and keeps the best
 // within the budget (DESIGN.md §4), then compacts the cache so the memory returns to the pool.
 #include <algorithm>
+#include <exception>
 #include <map>
+#include <mutex>
 #include <cmath>
 #include <numeric>
 
+#include "compress/auto_policy.hpp"
 #include "compress/scores.hpp"
 #include "session/session.hpp"
 #include "util/error.hpp"
@@ -14,6 +17,8 @@ namespace infokv {
 int32_t Session::budget_for(int32_t seq) const {
   const CompressionConfig &c = opts_.compression;
   if (c.budget_tokens > 0) return c.budget_tokens;
+  // A quality target has no budget: any sequence longer than the window is a candidate, and auto decides how far.
+  if (c.quality_target()) return window_capacity();
   const int64_t len = kv_->seq(seq).length;
   return static_cast<int32_t>(std::max<int64_t>(1, std::llround(c.budget_fraction * static_cast<double>(len))));
 }
@@ -24,6 +29,7 @@ Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_t
   const SeqState &st = state(seq);
   const SeqCache &sc = kv_->seq(seq);
   const int32_t B = budget_tokens > 0 ? budget_tokens : budget_for(seq);
+  if (c.is_auto()) return plan_auto(seq, budget_tokens > 0 || !c.quality_target() ? B : 0);
   const HParams &hp = model_->hparams();
   std::vector<int32_t> counts;
   for (const LayerSlots &L : sc.layers) counts.push_back(L.n());
@@ -59,9 +65,104 @@ Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_t
   return plan;
 }
 
+void Session::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, std::vector<float> &v) {
+  const LayerSlots &L = kv_->seq(seq).layers.at(static_cast<size_t>(layer));
+  const int64_t bb = kv_->block_bytes();
+  std::vector<uint8_t> raw(L.blocks.size() * static_cast<size_t>(bb));
+  kv_->store().read_blocks(L.blocks, raw.data());
+  std::vector<int32_t> table(L.blocks.size());
+  std::iota(table.begin(), table.end(), 0);
+  cpu::PagedKv view = kv_->view(seq, layer);
+  view.pool = raw.data();
+  view.block_table = table.data();
+  const int32_t kvh = view.n_kv_heads, hd = view.head_dim, n = L.n();
+  k.assign(static_cast<size_t>(n) * kvh * hd, 0.0f);
+  v.assign(k.size(), 0.0f);
+  for (int32_t j = 0; j < n; ++j)
+    for (int32_t h = 0; h < kvh; ++h) {
+      const size_t at = (static_cast<size_t>(j) * kvh + h) * hd;
+      cpu::kv_read(k.data() + at, view, j, h, 0);
+      cpu::kv_read(v.data() + at, view, j, h, 1);
+    }
+}
+
+Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
+  const CompressionConfig &c = opts_.compression;
+  const SeqState &st = state(seq);
+  const SeqCache &sc = kv_->seq(seq);
+  const HParams &hp = model_->hparams();
+  const int32_t bs = kv_->config().block_size;
+  const auto L = static_cast<size_t>(hp.n_layer);
+  // The window: as the fixed policies' for a byte budget; under a quality target, the configured one or 32.
+  const int32_t w = B > 0 ? window_size(c, B) : (c.window >= 0 ? c.window : 32);
+  // What a uniform budget holds (the fixed policies' block rule included): the blocks auto may spread.
+  int64_t total_blocks = 0, uniform_tokens = 0;
+  if (B > 0) {
+    int32_t b = B;
+    const int32_t r = b % bs;
+    if (b > bs && r > 0 && r <= bs / 4) b -= r;
+    for (const LayerSlots &Ls : sc.layers) {
+      const int32_t keep = std::min(b, Ls.n());
+      total_blocks += (keep + bs - 1) / bs;
+      uniform_tokens += keep;
+    }
+  }
+  std::vector<AutoLayerInput> inputs(L);
+  for (size_t l = 0; l < L; ++l) {
+    LayerScoreInput &in = inputs[l].score;
+    in.kv = kv_->view(seq, static_cast<int32_t>(l));
+    in.slots = &sc.layers[l];
+    in.window_q = &sc.window_q[l];
+    in.window_pos = &sc.window_pos;
+    in.n_heads = hp.n_head;
+    in.head_dim = hp.head_dim;
+    in.prefill = st.n_compressions == 0;
+    in.spans = &st.spans;
+    inputs[l].n_kv_heads = hp.n_head_kv;
+  }
+  std::vector<AutoLayerCurves> curves(L);
+  // Layers in parallel; the pool's workers must not throw, so the first error is carried out.
+  std::mutex mu;
+  std::exception_ptr failed;
+  pool_->parallel_for(static_cast<int64_t>(L), 1, [&](int64_t l0, int64_t l1) {
+    for (int64_t l = l0; l < l1; ++l) {
+      try {
+        std::vector<float> k, v;
+        layer_kv_f32(seq, static_cast<int32_t>(l), k, v);
+        AutoLayerInput in = inputs[static_cast<size_t>(l)];
+        in.k = k.data();
+        in.v = v.data();
+        curves[static_cast<size_t>(l)] = auto_measure_layer(c, in, w, bs);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!failed) failed = std::current_exception();
+      }
+    }
+  });
+  if (failed) std::rethrow_exception(failed);
+  const std::vector<size_t> at = auto_spread(curves, bs, total_blocks, c.max_loss, {});
+  CompressionPlan plan;
+  plan.keep.resize(L);
+  plan.report.layers.resize(L);
+  plan.report.uniform_tokens = uniform_tokens;
+  plan.report.max_loss = B > 0 ? 0.0 : c.max_loss;
+  for (size_t l = 0; l < L; ++l) {
+    std::vector<int32_t> &k = plan.keep[l];
+    AutoLayerChoice &ch = plan.report.layers[l];
+    k = auto_select_layer(c, inputs[l], curves[l], at[l], &ch);
+    plan.evicts = plan.evicts || static_cast<int32_t>(k.size()) < sc.layers[l].n();
+    plan.report.loss += ch.loss / static_cast<double>(L);
+    plan.report.tokens += static_cast<int64_t>(k.size());
+  }
+  // The loss the allocator compares sequences by: the proxy's (a relative error, 0..1 in practice).
+  plan.evicted_share = plan.report.loss;
+  return plan;
+}
+
 void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
   SeqState &st = state(seq);
   if (plan.evicts) kv_->compact(seq, plan.keep);
+  if (!plan.report.empty()) st.auto_report = plan.report;
   ++st.n_compressions;
   st.since_compress = 0;
 }

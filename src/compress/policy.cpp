@@ -50,7 +50,7 @@ PolicyKind parse_policy(const std::string &name) {
 
 bool CompressionConfig::needs_window_queries() const {
   switch (policy) {
-    case PolicyKind::infokv: case PolicyKind::snapkv: case PolicyKind::pyramidkv: case PolicyKind::tova: return true;
+    case PolicyKind::infokv: case PolicyKind::snapkv: case PolicyKind::pyramidkv: case PolicyKind::tova: case PolicyKind::auto_: return true;
     default: return false;
   }
 }
@@ -88,7 +88,10 @@ void CompressionConfig::validate() const {
   auto bad = [](const std::string &what) { fail(Status::invalid_argument, "compression parameter " + what); };
   if (!(budget_fraction >= 0.0 && budget_fraction <= 1.0)) bad("budget fraction must be in (0, 1]");
   if (budget_tokens < 0) bad("budget tokens must not be negative");
-  if (policy != PolicyKind::none && budget_tokens == 0 && budget_fraction <= 0.0) bad("budget is required for policy " + std::string(policy_name(policy)));
+  if (!(max_loss >= 0.0 && std::isfinite(max_loss))) bad("max loss must be finite and >= 0");
+  if (max_loss > 0.0 && policy != PolicyKind::auto_) bad("max loss (a quality target) needs policy auto");
+  if (policy != PolicyKind::none && !quality_target() && budget_tokens == 0 && budget_fraction <= 0.0)
+    bad("budget is required for policy " + std::string(policy_name(policy)));
   if (window > 4096) bad("window must be at most 4096");
   if (pool_kernel_prefill < 1 || pool_kernel_prefill % 2 == 0 || pool_kernel_prefill > 63) bad("pooling kernel (prefill) must be odd, 1..63");
   if (pool_kernel_decode < 1 || pool_kernel_decode % 2 == 0 || pool_kernel_decode > 63) bad("pooling kernel (decode) must be odd, 1..63");

@@ -8,7 +8,7 @@
 
 namespace infokv {
 
-enum class PolicyKind : int32_t { none = 0, infokv = 1, snapkv = 2, h2o = 3, streaming = 4, tova = 5, pyramidkv = 6 };
+enum class PolicyKind : int32_t { none = 0, infokv = 1, snapkv = 2, h2o = 3, streaming = 4, tova = 5, pyramidkv = 6, auto_ = 7 };
 enum class BudgetShape : int32_t { uniform = 0, pyramid = 1 };
 
 // Both go through the policy table (compress/policy_table.hpp).
@@ -45,11 +45,16 @@ struct CompressionConfig {
   float beta = defaults::beta;
   int32_t sink = defaults::sink;  // streaming
   bool compress_after_prefill = defaults::compress_after_prefill;
+  // auto only: a quality target instead of a byte target. > 0: no budget; each compression keeps, per layer, as
+  // few tokens as keep the proxy loss (compress/auto_policy.hpp) at or under max_loss. 0: use the budget.
+  double max_loss = 0.0;
 
+  bool is_auto() const { return policy == PolicyKind::auto_; }
+  bool quality_target() const { return is_auto() && max_loss > 0.0; }
   bool enabled() const { return policy != PolicyKind::none; }
   bool needs_window_queries() const;
-  bool needs_accumulated_attention() const { return policy == PolicyKind::h2o; }
-  bool needs_entropy() const { return policy == PolicyKind::infokv; }
+  bool needs_accumulated_attention() const { return policy == PolicyKind::h2o || policy == PolicyKind::auto_; }
+  bool needs_entropy() const { return policy == PolicyKind::infokv || policy == PolicyKind::auto_; }
   void validate() const;  // throws Error(invalid_argument) naming the parameter
 };
 

@@ -20,7 +20,7 @@ struct PolicyInfo {
   int16_t schema_value;  // config.fbs / snapshot.fbs Policy
 };
 
-inline constexpr std::array<PolicyInfo, 7> kPolicyTable = {{
+inline constexpr std::array<PolicyInfo, 8> kPolicyTable = {{
     {PolicyKind::none, "none", 0, 1},
     {PolicyKind::infokv, "infokv", 1, 2},
     {PolicyKind::snapkv, "snapkv", 2, 3},
@@ -28,6 +28,7 @@ inline constexpr std::array<PolicyInfo, 7> kPolicyTable = {{
     {PolicyKind::streaming, "streaming", 4, 5},
     {PolicyKind::tova, "tova", 5, 6},
     {PolicyKind::pyramidkv, "pyramidkv", 6, 7},
+    {PolicyKind::auto_, "auto", 7, 8},
 }};
 
 // policy_row() indexes by the core value, and the schema values are the C values + 1 (UNSPECIFIED = 0 first):

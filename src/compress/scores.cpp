@@ -122,41 +122,13 @@ std::vector<int32_t> top_k_later_ties(const std::vector<float> &scores, const st
   return idx;
 }
 
-std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget,
-                                 double *evicted_share) {
+int32_t policy_window(const CompressionConfig &c, int32_t budget, int32_t n) {
+  const int32_t w = c.policy == PolicyKind::tova ? 1 : c.policy == PolicyKind::streaming ? 0 : window_size(c, budget);
+  return std::min(w, n);
+}
+
+std::vector<float> policy_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w) {
   const LayerSlots &S = *in.slots;
-  const int32_t n = S.n();
-  if (evicted_share != nullptr) *evicted_share = 0.0;
-  std::vector<int32_t> all(static_cast<size_t>(n));
-  std::iota(all.begin(), all.end(), 0);
-  if (n <= budget) return all;
-  int32_t w = c.policy == PolicyKind::tova ? 1 : c.policy == PolicyKind::streaming ? 0 : window_size(c, budget);
-  w = std::min(w, n);
-  const int32_t n_cand = n - w;
-
-  std::vector<char> keep(static_cast<size_t>(n), 0);
-  for (int32_t j = n_cand; j < n; ++j) keep[static_cast<size_t>(j)] = 1;
-  // Protected (never evicted) spans; fair spans are grouped for proportional quotas.
-  std::vector<int32_t> group(static_cast<size_t>(n), -1);
-  int32_t n_groups = 0;
-  if (in.spans != nullptr) {
-    // Positions ascend, so each span covers one run of candidates: found by binary search, not a scan per span.
-    const auto cand_end = S.pos.begin() + n_cand;
-    for (const ProtectedSpan &sp : *in.spans) {
-      const int32_t g = sp.fair ? n_groups++ : -2;
-      const auto lo = std::lower_bound(S.pos.begin(), cand_end, sp.begin);
-      const auto hi = std::lower_bound(lo, cand_end, sp.end);
-      for (auto it = lo; it != hi; ++it) {
-        const auto j = static_cast<size_t>(it - S.pos.begin());
-        if (g == -2) keep[j] = 1;
-        else if (!keep[j]) group[j] = g;
-      }
-    }
-  }
-  int32_t fixed = 0;
-  for (char k : keep) fixed += k;
-  int32_t slots_left = std::max(0, budget - fixed);
-
   std::vector<float> score(static_cast<size_t>(n_cand), 0.0f);
   switch (c.policy) {
     case PolicyKind::streaming:
@@ -180,8 +152,59 @@ std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInp
       score = std::move(a);
       break;
     }
-    case PolicyKind::none: return all;
+    case PolicyKind::none: case PolicyKind::auto_:
+      fail(Status::internal, std::string("policy_scores: ") + policy_name(c.policy) + " has no score of its own");
   }
+  return score;
+}
+
+std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget,
+                                 double *evicted_share) {
+  const int32_t n = in.slots->n();
+  if (evicted_share != nullptr) *evicted_share = 0.0;
+  if (n <= budget || c.policy == PolicyKind::none) {
+    std::vector<int32_t> all(static_cast<size_t>(n));
+    std::iota(all.begin(), all.end(), 0);
+    return all;
+  }
+  const int32_t w = policy_window(c, budget, n);
+  const std::vector<float> score = policy_scores(c, in, n - w, w);
+  return select_with_scores(in, budget, w, score, c.policy == PolicyKind::streaming, evicted_share);
+}
+
+std::vector<int32_t> select_with_scores(const LayerScoreInput &in, int32_t budget, int32_t w, const std::vector<float> &score,
+                                        bool count_tokens, double *evicted_share) {
+  const LayerSlots &S = *in.slots;
+  const int32_t n = S.n();
+  if (evicted_share != nullptr) *evicted_share = 0.0;
+  std::vector<int32_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  if (n <= budget) return all;
+  w = std::max(0, std::min(w, n));
+  const int32_t n_cand = n - w;
+  if (static_cast<int32_t>(score.size()) != n_cand) fail(Status::internal, "select_with_scores: one score per candidate");
+  std::vector<char> keep(static_cast<size_t>(n), 0);
+  for (int32_t j = n_cand; j < n; ++j) keep[static_cast<size_t>(j)] = 1;
+  // Protected (never evicted) spans; fair spans are grouped for proportional quotas.
+  std::vector<int32_t> group(static_cast<size_t>(n), -1);
+  int32_t n_groups = 0;
+  if (in.spans != nullptr) {
+    // Positions ascend, so each span covers one run of candidates: found by binary search, not a scan per span.
+    const auto cand_end = S.pos.begin() + n_cand;
+    for (const ProtectedSpan &sp : *in.spans) {
+      const int32_t g = sp.fair ? n_groups++ : -2;
+      const auto lo = std::lower_bound(S.pos.begin(), cand_end, sp.begin);
+      const auto hi = std::lower_bound(lo, cand_end, sp.end);
+      for (auto it = lo; it != hi; ++it) {
+        const auto j = static_cast<size_t>(it - S.pos.begin());
+        if (g == -2) keep[j] = 1;
+        else if (!keep[j]) group[j] = g;
+      }
+    }
+  }
+  int32_t fixed = 0;
+  for (char k : keep) fixed += k;
+  int32_t slots_left = std::max(0, budget - fixed);
 
   // Candidates by group: -1 (ordinary) and each fair span; each gets the same fraction of its tokens.
   std::vector<std::vector<int32_t>> members(static_cast<size_t>(n_groups + 1));
@@ -219,9 +242,9 @@ std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInp
     for (int32_t j = 0; j < n_cand; ++j) {
       const float v = score[static_cast<size_t>(j)];
       // Streaming's scores are positions (and +inf for the sinks): count tokens instead.
-      const double w = c.policy == PolicyKind::streaming || !std::isfinite(v) ? 1.0 : std::max(0.0, static_cast<double>(v));
-      total += w;
-      if (!keep[static_cast<size_t>(j)]) dropped += w;
+      const double m = count_tokens || !std::isfinite(v) ? 1.0 : std::max(0.0, static_cast<double>(v));
+      total += m;
+      if (!keep[static_cast<size_t>(j)]) dropped += m;
     }
     *evicted_share = total > 0 ? dropped / total : 0.0;
   }

@@ -45,6 +45,19 @@ std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, i
 std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<float> &rep_change,
                               const std::vector<float> &entropy, float alpha, float tau);
 
+// The observation window a fixed policy always keeps (tova: the last token; streaming: none), at most n.
+int32_t policy_window(const CompressionConfig &c, int32_t budget, int32_t n);
+
+// A fixed policy's score for each of the first n_cand slots (higher: keep), w being its window. Throws
+// Error(internal) for none and auto, which have no score of their own.
+std::vector<float> policy_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
+
+// The selection every policy shares: keeps the last w slots, the never-evicted spans, and the best of the other
+// candidates by `score` (one per slot before the window) up to `budget`, fair spans each keeping the same fraction.
+// evicted_share as in select_keep (count_tokens: every candidate weighs 1, for scores that are only an order).
+std::vector<int32_t> select_with_scores(const LayerScoreInput &in, int32_t budget, int32_t w, const std::vector<float> &score,
+                                        bool count_tokens, double *evicted_share = nullptr);
+
 // Slot indices (ascending) that a layer keeps under `budget`. When `evicted_share` is given it receives what the
 // eviction costs by the policy's own measure: the share of the candidates' score mass that is dropped (for
 // streaming, whose score is only an order, the share of candidates dropped); 0 when nothing is dropped.

@@ -43,6 +43,7 @@ static_assert(static_cast<int>(fbc::Policy::h2o) == policy_row(PolicyKind::h2o).
 static_assert(static_cast<int>(fbc::Policy::streaming) == policy_row(PolicyKind::streaming).schema_value, "policy table: schema value");
 static_assert(static_cast<int>(fbc::Policy::tova) == policy_row(PolicyKind::tova).schema_value, "policy table: schema value");
 static_assert(static_cast<int>(fbc::Policy::pyramidkv) == policy_row(PolicyKind::pyramidkv).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::auto_) == policy_row(PolicyKind::auto_).schema_value, "policy table: schema value");
 static_assert(static_cast<int>(fbc::Policy::MAX) == kPolicyTable.back().schema_value, "a schema policy is missing from the table");
 
 namespace {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/device_forward.hpp"
+#include "compress/auto_policy.hpp"
 #include "compress/policy.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/model.hpp"
@@ -107,6 +108,7 @@ class Session {
     std::vector<std::vector<int32_t>> keep;  // [layer]: slot indices kept, ascending
     bool evicts = false;                     // some layer drops a slot
     double evicted_share = 0;                // the policy's score mass dropped, mean over layers (0..1)
+    AutoReport report;                       // policy auto: what it chose, per layer
   };
   // A sequence that memory pressure could compress: what the pool would gain (blocks, net of the step's own needs
   // for it) and the estimated loss per block gained.
@@ -135,6 +137,7 @@ class Session {
     bool prefilled = false;         // compression after the first decode done
     int64_t n_compressions = 0;
     std::vector<ProtectedSpan> spans;
+    AutoReport auto_report;         // policy auto: its choice at the latest compression (empty before one)
   };
   const SeqState &seq_state(int32_t seq) const { return state(seq); }
   // Adds a sequence from a cache whose blocks the caller already took from kv() (see KvCache::adopt) and its
@@ -149,6 +152,10 @@ class Session {
   void maybe_compress_after(const std::vector<int32_t> &seqs);
   CompressionPlan plan_compression(int32_t seq, int32_t budget_tokens);
   void apply_compression(int32_t seq, const CompressionPlan &plan);
+  // plan_compression for policy auto: B tokens per layer on average, or 0 for the quality target.
+  CompressionPlan plan_auto(int32_t seq, int32_t B);
+  // Layer `layer` of `seq`: keys and values as f32 on the host, [n, n_kv_heads, head_dim] each.
+  void layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, std::vector<float> &v);
   // Memory pressure, decided like an allocator: compresses the cheapest sequences (loss per freed block) until a
   // step needing `need` blocks fits, and only if it then fits; otherwise throws kv_full having changed nothing.
   void relieve_pressure(const std::map<int32_t, int32_t> &appending, int64_t need);

@@ -18,6 +18,7 @@ static_assert(static_cast<int>(fb::Policy::H2O) == policy_row(PolicyKind::h2o).s
 static_assert(static_cast<int>(fb::Policy::STREAMING) == policy_row(PolicyKind::streaming).schema_value, "policy table: snapshot value");
 static_assert(static_cast<int>(fb::Policy::TOVA) == policy_row(PolicyKind::tova).schema_value, "policy table: snapshot value");
 static_assert(static_cast<int>(fb::Policy::PYRAMIDKV) == policy_row(PolicyKind::pyramidkv).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::AUTO) == policy_row(PolicyKind::auto_).schema_value, "policy table: snapshot value");
 static_assert(static_cast<int>(fb::Policy::MAX) == kPolicyTable.back().schema_value, "a snapshot policy is missing from the table");
 
 flatbuffers::Offset<fb::CompressionParams> to_fb(flatbuffers::FlatBufferBuilder &b, const CompressionConfig &c) {

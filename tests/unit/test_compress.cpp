@@ -287,7 +287,8 @@ TEST(Compression, NoneAndFullBudgetReproduceUncompressedLogitsExactly) {
   const std::vector<int32_t> toks = text_tokens(100);
   const std::vector<int32_t> prefix(toks.begin(), toks.begin() + 70), cont(toks.begin() + 70, toks.end());
   const std::vector<float> ref = run_with(CompressionConfig{}, prefix, cont);
-  for (PolicyKind p : {PolicyKind::infokv, PolicyKind::snapkv, PolicyKind::h2o, PolicyKind::streaming, PolicyKind::tova, PolicyKind::pyramidkv}) {
+  for (PolicyKind p : {PolicyKind::infokv, PolicyKind::snapkv, PolicyKind::h2o, PolicyKind::streaming, PolicyKind::tova, PolicyKind::pyramidkv,
+                        PolicyKind::auto_}) {
     CompressionConfig c;
     c.policy = p;
     c.budget_fraction = 1.0;
@@ -300,7 +301,8 @@ TEST(Compression, QuarterBudgetFreesThreeQuartersOfTheBlocks) {
   const std::vector<int32_t> prefix(toks.begin(), toks.begin() + 128), cont(toks.begin() + 128, toks.end());
   int64_t full = 0, compressed = 0;
   run_with(CompressionConfig{}, prefix, cont, &full);
-  for (PolicyKind p : {PolicyKind::infokv, PolicyKind::snapkv, PolicyKind::h2o, PolicyKind::streaming, PolicyKind::tova, PolicyKind::pyramidkv}) {
+  for (PolicyKind p : {PolicyKind::infokv, PolicyKind::snapkv, PolicyKind::h2o, PolicyKind::streaming, PolicyKind::tova, PolicyKind::pyramidkv,
+                        PolicyKind::auto_}) {
     CompressionConfig c;
     c.policy = p;
     c.budget_fraction = 0.25;

@@ -186,6 +186,9 @@ IKV_API int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, cons
 #define IKV_POLICY_STREAMING 4
 #define IKV_POLICY_TOVA 5
 #define IKV_POLICY_PYRAMIDKV 6
+/* Chooses per sequence and per layer which evidence ranks the tokens and how the budget is spread across layers
+ * (README "auto"); with max_loss > 0 it needs no budget. */
+#define IKV_POLICY_AUTO 7
 
 /* Layer budget shapes. */
 #define IKV_SHAPE_UNIFORM 0

@@ -1,0 +1,299 @@
+#include "compress/auto_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "util/error.hpp"
+
+namespace infokv {
+
+namespace {
+
+// Rows of the observation window held out to measure the loss: the latest ones, up to 8 and at most half.
+int32_t held_out_rows(int32_t rows) { return std::max(1, std::min(8, rows / 2)); }
+
+struct WindowProbs {
+  int32_t rows = 0;              // query rows used (the latest ones)
+  std::vector<int32_t> vis;      // [rows]: slots each row sees
+  std::vector<float> p;          // [rows][n_heads][n]: attention probabilities per head
+};
+
+WindowProbs window_probs_per_head(const AutoLayerInput &in, int32_t rows_wanted) {
+  const LayerScoreInput &s = in.score;
+  const LayerSlots &S = *s.slots;
+  const int32_t n = S.n(), nh = s.n_heads, hd = s.head_dim, kvh = in.n_kv_heads;
+  const int32_t group = std::max(1, nh / std::max(1, kvh));
+  const int32_t qd = nh * hd;
+  const auto have = static_cast<int32_t>(s.window_pos->size());
+  WindowProbs w;
+  w.rows = std::max(0, std::min(rows_wanted, have));
+  w.vis.resize(static_cast<size_t>(w.rows));
+  w.p.assign(static_cast<size_t>(w.rows) * static_cast<size_t>(nh) * static_cast<size_t>(n), 0.0f);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> logit(static_cast<size_t>(n));
+  for (int32_t r = 0; r < w.rows; ++r) {
+    const int32_t src = have - w.rows + r;
+    const int32_t pos = (*s.window_pos)[static_cast<size_t>(src)];
+    const auto vis = static_cast<int32_t>(std::upper_bound(S.pos.begin(), S.pos.end(), pos) - S.pos.begin());
+    w.vis[static_cast<size_t>(r)] = vis;
+    const float *q = s.window_q->data() + static_cast<int64_t>(src) * qd;
+    for (int32_t h = 0; h < nh; ++h) {
+      const float *qh = q + static_cast<int64_t>(h) * hd;
+      const int32_t kh = std::min(kvh - 1, h / group);
+      float mx = -INFINITY;
+      for (int32_t j = 0; j < vis; ++j) {
+        const float *k = in.k + (static_cast<int64_t>(j) * kvh + kh) * hd;
+        float d = 0;
+        for (int32_t t = 0; t < hd; ++t) d += qh[t] * k[t];
+        logit[static_cast<size_t>(j)] = d * scale;
+        mx = std::max(mx, d * scale);
+      }
+      float *pr = w.p.data() + (static_cast<int64_t>(r) * nh + h) * n;
+      double z = 0;
+      for (int32_t j = 0; j < vis; ++j) {
+        pr[j] = std::exp(logit[static_cast<size_t>(j)] - mx);
+        z += pr[j];
+      }
+      if (z > 0)
+        for (int32_t j = 0; j < vis; ++j) pr[j] = static_cast<float>(pr[j] / z);
+    }
+  }
+  return w;
+}
+
+// Mean over heads and the rows [r0, r1) of the probabilities each of the first n_cand slots receives.
+std::vector<float> mean_attention(const WindowProbs &w, int32_t nh, int32_t n, int32_t n_cand, int32_t r0, int32_t r1) {
+  std::vector<float> a(static_cast<size_t>(n_cand), 0.0f);
+  int32_t used = 0;
+  for (int32_t r = r0; r < r1; ++r) {
+    if (w.vis[static_cast<size_t>(r)] == 0) continue;
+    ++used;
+    for (int32_t h = 0; h < nh; ++h) {
+      const float *pr = w.p.data() + (static_cast<int64_t>(r) * nh + h) * n;
+      for (int32_t j = 0; j < n_cand; ++j) a[static_cast<size_t>(j)] += pr[j];
+    }
+  }
+  if (used > 0)
+    for (float &v : a) v /= static_cast<float>(used * nh);
+  return a;
+}
+
+// Every kind of evidence's scores over the candidates, from the window rows [r0, r1).
+std::vector<std::vector<float>> evidence_scores(const CompressionConfig &c, const AutoLayerInput &in, const WindowProbs &w,
+                                                int32_t n_cand, int32_t r0, int32_t r1) {
+  const LayerScoreInput &s = in.score;
+  const LayerSlots &S = *s.slots;
+  const int32_t n = S.n(), nh = s.n_heads, hd = s.head_dim, kvh = in.n_kv_heads;
+  std::vector<std::vector<float>> out(static_cast<size_t>(kEvidenceKinds), std::vector<float>(static_cast<size_t>(n_cand), 0.0f));
+  const int32_t kernel = s.prefill ? c.pool_kernel_prefill : c.pool_kernel_decode;
+  std::vector<float> a = pool_and_normalise(mean_attention(w, nh, n, n_cand, r0, r1), kernel);
+  {
+    std::vector<float> d(S.imp[kImpRepChange].begin(), S.imp[kImpRepChange].begin() + n_cand);
+    std::vector<float> h(S.imp[kImpEntropy].begin(), S.imp[kImpEntropy].begin() + n_cand);
+    out[static_cast<size_t>(Evidence::infokv)] = infokv_mix(a, d, h, c.alpha, c.tau);
+  }
+  out[static_cast<size_t>(Evidence::window_attention)] = std::move(a);
+  for (int32_t j = 0; j < n_cand; ++j) {
+    const float cnt = S.imp[kImpAttnCount][static_cast<size_t>(j)];
+    out[static_cast<size_t>(Evidence::accumulated_attention)][static_cast<size_t>(j)] =
+        cnt > 0 ? S.imp[kImpAttnAcc][static_cast<size_t>(j)] / cnt : 0.0f;
+  }
+  if (r1 > r0) out[static_cast<size_t>(Evidence::last_query)] = mean_attention(w, nh, n, n_cand, r1 - 1, r1);
+  for (int32_t j = 0; j < n_cand; ++j)
+    out[static_cast<size_t>(Evidence::recency)][static_cast<size_t>(j)] = j < c.sink ? INFINITY : static_cast<float>(j);
+  for (int32_t j = 0; j < n_cand; ++j) {
+    double sq = 0;
+    for (int32_t t = 0; t < kvh * hd; ++t) {
+      const float x = in.k[static_cast<int64_t>(j) * kvh * hd + t];
+      sq += static_cast<double>(x) * x;
+    }
+    out[static_cast<size_t>(Evidence::key_norm)][static_cast<size_t>(j)] = -static_cast<float>(std::sqrt(sq / kvh));
+  }
+  return out;
+}
+
+// Candidates (not always kept) in rank order: highest score first, ties to the later slot.
+std::vector<int32_t> rank_order(const std::vector<float> &score, const std::vector<char> &fixed) {
+  std::vector<int32_t> idx;
+  for (int32_t j = 0; j < static_cast<int32_t>(score.size()); ++j)
+    if (!fixed[static_cast<size_t>(j)]) idx.push_back(j);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    const float sa = score[static_cast<size_t>(a)], sb = score[static_cast<size_t>(b)];
+    return sa != sb ? sa > sb : a > b;
+  });
+  return idx;
+}
+
+}  // namespace
+
+const char *evidence_name(Evidence e) {
+  switch (e) {
+    case Evidence::window_attention: return "window_attention";
+    case Evidence::infokv: return "infokv";
+    case Evidence::accumulated_attention: return "accumulated_attention";
+    case Evidence::last_query: return "last_query";
+    case Evidence::recency: return "recency";
+    case Evidence::key_norm: return "key_norm";
+  }
+  return "unknown";
+}
+
+float AutoLayerCurves::best_loss(size_t g, Evidence *which) const {
+  float best = INFINITY;
+  for (size_t e = 0; e < loss.size(); ++e) {
+    if (loss[e][g] < best) {
+      best = loss[e][g];
+      if (which != nullptr) *which = static_cast<Evidence>(e);
+    }
+  }
+  return best;
+}
+
+AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerInput &in, int32_t window, int32_t block_size) {
+  const LayerScoreInput &s = in.score;
+  const LayerSlots &S = *s.slots;
+  const int32_t n = S.n(), nh = s.n_heads, hd = s.head_dim, kvh = in.n_kv_heads;
+  const int32_t group = std::max(1, nh / std::max(1, kvh));
+  AutoLayerCurves cv;
+  cv.n = n;
+  cv.window = std::max(0, std::min(window, n));
+  const int32_t n_cand = n - cv.window;
+  // Always kept: the window and the never-evicted spans.
+  std::vector<char> fixed(static_cast<size_t>(n_cand), 0);
+  if (s.spans != nullptr) {
+    for (const ProtectedSpan &sp : *s.spans) {
+      if (sp.fair) continue;
+      const auto lo = std::lower_bound(S.pos.begin(), S.pos.begin() + n_cand, sp.begin);
+      const auto hi = std::lower_bound(lo, S.pos.begin() + n_cand, sp.end);
+      for (auto it = lo; it != hi; ++it) fixed[static_cast<size_t>(it - S.pos.begin())] = 1;
+    }
+  }
+  const int32_t n_fixed = cv.window + static_cast<int32_t>(std::count(fixed.begin(), fixed.end(), 1));
+  cv.grid.push_back(n_fixed);
+  for (int32_t b = (n_fixed / block_size + 1) * block_size; b < n; b += block_size) cv.grid.push_back(b);
+  if (n > n_fixed) cv.grid.push_back(n);
+
+  const WindowProbs w = window_probs_per_head(in, std::max(cv.window, 1));
+  const int32_t H = w.rows > 1 ? held_out_rows(w.rows) : w.rows;
+  const int32_t r_score = w.rows - H > 0 ? w.rows - H : w.rows;  // scoring rows [0, r_score); held out [rows - H, rows)
+  cv.scores = evidence_scores(c, in, w, n_cand, 0, w.rows);
+  const std::vector<std::vector<float>> ranked_by = r_score == w.rows ? cv.scores : evidence_scores(c, in, w, n_cand, 0, r_score);
+
+  // The held-out rows' probabilities, slot-major for the pass below, and their full outputs.
+  const int32_t E = H * nh;  // (row, head) pairs
+  const int32_t r_eval = w.rows - H;
+  std::vector<float> pe(static_cast<size_t>(n) * static_cast<size_t>(E), 0.0f);
+  for (int32_t r = 0; r < H; ++r)
+    for (int32_t h = 0; h < nh; ++h) {
+      const float *pr = w.p.data() + (static_cast<int64_t>(r_eval + r) * nh + h) * n;
+      for (int32_t j = 0; j < n; ++j) pe[static_cast<size_t>(j) * E + r * nh + h] = pr[j];
+    }
+  std::vector<double> full(static_cast<size_t>(E) * hd, 0.0), base(static_cast<size_t>(E) * hd, 0.0);
+  std::vector<double> zbase(static_cast<size_t>(E), 0.0);
+  auto add_slot = [&](std::vector<double> &num, std::vector<double> *z, int32_t j) {
+    const float *pj = pe.data() + static_cast<size_t>(j) * E;
+    for (int32_t e = 0; e < E; ++e) {
+      const float p = pj[e];
+      if (p == 0.0f) continue;
+      const float *v = in.v + (static_cast<int64_t>(j) * kvh + std::min(kvh - 1, (e % nh) / group)) * hd;
+      double *o = num.data() + static_cast<size_t>(e) * hd;
+      for (int32_t t = 0; t < hd; ++t) o[t] += static_cast<double>(p) * v[t];
+      if (z != nullptr) (*z)[static_cast<size_t>(e)] += p;
+    }
+  };
+  for (int32_t j = 0; j < n; ++j) add_slot(full, nullptr, j);
+  for (int32_t j = 0; j < n; ++j)
+    if (j >= n_cand || fixed[static_cast<size_t>(j)]) add_slot(base, &zbase, j);
+  double norm = 0;
+  for (double x : full) norm += x * x;
+  norm = std::max(norm, 1e-30);
+  auto loss_of = [&](const std::vector<double> &num, const std::vector<double> &z) {
+    double err = 0;
+    for (int32_t e = 0; e < E; ++e) {
+      const double zz = z[static_cast<size_t>(e)];
+      const double *o = num.data() + static_cast<size_t>(e) * hd, *f = full.data() + static_cast<size_t>(e) * hd;
+      for (int32_t t = 0; t < hd; ++t) {
+        const double d = f[t] - (zz > 0 ? o[t] / zz : 0.0);
+        err += d * d;
+      }
+    }
+    return static_cast<float>(err / norm);
+  };
+
+  cv.loss.assign(static_cast<size_t>(kEvidenceKinds), std::vector<float>(cv.grid.size(), 0.0f));
+  for (int32_t ev = 0; ev < kEvidenceKinds; ++ev) {
+    std::vector<float> &curve = cv.loss[static_cast<size_t>(ev)];
+    if (H == 0) continue;  // no window rows: nothing to measure, every evidence looks alike
+    const std::vector<int32_t> order = rank_order(ranked_by[static_cast<size_t>(ev)], fixed);
+    std::vector<double> num = base, z = zbase;
+    size_t g = 0;
+    int32_t kept = n_fixed;
+    curve[g++] = loss_of(num, z);
+    for (int32_t j : order) {
+      add_slot(num, &z, j);
+      ++kept;
+      if (g < cv.grid.size() && kept == cv.grid[g]) curve[g++] = loss_of(num, z);
+    }
+  }
+  return cv;
+}
+
+std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int32_t block_size, int64_t total_blocks,
+                                double max_loss, const std::vector<int32_t> &floor) {
+  const size_t L = layers.size();
+  auto blocks = [&](int32_t tokens) { return static_cast<int64_t>((tokens + block_size - 1) / block_size); };
+  std::vector<size_t> at(L, 0);
+  int64_t used = 0;
+  double loss_sum = 0;
+  for (size_t l = 0; l < L; ++l) {
+    const AutoLayerCurves &cv = layers[l];
+    const int32_t fl = l < floor.size() ? floor[l] : 0;
+    while (at[l] + 1 < cv.grid.size() && cv.grid[at[l]] < fl) ++at[l];
+    used += blocks(cv.grid[at[l]]);
+    loss_sum += cv.best_loss(at[l]);
+  }
+  const bool target = total_blocks <= 0;
+  // Greedy on the lower convex hull: the move (one layer to a larger budget, up to kLook grid steps ahead) that
+  // lowers the loss most per block, while it fits.
+  constexpr size_t kLook = 16;
+  while (true) {
+    if (target && loss_sum <= max_loss * static_cast<double>(L)) break;
+    double best_rate = -INFINITY;
+    size_t best_l = L, best_g = 0;
+    for (size_t l = 0; l < L; ++l) {
+      const AutoLayerCurves &cv = layers[l];
+      const float cur = cv.best_loss(at[l]);
+      for (size_t g = at[l] + 1; g < cv.grid.size() && g <= at[l] + kLook; ++g) {
+        const int64_t extra = blocks(cv.grid[g]) - blocks(cv.grid[at[l]]);
+        if (!target && used + extra > total_blocks) break;
+        const double rate = (static_cast<double>(cur) - cv.best_loss(g)) / static_cast<double>(std::max<int64_t>(extra, 1));
+        if (rate > best_rate) {
+          best_rate = rate;
+          best_l = l;
+          best_g = g;
+        }
+      }
+    }
+    if (best_l == L) break;
+    const AutoLayerCurves &cv = layers[best_l];
+    used += blocks(cv.grid[best_g]) - blocks(cv.grid[at[best_l]]);
+    loss_sum += static_cast<double>(cv.best_loss(best_g)) - cv.best_loss(at[best_l]);
+    at[best_l] = best_g;
+  }
+  return at;
+}
+
+std::vector<int32_t> auto_select_layer(const CompressionConfig &c, const AutoLayerInput &in, const AutoLayerCurves &cv,
+                                       size_t g, AutoLayerChoice *choice) {
+  Evidence ev = Evidence::window_attention;
+  const float loss = cv.best_loss(g, &ev);
+  const int32_t budget = cv.grid[g];
+  choice->evidence = ev;
+  choice->alpha = ev == Evidence::infokv ? c.alpha : 1.0f;
+  choice->budget = std::min(budget, cv.n);
+  choice->loss = std::isfinite(loss) ? loss : 0.0f;
+  return select_with_scores(in.score, budget, cv.window, cv.scores[static_cast<size_t>(ev)], ev == Evidence::recency);
+}
+
+}  // namespace infokv

@@ -1,0 +1,90 @@
+// The `auto` policy (DESIGN.md §4, "choosing for the user"): per sequence and per layer it chooses which evidence
+// ranks the cached tokens and how the budget is spread across layers, from what the running sequence shows, with
+// no second forward pass.
+//
+// The proxy. For each layer, the observation window's last query rows are held out; every kind of evidence ranks
+// the candidates using only what comes before them (the other window rows, the accumulated attention, entropy,
+// positions, keys), and for every budget on a block grid the held-out rows' attention output is recomputed over the
+// kept set and compared with their output over the whole cache:
+//
+//     loss_l(evidence, b) = sum_{rows, heads} |o_full - o_kept|^2 / sum_{rows, heads} |o_full|^2
+//
+// (relative squared error of the attention output before the output projection). Kept sets of one ranking are
+// nested, so one pass over the candidates in rank order gives the whole curve: the cost is one attention of the
+// held-out rows per kind of evidence, about as much as scoring the window once per kind.
+//
+// The choice. Each layer takes, at each budget, the evidence with the lowest loss; the budget (whole blocks) goes
+// to the layers where one more block lowers the loss most (greedy on the lower convex hull), with the same total
+// blocks as a uniform budget (or, with a quality target, as few blocks as keep the mean loss at or under it).
+// Then each layer's kept set is selected by its evidence recomputed on every window row.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compress/scores.hpp"
+
+namespace infokv {
+
+// What ranks a layer's tokens. Values are stable (snapshots and the C API report them); append only.
+enum class Evidence : int32_t {
+  window_attention = 0,       // SnapKV: attention from the observation window, pooled
+  infokv = 1,                 // window attention mixed with entropy and representation change (alpha)
+  accumulated_attention = 2,  // H2O: mean attention received from every later query
+  last_query = 3,             // TOVA: attention from the latest query
+  recency = 4,                // StreamingLLM: sink tokens and the most recent
+  key_norm = 5,               // small keys draw attention: score = -|k|
+};
+constexpr int32_t kEvidenceKinds = 6;
+const char *evidence_name(Evidence e);  // "window_attention", ...; "unknown" outside the enum
+
+struct AutoLayerChoice {
+  Evidence evidence = Evidence::window_attention;
+  float alpha = 1.0f;     // attention weight in the InfoKV mix (1 when the evidence is not infokv)
+  int32_t budget = 0;     // tokens the layer keeps
+  float loss = 0.0f;      // the proxy loss at that budget (relative attention-output error, held-out rows)
+};
+
+// What auto chose at one compression of one sequence.
+struct AutoReport {
+  std::vector<AutoLayerChoice> layers;
+  double loss = 0.0;         // mean of the layers' proxy losses
+  int64_t tokens = 0;        // tokens kept, all layers
+  int64_t uniform_tokens = 0;  // what a uniform budget would have kept (0 under a quality target)
+  double max_loss = 0.0;     // the quality target it was held to (0: a byte budget)
+  bool empty() const { return layers.empty(); }
+};
+
+// One layer, as auto sees it: the fixed policies' input plus the layer's keys and values as f32 on the host.
+struct AutoLayerInput {
+  LayerScoreInput score;
+  const float *k = nullptr;  // [n, n_kv_heads, head_dim]
+  const float *v = nullptr;
+  int32_t n_kv_heads = 0;
+};
+
+// One layer's measurement: budgets on the grid (tokens kept, ascending: the always-kept set, every block multiple
+// above it, all), the loss of each kind of evidence there, and each kind's final scores over the candidates.
+struct AutoLayerCurves {
+  int32_t n = 0;             // slots the layer holds
+  int32_t window = 0;        // always kept: the last `window` slots
+  std::vector<int32_t> grid;
+  std::vector<std::vector<float>> loss;    // [evidence][grid]
+  std::vector<std::vector<float>> scores;  // [evidence][candidate], from every window row
+  float best_loss(size_t g, Evidence *which = nullptr) const;
+};
+
+// Measures a layer for a compression whose observation window is `window` slots, on a grid of `block_size`.
+AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerInput &in, int32_t window, int32_t block_size);
+
+// Spreads the budget across layers: a grid index per layer. total_blocks > 0: at most that many blocks in all
+// (ceil(budget / block_size) per layer), as few losses as possible; otherwise the fewest blocks whose mean loss is
+// at or under max_loss. `floor[l]` is the least budget (tokens) layer l may get.
+std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int32_t block_size, int64_t total_blocks,
+                                double max_loss, const std::vector<int32_t> &floor);
+
+// The kept slots of one layer at grid index g with its best evidence there; fills `choice`.
+std::vector<int32_t> auto_select_layer(const CompressionConfig &c, const AutoLayerInput &in, const AutoLayerCurves &cv,
+                                       size_t g, AutoLayerChoice *choice);
+
+}  // namespace infokv
