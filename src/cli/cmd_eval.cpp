@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <unistd.h>
 
@@ -45,6 +46,7 @@ namespace {
 struct Row {
   std::string policy;
   double budget = 1.0;
+  double max_loss = 0;  // > 0: auto under this quality target (no budget; the bytes it reached are the result)
   std::vector<double> kl, top1, nll;  // per window
   std::vector<int64_t> kv_bytes, kv_bytes_full;
 };
@@ -67,6 +69,7 @@ void write_svg(const std::string &path, const std::vector<Row> &rows) {
   std::vector<double> budgets;
   for (const Row &r : rows) {
     if (std::find(policies.begin(), policies.end(), r.policy) == policies.end()) policies.push_back(r.policy);
+    if (r.max_loss > 0) continue;  // quality-target rows have no budget to plot against
     if (r.policy != "none") budgets.push_back(r.budget);
   }
   double kl_max = 1e-6, ppl_min = 1e300, ppl_max = 0;
@@ -107,7 +110,8 @@ void write_svg(const std::string &path, const std::vector<Row> &rows) {
     for (size_t pi = 0; pi < policies.size(); ++pi) {
       std::vector<std::pair<double, double>> pts;
       for (const Row &r : rows)
-        if (r.policy == policies[pi] || r.policy == "none") pts.emplace_back(r.budget, is_kl ? mean(r.kl) : std::exp(mean(r.nll)));
+        if (r.max_loss <= 0 && (r.policy == policies[pi] || r.policy == "none"))
+          pts.emplace_back(r.budget, is_kl ? mean(r.kl) : std::exp(mean(r.nll)));
       if (policies[pi] == "none") continue;
       std::sort(pts.begin(), pts.end());
       f << "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"" << colors[pi % 8] << "\" points=\"";
@@ -128,7 +132,8 @@ void write_svg(const std::string &path, const std::vector<Row> &rows) {
 }  // namespace
 
 int cmd_eval(int argc, char **argv) {
-  std::set<std::string> valued = {"model", "file", "prefix", "continuation", "policies", "budgets", "plot", "windows", "offset"};
+  std::set<std::string> valued = {"model",   "file",   "prefix", "continuation", "policies",
+                                  "budgets", "plot",   "windows", "offset",      "max-losses"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json", "chunked-prefill"});
   // --chunked-prefill: each policy and budget prefills the prefix as a long prompt is prefilled in generate
@@ -153,6 +158,17 @@ int cmd_eval(int argc, char **argv) {
     if (tk > 0) fail(Status::invalid_argument, "eval budgets are fractions of the prefix (e.g. 0.25 or 25%)");
     budgets.push_back(fr);
   }
+  // --max-losses E1,E2: auto under each quality target (no budget), reporting the bytes it reached.
+  std::vector<double> max_losses;
+  for (const auto &e : split_list(a.str("max-losses", ""))) {
+    char *end = nullptr;
+    const double v = std::strtod(e.c_str(), &end);
+    if (end == e.c_str() || *end != '\0' || !(v > 0 && std::isfinite(v)))
+      fail(Status::invalid_argument, "--max-losses takes positive numbers (the proxy loss auto may reach), got '" + e + "'");
+    max_losses.push_back(v);
+  }
+  if (!max_losses.empty() && chunked) fail(Status::invalid_argument, "--max-losses is measured on a full-cache prefix, not with --chunked-prefill");
+  if (!max_losses.empty() && std::find(policies.begin(), policies.end(), "auto") == policies.end()) policies.push_back("auto");
   SessionOptions base = session_options_from(a);
   auto model = Model::load(path);
   const Tokenizer &tok = model->tokenizer();
@@ -169,9 +185,12 @@ int cmd_eval(int argc, char **argv) {
   }
   const bool progress = isatty(2) != 0;
   std::vector<Row> rows;
-  rows.push_back(Row{"none", 1.0, {}, {}, {}, {}, {}});
-  for (const auto &p : policies)
-    for (double b : budgets) rows.push_back(Row{p, b, {}, {}, {}, {}, {}});
+  rows.push_back(Row{"none", 1.0, 0.0, {}, {}, {}, {}, {}});
+  for (const auto &p : policies) {
+    for (double b : budgets) rows.push_back(Row{p, b, 0.0, {}, {}, {}, {}, {}});
+    if (p == "auto")
+      for (double e : max_losses) rows.push_back(Row{p, 0.0, e, {}, {}, {}, {}, {}});
+  }
   size_t done = 0;
   const size_t total = static_cast<size_t>(windows) * (1 + policies.size());
   for (int64_t w = 0; w < windows; ++w) {
@@ -255,6 +274,20 @@ int cmd_eval(int argc, char **argv) {
         score(rows[ri++], s.batch_logits(), bytes);
         s.remove_sequence(f);
       }
+      if (pname == "auto") {
+        for (double e : max_losses) {
+          const int32_t f = s.fork_sequence(id);
+          s.compression().max_loss = e;
+          s.compress(f, 0);
+          s.compression().max_loss = 0;
+          const int64_t bytes = s.info(f).bytes;
+          std::vector<BatchToken> cont;
+          for (int64_t i = N; i < N + M; ++i) cont.push_back({f, seq[static_cast<size_t>(i)], true});
+          s.decode(cont);
+          score(rows[ri++], s.batch_logits(), bytes);
+          s.remove_sequence(f);
+        }
+      }
       if (progress) std::fprintf(stderr, "\reval: window %lld/%lld, %zu/%zu runs", static_cast<long long>(w + 1), static_cast<long long>(windows), ++done, total);
     }
   }
@@ -272,7 +305,7 @@ int cmd_eval(int argc, char **argv) {
         bytes += static_cast<double>(r.kv_bytes[k]);
         full_b += static_cast<double>(r.kv_bytes_full[k]);
       }
-      o.str("policy", r.policy).num("budget", r.budget).num("ppl", std::exp(mean(r.nll))).num("kl", mean(r.kl))
+      o.str("policy", r.policy).num("budget", r.budget).num("max_loss", r.max_loss).num("ppl", std::exp(mean(r.nll))).num("kl", mean(r.kl))
           .num("top1", mean(r.top1)).integer("kv_bytes", static_cast<int64_t>(std::llround(bytes / r.kv_bytes.size())))
           .integer("kv_bytes_full", static_cast<int64_t>(std::llround(full_b / r.kv_bytes.size())))
           .num("kl_median", median(r.kl)).num("top1_median", median(r.top1)).num("ppl_median", median(ppl))
@@ -299,8 +332,10 @@ int cmd_eval(int argc, char **argv) {
         bytes += static_cast<double>(r.kv_bytes[k]);
         full_b += static_cast<double>(r.kv_bytes_full[k]);
       }
-      std::printf("%-10s %6.1f%% %10.4f %10.5f %10.5f %7.3f %12.0f %7.1f%%\n", r.policy.c_str(), r.budget * 100,
-                  std::exp(mean(r.nll)), mean(r.kl), median(r.kl), mean(r.top1), bytes / r.kv_bytes.size(),
+      char budget[32];
+      if (r.max_loss > 0) std::snprintf(budget, sizeof budget, "<=%g", r.max_loss);
+      else std::snprintf(budget, sizeof budget, "%.1f%%", r.budget * 100);
+      std::printf("%-10s %7s %10.4f %10.5f %10.5f %7.3f %12.0f %7.1f%%\n", r.policy.c_str(), budget, std::exp(mean(r.nll)), mean(r.kl), median(r.kl), mean(r.top1), bytes / r.kv_bytes.size(),
                   100.0 * bytes / full_b);
     }
   }

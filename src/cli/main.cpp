@@ -53,7 +53,8 @@ const char *kOptions =
     "          --entropy-top-k K (256) --pool-kernel-prefill 5 --pool-kernel-decode 7\n"
     "          --budget-shape uniform|pyramid --beta B (20) --sink N (4)\n"
     "eval:     --prefix N --continuation M --policies LIST --budgets LIST --windows K (1) --offset T (0) --plot F.svg\n"
-    "          --chunked-prefill (prefill the prefix in --ubatch chunks, compressing between them)\n";
+    "          --chunked-prefill (prefill the prefix in --ubatch chunks, compressing between them)\n"
+    "          --max-losses E1,E2 (also auto under each quality target, no budget: the bytes it reached)\n";
 
 }  // namespace
 

@@ -2,6 +2,9 @@
 // overhead, bytes per cached token. Counters report tokens/s of wall time; run with --benchmark_counters_tabular=true.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <string>
+
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "test_paths.hpp"
@@ -152,7 +155,7 @@ void CompressStep(benchmark::State &st) {
   }
   st.SetLabel(policy_name(policy));
 }
-BENCHMARK(CompressStep)->ArgNames({"policy"})->DenseRange(1, 6)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(CompressStep)->ArgNames({"policy"})->DenseRange(1, 7)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Decode at a long context (1536 tokens) with the full cache and with a 25% cache.
 void DecodeLongContext(benchmark::State &st) {
@@ -199,5 +202,59 @@ void BytesPerToken(benchmark::State &st) {
   st.SetLabel(kv_dtype_name(dt));
 }
 BENCHMARK(BytesPerToken)->DenseRange(1, 3)->Iterations(1);
+
+// What choosing costs on a real model (SmolLM2-135M, $INFOKV_SMOLLM2 or the fetched file): one compression of a
+// 2,048-token context to 25% against the 1,024 decode steps of the default interval at that context, for auto and
+// for snapkv (the fixed policy auto's window scoring comes from), and decode speed with each policy's side channels
+// on. Counters: decode_ms (one step), compress_ms (one compression), overhead_% = compress_ms / (1024 x decode_ms).
+void ChooseOverhead(benchmark::State &st) {
+  const std::string path = infokv_test::smollm2_path();
+  std::shared_ptr<const Model> m;
+  try {
+    m = Model::load(path);
+  } catch (const std::exception &e) {
+    st.SkipWithError(("SmolLM2 not found (packaging/fetch_models.sh; $INFOKV_SMOLLM2): " + std::string(e.what())).c_str());
+    return;
+  }
+  const auto policy = static_cast<PolicyKind>(st.range(0));
+  SessionOptions o;
+  o.n_threads = static_cast<int32_t>(st.range(1));
+  o.compression.policy = policy;
+  o.compression.budget_fraction = 0.25;
+  o.compression.compress_after_prefill = false;
+  o.compression.interval = 1 << 30;
+  Session s(m, o);
+  const int32_t id = s.add_sequence();
+  std::vector<BatchToken> b;
+  for (int32_t t : tokens(2048)) b.push_back({id, t, false});
+  s.decode(b);
+  // Decode speed at this context, side channels on: 32 steps, then truncated back.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 32; ++i) s.decode({{id, 11, false}});
+  const double decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 32.0;
+  s.truncate(id, 2048);
+  double compress_ms = 0;
+  int64_t n = 0;
+  for (auto _ : st) {
+    st.PauseTiming();
+    const int32_t f = s.fork_sequence(id);
+    st.ResumeTiming();
+    const auto c0 = std::chrono::steady_clock::now();
+    if (policy != PolicyKind::none) s.compress(f, 512);  // none: only the decode speed without side channels
+    compress_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
+    ++n;
+    st.PauseTiming();
+    s.remove_sequence(f);
+    st.ResumeTiming();
+  }
+  compress_ms /= static_cast<double>(std::max<int64_t>(n, 1));
+  st.SetLabel(policy_name(policy));
+  st.counters["decode_ms"] = decode_ms;
+  st.counters["compress_ms"] = compress_ms;
+  st.counters["overhead_%"] = 100.0 * compress_ms / (1024.0 * decode_ms);
+}
+BENCHMARK(ChooseOverhead)->ArgNames({"policy", "threads"})->Args({static_cast<int>(PolicyKind::none), 2})
+    ->Args({static_cast<int>(PolicyKind::snapkv), 2})
+    ->Args({static_cast<int>(PolicyKind::auto_), 2})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 
 }  // namespace
