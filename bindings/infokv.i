@@ -9,7 +9,8 @@
  *   handle outputs      T **out                                  (any opaque handle: model, session, config...)
  *   scalar outputs      int32_t/int64_t/uint32_t/uint64_t/size_t/double *out, *out_seq, *out_token, *out_len,
  *                       *out_count, *out_size, *out_value, *out_bytes, *out_id, *out_version, *out_status,
- *                       *out_blocks, *out_cost_per_block
+ *                       *out_blocks, *out_cost_per_block, *out_layers, *out_kept_tokens, *out_uniform_tokens,
+ *                       *out_loss, *out_max_loss, *out_evidence, *out_budget, *out_alpha
  *   byte buffers out    (char *out, size_t capacity)  (void *out, size_t capacity)  (uint8_t *out, size_t capacity)
  *   token buffers out   (int32_t *out_tokens, size_t capacity)  (int32_t *out_ids|out_seqs, size_t capacity)
  *   float buffers out   (float *out, size_t capacity)
@@ -107,6 +108,14 @@ IKV_PY_SCALAR_OUT1(TYPE, out_version, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_status, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_blocks, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_cost_per_block, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_layers, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_kept_tokens, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_uniform_tokens, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_loss, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_max_loss, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_evidence, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_budget, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_alpha, FROM)
 %enddef
 IKV_PY_SCALAR_OUT(int32_t, PyLong_FromLong)
 IKV_PY_SCALAR_OUT(uint32_t, PyLong_FromUnsignedLong)
@@ -345,6 +354,14 @@ IKV_JAVA_SCALAR_OUT1(TYPE, out_version, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_status, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_blocks, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_cost_per_block, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_layers, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_kept_tokens, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_uniform_tokens, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_loss, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_max_loss, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_evidence, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_budget, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_alpha, JNIARR, JARR, JELEM, SETTER)
 %enddef
 IKV_JAVA_SCALAR_OUT(int32_t, jintArray, int[], jint, SetIntArrayRegion)
 IKV_JAVA_SCALAR_OUT(uint32_t, jlongArray, long[], jlong, SetLongArrayRegion)
@@ -465,16 +482,20 @@ extern int32_t ikvGoTokenTrampoline(void *user_data, int32_t token, char *text, 
 %define IKV_GO_SCALAR_OUT(TYPE, GOTYPE)
 %typemap(gotype) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
-    TYPE *out_blocks, TYPE *out_cost_per_block "*GOTYPE"
+    TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
+    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha "*GOTYPE"
 %typemap(imtype) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
-    TYPE *out_blocks, TYPE *out_cost_per_block "*GOTYPE"
+    TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
+    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha "*GOTYPE"
 %typemap(in, noblock=1) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
-    TYPE *out_blocks, TYPE *out_cost_per_block { $1 = ($1_ltype)$input; }
+    TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
+    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha { $1 = ($1_ltype)$input; }
 %typemap(argout) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
-    TYPE *out_blocks, TYPE *out_cost_per_block ""
+    TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
+    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha ""
 %enddef
 IKV_GO_SCALAR_OUT(int32_t, int32)
 IKV_GO_SCALAR_OUT(uint32_t, uint32)

@@ -41,7 +41,24 @@ const (
 	PolicyStreaming = capi.IKV_POLICY_STREAMING
 	PolicyTOVA      = capi.IKV_POLICY_TOVA
 	PolicyPyramidKV = capi.IKV_POLICY_PYRAMIDKV
+	// PolicyAuto chooses per layer what ranks the tokens and how the budget is spread (Session.AutoReport); with
+	// WithMaxLoss it needs no budget.
+	PolicyAuto = capi.IKV_POLICY_AUTO
 )
+
+// What ranked a layer's tokens under PolicyAuto (AutoLayer.Evidence; IKV_EVIDENCE_*).
+const (
+	EvidenceWindowAttention      = capi.IKV_EVIDENCE_WINDOW_ATTENTION
+	EvidenceInfoKV               = capi.IKV_EVIDENCE_INFOKV
+	EvidenceAccumulatedAttention = capi.IKV_EVIDENCE_ACCUMULATED_ATTENTION
+	EvidenceLastQuery            = capi.IKV_EVIDENCE_LAST_QUERY
+	EvidenceRecency              = capi.IKV_EVIDENCE_RECENCY
+	EvidenceKeyNorm              = capi.IKV_EVIDENCE_KEY_NORM
+)
+
+// EvidenceName is the name of an Evidence* value ("window_attention", "infokv", "accumulated_attention",
+// "last_query", "recency", "key_norm"); "unknown" for any other value.
+func EvidenceName(evidence int) string { return capi.Ikv_evidence_name(evidence) }
 
 // KV element types (IKV_KV_F32 ...).
 const (
@@ -233,6 +250,13 @@ func WithKVPoolBytes(n int64) SessionOption {
 // fail with an error matching ErrOutOfRange.
 func WithMaxSequences(n int) SessionOption {
 	return func(o capi.Ikv_session_options) error { o.SetMax_sequences(n); return nil }
+}
+
+// WithMaxLoss gives PolicyAuto a quality target instead of a budget: each compression keeps, per layer, as few tokens
+// as hold the proxy loss at or under it (0: compress to the budget). NewSession fails with ErrInvalidArgument for a
+// negative or non-finite value, or a positive one with another policy.
+func WithMaxLoss(maxLoss float64) SessionOption {
+	return func(o capi.Ikv_session_options) error { o.SetMax_loss(maxLoss); return nil }
 }
 
 // WithPolicy selects the compression policy (PolicyInfoKV, PolicySnapKV, ...); it needs a budget.
@@ -428,6 +452,50 @@ func (s *Session) PressureEstimate(seq int32) (blocks int64, cost float64, err e
 		return capi.Ikv_seq_pressure_estimate(&blocks, &cost, h, int(seq))
 	})
 	return blocks, cost, err
+}
+
+// AutoLayer is one layer of what PolicyAuto chose.
+type AutoLayer struct {
+	Evidence int     // the Evidence* value that ranked the layer's tokens (EvidenceName gives its name)
+	Alpha    float64 // attention weight of the InfoKV mix when Evidence is EvidenceInfoKV; 1 otherwise
+	Budget   int32   // tokens the layer kept
+	Loss     float64 // the layer's proxy loss at that budget
+}
+
+// AutoReport is what PolicyAuto chose at a sequence's latest compression.
+type AutoReport struct {
+	Layers        []AutoLayer // one per model layer
+	Loss          float64     // mean proxy loss (relative error of the observation window's attention output)
+	Tokens        int64       // tokens kept, all layers together
+	UniformTokens int64       // what a uniform budget would have kept; 0 under a quality target
+	MaxLoss       float64     // the quality target it was held to; 0: a byte budget
+}
+
+// AutoReport is what PolicyAuto chose at the sequence's latest compression; nil (and no error) before one, and under
+// other policies. A fork starts with its source's report; a snapshot keeps it.
+func (s *Session) AutoReport(seq int32) (*AutoReport, error) {
+	var r AutoReport
+	var layers int32
+	err := s.with(func(h capi.Struct_SS_ikv_session) int {
+		st := capi.Ikv_seq_auto_report(&layers, &r.Tokens, &r.UniformTokens, &r.Loss, &r.MaxLoss, h, int(seq))
+		if st < 0 {
+			return st
+		}
+		r.Layers = make([]AutoLayer, layers)
+		for l := range r.Layers {
+			var ev int32
+			x := &r.Layers[l]
+			if st = capi.Ikv_seq_auto_layer(&ev, &x.Budget, &x.Alpha, &x.Loss, h, int(seq), l); st < 0 {
+				return st
+			}
+			x.Evidence = int(ev)
+		}
+		return st
+	})
+	if err != nil || layers == 0 {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // KVStat reads one pool statistic (KVBlocksTotal, KVBytesUsed, ...).

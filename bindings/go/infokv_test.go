@@ -462,6 +462,63 @@ func TestPressureEstimateReportsBlocksAndCostAndChangesNothing(t *testing.T) {
 	}
 }
 
+func TestAutoPolicyReportsWhatItChose(t *testing.T) {
+	m := load(t)
+	toks, _ := m.Tokenize(strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 5), true)
+	if infokv.EvidenceName(infokv.EvidenceKeyNorm) != "key_norm" || infokv.EvidenceName(99) != "unknown" {
+		t.Fatal("evidence names")
+	}
+	s, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithBudgetFraction(0.5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if r, err := s.AutoReport(0); r != nil || err != nil {
+		t.Fatalf("before a compression: %v %v", r, err)
+	}
+	if err := s.Decode(0, toks); err != nil { // ~150 tokens, compressed after the prefill
+		t.Fatal(err)
+	}
+	r, err := s.AutoReport(0)
+	if err != nil || r == nil {
+		t.Fatalf("report: %v %v", r, err)
+	}
+	if len(r.Layers) != m.NLayer() {
+		t.Fatalf("%d layers, the model has %d", len(r.Layers), m.NLayer())
+	}
+	var sum int64
+	for l, x := range r.Layers {
+		kept, _ := s.Kept(0, l)
+		if infokv.EvidenceName(x.Evidence) == "unknown" || int64(x.Budget) != kept || x.Loss < 0 {
+			t.Fatalf("layer %d: %+v (kept %d)", l, x, kept)
+		}
+		if (x.Evidence == infokv.EvidenceInfoKV) != (x.Alpha < 1) {
+			t.Fatalf("layer %d: alpha %g with evidence %s", l, x.Alpha, infokv.EvidenceName(x.Evidence))
+		}
+		sum += int64(x.Budget)
+	}
+	if sum != r.Tokens || r.UniformTokens <= 0 || r.MaxLoss != 0 {
+		t.Fatalf("report %+v (budgets sum to %d)", r, sum)
+	}
+	if _, err := s.AutoReport(42); !errors.Is(err, infokv.ErrNotFound) {
+		t.Fatalf("unknown sequence: %v", err)
+	}
+	q, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithMaxLoss(0.05))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if err := q.Decode(0, toks); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := q.AutoReport(0); err != nil || r == nil || r.MaxLoss != 0.05 || r.UniformTokens != 0 || r.Loss > 0.05+1e-6 {
+		t.Fatalf("quality target: %+v %v", r, err)
+	}
+	if _, err := m.NewSession(infokv.WithPolicy(infokv.PolicySnapKV), infokv.WithBudgetFraction(0.5), infokv.WithMaxLoss(0.05)); !errors.Is(err, infokv.ErrInvalidArgument) {
+		t.Fatalf("max loss with snapkv: %v", err)
+	}
+}
+
 func TestClosingTheModelClosesItsSessions(t *testing.T) {
 	m, err := infokv.Load(modelPath(t))
 	if err != nil {

@@ -31,6 +31,14 @@ static_assert(IKV_POLICY_PYRAMIDKV == infokv::policy_row(infokv::PolicyKind::pyr
 static_assert(IKV_POLICY_AUTO == infokv::policy_row(infokv::PolicyKind::auto_).c_value, "policy table: C value");
 static_assert(infokv::kPolicyTable.size() == 8, "a new policy needs its IKV_POLICY_* constant checked here");
 static_assert(IKV_KV_BF16 == static_cast<int32_t>(infokv::KvDtype::bf16), "dtype values must agree");
+// Each IKV_EVIDENCE_* constant against the core's (stable) Evidence values.
+static_assert(IKV_EVIDENCE_WINDOW_ATTENTION == static_cast<int32_t>(infokv::Evidence::window_attention), "evidence values must agree");
+static_assert(IKV_EVIDENCE_INFOKV == static_cast<int32_t>(infokv::Evidence::infokv), "evidence values must agree");
+static_assert(IKV_EVIDENCE_ACCUMULATED_ATTENTION == static_cast<int32_t>(infokv::Evidence::accumulated_attention), "evidence values must agree");
+static_assert(IKV_EVIDENCE_LAST_QUERY == static_cast<int32_t>(infokv::Evidence::last_query), "evidence values must agree");
+static_assert(IKV_EVIDENCE_RECENCY == static_cast<int32_t>(infokv::Evidence::recency), "evidence values must agree");
+static_assert(IKV_EVIDENCE_KEY_NORM == static_cast<int32_t>(infokv::Evidence::key_norm), "evidence values must agree");
+static_assert(infokv::kEvidenceKinds == 6, "a new kind of evidence needs its IKV_EVIDENCE_* constant checked here");
 
 namespace {
 
@@ -58,7 +66,8 @@ int32_t copy_out(char *out, size_t capacity, size_t *out_len, const std::string 
 constexpr size_t kSessionOptionsV1Size = offsetof(ikv_session_options, device);
 constexpr size_t kSessionOptionsV2Size = offsetof(ikv_session_options, device) + sizeof(const char *);
 constexpr size_t kSessionOptionsV3Size = offsetof(ikv_session_options, max_sequences) + sizeof(int32_t);
-static_assert(IKV_SESSION_OPTIONS_VERSION == 3, "a new ikv_session_options revision needs its size and reader here");
+constexpr size_t kSessionOptionsV4Size = offsetof(ikv_session_options, max_loss) + sizeof(double);
+static_assert(IKV_SESSION_OPTIONS_VERSION == 4, "a new ikv_session_options revision needs its size and reader here");
 
 infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   infokv::SessionOptions so;
@@ -75,6 +84,10 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   if (has_v3)
     require(o->struct_size >= kSessionOptionsV3Size,
             "ikv_session_options.struct_size is too small for version 3 (initialise with IKV_SESSION_OPTIONS_INIT)");
+  const bool has_v4 = o->version >= 4;
+  if (has_v4)
+    require(o->struct_size >= kSessionOptionsV4Size,
+            "ikv_session_options.struct_size is too small for version 4 (initialise with IKV_SESSION_OPTIONS_INIT)");
   require(o->n_threads >= 0, "n_threads must be >= 0");
   require(o->kv_dtype >= 1 && o->kv_dtype <= 3, "kv_dtype must be IKV_KV_F32, IKV_KV_F16 or IKV_KV_BF16");
   require(o->block_size >= 0, "block_size must be >= 0");
@@ -105,6 +118,8 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   c.beta = o->beta;
   c.sink = o->sink;
   c.compress_after_prefill = o->compress_after_prefill != 0;
+  // 0 is a byte budget; > 0 is auto's quality target (validate() refuses it with another policy, and a NaN).
+  if (has_v4) c.max_loss = o->max_loss;
   c.validate();
   // NULL and "" mean the default ("cpu"); the Session constructor judges the rest (select_device): a malformed
   // string is invalid_argument, a CUDA device that is not there is no_device. Copied: the caller's string may go.
@@ -419,6 +434,59 @@ int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_per_bloc
     const infokv::Session::PressureCandidate c = sess->session->pressure_estimate(seq);
     *out_blocks = c.blocks;
     *out_cost_per_block = c.cost_per_block;
+    return IKV_OK;
+  });
+}
+
+const char *ikv_evidence_name(int32_t evidence) {
+  if (evidence < 0 || evidence >= infokv::kEvidenceKinds) return "unknown";
+  return infokv::evidence_name(static_cast<infokv::Evidence>(evidence));
+}
+
+int32_t ikv_seq_auto_report(int32_t *out_layers, int64_t *out_kept_tokens, int64_t *out_uniform_tokens, double *out_loss,
+                            double *out_max_loss, const ikv_session *session, int32_t seq) {
+  if (out_layers != nullptr) *out_layers = 0;
+  if (out_kept_tokens != nullptr) *out_kept_tokens = 0;
+  if (out_uniform_tokens != nullptr) *out_uniform_tokens = 0;
+  if (out_loss != nullptr) *out_loss = 0;
+  if (out_max_loss != nullptr) *out_max_loss = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(out_layers != nullptr && out_kept_tokens != nullptr && out_uniform_tokens != nullptr && out_loss != nullptr &&
+                out_max_loss != nullptr,
+            "ikv_seq_auto_report: no output may be NULL");
+    const infokv::AutoReport &r = sess->session->seq_state(seq).auto_report;
+    if (r.empty()) return IKV_OK;  // not compressed under auto (yet): every output stays 0
+    *out_layers = static_cast<int32_t>(r.layers.size());
+    *out_kept_tokens = r.tokens;
+    *out_uniform_tokens = r.uniform_tokens;
+    *out_loss = r.loss;
+    *out_max_loss = r.max_loss;
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_auto_layer(int32_t *out_evidence, int32_t *out_budget, double *out_alpha, double *out_loss,
+                           const ikv_session *session, int32_t seq, int32_t layer) {
+  if (out_evidence != nullptr) *out_evidence = -1;
+  if (out_budget != nullptr) *out_budget = 0;
+  if (out_alpha != nullptr) *out_alpha = 0;
+  if (out_loss != nullptr) *out_loss = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(out_evidence != nullptr && out_budget != nullptr && out_alpha != nullptr && out_loss != nullptr,
+            "ikv_seq_auto_layer: no output may be NULL");
+    const infokv::AutoReport &r = sess->session->seq_state(seq).auto_report;
+    if (r.empty())
+      fail(Status::out_of_range, "sequence " + std::to_string(seq) + " has no auto report (it has not been compressed under policy auto)");
+    if (layer < 0 || static_cast<size_t>(layer) >= r.layers.size())
+      fail(Status::out_of_range, "layer " + std::to_string(layer) + " is outside the auto report's " +
+                                     std::to_string(r.layers.size()) + " layers");
+    const infokv::AutoLayerChoice &ch = r.layers[static_cast<size_t>(layer)];
+    *out_evidence = static_cast<int32_t>(ch.evidence);
+    *out_budget = ch.budget;
+    *out_alpha = ch.alpha;
+    *out_loss = ch.loss;
     return IKV_OK;
   });
 }

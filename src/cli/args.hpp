@@ -57,7 +57,7 @@ const std::set<std::string> &session_option_names();
 // --config FILE (JSON, or the binary form) as the base, each flag given overriding it.
 SessionOptions session_options_from(const Args &a);
 SessionOptions session_options_from(const Args &a, const SessionOptions &base);
-// The --policy/--budget/... part alone (policy none when neither --policy nor the base sets one).
+// The --policy/--budget/--max-loss/... part alone (policy none when neither --policy nor the base sets one).
 CompressionConfig compression_from(const Args &a);
 CompressionConfig compression_from(const Args &a, const CompressionConfig &base);
 // The config named by --config (defaults without one). Throws Error(invalid_argument) naming the file and field.

@@ -6,6 +6,7 @@
 #include "cli/args.hpp"
 #include "cli/json.hpp"
 #include "cli/svg_plot.hpp"
+#include "compress/auto_report.hpp"
 #include "tokenizer/chat.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
@@ -46,6 +47,14 @@ std::string snapshot_json(const std::string &path, int64_t bytes) {
       .integer("uncompressed_estimate_bytes", sm.uncompressed_estimate_bytes)
       .num("ratio", sm.uncompressed_estimate_bytes > 0 ? static_cast<double>(bytes) / static_cast<double>(sm.uncompressed_estimate_bytes) : 1.0);
   return o.dump();
+}
+
+// Policy auto: what it chose at the sequence's latest compression, on stderr (nothing for other policies).
+void print_auto(const Session &s, int32_t seq, const std::string &prefix) {
+  if (!s.options().compression.is_auto()) return;
+  const AutoReport &r = s.seq_state(seq).auto_report;
+  const std::string line = r.empty() ? "no compression yet" : auto_report_summary(r);
+  std::fprintf(stderr, "%s[auto: %s]\n", prefix.c_str(), line.c_str());
 }
 
 // The sampler flags given on the command line, applied over `base`.
@@ -208,6 +217,7 @@ int cmd_generate(int argc, char **argv) {
                    r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0,
                    r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0,
                    static_cast<long long>(session.info(seq).bytes), static_cast<double>(peak_rss_bytes()) / (1 << 20));
+      print_auto(session, seq, "");
       if (r.error != Status::ok) fail(r.error, "after " + std::to_string(r.tokens.size()) + " tokens: " + r.error_message);
       return 0;
     }
@@ -256,6 +266,8 @@ int cmd_generate(int argc, char **argv) {
           .integer("budget_tokens", so.compression.budget_tokens)
           .integer("compressions", session.compressions(seq))
           .integer("compressions_after_prefill", compressions_before);
+      if (so.compression.is_auto())  // what it chose at the latest compression (null before one)
+        comp.num("max_loss", so.compression.max_loss).raw("auto", auto_report_json(session.seq_state(seq).auto_report));
       if (!kv_before.empty()) comp.raw("kv_before", kv_before).raw("kv_after", kv_after);
       out.raw("compression", comp.dump());
     }
@@ -280,11 +292,14 @@ int cmd_generate(int argc, char **argv) {
       so1.integer("seed", static_cast<int64_t>(sp.seed + i)).ints("tokens", rs[i].tokens).str("text", rs[i].text);
       if (rs[i].error != Status::ok) so1.str("error", rs[i].error_message);
       so1.raw("kv", kv_json(session, seqs[i]));
+      if (so.compression.is_auto()) so1.raw("auto", auto_report_json(session.seq_state(seqs[i]).auto_report));
       arr += (i ? "," : "") + so1.dump();
     }
     arr += "]";
     if (!json) {
       for (size_t i = 0; i < rs.size(); ++i) std::printf("[%zu] %s%s\n", i, prompt_text.c_str(), rs[i].text.c_str());
+      std::fflush(stdout);
+      for (size_t i = 0; i < rs.size(); ++i) print_auto(session, seqs[i], "[" + std::to_string(i) + "] ");
       if (rs[0].error != Status::ok) fail(rs[0].error, rs[0].error_message);
       return 0;
     }

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include "cli/args.hpp"
 #include "config/config.hpp"
@@ -13,7 +14,7 @@ const std::set<std::string> &session_option_names() {
   static const std::set<std::string> names = {
       "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "kv-pool-fraction", "ubatch", "policy", "budget",
       "compress-interval", "window", "alpha", "tau", "entropy-top-k", "pool-kernel-prefill", "pool-kernel-decode",
-      "budget-shape", "beta", "sink", "device", "config"};
+      "budget-shape", "beta", "sink", "device", "config", "max-loss"};
   return names;
 }
 
@@ -74,8 +75,16 @@ CompressionConfig compression_from(const Args &a, const CompressionConfig &base)
   CompressionConfig c = base;
   if (a.has("policy")) c.policy = parse_policy(a.str("policy"));
   if (a.has("budget")) parse_budget(a.str("budget"), &c.budget_fraction, &c.budget_tokens);
-  if (c.policy != PolicyKind::none && c.budget_fraction <= 0 && c.budget_tokens <= 0)
-    fail(Status::invalid_argument, "--policy needs --budget");
+  if (a.has("max-loss")) {
+    const double big = std::numeric_limits<double>::max();
+    c.max_loss = a.number("max-loss", 0.0, -big, big);
+    if (c.max_loss < 0) fail(Status::invalid_argument, "--max-loss must be >= 0 (0: compress to --budget)");
+  }
+  if (c.max_loss > 0 && !c.is_auto())
+    fail(Status::invalid_argument, "a quality target (--max-loss, or the config's compression.max_loss) needs --policy auto, not " +
+                                       std::string(policy_name(c.policy)));
+  if (c.policy != PolicyKind::none && !c.quality_target() && c.budget_fraction <= 0 && c.budget_tokens <= 0)
+    fail(Status::invalid_argument, c.is_auto() ? "--policy auto needs --budget or --max-loss" : "--policy needs --budget");
   c.interval = static_cast<int32_t>(a.integer("compress-interval", c.interval, 1, 1 << 30));
   c.window = static_cast<int32_t>(a.integer("window", c.window, -1, 4096));
   c.alpha = static_cast<float>(a.number("alpha", c.alpha, 0.0, 1.0));

@@ -217,8 +217,14 @@ void validate_config(const Config &c) {
   in_range("compression.pool_kernel_decode", k.pool_kernel_decode, 1, 63);
   if (!(k.beta > 1.0f && k.beta <= 1e6f)) bad("compression.beta = " + std::to_string(k.beta) + " must be in (1, 1e6]");
   in_range("compression.sink", k.sink, 0, 1 << 20);
-  if (k.enabled() && k.budget_fraction <= 0 && k.budget_tokens <= 0)
-    bad("compression.policy " + std::string(policy_name(k.policy)) + " needs compression.budget_fraction or budget_tokens");
+  if (!(k.max_loss >= 0.0 && std::isfinite(k.max_loss)))
+    bad("compression.max_loss = " + std::to_string(k.max_loss) + " must be finite and >= 0");
+  if (k.max_loss > 0.0 && !k.is_auto())
+    bad("compression.max_loss (a quality target) needs compression.policy auto, not " + std::string(policy_name(k.policy)));
+  // A quality target replaces the budget.
+  if (k.enabled() && !k.quality_target() && k.budget_fraction <= 0 && k.budget_tokens <= 0)
+    bad("compression.policy " + std::string(policy_name(k.policy)) + " needs compression.budget_fraction or budget_tokens" +
+        (k.is_auto() ? " (or compression.max_loss)" : ""));
   try {
     k.validate();
   } catch (const Error &e) {
@@ -282,6 +288,7 @@ Config config_from_binary(const void *data, size_t size) {
     cc.beta = k->beta();
     cc.sink = k->sink();
     cc.compress_after_prefill = k->compress_after_prefill();
+    cc.max_loss = k->max_loss();
   }
   if (const fbc::Protection *p = f->protection()) c.protect_prefix = p->protect_prefix();
   if (const fbc::Sampler *p = f->sampler()) {
@@ -332,7 +339,7 @@ std::vector<uint8_t> config_to_binary(const Config &c) {
                                      k.budget_tokens, k.window, k.interval, k.alpha, k.tau, k.entropy_top_k,
                                      k.pool_kernel_prefill, k.pool_kernel_decode,
                                      static_cast<fbc::BudgetShape>(static_cast<int16_t>(k.shape) + 1), k.beta, k.sink,
-                                     k.compress_after_prefill);
+                                     k.compress_after_prefill, k.max_loss);
   auto prot = fbc::CreateProtection(b, c.protect_prefix);
   const SamplerParams &p = c.sampler;
   auto samp = fbc::CreateSampler(b, p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed);

@@ -26,7 +26,7 @@ flatbuffers::Offset<fb::CompressionParams> to_fb(flatbuffers::FlatBufferBuilder 
                                      c.budget_tokens, c.window, c.pool_kernel_prefill, c.pool_kernel_decode, c.alpha, c.tau,
                                      c.entropy_top_k, c.interval,
                                      static_cast<fb::BudgetShape>(static_cast<int16_t>(c.shape) + 1), c.beta, c.sink,
-                                     c.compress_after_prefill);
+                                     c.compress_after_prefill, c.max_loss);
 }
 
 CompressionConfig from_fb(const fb::CompressionParams *p) {
@@ -52,6 +52,7 @@ CompressionConfig from_fb(const fb::CompressionParams *p) {
   c.beta = p->beta();
   c.sink = p->sink();
   c.compress_after_prefill = p->compress_after_prefill();
+  c.max_loss = p->max_loss();
   return c;
 }
 

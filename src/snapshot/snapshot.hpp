@@ -58,6 +58,7 @@ struct SequenceSummary {
   int64_t n_spans = 0;
   int64_t window_rows = 0;
   int64_t layer_chunks = 0;
+  AutoReport auto_report;  // what the auto policy chose at the latest compression (empty: it has not compressed it)
 };
 
 struct Summary {

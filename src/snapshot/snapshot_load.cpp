@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "compress/auto_report.hpp"
 #include "snapshot/container.hpp"
 #include "snapshot/convert.hpp"
 #include "snapshot/snapshot.hpp"
@@ -81,6 +82,44 @@ bool kv_rows_finite(const flatbuffers::Vector<uint8_t> *v, KvDtype dt) {
     if ((h & mask) == mask) return false;
   }
   return true;
+}
+
+// The auto policy's report of a sequence of logical length `len`, checked before anything is staged: a layer per
+// model layer (or none), known evidence, budgets within the length, finite non-negative losses, alpha in [0, 1].
+AutoReport read_auto_report(const fb::Sequence *s, int32_t n_layer, int64_t len, const std::string &where) {
+  AutoReport r;
+  const size_t n = vsize(s->auto_layers());
+  if (n == 0) {
+    if (s->auto_loss() != 0.0 || s->auto_tokens() != 0 || s->auto_uniform_tokens() != 0 || s->auto_max_loss() != 0.0)
+      bad(where + ": auto report values without its layers");
+    return r;
+  }
+  if (n != static_cast<size_t>(n_layer))
+    bad(where + ": auto report has " + std::to_string(n) + " layers, the cache " + std::to_string(n_layer));
+  auto finite_loss = [](double v) { return std::isfinite(v) && v >= 0.0; };
+  for (size_t l = 0; l < n; ++l) {
+    const fb::AutoLayer *a = s->auto_layers()->Get(static_cast<flatbuffers::uoffset_t>(l));
+    const std::string lw = where + ": auto report layer " + std::to_string(l);
+    if (a->evidence() < 0 || a->evidence() >= kEvidenceKinds) bad(lw + ": unknown evidence " + std::to_string(a->evidence()));
+    if (!in_range(a->budget(), 0, len)) bad(lw + ": budget " + std::to_string(a->budget()) + " outside the length");
+    if (!(a->alpha() >= 0.0f && a->alpha() <= 1.0f)) bad(lw + ": alpha outside [0, 1]");
+    if (!finite_loss(a->loss())) bad(lw + ": loss is not finite and >= 0");
+    AutoLayerChoice ch;
+    ch.evidence = static_cast<Evidence>(a->evidence());
+    ch.budget = a->budget();
+    ch.alpha = a->alpha();
+    ch.loss = a->loss();
+    r.layers.push_back(ch);
+  }
+  const int64_t most = static_cast<int64_t>(n_layer) * len;
+  if (!finite_loss(s->auto_loss()) || !finite_loss(s->auto_max_loss()) || !in_range(s->auto_tokens(), 0, most) ||
+      !in_range(s->auto_uniform_tokens(), 0, most))
+    bad(where + ": auto report totals out of range");
+  r.loss = s->auto_loss();
+  r.tokens = s->auto_tokens();
+  r.uniform_tokens = s->auto_uniform_tokens();
+  r.max_loss = s->auto_max_loss();
+  return r;
 }
 
 // What a restore may take from the pool: its free blocks, counted in its own block size.
@@ -236,6 +275,7 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity
         bad(where + ": window positions not ascending within the length");
     }
     SequenceSummary ss;
+    ss.auto_report = read_auto_report(s, sum.n_layer, len, where);
     ss.saved_id = s->saved_id();
     ss.length = len;
     ss.n_compressions = s->n_compressions();
@@ -261,6 +301,7 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity
       sq->st.since_compress = s->since_compress();
       sq->st.prefilled = s->prefilled();
       sq->st.n_compressions = s->n_compressions();
+      sq->st.auto_report = ss.auto_report;
       if (s->window_pos() != nullptr) sq->window_pos.assign(s->window_pos()->begin(), s->window_pos()->end());
       sq->layers.resize(static_cast<size_t>(sum.n_layer));
     }
@@ -490,7 +531,8 @@ std::string summary_json(const Summary &s) {
     << ",\"tau\":" << num(c.tau) << ",\"entropy_top_k\":" << c.entropy_top_k << ",\"pool_kernel_prefill\":"
     << c.pool_kernel_prefill << ",\"pool_kernel_decode\":" << c.pool_kernel_decode << ",\"shape\":\""
     << (c.shape == BudgetShape::pyramid ? "pyramid" : "uniform") << "\",\"beta\":" << num(c.beta) << ",\"sink\":" << c.sink
-    << ",\"compress_after_prefill\":" << (c.compress_after_prefill ? "true" : "false") << "}";
+    << ",\"compress_after_prefill\":" << (c.compress_after_prefill ? "true" : "false") << ",\"max_loss\":" << num(c.max_loss)
+    << "}";
   o << ",\"sampler\":";
   if (s.has_sampler)
     o << "{\"temperature\":" << num(s.sampler.temperature) << ",\"top_k\":" << s.sampler.top_k << ",\"top_p\":"
@@ -506,7 +548,7 @@ std::string summary_json(const Summary &s) {
     o << (i ? "," : "") << "{\"saved_id\":" << q.saved_id << ",\"length\":" << q.length << ",\"compressions\":"
       << q.n_compressions << ",\"has_logits\":" << (q.has_logits ? "true" : "false") << ",\"protected_spans\":" << q.n_spans
       << ",\"window_rows\":" << q.window_rows << ",\"layer_chunks\":" << q.layer_chunks
-      << ",\"kept_per_layer\":" << ints(q.kept_per_layer) << "}";
+      << ",\"kept_per_layer\":" << ints(q.kept_per_layer) << ",\"auto\":" << auto_report_json(q.auto_report) << "}";
   }
   o << "]}";
   return o.str();
@@ -522,9 +564,12 @@ std::string summary_text(const Summary &s) {
   o << "KV cache:     " << kv_dtype_name(s.kv_dtype) << ", block size " << s.block_size << "\n";
   const CompressionConfig &c = s.compression;
   o << "policy:       " << policy_name(c.policy);
-  if (c.enabled())
-    o << " (budget " << (c.budget_tokens > 0 ? std::to_string(c.budget_tokens) + " tokens" : num(c.budget_fraction))
-      << ", window " << c.window << ", interval " << c.interval << ", alpha " << num(c.alpha) << ")";
+  if (c.enabled()) {
+    const std::string target = c.quality_target() ? "max loss " + num(c.max_loss)
+                               : c.budget_tokens > 0 ? "budget " + std::to_string(c.budget_tokens) + " tokens"
+                                                     : "budget " + num(c.budget_fraction);
+    o << " (" << target << ", window " << c.window << ", interval " << c.interval << ", alpha " << num(c.alpha) << ")";
+  }
   o << "\n";
   o << "sampler:      " << (s.has_sampler ? "seed " + std::to_string(s.sampler.seed) + ", temperature " + num(s.sampler.temperature) : "none") << "\n";
   o << "size:         " << s.file_bytes << " bytes in " << s.n_chunks << " chunks; KV kept " << s.kept_kv_bytes
@@ -533,6 +578,10 @@ std::string summary_text(const Summary &s) {
     const SequenceSummary &q = s.sequences[i];
     o << "sequence " << i << ": length " << q.length << ", compressions " << q.n_compressions << ", kept per layer "
       << ints(q.kept_per_layer) << "\n";
+    if (!q.auto_report.empty()) {
+      o << "  auto: " << auto_report_summary(q.auto_report) << "\n";
+      for (const std::string &line : auto_report_layer_lines(q.auto_report)) o << "    " << line << "\n";
+    }
   }
   return o.str();
 }

@@ -161,10 +161,15 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
       for (const ProtectedSpan &sp : st.spans) spans.push_back(fb::CreateSpan(b, sp.begin, sp.end, sp.fair));
       const std::vector<float> no_logits;
       const std::vector<float> &logits = st.has_logits ? st.logits : no_logits;
+      const AutoReport &ar = st.auto_report;
+      std::vector<fb::AutoLayer> auto_layers;
+      for (const AutoLayerChoice &ch : ar.layers)
+        auto_layers.emplace_back(static_cast<int32_t>(ch.evidence), ch.budget, ch.alpha, ch.loss);
       auto meta = fb::CreateSequenceDirect(
           b, static_cast<int32_t>(si), ids[si], c.length, &st.tokens, vec_hash(st.tokens), st.has_logits,
           &logits, vec_hash(logits), st.pending_entropy,
-          st.since_compress, st.prefilled, st.n_compressions, &spans, &window_pos, &kept, layer_chunks);
+          st.since_compress, st.prefilled, st.n_compressions, &spans, &window_pos, &kept, layer_chunks,
+          ar.empty() ? nullptr : &auto_layers, ar.loss, ar.tokens, ar.uniform_tokens, ar.max_loss);
       fb::ChunkBuilder cb(b);
       cb.add_kind(fb::ChunkKind::SEQUENCE);
       cb.add_sequence(meta);

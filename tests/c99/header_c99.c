@@ -28,6 +28,11 @@ int32_t infokv_header_c99_probe(void) {
                  ikv_token_callback, void *) = ikv_generate;
   const char *(*status)(int32_t) = ikv_status_string;
   int32_t (*pressure)(int64_t *, double *, const ikv_session *, int32_t) = ikv_seq_pressure_estimate;
+  int32_t (*auto_report)(int32_t *, int64_t *, int64_t *, double *, double *, const ikv_session *, int32_t) =
+      ikv_seq_auto_report;
+  int32_t (*auto_layer)(int32_t *, int32_t *, double *, double *, const ikv_session *, int32_t, int32_t) =
+      ikv_seq_auto_layer;
+  const char *(*evidence)(int32_t) = ikv_evidence_name;
   generic_fn all[] = {
       (generic_fn)ikv_version_string, (generic_fn)ikv_version_number, (generic_fn)ikv_last_error_message,
       (generic_fn)ikv_model_get_int, (generic_fn)ikv_model_describe, (generic_fn)ikv_tokenize,
@@ -38,7 +43,8 @@ int32_t infokv_header_c99_probe(void) {
       (generic_fn)ikv_decode_batch, (generic_fn)ikv_get_logits, (generic_fn)ikv_kv_stat,
       (generic_fn)ikv_seq_protect, (generic_fn)ikv_seq_compress, (generic_fn)ikv_seq_pressure_estimate,
       (generic_fn)ikv_sampler_options_init, (generic_fn)ikv_sampler_create, (generic_fn)ikv_sampler_free,
-      (generic_fn)ikv_sample,
+      (generic_fn)ikv_sample,          (generic_fn)ikv_evidence_name, (generic_fn)ikv_seq_auto_report,
+      (generic_fn)ikv_seq_auto_layer,
   };
   (void)all;
   (void)load;
@@ -46,7 +52,12 @@ int32_t infokv_header_c99_probe(void) {
   (void)gen;
   (void)status;
   (void)pressure;
+  (void)auto_report;
+  (void)auto_layer;
+  (void)evidence;
   (void)fn;
+  so.max_loss = 0.05; /* version 4: a double */
   return (int32_t)(so.struct_size + sa.struct_size + v1_size) + (so.device != NULL) + IKV_VERSION_NUMBER + IKV_ERR_INTERNAL + IKV_KV_BLOCK_SIZE +
-         IKV_MODEL_WEIGHT_BYTES + IKV_POLICY_PYRAMIDKV + IKV_SHAPE_PYRAMID;
+         IKV_MODEL_WEIGHT_BYTES + IKV_POLICY_PYRAMIDKV + IKV_SHAPE_PYRAMID + IKV_POLICY_AUTO + IKV_EVIDENCE_KEY_NORM +
+         (so.max_loss > 0.0);
 }

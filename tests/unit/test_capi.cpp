@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -174,6 +175,8 @@ TEST(Capi, SessionOptionsInitMacroEqualsInitFunction) {
   EXPECT_EQ(a.device, b.device);  // b was filled with 0xAB: init must have written NULL
   EXPECT_EQ(a.max_sequences, b.max_sequences);
   EXPECT_EQ(a.max_sequences, 0);  // the default, 4096
+  EXPECT_EQ(a.max_loss, b.max_loss);
+  EXPECT_EQ(a.max_loss, 0.0);  // a byte budget
   // The documented defaults.
   EXPECT_EQ(a.device, nullptr);
   EXPECT_EQ(a.kv_dtype, IKV_KV_F16);
@@ -318,6 +321,69 @@ TEST(Capi, MaxSequencesBoundsSeqAddAndForkChangingNothing) {
   EXPECT_EQ(ikv_session_create(&s, m, v2), IKV_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(ikv_last_error_message()).find("version 3"), std::string::npos) << ikv_last_error_message();
   std::free(mem);
+}
+
+// ---- auto's quality target (ikv_session_options version 4) ----
+
+TEST(Capi, MaxLossNeedsPolicyAutoAndReplacesTheBudget) {
+  REQUIRE_MODEL();
+  ikv_session_options o = f32_options();
+  o.policy = IKV_POLICY_AUTO;
+  o.max_loss = 0.05;  // no budget: the target is enough
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK) << ikv_last_error_message();
+  struct Case { const char *what, *says; void (*edit)(ikv_session_options &); };
+  const Case bad[] = {
+      {"snapkv with a target", "max loss", [](ikv_session_options &x) { x.policy = IKV_POLICY_SNAPKV; x.budget_fraction = 0.5; }},
+      {"none with a target", "max loss", [](ikv_session_options &x) { x.policy = IKV_POLICY_NONE; }},
+      {"negative", "max loss", [](ikv_session_options &x) { x.max_loss = -0.01; }},
+      {"NaN", "max loss", [](ikv_session_options &x) { x.max_loss = std::nan(""); }},
+      {"infinite", "max loss", [](ikv_session_options &x) { x.max_loss = HUGE_VAL; }},
+      {"auto without budget or target", "budget", [](ikv_session_options &x) { x.max_loss = 0; }},
+  };
+  for (const Case &c : bad) {
+    ikv_session_options x = o;
+    c.edit(x);
+    ikv_session *s = reinterpret_cast<ikv_session *>(0x1);
+    EXPECT_EQ(ikv_session_create(&s, m, &x), IKV_ERR_INVALID_ARGUMENT) << c.what;
+    EXPECT_EQ(s, nullptr);
+    EXPECT_NE(std::string(ikv_last_error_message()).find(c.says), std::string::npos) << c.what << ": " << ikv_last_error_message();
+  }
+}
+
+// A caller built against the version-3 header: its struct ends before `max_loss`. The library must not read past
+// it, and the session compresses to its budget.
+TEST(Capi, VersionThreeSizedSessionOptionsAreAccepted) {
+  REQUIRE_MODEL();
+  const size_t v3_size = offsetof(ikv_session_options, max_sequences) + sizeof(int32_t);
+  ikv_session_options full = f32_options();
+  full.policy = IKV_POLICY_AUTO;
+  full.budget_fraction = 0.5;
+  void *mem = std::malloc(v3_size);  // exactly v3_size bytes: a read of max_loss would be out of bounds (ASan)
+  ASSERT_NE(mem, nullptr);
+  std::memcpy(mem, &full, v3_size);
+  auto *v3 = static_cast<ikv_session_options *>(mem);
+  v3->struct_size = static_cast<uint32_t>(v3_size);
+  v3->version = 3;
+  SessionGuard g;
+  EXPECT_EQ(ikv_session_create(&g.s, m, v3), IKV_OK) << ikv_last_error_message();
+  // the same size claiming version 4 lacks the field it promises
+  v3->version = 4;
+  ikv_session *s = nullptr;
+  EXPECT_EQ(ikv_session_create(&s, m, v3), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("version 4"), std::string::npos) << ikv_last_error_message();
+  std::free(mem);
+  // a full-size struct that says version 3 has no max_loss: whatever the field holds is ignored
+  ikv_session_options v3_full = full;
+  v3_full.version = 3;
+  v3_full.max_loss = std::nan("");
+  SessionGuard g2;
+  EXPECT_EQ(ikv_session_create(&g2.s, m, &v3_full), IKV_OK) << ikv_last_error_message();
+  // and without a budget, a version-3 auto session has no target to fall back on
+  v3_full.budget_fraction = 0;
+  v3_full.max_loss = 0.05;
+  EXPECT_EQ(ikv_session_create(&s, m, &v3_full), IKV_ERR_INVALID_ARGUMENT);
 }
 
 TEST(Capi, HostBytesCountsWhatAForkCopies) {
@@ -652,6 +718,165 @@ TEST(Capi, PressureEstimateReportsWhatCompressingWouldFreeAndChangesNothing) {
   ASSERT_EQ(ikv_seq_pressure_estimate(&blocks2, &cost2, g2.s, 0), IKV_OK);
   EXPECT_EQ(blocks2, 0);
   EXPECT_EQ(cost2, 0.0);
+}
+
+// ---- what IKV_POLICY_AUTO chose ----
+
+namespace {
+std::vector<int32_t> story_tokens(ikv_model *m, int copies) {
+  std::string text;
+  for (int i = 0; i < copies; ++i) text += "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ";
+  std::vector<int32_t> ids(text.size() + 2);
+  size_t n = 0;
+  EXPECT_EQ(ikv_tokenize(ids.data(), ids.size(), &n, m, text.data(), text.size(), 1), IKV_OK);
+  ids.resize(n);
+  return ids;
+}
+
+struct AutoReportOut {
+  int32_t layers = -7;
+  int64_t kept = -7, uniform = -7;
+  double loss = -7, max_loss = -7;
+};
+int32_t auto_report_of(ikv_session *s, int32_t seq, AutoReportOut *r) {
+  return ikv_seq_auto_report(&r->layers, &r->kept, &r->uniform, &r->loss, &r->max_loss, s, seq);
+}
+}  // namespace
+
+TEST(Capi, EvidenceNamesAreStaticAndNeverNull) {
+  const std::pair<int32_t, const char *> names[] = {
+      {IKV_EVIDENCE_WINDOW_ATTENTION, "window_attention"}, {IKV_EVIDENCE_INFOKV, "infokv"},
+      {IKV_EVIDENCE_ACCUMULATED_ATTENTION, "accumulated_attention"}, {IKV_EVIDENCE_LAST_QUERY, "last_query"},
+      {IKV_EVIDENCE_RECENCY, "recency"}, {IKV_EVIDENCE_KEY_NORM, "key_norm"}};
+  for (const auto &n : names) EXPECT_STREQ(ikv_evidence_name(n.first), n.second);
+  for (int32_t v : {-1, IKV_EVIDENCE_KEY_NORM + 1, INT32_MAX, INT32_MIN}) EXPECT_STREQ(ikv_evidence_name(v), "unknown") << v;
+}
+
+TEST(Capi, AutoReportDescribesEachLayersChoice) {
+  REQUIRE_MODEL();
+  int64_t n_layer = 0;
+  ASSERT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  ikv_session_options o = f32_options();
+  o.policy = IKV_POLICY_AUTO;
+  o.budget_fraction = 0.5;
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK) << ikv_last_error_message();
+  // Before any compression: no report, which is not an error; every layer is out of range.
+  AutoReportOut r;
+  ASSERT_EQ(auto_report_of(g.s, 0, &r), IKV_OK) << ikv_last_error_message();
+  EXPECT_EQ(r.layers, 0);
+  EXPECT_EQ(r.kept, 0);
+  EXPECT_EQ(r.uniform, 0);
+  EXPECT_EQ(r.loss, 0.0);
+  EXPECT_EQ(r.max_loss, 0.0);
+  int32_t ev = 7, budget = 7;
+  double alpha = 7, loss = 7;
+  EXPECT_EQ(ikv_seq_auto_layer(&ev, &budget, &alpha, &loss, g.s, 0, 0), IKV_ERR_OUT_OF_RANGE);
+  EXPECT_EQ(ev, -1);
+  EXPECT_EQ(budget, 0);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("no auto report"), std::string::npos) << ikv_last_error_message();
+
+  const std::vector<int32_t> toks = story_tokens(m, 5);
+  ASSERT_GE(toks.size(), 120u);
+  ASSERT_EQ(ikv_decode(g.s, 0, toks.data(), toks.size()), IKV_OK) << ikv_last_error_message();  // compresses after it
+  ASSERT_EQ(auto_report_of(g.s, 0, &r), IKV_OK) << ikv_last_error_message();
+  ASSERT_EQ(r.layers, n_layer);
+  EXPECT_EQ(r.max_loss, 0.0);  // a byte budget
+  EXPECT_GT(r.uniform, 0);
+  EXPECT_LT(r.uniform, n_layer * static_cast<int64_t>(toks.size()));
+  EXPECT_TRUE(std::isfinite(r.loss) && r.loss >= 0.0) << r.loss;
+  int64_t sum = 0;
+  double mean = 0;
+  for (int32_t l = 0; l < r.layers; ++l) {
+    ASSERT_EQ(ikv_seq_auto_layer(&ev, &budget, &alpha, &loss, g.s, 0, l), IKV_OK) << ikv_last_error_message();
+    EXPECT_GE(ev, IKV_EVIDENCE_WINDOW_ATTENTION);
+    EXPECT_LE(ev, IKV_EVIDENCE_KEY_NORM);
+    EXPECT_STRNE(ikv_evidence_name(ev), "unknown");
+    EXPECT_FLOAT_EQ(static_cast<float>(alpha), ev == IKV_EVIDENCE_INFOKV ? o.alpha : 1.0f) << "layer " << l;
+    EXPECT_TRUE(std::isfinite(loss) && loss >= 0.0) << loss;
+    int64_t kept = -1;
+    ASSERT_EQ(ikv_seq_kept(&kept, g.s, 0, l), IKV_OK);
+    EXPECT_EQ(kept, budget) << "layer " << l;  // nothing was appended since the compression
+    sum += budget;
+    mean += loss / static_cast<double>(r.layers);
+  }
+  EXPECT_EQ(sum, r.kept);
+  EXPECT_NEAR(mean, r.loss, 1e-6);
+  EXPECT_LT(r.kept, n_layer * static_cast<int64_t>(toks.size()));
+
+  // Bad layer, sequence, outputs: the documented status, outputs reset.
+  for (int32_t bad : {-1, r.layers, INT32_MAX}) {
+    ev = 7;
+    budget = 7;
+    EXPECT_EQ(ikv_seq_auto_layer(&ev, &budget, &alpha, &loss, g.s, 0, bad), IKV_ERR_OUT_OF_RANGE) << bad;
+    EXPECT_EQ(ev, -1);
+    EXPECT_EQ(budget, 0);
+    EXPECT_EQ(alpha, 0.0);
+    EXPECT_EQ(loss, 0.0);
+  }
+  AutoReportOut q;
+  EXPECT_EQ(auto_report_of(g.s, 42, &q), IKV_ERR_NOT_FOUND);
+  EXPECT_EQ(q.layers, 0);
+  EXPECT_EQ(q.kept, 0);
+  EXPECT_EQ(ikv_seq_auto_layer(&ev, &budget, &alpha, &loss, g.s, 42, 0), IKV_ERR_NOT_FOUND);
+  EXPECT_EQ(ev, -1);
+  q = AutoReportOut{};
+  EXPECT_EQ(ikv_seq_auto_report(nullptr, &q.kept, &q.uniform, &q.loss, &q.max_loss, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(q.kept, 0);
+  EXPECT_EQ(q.max_loss, 0.0);
+  EXPECT_EQ(ikv_seq_auto_report(&q.layers, &q.kept, &q.uniform, &q.loss, nullptr, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(q.layers, 0);
+  EXPECT_EQ(ikv_seq_auto_layer(&ev, &budget, nullptr, &loss, g.s, 0, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ev, -1);
+  EXPECT_EQ(ikv_seq_auto_layer(nullptr, &budget, &alpha, &loss, g.s, 0, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_seq_auto_report(&q.layers, &q.kept, &q.uniform, &q.loss, &q.max_loss, nullptr, 0), IKV_ERR_BAD_HANDLE);
+
+  // A fork starts with its source's report; a new sequence has none.
+  int32_t child = -1, fresh = -1;
+  ASSERT_EQ(ikv_seq_fork(&child, g.s, 0), IKV_OK);
+  ASSERT_EQ(auto_report_of(g.s, child, &q), IKV_OK);
+  EXPECT_EQ(q.layers, r.layers);
+  EXPECT_EQ(q.kept, r.kept);
+  ASSERT_EQ(ikv_seq_add(&fresh, g.s), IKV_OK);
+  ASSERT_EQ(auto_report_of(g.s, fresh, &q), IKV_OK);
+  EXPECT_EQ(q.layers, 0);
+}
+
+TEST(Capi, AutoReportUnderAQualityTargetAndUnderAFixedPolicy) {
+  REQUIRE_MODEL();
+  int64_t n_layer = 0;
+  ASSERT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  const std::vector<int32_t> toks = story_tokens(m, 5);
+  ikv_session_options o = f32_options();
+  o.policy = IKV_POLICY_AUTO;
+  o.max_loss = 0.05;
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK) << ikv_last_error_message();
+  ASSERT_EQ(ikv_decode(g.s, 0, toks.data(), toks.size()), IKV_OK) << ikv_last_error_message();
+  AutoReportOut r;
+  ASSERT_EQ(auto_report_of(g.s, 0, &r), IKV_OK);
+  EXPECT_EQ(r.layers, n_layer);
+  EXPECT_EQ(r.max_loss, 0.05);
+  EXPECT_EQ(r.uniform, 0);  // no budget to compare with
+  EXPECT_LE(r.loss, 0.05 + 1e-6);
+  EXPECT_GT(r.kept, 0);
+
+  // Another policy compresses without a report.
+  ikv_session_options f = f32_options();
+  f.policy = IKV_POLICY_SNAPKV;
+  f.budget_fraction = 0.5;
+  SessionGuard g2;
+  ASSERT_EQ(ikv_session_create(&g2.s, m, &f), IKV_OK);
+  ASSERT_EQ(ikv_decode(g2.s, 0, toks.data(), toks.size()), IKV_OK);
+  int64_t kept = 0;
+  ASSERT_EQ(ikv_seq_kept(&kept, g2.s, 0, 0), IKV_OK);
+  ASSERT_LT(kept, static_cast<int64_t>(toks.size()));  // it did compress
+  r = AutoReportOut{};
+  ASSERT_EQ(auto_report_of(g2.s, 0, &r), IKV_OK);
+  EXPECT_EQ(r.layers, 0);
+  int32_t ev = 0, budget = 0;
+  double alpha = 0, loss = 0;
+  EXPECT_EQ(ikv_seq_auto_layer(&ev, &budget, &alpha, &loss, g2.s, 0, 0), IKV_ERR_OUT_OF_RANGE);
 }
 
 // ---- state preserved by failures ----

@@ -78,6 +78,15 @@ void expect_session_refused(ikv_session *stale, ikv_sampler *live_sampler) {
   EXPECT_EQ(ikv_seq_pressure_estimate(&v, &cost, stale, 0), IKV_ERR_BAD_HANDLE);
   EXPECT_EQ(v, 0);
   EXPECT_EQ(cost, 0);
+  int32_t layers = 7, evidence = 7, budget = 7;
+  int64_t uniform = 7;
+  double loss = 7, max_loss = 7, alpha = 7;
+  EXPECT_EQ(ikv_seq_auto_report(&layers, &v, &uniform, &loss, &max_loss, stale, 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(layers, 0);
+  EXPECT_EQ(loss, 0);
+  EXPECT_EQ(ikv_seq_auto_layer(&evidence, &budget, &alpha, &loss, stale, 0, 0), IKV_ERR_BAD_HANDLE);
+  EXPECT_EQ(evidence, -1);
+  EXPECT_EQ(budget, 0);
   EXPECT_EQ(ikv_sample(&seq, live_sampler, stale, 0), IKV_ERR_BAD_HANDLE);
   EXPECT_EQ(ikv_generate(toks, 4, &n, stale, 0, &tok, 1, 2, live_sampler, nullptr, nullptr), IKV_ERR_BAD_HANDLE);
   EXPECT_EQ(ikv_session_save_file(stale, 0, nullptr, "/nonexistent/never-written.ikvs"), IKV_ERR_BAD_HANDLE);

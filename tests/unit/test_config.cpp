@@ -1,7 +1,9 @@
 // Configs: JSON and binary readers (strict, naming the field at fault), writers, round trips, and the C ABI.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "config/config.hpp"
@@ -392,6 +394,94 @@ TEST(ConfigExamples, DocumentedExamplesLoad) {
   }
   closedir(d);
   EXPECT_GE(n, 1);
+}
+
+// ---- compression.max_loss: auto's quality target ----
+
+TEST(ConfigMaxLoss, AutoWithAQualityTargetNeedsNoBudgetAndRoundTrips) {
+  const Config c = config_from_json(R"({"compression": {"policy": "auto", "max_loss": 0.05}})");
+  const CompressionConfig &k = c.session.compression;
+  EXPECT_EQ(k.policy, PolicyKind::auto_);
+  EXPECT_DOUBLE_EQ(k.max_loss, 0.05);
+  EXPECT_EQ(k.budget_tokens, 0);
+  EXPECT_EQ(k.budget_fraction, 0.0);
+  EXPECT_TRUE(k.quality_target());
+  // binary: the field is carried and read back exactly
+  const std::vector<uint8_t> bin = config_to_binary(c);
+  EXPECT_EQ(fbc::GetConfig(bin.data())->compression()->max_loss(), 0.05);
+  const Config d = config_from_binary(bin.data(), bin.size());
+  EXPECT_EQ(d.session.compression.max_loss, 0.05);
+  EXPECT_EQ(d.session.compression.policy, PolicyKind::auto_);
+  // JSON: written (every field is listed), read back to the same binary
+  const std::string json = config_to_json(d);
+  EXPECT_NE(json.find("\"max_loss\": 0.05"), std::string::npos) << json;
+  EXPECT_EQ(config_to_binary(config_from_json(json)), bin);
+  // auto with a budget and a target: the target decides; the budget is kept as written
+  const Config both = config_from_json(R"({"compression": {"policy": "auto", "budget_tokens": 64, "max_loss": 0.1}})");
+  EXPECT_EQ(both.session.compression.budget_tokens, 64);
+  EXPECT_EQ(both.session.compression.max_loss, 0.1);
+}
+
+TEST(ConfigMaxLoss, DefaultIsZeroAndWritten) {
+  const Config c = config_from_json("{}");
+  EXPECT_EQ(c.session.compression.max_loss, 0.0);
+  EXPECT_NE(config_to_json(c).find("\"max_loss\": 0"), std::string::npos) << config_to_json(c);
+  // auto with a budget and no target is the byte-budget mode
+  const Config b = config_from_json(R"({"compression": {"policy": "auto", "budget_fraction": 0.25}})");
+  EXPECT_FALSE(b.session.compression.quality_target());
+}
+
+TEST(ConfigMaxLoss, NegativeOrAnotherPolicysTargetIsRefusedNamingTheField) {
+  expect_refused(R"({"compression": {"policy": "auto", "max_loss": -0.01}})", "compression.max_loss");
+  expect_refused(R"({"compression": {"policy": "snapkv", "budget_tokens": 64, "max_loss": 0.05}})", "compression.max_loss");
+  expect_refused(R"({"compression": {"max_loss": 0.05}})", "compression.max_loss");  // policy none
+  expect_refused(R"({"compression": {"policy": "auto", "max_loss": "0.05"}})", "compression.max_loss");
+  // auto with neither a budget nor a target
+  expect_refused(R"({"compression": {"policy": "auto"}})", "compression.max_loss");
+  expect_refused(R"({"compression": {"policy": "snapkv"}})", "budget");
+}
+
+std::vector<uint8_t> binary_with_max_loss(int16_t policy, double max_loss) {
+  flatbuffers::FlatBufferBuilder b;
+  fbc::CompressionBuilder cb(b);
+  cb.add_policy(static_cast<fbc::Policy>(policy));
+  cb.add_max_loss(max_loss);
+  const auto comp = cb.Finish();
+  fbc::ConfigBuilder root(b);
+  root.add_compression(comp);
+  fbc::FinishConfigBuffer(b, root.Finish());
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+TEST(ConfigMaxLoss, BinaryRefusesNonFiniteNegativeAndNonAutoTargets) {
+  const int16_t auto_v = static_cast<int16_t>(fbc::Policy::auto_), snap_v = static_cast<int16_t>(fbc::Policy::snapkv);
+  const std::vector<uint8_t> ok = binary_with_max_loss(auto_v, 0.02);
+  EXPECT_EQ(config_from_binary(ok.data(), ok.size()).session.compression.max_loss, 0.02);
+  const std::pair<int16_t, double> cases[] = {{auto_v, std::nan("")},
+                                              {auto_v, std::numeric_limits<double>::infinity()},
+                                              {auto_v, -1.0},
+                                              {snap_v, 0.02}};
+  for (const auto &c : cases) {
+    const std::vector<uint8_t> bad = binary_with_max_loss(c.first, c.second);
+    try {
+      config_from_binary(bad.data(), bad.size());
+      ADD_FAILURE() << "max_loss " << c.second << " with policy " << c.first << " was accepted";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.status(), Status::bad_config);
+      EXPECT_NE(std::string(e.what()).find("compression.max_loss"), std::string::npos) << e.what();
+    }
+  }
+  // the writer refuses what the reader would
+  Config c;
+  c.session.compression.policy = PolicyKind::auto_;
+  c.session.compression.max_loss = std::nan("");
+  EXPECT_THROW(config_to_binary(c), Error);
+  // and the C ABI gives the same status
+  ikv_config *h = reinterpret_cast<ikv_config *>(0x1);
+  const std::vector<uint8_t> neg = binary_with_max_loss(auto_v, -1.0);
+  EXPECT_EQ(ikv_config_from_binary(&h, neg.data(), neg.size()), IKV_ERR_BAD_CONFIG);
+  EXPECT_EQ(h, nullptr);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("compression.max_loss"), std::string::npos);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ void expect_session_options_match_core(const ikv_session_options &o, const char 
   EXPECT_EQ(o.beta, c.beta);
   EXPECT_EQ(o.sink, c.sink);
   EXPECT_EQ(o.compress_after_prefill != 0, c.compress_after_prefill);
+  EXPECT_EQ(o.max_loss, c.max_loss);
   EXPECT_EQ(o.device, nullptr);  // NULL means the core's default device
   EXPECT_EQ(s.device, "cpu");
 }
@@ -130,6 +131,7 @@ TEST(Defaults, ConfigSchemaDefaultsMatchTheCore) {
   EXPECT_EQ(schema_number("Compression", "budget_tokens"), c.budget_tokens);
   EXPECT_EQ(schema_number("Compression", "budget_fraction"), c.budget_fraction);
   EXPECT_EQ(schema_number("Compression", "compress_after_prefill") != 0, c.compress_after_prefill);
+  EXPECT_EQ(schema_number("Compression", "max_loss"), c.max_loss);
   const SamplerParams p;
   EXPECT_FLOAT_EQ(static_cast<float>(schema_number("Sampler", "temperature")), p.temperature);
   EXPECT_EQ(schema_number("Sampler", "top_k"), p.top_k);
@@ -166,6 +168,7 @@ TEST(Defaults, ConfigWithEmptyTablesReadsAsTheCoreDefaults) {
   EXPECT_EQ(a.beta, b.beta);
   EXPECT_EQ(a.sink, b.sink);
   EXPECT_EQ(a.compress_after_prefill, b.compress_after_prefill);
+  EXPECT_EQ(a.max_loss, b.max_loss);
   const SamplerParams p;
   EXPECT_EQ(c.sampler.temperature, p.temperature);
   EXPECT_EQ(c.sampler.top_k, p.top_k);

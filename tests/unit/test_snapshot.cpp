@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -514,4 +515,148 @@ TEST(Snapshot, ProtectedSpansAreMergedAndBounded) {
   Session c(m, session_opts(PolicyKind::infokv, 0.5));
   const std::vector<int32_t> ids = restore_bytes(c, nullptr, b);
   EXPECT_EQ(c.protected_spans(ids.at(0)).size(), a.protected_spans(seq).size());
+}
+
+// ---- the auto policy's report travels with the sequence ----
+namespace {
+
+std::vector<int32_t> long_story(const Model &m) {
+  std::string text;
+  for (int i = 0; i < 4; ++i) text += "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. ";
+  return m.tokenizer().encode(text, true);
+}
+
+void expect_same_report(const AutoReport &a, const AutoReport &b) {
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    EXPECT_EQ(a.layers[l].evidence, b.layers[l].evidence) << "layer " << l;
+    EXPECT_EQ(a.layers[l].budget, b.layers[l].budget) << "layer " << l;
+    EXPECT_EQ(a.layers[l].alpha, b.layers[l].alpha) << "layer " << l;
+    EXPECT_EQ(a.layers[l].loss, b.layers[l].loss) << "layer " << l;
+  }
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.uniform_tokens, b.uniform_tokens);
+  EXPECT_EQ(a.max_loss, b.max_loss);
+}
+
+// An auto-compressed sequence and its snapshot.
+struct AutoSnapshot {
+  std::vector<uint8_t> bytes;
+  AutoReport report;
+};
+AutoSnapshot auto_snapshot(double budget, double max_loss) {
+  auto m = stories_model();
+  SessionOptions o = session_opts(PolicyKind::auto_, budget);
+  o.compression.max_loss = max_loss;
+  Session a(m, o);
+  const int32_t seq = a.add_sequence();
+  prefill(a, seq, nullptr, long_story(*m));
+  AutoSnapshot s;
+  s.report = a.seq_state(seq).auto_report;
+  s.bytes = save_bytes(a, seq, nullptr);
+  return s;
+}
+
+}  // namespace
+
+TEST(SnapshotAuto, RestoreAndInspectKeepTheReport) {
+  auto m = stories_model();
+  const AutoSnapshot snap = auto_snapshot(0.5, 0.0);
+  ASSERT_EQ(static_cast<int32_t>(snap.report.layers.size()), m->hparams().n_layer) << "auto did not compress";
+  // Restored into a session of another policy: the report describes the sequence's cache, so it comes along.
+  Session b(m, session_opts(PolicyKind::snapkv, 0.5));
+  const std::vector<int32_t> ids = restore_bytes(b, nullptr, snap.bytes);
+  ASSERT_EQ(ids.size(), 1u);
+  expect_same_report(b.seq_state(ids[0]).auto_report, snap.report);
+  // ... and saved again from there, unchanged.
+  Session c(m, session_opts(PolicyKind::auto_, 0.5));
+  const std::vector<int32_t> ids2 = restore_bytes(c, nullptr, save_bytes(b, ids[0], nullptr));
+  expect_same_report(c.seq_state(ids2.at(0)).auto_report, snap.report);
+
+  snapshot::MemorySource src(snap.bytes.data(), snap.bytes.size());
+  const snapshot::Summary sum = snapshot::inspect(src);
+  expect_same_report(sum.sequences.at(0).auto_report, snap.report);
+  const std::string json = snapshot::summary_json(sum);
+  EXPECT_NE(json.find("\"auto\":{\"layers\":[{\"layer\":0,\"evidence\":\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"uniform_tokens\":" + std::to_string(snap.report.uniform_tokens)), std::string::npos) << json;
+  EXPECT_NE(json.find("\"max_loss\":0"), std::string::npos) << json;
+  const std::string text = snapshot::summary_text(sum);
+  EXPECT_NE(text.find("  auto: " + std::to_string(m->hparams().n_layer) + " layers, mean proxy loss "), std::string::npos) << text;
+  EXPECT_NE(text.find("    layer 0: " + std::string(evidence_name(snap.report.layers[0].evidence)) + ", alpha "), std::string::npos) << text;
+}
+
+TEST(SnapshotAuto, QualityTargetIsRecordedAndAFixedPolicyHasNoReport) {
+  auto m = stories_model();
+  const AutoSnapshot snap = auto_snapshot(0.0, 0.05);
+  ASSERT_FALSE(snap.report.empty());
+  EXPECT_EQ(snap.report.max_loss, 0.05);
+  snapshot::MemorySource src(snap.bytes.data(), snap.bytes.size());
+  const snapshot::Summary sum = snapshot::inspect(src);
+  EXPECT_EQ(sum.compression.policy, PolicyKind::auto_);
+  EXPECT_EQ(sum.compression.max_loss, 0.05);
+  EXPECT_NE(snapshot::summary_json(sum).find("\"max_loss\":0.05"), std::string::npos) << snapshot::summary_json(sum);
+  EXPECT_NE(snapshot::summary_text(sum).find("policy:       auto (max loss 0.05,"), std::string::npos) << snapshot::summary_text(sum);
+  expect_same_report(sum.sequences.at(0).auto_report, snap.report);
+
+  Session a(m, session_opts(PolicyKind::snapkv, 0.5));
+  const int32_t seq = a.add_sequence();
+  prefill(a, seq, nullptr, long_story(*m));
+  const std::vector<uint8_t> b = save_bytes(a, seq, nullptr);
+  snapshot::MemorySource src2(b.data(), b.size());
+  const snapshot::Summary s2 = snapshot::inspect(src2);
+  EXPECT_TRUE(s2.sequences.at(0).auto_report.empty());
+  EXPECT_NE(snapshot::summary_json(s2).find("\"auto\":null"), std::string::npos);
+  EXPECT_EQ(snapshot::summary_text(s2).find("auto:"), std::string::npos);
+  Session c(m, session_opts(PolicyKind::auto_, 0.5));
+  EXPECT_TRUE(c.seq_state(restore_bytes(c, nullptr, b).at(0)).auto_report.empty());
+}
+
+TEST(SnapshotAuto, ACorruptReportIsRefusedAndNothingIsRestored) {
+  auto m = stories_model();
+  const AutoSnapshot snap = auto_snapshot(0.5, 0.0);
+  ASSERT_FALSE(snap.report.empty());
+  Session target(m, session_opts(PolicyKind::auto_, 0.5));
+  const int32_t t = target.add_sequence();
+  prefill(target, t, nullptr, m->tokenizer().encode("Lily had a dog", true));
+  Sampler sampler(SamplerParams{});
+  const Observed before = observe(target, sampler);
+  ASSERT_EQ(restore_status(target, &sampler, snap.bytes), Status::ok);  // the unedited file restores
+  target.remove_sequence(target.kv().sequence_ids().back());
+  ASSERT_TRUE(observe(target, sampler) == before);
+
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Edit {
+    const char *what, *says;
+    std::function<void(snap::Sequence *)> edit;
+  };
+  const Edit edits[] = {
+      {"evidence 99", "unknown evidence 99", [](snap::Sequence *s) { s->mutable_auto_layers()->GetMutableObject(0)->mutate_evidence(99); }},
+      {"evidence -1", "unknown evidence", [](snap::Sequence *s) { s->mutable_auto_layers()->GetMutableObject(1)->mutate_evidence(-1); }},
+      {"NaN loss", "loss", [&](snap::Sequence *s) { s->mutable_auto_layers()->GetMutableObject(0)->mutate_loss(nan); }},
+      {"negative loss", "loss", [](snap::Sequence *s) { s->mutable_auto_layers()->GetMutableObject(0)->mutate_loss(-1.0f); }},
+      {"negative budget", "budget", [](snap::Sequence *s) { s->mutable_auto_layers()->GetMutableObject(0)->mutate_budget(-1); }},
+      {"budget beyond the length", "budget", [](snap::Sequence *s) { s->mutable_auto_layers()->GetMutableObject(0)->mutate_budget(1 << 30); }},
+      {"alpha 2", "alpha", [](snap::Sequence *s) { s->mutable_auto_layers()->GetMutableObject(0)->mutate_alpha(2.0f); }},
+      {"NaN mean loss", "totals", [](snap::Sequence *s) { ASSERT_TRUE(s->mutate_auto_loss(std::nan(""))); }},
+      {"negative tokens", "totals", [](snap::Sequence *s) { ASSERT_TRUE(s->mutate_auto_tokens(-5)); }},
+  };
+  for (const Edit &e : edits) {
+    const std::vector<uint8_t> bad = with_chunk(snap.bytes, 1, [&](snap::Chunk *c) {
+      ASSERT_NE(c->mutable_sequence()->auto_layers(), nullptr);
+      e.edit(c->mutable_sequence());
+    });
+    try {
+      restore_bytes(target, &sampler, bad);
+      ADD_FAILURE() << e.what << ": restored";
+    } catch (const Error &err) {
+      EXPECT_EQ(err.status(), Status::bad_snapshot) << e.what;
+      EXPECT_NE(std::string(err.what()).find("auto report"), std::string::npos) << e.what << ": " << err.what();
+      EXPECT_NE(std::string(err.what()).find(e.says), std::string::npos) << e.what << ": " << err.what();
+    }
+    snapshot::MemorySource src(bad.data(), bad.size());
+    EXPECT_THROW(snapshot::inspect(src), Error) << e.what;
+    EXPECT_TRUE(observe(target, sampler) == before) << e.what;
+  }
+  target.kv().check_invariants();
 }

@@ -35,8 +35,8 @@ _TOO_SMALL = _c.IKV_ERR_BUFFER_TOO_SMALL
 PathLike = Union[str, "os.PathLike[str]"]
 Prompt = Union[str, bytes, Sequence[int], None]
 
-__all__ = ["Model", "Session", "Sampler", "Config", "Token", "Completion", "Error", "error_for", "inspect_snapshot",
-           "__version__"] + [
+__all__ = ["Model", "Session", "Sampler", "Config", "Token", "Completion", "AutoLayer", "AutoReport", "Error",
+           "error_for", "inspect_snapshot", "evidence_name", "EVIDENCE", "__version__"] + [
     n for n in dir(_errors) if n.endswith("Error") and n != "Error"]
 
 
@@ -79,6 +79,38 @@ class Completion(NamedTuple):
     tokens: List[int]
     text: str
     cancelled: bool
+
+
+def evidence_name(evidence: int) -> str:
+    """The name of an IKV_EVIDENCE_* value ("window_attention", "infokv", "accumulated_attention", "last_query",
+    "recency", "key_norm"); "unknown" for any other value."""
+    return _c.ikv_evidence_name(int(evidence))
+
+
+#: Every kind of evidence the auto policy chooses from, name -> IKV_EVIDENCE_* value (read from the C header).
+EVIDENCE: Dict[str, int] = {evidence_name(getattr(_c, n)): int(getattr(_c, n))
+                            for n in dir(_c) if n.startswith("IKV_EVIDENCE_")}
+
+
+class AutoLayer(NamedTuple):
+    """One layer of what the auto policy chose: the evidence that ranked its tokens (a name of :data:`EVIDENCE`),
+    the attention weight of the InfoKV mix (1.0 unless the evidence is "infokv"), the tokens it kept and its proxy
+    loss at that budget."""
+    evidence: str
+    alpha: float
+    budget: int
+    loss: float
+
+
+class AutoReport(NamedTuple):
+    """What the auto policy chose at a sequence's latest compression (:meth:`Session.auto_report`): per layer, the
+    mean proxy loss (relative error of the observation window's attention output), the tokens kept in all layers,
+    what a uniform budget would have kept (0 under a quality target) and the quality target (0.0: a byte budget)."""
+    layers: List[AutoLayer]
+    loss: float
+    tokens: int
+    uniform_tokens: int
+    max_loss: float
 
 
 def _sized_bytes(fn: Callable[..., Any], *args: Any) -> bytes:
@@ -378,8 +410,9 @@ class Session(_Owner):
 
     Keyword options are the fields of the C ikv_session_options (n_threads, kv_dtype, block_size, ubatch,
     kv_pool_blocks, kv_pool_bytes, policy, budget_tokens, budget_fraction, window, interval, alpha, tau, ...), plus
-    conveniences: ``policy="infokv"`` (or "none", "snapkv", "h2o", "streaming", "tova", "pyramidkv"),
+    conveniences: ``policy="infokv"`` (or "none", "snapkv", "h2o", "streaming", "tova", "pyramidkv", "auto"),
     ``budget=0.5`` (a fraction) or ``budget=128`` (tokens per layer), ``kv_dtype="f16"``, ``threads=4``.
+    ``policy="auto", max_loss=0.05`` compresses to a quality target instead of a budget (see :meth:`auto_report`).
 
     ``device="cpu"`` (the default; also None), ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (the CPU for now) chooses where
     it runs: :class:`NoDeviceError` when there is no such CUDA device (its message says why),
@@ -457,6 +490,19 @@ class Session(_Owner):
         with self._lock:
             blocks, cost = _check(_c.ikv_seq_pressure_estimate(self.handle, seq))
             return int(blocks), float(cost)
+
+    def auto_report(self, seq: int = 0) -> Optional[AutoReport]:
+        """What the auto policy chose at the sequence's latest compression, or None before one (and under other
+        policies). A fork starts with its source's report; a snapshot keeps it."""
+        with self._lock:
+            layers, tokens, uniform, loss, max_loss = _check(_c.ikv_seq_auto_report(self.handle, seq))
+            if layers == 0:
+                return None
+            per_layer = []
+            for layer in range(layers):
+                evidence, budget, alpha, l_loss = _check(_c.ikv_seq_auto_layer(self.handle, seq, layer))
+                per_layer.append(AutoLayer(evidence_name(evidence), float(alpha), int(budget), float(l_loss)))
+            return AutoReport(per_layer, float(loss), int(tokens), int(uniform), float(max_loss))
 
     def kv_stat(self, stat: Union[str, int]) -> int:
         """One pool statistic: 'blocks_total', 'blocks_used', 'blocks_free', 'block_bytes', 'bytes_used', ..."""

@@ -43,6 +43,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16"])
     g.add_argument("--policy", default="none")
     g.add_argument("--budget", type=_budget, default=None, help="fraction (0.5, 50%%) or tokens per layer (128)")
+    g.add_argument("--max-loss", type=float, default=None,
+                   help="with --policy auto: a quality target instead of --budget")
     g.add_argument("--no-bos", action="store_true")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     g.add_argument("--load-snapshot", metavar="FILE", help="restore this snapshot first and continue from it "
@@ -68,6 +70,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             opts = {"threads": a.threads, "kv_dtype": a.kv_dtype, "policy": a.policy, "device": a.device}
             if a.budget is not None:
                 opts["budget"] = a.budget
+            if a.max_loss is not None:
+                opts["max_loss"] = a.max_loss
             with model.session(**opts) as s:
                 sampling = dict(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, min_p=a.min_p,
                                 repeat_penalty=a.repeat_penalty, seed=a.seed)

@@ -274,6 +274,43 @@ def test_pressure_estimate_reports_blocks_and_cost_and_changes_nothing(model):
         assert s.pressure_estimate() == (0, 0.0)
 
 
+def test_auto_policy_reports_what_it_chose(model):
+    text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " * 5
+    assert infokv.EVIDENCE == {"window_attention": 0, "infokv": 1, "accumulated_attention": 2, "last_query": 3,
+                               "recency": 4, "key_norm": 5}
+    assert infokv.evidence_name(infokv.capi.IKV_EVIDENCE_KEY_NORM) == "key_norm"
+    assert infokv.evidence_name(99) == "unknown"
+    with model.session(policy="auto", budget=0.5) as s:
+        assert s.auto_report() is None  # no compression yet
+        s.decode(model.tokenize(text))  # ~150 tokens, compressed after the prefill
+        r = s.auto_report()
+        assert isinstance(r, infokv.AutoReport)
+        assert len(r.layers) == model.n_layer
+        assert all(isinstance(l, infokv.AutoLayer) and l.evidence in infokv.EVIDENCE for l in r.layers)
+        assert sum(l.budget for l in r.layers) == r.tokens
+        assert [l.budget for l in r.layers] == [s.kept(0, i) for i in range(model.n_layer)]
+        assert all(l.alpha == (pytest.approx(0.9) if l.evidence == "infokv" else 1.0) for l in r.layers)
+        assert r.uniform_tokens > 0 and r.max_loss == 0.0 and r.loss >= 0.0
+        assert r.loss == pytest.approx(sum(l.loss for l in r.layers) / len(r.layers), rel=1e-5, abs=1e-9)
+        child = s.fork(0)
+        assert s.auto_report(child) == r
+        with pytest.raises(infokv.NotFoundError):
+            s.auto_report(42)
+        restored_from = s.save_bytes(0)
+    with model.session(policy="auto", max_loss=0.05) as q:  # a quality target, no budget
+        q.decode(model.tokenize(text))
+        r2 = q.auto_report()
+        assert r2.max_loss == 0.05 and r2.uniform_tokens == 0 and r2.loss <= 0.05 + 1e-6
+        (seq,) = q.restore(restored_from)
+        assert q.auto_report(seq) == r  # the snapshot carried it
+    assert infokv.inspect_snapshot(restored_from)["sequences"][0]["auto"]["tokens"] == r.tokens
+    with pytest.raises(infokv.InvalidArgumentError):
+        model.session(policy="snapkv", budget=0.5, max_loss=0.05)
+    with model.session(policy="snapkv", budget=0.5) as f:
+        f.decode(model.tokenize(text))
+        assert f.auto_report() is None
+
+
 def test_sampling_options_and_sampler_objects(model):
     with model.session() as s, infokv.Sampler(temperature=0.8, top_k=20, seed=7) as smp:
         a = s.complete("Once upon a time", 20, sampler=smp).tokens

@@ -33,8 +33,10 @@ IKV_API int32_t ikv_config_create(ikv_config **out);
  * object; a number field takes a JSON number (a string such as "4" is refused), and an integer field one written
  * without fraction or exponent; a flag takes true or false; a string field a string; an enum field (kv_dtype,
  * compression.shape) one of its names as a string. compression.policy takes exactly one policy name as a string
- * ("none", "infokv", "snapkv", "h2o", "streaming", "tova", "pyramidkv"): a number (the schema's numbering differs
- * from IKV_POLICY_*) or several names ("infokv h2o") is refused.
+ * ("none", "infokv", "snapkv", "h2o", "streaming", "tova", "pyramidkv", "auto"): a number (the schema's numbering
+ * differs from IKV_POLICY_*) or several names ("infokv h2o") is refused. A policy other than "none" needs
+ * compression.budget_fraction or budget_tokens, except "auto" with compression.max_loss > 0 (a quality target);
+ * max_loss > 0 with another policy is refused.
  * @param text  UTF-8 JSON of `len` bytes (need not be NUL-terminated; must not contain NUL).
  * @return IKV_OK; IKV_ERR_BAD_CONFIG for text that is not such JSON, a value of the wrong JSON type, an unknown
  *         field or an out-of-range value (the message names the field; for malformed JSON it gives the byte
@@ -44,8 +46,8 @@ IKV_API int32_t ikv_config_from_json(ikv_config **out, const char *text, size_t 
 
 /**
  * Reads the binary form (a FlatBuffer with identifier "IKVC"); it is verified before it is read. Enum fields carry
- * the schema's values (compression.policy: UNSPECIFIED = 0 means none, then none = 1 ... pyramidkv = 7, which are
- * not the IKV_POLICY_* values); a value the schema does not name is refused.
+ * the schema's values (compression.policy: UNSPECIFIED = 0 means none, then none = 1 ... pyramidkv = 7, auto = 8,
+ * which are not the IKV_POLICY_* values); a value the schema does not name is refused.
  * @return IKV_OK; IKV_ERR_BAD_CONFIG (not a config, fails verification, an unknown enum value or an out-of-range
  *         value, the message naming the field);
  *         IKV_ERR_INVALID_ARGUMENT; IKV_ERR_OUT_OF_MEMORY.

@@ -197,8 +197,9 @@ IKV_API int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, cons
 /* Revisions (fields are only appended, never reordered or removed; defaults never change):
  *   1: struct_size ... compress_after_prefill
  *   2: device
- *   3: max_sequences */
-#define IKV_SESSION_OPTIONS_VERSION 3
+ *   3: max_sequences
+ *   4: max_loss */
+#define IKV_SESSION_OPTIONS_VERSION 4
 
 /**
  * Session options: a versioned struct. Initialise with IKV_SESSION_OPTIONS_INIT or ikv_session_options_init()
@@ -245,11 +246,18 @@ typedef struct ikv_session_options {
    * facing untrusted callers bounds it. ikv_seq_add, ikv_seq_fork and restores beyond it fail with
    * IKV_ERR_OUT_OF_RANGE, changing nothing. */
   int32_t max_sequences;
+  /* ---- version 4 ---- */
+  /* A quality target instead of a byte budget, for IKV_POLICY_AUTO only: 0 (default) compresses to the budget
+   * (budget_tokens / budget_fraction); > 0 keeps, at each compression and in each layer, as few tokens as hold auto's
+   * proxy loss (the relative error of the observation window's attention output, ikv_seq_auto_report) at or under
+   * max_loss, and then no budget is needed. Must be finite and >= 0; > 0 with another policy is
+   * IKV_ERR_INVALID_ARGUMENT. */
+  double max_loss;
 } ikv_session_options;
 
 #define IKV_SESSION_OPTIONS_INIT                                                                          \
   { (uint32_t)sizeof(ikv_session_options), IKV_SESSION_OPTIONS_VERSION, 0, IKV_KV_F16, 16, 256, 0, 0,   \
-    IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1, NULL, 0 }
+    IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1, NULL, 0, 0.0 }
 
 /** Fills `opts` with the defaults (same values as IKV_SESSION_OPTIONS_INIT). IKV_ERR_INVALID_ARGUMENT on NULL. */
 IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
@@ -259,12 +267,15 @@ IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
  * @param opts  NULL for defaults. Otherwise struct_size must be at least the version-1 size
  *              (offsetof(ikv_session_options, device)) and version at least 1. `device` is read only when
  *              version >= 2 (a version-1 struct from an older caller runs on the CPU), `max_sequences` only when
- *              version >= 3 (older callers get 4096); a struct of version >= 2 (>= 3) must be large enough to hold
- *              `device` (`max_sequences`). opts and the device string are not used after the call returns.
+ *              version >= 3 (older callers get 4096), `max_loss` only when version >= 4 (older callers get 0: a byte
+ *              budget); a struct of version >= 2 (>= 3, >= 4) must be large enough to hold `device`
+ *              (`max_sequences`, `max_loss`). opts and the device string are not used after the call returns.
  * @return IKV_OK;
  *         IKV_ERR_BAD_HANDLE (model);
- *         IKV_ERR_INVALID_ARGUMENT (NULL out; struct_size or version too small; a bad option value; a malformed
- *           device string, anything but "", "cpu", "cuda", "cuda:N" or "auto": the message names the option);
+ *         IKV_ERR_INVALID_ARGUMENT (NULL out; struct_size or version too small; a bad option value, e.g. a policy
+ *           without a budget (IKV_POLICY_AUTO may have max_loss > 0 instead), max_loss > 0 with another policy, a
+ *           negative or non-finite max_loss; a malformed device string, anything but "", "cpu", "cuda", "cuda:N" or
+ *           "auto": the message names the option);
  *         IKV_ERR_NO_DEVICE ("cuda" or "cuda:N" when there is no such usable CUDA device: always in a build without
  *           CUDA; the message says why, e.g. no driver);
  *         IKV_ERR_UNSUPPORTED (a CUDA device for a model whose weight types the CUDA path does not run);
@@ -370,6 +381,59 @@ IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin
  * when the sequence shares blocks with a fork and the pool has no free blocks for the copies that compaction needs.
  */
 IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens);
+
+/* ---- what IKV_POLICY_AUTO chose ---- */
+/* What ranked a layer's tokens (ikv_seq_auto_layer's *out_evidence). Stable values, only ever appended. */
+#define IKV_EVIDENCE_WINDOW_ATTENTION 0      /* attention from the observation window, pooled (as SnapKV) */
+#define IKV_EVIDENCE_INFOKV 1                /* window attention mixed with entropy and representation change */
+#define IKV_EVIDENCE_ACCUMULATED_ATTENTION 2 /* mean attention received from every later query (as H2O) */
+#define IKV_EVIDENCE_LAST_QUERY 3            /* attention from the latest query (as TOVA) */
+#define IKV_EVIDENCE_RECENCY 4               /* sink tokens and the most recent (as StreamingLLM) */
+#define IKV_EVIDENCE_KEY_NORM 5              /* keys of small norm first */
+
+/**
+ * The name of an IKV_EVIDENCE_* value: "window_attention", "infokv", "accumulated_attention", "last_query",
+ * "recency", "key_norm"; "unknown" for any other value. Static storage, never NULL. Thread-safe.
+ */
+IKV_API const char *ikv_evidence_name(int32_t evidence);
+
+/**
+ * What IKV_POLICY_AUTO chose the last time it compressed the sequence, in sum (each layer: ikv_seq_auto_layer). The
+ * report is replaced at every compression under IKV_POLICY_AUTO (a compression by another policy leaves it as it
+ * is); it describes that compression (tokens appended since are not in it), a fork starts with its source's, and a
+ * snapshot saves it and restores it with the sequence.
+ * @param out_layers          receives the layers the report covers: the model's layer count, or 0 when the
+ *                            sequence has not been compressed under IKV_POLICY_AUTO (then every output is 0; also
+ *                            under any other policy, unless a restored snapshot brought a report).
+ * @param out_kept_tokens     receives the tokens that compression kept, all layers together: the sum of the layers'
+ *                            budgets, or more where protected spans (ikv_seq_protect) held tokens beyond them.
+ * @param out_uniform_tokens  receives what a uniform budget would have kept, all layers together; 0 under a quality
+ *                            target.
+ * @param out_loss            receives the mean over layers of the proxy loss at the chosen budgets (the relative
+ *                            squared error of the observation window's attention output against the full cache).
+ * @param out_max_loss        receives the quality target that compression was held to; 0 when it compressed to a
+ *                            byte budget.
+ * Ownership: every output is a plain value written by the call. Thread safety: as every session call.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_NOT_FOUND (no such sequence);
+ *         IKV_ERR_BAD_HANDLE. On failure every output is 0.
+ */
+IKV_API int32_t ikv_seq_auto_report(int32_t *out_layers, int64_t *out_kept_tokens, int64_t *out_uniform_tokens,
+                                    double *out_loss, double *out_max_loss, const ikv_session *session, int32_t seq);
+
+/**
+ * One layer of the report ikv_seq_auto_report describes.
+ * @param out_evidence  receives the IKV_EVIDENCE_* value that ranked the layer's tokens.
+ * @param out_budget    receives the tokens the layer kept.
+ * @param out_alpha     receives the attention weight of the InfoKV mix (the session's alpha) when the evidence is
+ *                      IKV_EVIDENCE_INFOKV; 1 otherwise.
+ * @param out_loss      receives the layer's proxy loss at that budget.
+ * Ownership: every output is a plain value written by the call. Thread safety: as every session call.
+ * @return IKV_OK; IKV_ERR_OUT_OF_RANGE (layer < 0 or not below the report's *out_layers, which includes every layer
+ *         while the sequence has no report); IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_NOT_FOUND (no such
+ *         sequence); IKV_ERR_BAD_HANDLE. On failure *out_evidence is -1 and the other outputs are 0.
+ */
+IKV_API int32_t ikv_seq_auto_layer(int32_t *out_evidence, int32_t *out_budget, double *out_alpha, double *out_loss,
+                                   const ikv_session *session, int32_t seq, int32_t layer);
 
 /* ---- sampling ---- */
 #define IKV_SAMPLER_OPTIONS_VERSION 1

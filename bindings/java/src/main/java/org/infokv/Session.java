@@ -152,6 +152,32 @@ public final class Session implements AutoCloseable {
     }
   }
 
+  /**
+   * What the auto policy chose at the sequence's latest compression, or empty before one (and under other
+   * policies). A fork starts with its source's report; a snapshot keeps it.
+   */
+  public java.util.Optional<AutoReport> autoReport(int seq) {
+    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+      int[] layers = new int[1];
+      long[] tokens = new long[1];
+      long[] uniform = new long[1];
+      double[] loss = new double[1];
+      double[] maxLoss = new double[1];
+      InfokvException.check(InfokvNative.ikv_seq_auto_report(layers, tokens, uniform, loss, maxLoss, h(), seq));
+      if (layers[0] == 0) return java.util.Optional.empty();
+      java.util.List<AutoReport.Layer> list = new java.util.ArrayList<>(layers[0]);
+      int[] evidence = new int[1];
+      int[] budget = new int[1];
+      double[] alpha = new double[1];
+      double[] layerLoss = new double[1];
+      for (int l = 0; l < layers[0]; ++l) {
+        InfokvException.check(InfokvNative.ikv_seq_auto_layer(evidence, budget, alpha, layerLoss, h(), seq, l));
+        list.add(new AutoReport.Layer(evidence[0], budget[0], alpha[0], layerLoss[0]));
+      }
+      return java.util.Optional.of(new AutoReport(list, loss[0], tokens[0], uniform[0], maxLoss[0]));
+    }
+  }
+
   /** One pool statistic (KV_BLOCKS_TOTAL, KV_BYTES_USED, ...). */
   public long kvStat(int stat) {
     synchronized (state) { // State.run (close, or the model closing) waits for a call in progress

@@ -16,6 +16,8 @@ public final class SessionOptions {
   public static final int POLICY_STREAMING = InfokvNativeConstants.IKV_POLICY_STREAMING;
   public static final int POLICY_TOVA = InfokvNativeConstants.IKV_POLICY_TOVA;
   public static final int POLICY_PYRAMIDKV = InfokvNativeConstants.IKV_POLICY_PYRAMIDKV;
+  /** Chooses per layer what ranks the tokens and how the budget is spread ({@link Session#autoReport}). */
+  public static final int POLICY_AUTO = InfokvNativeConstants.IKV_POLICY_AUTO;
   public static final int KV_F32 = InfokvNativeConstants.IKV_KV_F32;
   public static final int KV_F16 = InfokvNativeConstants.IKV_KV_F16;
   public static final int KV_BF16 = InfokvNativeConstants.IKV_KV_BF16;
@@ -50,6 +52,12 @@ public final class SessionOptions {
   public SessionOptions budgetFraction(double f) { set("budget_tokens", 0); return set("budget_fraction", f); }
   /** Keeps this many tokens per layer when compressing. */
   public SessionOptions budgetTokens(int n) { set("budget_fraction", 0.0); return set("budget_tokens", n); }
+  /**
+   * POLICY_AUTO only: a quality target instead of a budget (each compression keeps, per layer, as few tokens as hold
+   * the proxy loss at or under it); 0: compress to the budget. Creating the session throws INVALID_ARGUMENT for a
+   * negative or non-finite value, or a positive one with another policy.
+   */
+  public SessionOptions maxLoss(double maxLoss) { return set("max_loss", maxLoss); }
 
   ikv_session_options toNative() {
     ikv_session_options o = new ikv_session_options();

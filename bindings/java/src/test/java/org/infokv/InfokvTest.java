@@ -285,6 +285,43 @@ class InfokvTest {
   }
 
   @Test
+  void autoPolicyReportsWhatItChose() {
+    String text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ".repeat(5);
+    assertEquals("key_norm", AutoReport.evidenceName(AutoReport.EVIDENCE_KEY_NORM));
+    assertEquals("unknown", AutoReport.evidenceName(99));
+    try (Session s = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_AUTO).budgetFraction(0.5))) {
+      assertTrue(s.autoReport(0).isEmpty(), "no compression yet");
+      s.decode(0, model.tokenize(text, true)); // ~150 tokens, compressed after the prefill
+      AutoReport r = s.autoReport(0).orElseThrow();
+      assertEquals(model.nLayer(), r.layers().size());
+      long sum = 0;
+      for (int l = 0; l < r.layers().size(); ++l) {
+        AutoReport.Layer x = r.layers().get(l);
+        assertTrue(x.evidence() >= AutoReport.EVIDENCE_WINDOW_ATTENTION && x.evidence() <= AutoReport.EVIDENCE_KEY_NORM, x.toString());
+        assertNotEquals("unknown", x.evidenceName());
+        assertEquals(s.kept(0, l), x.budget());
+        assertEquals(x.evidence() == AutoReport.EVIDENCE_INFOKV ? 0.9 : 1.0, x.alpha(), 1e-6);
+        assertTrue(x.loss() >= 0, x.toString());
+        sum += x.budget();
+      }
+      assertEquals(sum, r.tokens());
+      assertTrue(r.uniformTokens() > 0, r.toString());
+      assertEquals(0.0, r.maxLoss());
+      assertEquals(Status.NOT_FOUND, assertThrows(InfokvException.class, () -> s.autoReport(42)).kind());
+    }
+    try (Session q = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_AUTO).maxLoss(0.05))) {
+      q.decode(0, model.tokenize(text, true));
+      AutoReport r = q.autoReport(0).orElseThrow();
+      assertEquals(0.05, r.maxLoss());
+      assertEquals(0, r.uniformTokens());
+      assertTrue(r.loss() <= 0.05 + 1e-6, r.toString());
+    }
+    InfokvException e = assertThrows(InfokvException.class, () -> model.newSession(
+        SessionOptions.defaults().policy(SessionOptions.POLICY_SNAPKV).budgetFraction(0.5).maxLoss(0.05)));
+    assertEquals(Status.INVALID_ARGUMENT, e.kind());
+  }
+
+  @Test
   void sequencesAccountingAndCompression() {
     try (Session s = model.newSession()) {
       s.decode(0, model.tokenize("Once upon a time", true));
