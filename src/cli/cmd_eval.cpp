@@ -159,6 +159,8 @@ int cmd_eval(int argc, char **argv) {
     budgets.push_back(fr);
   }
   // --max-losses E1,E2: auto under each quality target (no budget), reporting the bytes it reached.
+  if (a.has("max-loss"))
+    fail(Status::invalid_argument, "eval takes --max-losses E1,E2 (a row of auto per quality target), not --max-loss");
   std::vector<double> max_losses;
   for (const auto &e : split_list(a.str("max-losses", ""))) {
     char *end = nullptr;

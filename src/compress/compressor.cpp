@@ -162,7 +162,7 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
 void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
   SeqState &st = state(seq);
   if (plan.evicts) kv_->compact(seq, plan.keep);
-  if (!plan.report.empty()) st.auto_report = plan.report;
+  st.auto_report = plan.report;  // empty when another policy compressed: the report is of the latest compression
   ++st.n_compressions;
   st.since_compress = 0;
 }

@@ -1004,7 +1004,7 @@ TEST(Capi, BadSessionAndSamplerOptionsAreRejected) {
       {"kv_dtype 0", [](ikv_session_options &o) { o.kv_dtype = 0; }},
       {"kv_dtype 4", [](ikv_session_options &o) { o.kv_dtype = 4; }},
       {"block_size", [](ikv_session_options &o) { o.block_size = -16; }},
-      {"policy", [](ikv_session_options &o) { o.policy = 7; }},
+      {"policy", [](ikv_session_options &o) { o.policy = 8; }},
       {"shape", [](ikv_session_options &o) { o.shape = 2; }},
       {"pool bytes", [](ikv_session_options &o) { o.kv_pool_bytes = -1; }},
       {"device", [](ikv_session_options &o) { o.device = "tpu"; }},

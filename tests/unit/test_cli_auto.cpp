@@ -138,5 +138,31 @@ TEST(CliAuto, SnapshotInspectShowsTheSavedReport) {
   std::filesystem::remove(path);
 }
 
+// eval puts auto beside the fixed policies at the same bytes, and adds a row per quality target (--max-losses).
+TEST(CliAuto, EvalComparesAutoAtEqualBytesAndUnderQualityTargets) {
+  const std::string base = std::string(INFOKV_CLI_PATH) + " eval --model '" + infokv_test::stories_path() + "' --file '" +
+                           infokv_test::corpora_dir() + "/emma.txt' --prefix 200 --continuation 40 --windows 2 --offset 1000 ";
+  const infokv_test::CommandOutput r =
+      infokv_test::run_command(base + "--policies auto,snapkv --budgets 0.25 --max-losses 0.005,0.05 --json 2>/dev/null");
+  ASSERT_EQ(exit_code(r.status), 0) << r.out;
+  const Value v = infokv_test::json::parse(r.out);
+  ASSERT_EQ(v.size(), 5u);  // none, auto 25%, auto <= 0.005, auto <= 0.05, snapkv 25%
+  const Value *a25 = nullptr, *s25 = nullptr, *tight = nullptr, *loose = nullptr;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Value &row = v[i];
+    if (row["policy"].str == "auto" && row["max_loss"].num == 0.0) a25 = &row;
+    if (row["policy"].str == "snapkv") s25 = &row;
+    if (row["policy"].str == "auto" && row["max_loss"].num == 0.005) tight = &row;
+    if (row["policy"].str == "auto" && row["max_loss"].num == 0.05) loose = &row;
+  }
+  ASSERT_TRUE(a25 && s25 && tight && loose) << r.out;
+  EXPECT_LE((*a25)["kv_bytes"].num, (*s25)["kv_bytes"].num) << "auto must hold no more bytes than the uniform budget";
+  EXPECT_LT((*loose)["kv_bytes"].num, (*tight)["kv_bytes"].num) << "a looser target keeps less";
+  EXPECT_GT((*loose)["kl"].num, 0.0);
+
+  EXPECT_NE(exit_code(infokv_test::run_command(base + "--policies auto --budgets 0.25 --max-losses -1 2>/dev/null").status), 0);
+  EXPECT_NE(exit_code(infokv_test::run_command(base + "--policies auto --budgets 0.25 --max-loss 0.01 2>/dev/null").status), 0);
+}
+
 }  // namespace
 #endif

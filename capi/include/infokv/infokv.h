@@ -398,13 +398,13 @@ IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budg
 IKV_API const char *ikv_evidence_name(int32_t evidence);
 
 /**
- * What IKV_POLICY_AUTO chose the last time it compressed the sequence, in sum (each layer: ikv_seq_auto_layer). The
- * report is replaced at every compression under IKV_POLICY_AUTO (a compression by another policy leaves it as it
- * is); it describes that compression (tokens appended since are not in it), a fork starts with its source's, and a
- * snapshot saves it and restores it with the sequence.
+ * What IKV_POLICY_AUTO chose at the sequence's latest compression, in sum (each layer: ikv_seq_auto_layer). Every
+ * compression replaces the report (one by another policy leaves it empty: *out_layers 0); it describes that
+ * compression (tokens appended since are not in it), a fork starts with its source's, and a snapshot saves it and
+ * restores it with the sequence.
  * @param out_layers          receives the layers the report covers: the model's layer count, or 0 when the
- *                            sequence has not been compressed under IKV_POLICY_AUTO (then every output is 0; also
- *                            under any other policy, unless a restored snapshot brought a report).
+ *                            sequence's latest compression was not under IKV_POLICY_AUTO, or it has had none
+ *                            (then every output is 0; a restored snapshot brings the report it saved).
  * @param out_kept_tokens     receives the tokens that compression kept, all layers together: the sum of the layers'
  *                            budgets, or more where protected spans (ikv_seq_protect) held tokens beyond them.
  * @param out_uniform_tokens  receives what a uniform budget would have kept, all layers together; 0 under a quality
