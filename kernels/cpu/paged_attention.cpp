@@ -260,35 +260,51 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
   const int32_t hd = kv.head_dim;
   const int32_t group = n_heads / kv.n_kv_heads;
   const bool avx2 = have_f16c();
-  auto body = [&](int64_t i0, int64_t i1) {
-    std::vector<float> p(static_cast<size_t>(group) * static_cast<size_t>(std::max(1, max_vis)));
-    std::vector<float> kvbuf(static_cast<size_t>(kv.block_size) * hd);
-    for (int64_t it = i0; it < i1; ++it) {
-      const int64_t t = it / kv.n_kv_heads;
-      const int32_t g = static_cast<int32_t>(it % kv.n_kv_heads);
-      const std::pair<PagedKv, int32_t> vv = view_for(t);
-      const int32_t vis = vv.second;
-      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-      float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-      if (avx2) attend_avx2(og, qg, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
-      else attend_generic(og, qg, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
-      if (acc) {
-        const float inv_h = 1.0f / static_cast<float>(n_heads);
-        for (int32_t hh = 0; hh < group; ++hh) {
-          const float *ph = p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis);
-          for (int32_t j = 0; j < vis; ++j) acc[j] += ph[j] * inv_h;
-        }
+  const size_t width = static_cast<size_t>(std::max(1, max_vis));
+  // One work item: query t, KV head g. acc_row / count_row receive its H2O sums (null: none).
+  auto run = [&](int64_t it, float *acc_row, float *count_row, std::vector<float> &p, std::vector<float> &kvbuf) {
+    const int64_t t = it / kv.n_kv_heads;
+    const int32_t g = static_cast<int32_t>(it % kv.n_kv_heads);
+    const std::pair<PagedKv, int32_t> vv = view_for(t);
+    const int32_t vis = vv.second;
+    const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+    float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+    if (avx2) attend_avx2(og, qg, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
+    else attend_generic(og, qg, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
+    if (acc_row) {
+      const float inv_h = 1.0f / static_cast<float>(n_heads);
+      for (int32_t hh = 0; hh < group; ++hh) {
+        const float *ph = p.data() + static_cast<size_t>(hh) * static_cast<size_t>(vis);
+        for (int32_t j = 0; j < vis; ++j) acc_row[j] += ph[j] * inv_h;
       }
-      if (acc_count && g == 0)
-        for (int32_t j = 0; j < vis; ++j) acc_count[j] += 1.0f;
     }
+    if (count_row && g == 0)
+      for (int32_t j = 0; j < vis; ++j) count_row[j] += 1.0f;
+  };
+  auto body = [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(static_cast<size_t>(group) * width), kvbuf(static_cast<size_t>(kv.block_size) * hd);
+    for (int64_t it = i0; it < i1; ++it) run(it, acc, acc_count, p, kvbuf);
   };
   const int64_t items = n_q * kv.n_kv_heads;
   const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
-  if (pool == nullptr || acc != nullptr || work < (int64_t{1} << 16)) {
+  if (pool == nullptr || work < (int64_t{1} << 16)) {
     body(0, items);
-  } else {
+  } else if (acc == nullptr) {
     pool->parallel_for(items, 1, body);
+  } else {
+    // H2O sums in parallel and still deterministic: one task per KV head, its queries in order into a row of its
+    // own; the rows are then added in head order (the counts come from head 0 alone).
+    const int32_t G = kv.n_kv_heads;
+    std::vector<float> rows(static_cast<size_t>(G) * width, 0.0f);
+    pool->parallel_for(G, 1, [&](int64_t g0, int64_t g1) {
+      std::vector<float> p(static_cast<size_t>(group) * width), kvbuf(static_cast<size_t>(kv.block_size) * hd);
+      for (int64_t g = g0; g < g1; ++g)
+        for (int64_t t = 0; t < n_q; ++t) run(t * G + g, rows.data() + static_cast<size_t>(g) * width, acc_count, p, kvbuf);
+    });
+    for (int32_t g = 0; g < G; ++g) {
+      const float *row = rows.data() + static_cast<size_t>(g) * width;
+      for (int32_t j = 0; j < max_vis; ++j) acc[j] += row[j];
+    }
   }
 }
 
