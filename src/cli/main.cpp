@@ -49,6 +49,7 @@ const char *kOptions =
     "session:  --threads N (cores) --device cpu|cuda|cuda:N|auto (cpu) --kv-dtype f32|f16|bf16 (f16)\n"
     "          --block-size B (16) --kv-pool-mb M | --kv-pool-blocks N | --kv-pool-fraction F --ubatch N (256) --config FILE\n"
     "compress: --policy none|infokv|snapkv|h2o|streaming|tova|pyramidkv|auto --budget 0.25|25%|128\n"
+    "          (--budget or --max-loss without --policy: auto)\n"
     "          --max-loss E (auto only: a quality target instead of --budget; each compression keeps, per layer, as\n"
     "          few tokens as hold auto's proxy loss at or under E)\n"
     "          --compress-interval N (1024) --window W (min(32, budget/4)) --alpha A (0.9) --tau T (1)\n"

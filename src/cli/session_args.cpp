@@ -80,6 +80,9 @@ CompressionConfig compression_from(const Args &a, const CompressionConfig &base)
     c.max_loss = a.number("max-loss", 0.0, -big, big);
     if (c.max_loss < 0) fail(Status::invalid_argument, "--max-loss must be >= 0 (0: compress to --budget)");
   }
+  // A budget or a quality target with no policy named (neither by --policy nor by the config) means auto: the
+  // runtime chooses what to keep (packaging/docs/quality.md: auto against every fixed policy).
+  if (!a.has("policy") && c.policy == PolicyKind::none && (a.has("budget") || c.max_loss > 0)) c.policy = PolicyKind::auto_;
   if (c.max_loss > 0 && !c.is_auto())
     fail(Status::invalid_argument, "a quality target (--max-loss, or the config's compression.max_loss) needs --policy auto, not " +
                                        std::string(policy_name(c.policy)));

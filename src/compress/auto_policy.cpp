@@ -149,9 +149,14 @@ const char *evidence_name(Evidence e) {
 }
 
 float AutoLayerCurves::best_loss(size_t g, Evidence *which) const {
+  // Window attention unless another evidence beats the best so far by kEvidenceMargin (see the header).
   float best = INFINITY;
-  for (size_t e = 0; e < loss.size(); ++e) {
-    if (loss[e][g] < best) {
+  if (!loss.empty()) {
+    best = loss[0][g];
+    if (which != nullptr) *which = static_cast<Evidence>(0);
+  }
+  for (size_t e = 1; e < loss.size(); ++e) {
+    if (loss[e][g] < best * (1.0f - kEvidenceMargin)) {
       best = loss[e][g];
       if (which != nullptr) *which = static_cast<Evidence>(e);
     }

@@ -140,7 +140,10 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
     }
   });
   if (failed) std::rethrow_exception(failed);
-  const std::vector<size_t> at = auto_spread(curves, bs, total_blocks, c.max_loss, {});
+  // Under a byte budget no layer goes below kAutoLayerFloor of it (auto_policy.hpp says why).
+  std::vector<int32_t> floor_tokens;
+  if (B > 0) floor_tokens.assign(L, static_cast<int32_t>(kAutoLayerFloor * B));
+  const std::vector<size_t> at = auto_spread(curves, bs, total_blocks, c.max_loss, floor_tokens);
   CompressionPlan plan;
   plan.keep.resize(L);
   plan.report.layers.resize(L);

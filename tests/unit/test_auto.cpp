@@ -175,7 +175,7 @@ TEST(AutoPolicy, SpreadMatchesBruteForceOnConvexCurves) {
       for (int32_t g = 0; g < steps; ++g) {
         cv.grid.push_back(4 * (g + 1));
         for (auto &row : cv.loss) row.push_back(static_cast<float>(loss + 0.5 * u(rng)));  // worse evidence
-        cv.loss[static_cast<size_t>(rng() % kEvidenceKinds)].back() = static_cast<float>(loss);
+        cv.loss[0].back() = static_cast<float>(loss);  // window attention best: best_loss() is this convex curve
         loss = std::max(0.0, loss - drop);
         drop *= u(rng);  // convex: each step lowers the loss less
       }
@@ -233,6 +233,19 @@ TEST(AutoPolicy, SpreadMatchesBruteForceOnConvexCurves) {
     walk2(0, 0, 0.0);
     if (fewest != INT64_MAX) EXPECT_LE(qblocks, fewest + 1) << "trial " << trial;
   }
+}
+
+// Window attention ranks a layer unless another evidence lowers the loss by kEvidenceMargin or more.
+TEST(AutoPolicy, AnotherEvidenceMustBeatWindowAttentionByTheMargin) {
+  AutoLayerCurves cv;
+  cv.grid = {4, 8};
+  cv.loss.assign(static_cast<size_t>(kEvidenceKinds), {1.0f, 0.5f});
+  cv.loss[static_cast<size_t>(Evidence::last_query)] = {1.0f * (1.0f - kEvidenceMargin) + 0.01f, 0.5f * (1.0f - kEvidenceMargin) - 0.01f};
+  Evidence e = Evidence::recency;
+  EXPECT_FLOAT_EQ(cv.best_loss(0, &e), 1.0f);
+  EXPECT_EQ(e, Evidence::window_attention);
+  EXPECT_FLOAT_EQ(cv.best_loss(1, &e), 0.5f * (1.0f - kEvidenceMargin) - 0.01f);
+  EXPECT_EQ(e, Evidence::last_query);
 }
 
 namespace {

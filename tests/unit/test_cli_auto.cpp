@@ -102,7 +102,7 @@ TEST(CliAuto, ParallelSequencesEachHaveAReport) {
 TEST(CliAuto, MaxLossWithoutAutoAndAutoWithoutATargetAreUsageErrors) {
   const std::pair<const char *, const char *> cases[] = {
       {"--policy snapkv --budget 0.5 --max-loss 0.1", "needs --policy auto"},
-      {"--max-loss 0.1", "needs --policy auto"},
+      {"--policy none --max-loss 0.1", "needs --policy auto"},
       {"--policy auto", "--policy auto needs --budget or --max-loss"},
       {"--policy auto --max-loss -0.5", "--max-loss must be >= 0"},
       {"--policy auto --max-loss nan", "--max-loss expects a number"},
@@ -111,6 +111,16 @@ TEST(CliAuto, MaxLossWithoutAutoAndAutoWithoutATargetAreUsageErrors) {
     const infokv_test::CommandOutput r = generate(std::string("--max-tokens 1 ") + c.first, "2>&1");
     EXPECT_EQ(exit_code(r.status), 2) << c.first << ": " << r.out;
     EXPECT_NE(r.out.find(c.second), std::string::npos) << c.first << ": " << r.out;
+  }
+}
+
+// A budget or a quality target without --policy means auto (the default chooser); --policy none keeps none.
+TEST(CliAuto, ABudgetWithoutAPolicyMeansAuto) {
+  for (const char *flags : {"--budget 0.25", "--max-loss 0.05"}) {
+    const infokv_test::CommandOutput r = generate(std::string("--max-tokens 4 --json ") + flags);
+    ASSERT_EQ(exit_code(r.status), 0) << flags << ": " << r.out;
+    const Value v = infokv_test::json::parse(r.out);
+    EXPECT_EQ(v["compression"]["policy"].str, "auto") << flags << ": " << r.out;
   }
 }
 
