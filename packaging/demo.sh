@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing, builds infokv (CPU), generates with an InfoKV-compressed cache on the default
-# model and shows what compression saved (KV bytes) and what it cost (KL to the full cache, top-1 agreement).
+# The demo: installs what is missing, builds infokv (CPU), generates with a compressed cache on the default model
+# (policy auto: the runtime chooses, per layer, what ranks the tokens and how the budget is spread) and shows what
+# compression saved (KV bytes) and what it cost (KL to the full cache, top-1 agreement) against fixed policies.
 # Usage: bash packaging/demo.sh [PROMPT]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,11 +20,11 @@ PROMPT="${1:-Once upon a time, there was a little girl named Lily. She loved to 
 echo "== generate, full cache"
 "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --temperature 0 --max-tokens 120
 echo
-echo "== generate, InfoKV cache at 25% of the prompt (compressed after the prompt and every 32 tokens)"
+echo "== generate, auto-compressed cache at 25% of the prompt (compressed after the prompt and every 32 tokens)"
 "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --temperature 0 --max-tokens 120 \
-  --policy infokv --budget 0.25 --compress-interval 32
+  --policy auto --budget 0.25 --compress-interval 32
 "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --temperature 0 --max-tokens 120 \
-  --policy infokv --budget 0.25 --compress-interval 32 --json | python3 -c '
+  --policy auto --budget 0.25 --compress-interval 32 --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 c = d["compression"]; b = c["kv_before"]; a = c["kv_after"]; e = d["kv"]
@@ -32,10 +33,16 @@ print("   KV after the prompt: %d bytes for %d tokens; after compression: %d byt
 bs = e["block_size"]
 full = -(-e["logical_length"] // bs) * e["block_bytes"] * len(e["tokens_kept_per_layer"])
 print("   at the end: %d bytes for %d tokens, %.0f%% of the %d bytes a full cache would hold; %d compressions"
-      % (e["bytes"], e["logical_length"], 100.0 * e["bytes"] / full, full, c["compressions"]))'
+      % (e["bytes"], e["logical_length"], 100.0 * e["bytes"] / full, full, c["compressions"]))
+r = c["auto"]
+if r:
+    from collections import Counter
+    ev = Counter(l["evidence"] for l in r["layers"])
+    print("   auto chose, at its latest compression: per-layer budgets %s, evidence %s, mean proxy loss %.4f"
+          % ([l["budget"] for l in r["layers"]], dict(ev), r["loss"]))'
 
 echo
 echo "== what it costs: next-token distributions against the full cache (infokv eval, prefix 256, continuation 64)"
 CORPUS="$SHARED/corpora/prideandprejudice.txt"
 "$BIN" eval --model "$MODEL" --file "$CORPUS" --prefix 256 --continuation 64 --windows 4 --offset 2000 \
-  --policies infokv,snapkv,streaming --budgets 0.5,0.25
+  --policies auto,infokv,snapkv,h2o,tova,streaming --budgets 0.5,0.25

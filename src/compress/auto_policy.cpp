@@ -156,7 +156,7 @@ float AutoLayerCurves::best_loss(size_t g, Evidence *which) const {
     if (which != nullptr) *which = static_cast<Evidence>(0);
   }
   for (size_t e = 1; e < loss.size(); ++e) {
-    if (loss[e][g] < best * (1.0f - kEvidenceMargin)) {
+    if (loss[e][g] < best * (1.0f - kEvidenceMargin) && loss[e][g] < best - kMinLossGain) {
       best = loss[e][g];
       if (which != nullptr) *which = static_cast<Evidence>(e);
     }
@@ -300,6 +300,24 @@ std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int3
     at[best_l] = best_g;
   }
   return at;
+}
+
+size_t auto_uniform_index(const AutoLayerCurves &cv, int32_t tokens, int32_t block_size) {
+  const int64_t filled = (static_cast<int64_t>(std::max(tokens, 0)) + block_size - 1) / block_size * block_size;
+  size_t g = 0;
+  while (g + 1 < cv.grid.size() && cv.grid[g] < std::min<int64_t>(filled, cv.n)) ++g;
+  // A grid point past the uniform blocks (an unaligned always-kept set) falls back one if that one is in them.
+  if (g > 0 && (cv.grid[g] + block_size - 1) / block_size > (filled + block_size - 1) / block_size) --g;
+  return g;
+}
+
+bool auto_clearly_better(const std::vector<AutoLayerCurves> &layers, const std::vector<size_t> &a, const std::vector<size_t> &b) {
+  double la = 0, lb = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    la += layers[l].best_loss(a[l]);
+    lb += layers[l].best_loss(b[l]);
+  }
+  return la < lb - std::max(0.1 * lb, static_cast<double>(kMinLossGain) * static_cast<double>(layers.size()));
 }
 
 std::vector<int32_t> auto_select_layer(const CompressionConfig &c, const AutoLayerInput &in, const AutoLayerCurves &cv,

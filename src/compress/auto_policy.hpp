@@ -24,7 +24,9 @@
 // - a layer keeps at least kAutoLayerFloor of the uniform budget (a layer starved to its window looked cheap to the
 //   held-out rows and then cost the continuation most);
 // - window attention (SnapKV's evidence, the most reliable single one) ranks a layer unless another evidence lowers
-//   the held-out loss by kEvidenceMargin or more (the smallest of six noisy estimates is biased low).
+//   the held-out loss by kEvidenceMargin or more, and by kMinLossGain (the smallest of six noisy estimates is biased
+//   low; at generous budgets every loss is ~1e-4 and their differences are noise);
+// - the uniform spread stays unless the chosen one lowers the summed loss clearly (auto_clearly_better).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -46,6 +48,7 @@ enum class Evidence : int32_t {
 constexpr int32_t kEvidenceKinds = 6;
 constexpr double kAutoLayerFloor = 0.5;
 constexpr float kEvidenceMargin = 0.25f;
+constexpr float kMinLossGain = 5e-4f;
 const char *evidence_name(Evidence e);  // "window_attention", ...; "unknown" outside the enum
 
 struct AutoLayerChoice {
@@ -92,6 +95,13 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
 // at or under max_loss. `floor[l]` is the least budget (tokens) layer l may get.
 std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int32_t block_size, int64_t total_blocks,
                                 double max_loss, const std::vector<int32_t> &floor);
+
+// The grid index holding the blocks a uniform budget of `tokens` holds (its last block filled).
+size_t auto_uniform_index(const AutoLayerCurves &cv, int32_t tokens, int32_t block_size);
+
+// Whether spread `a` lowers the summed loss below spread `b`'s by more than the proxy can resolve: by a tenth of b's
+// and by kMinLossGain per layer.
+bool auto_clearly_better(const std::vector<AutoLayerCurves> &layers, const std::vector<size_t> &a, const std::vector<size_t> &b);
 
 // The kept slots of one layer at grid index g with its best evidence there; fills `choice`.
 std::vector<int32_t> auto_select_layer(const CompressionConfig &c, const AutoLayerInput &in, const AutoLayerCurves &cv,

@@ -143,7 +143,16 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
   // Under a byte budget no layer goes below kAutoLayerFloor of it (auto_policy.hpp says why).
   std::vector<int32_t> floor_tokens;
   if (B > 0) floor_tokens.assign(L, static_cast<int32_t>(kAutoLayerFloor * B));
-  const std::vector<size_t> at = auto_spread(curves, bs, total_blocks, c.max_loss, floor_tokens);
+  std::vector<size_t> at = auto_spread(curves, bs, total_blocks, c.max_loss, floor_tokens);
+  if (B > 0) {
+    // The uniform spread (the same blocks per layer as the fixed policies) unless the chosen one is clearly better.
+    int32_t b = B;
+    const int32_t r = b % bs;
+    if (b > bs && r > 0 && r <= bs / 4) b -= r;
+    std::vector<size_t> uni(L);
+    for (size_t l = 0; l < L; ++l) uni[l] = auto_uniform_index(curves[l], b, bs);
+    if (!auto_clearly_better(curves, at, uni)) at = std::move(uni);
+  }
   CompressionPlan plan;
   plan.keep.resize(L);
   plan.report.layers.resize(L);

@@ -241,11 +241,19 @@ TEST(AutoPolicy, AnotherEvidenceMustBeatWindowAttentionByTheMargin) {
   cv.grid = {4, 8};
   cv.loss.assign(static_cast<size_t>(kEvidenceKinds), {1.0f, 0.5f});
   cv.loss[static_cast<size_t>(Evidence::last_query)] = {1.0f * (1.0f - kEvidenceMargin) + 0.01f, 0.5f * (1.0f - kEvidenceMargin) - 0.01f};
+  cv.loss[static_cast<size_t>(Evidence::key_norm)] = {1.0f, 1e-4f};
   Evidence e = Evidence::recency;
   EXPECT_FLOAT_EQ(cv.best_loss(0, &e), 1.0f);
   EXPECT_EQ(e, Evidence::window_attention);
-  EXPECT_FLOAT_EQ(cv.best_loss(1, &e), 0.5f * (1.0f - kEvidenceMargin) - 0.01f);
-  EXPECT_EQ(e, Evidence::last_query);
+  EXPECT_FLOAT_EQ(cv.best_loss(1, &e), 1e-4f);
+  EXPECT_EQ(e, Evidence::key_norm);
+  // Differences below kMinLossGain are noise: window attention stays, however large the ratio.
+  AutoLayerCurves tiny;
+  tiny.grid = {4};
+  tiny.loss.assign(static_cast<size_t>(kEvidenceKinds), {2e-4f});
+  tiny.loss[static_cast<size_t>(Evidence::recency)] = {1e-5f};
+  EXPECT_FLOAT_EQ(tiny.best_loss(0, &e), 2e-4f);
+  EXPECT_EQ(e, Evidence::window_attention);
 }
 
 namespace {
