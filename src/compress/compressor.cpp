@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 
 #include "compress/auto_policy.hpp"
@@ -142,7 +143,12 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
   if (failed) std::rethrow_exception(failed);
   // Under a byte budget no layer goes below kAutoLayerFloor of it (auto_policy.hpp says why).
   std::vector<int32_t> floor_tokens;
-  if (B > 0) floor_tokens.assign(L, static_cast<int32_t>(kAutoLayerFloor * B));
+  // With a profile set, each layer's floor follows the profile's layer shape (its share, clamped to [0.5, 1.5]).
+  if (B > 0) {
+    floor_tokens.assign(L, static_cast<int32_t>(kAutoLayerFloor * B));
+    if (profile_guides_ && profile_)
+      for (size_t l = 0; l < L; ++l) floor_tokens[l] = static_cast<int32_t>(kAutoLayerFloor * B * profile_->floor_factor(l));
+  }
   std::vector<size_t> at = auto_spread(curves, bs, total_blocks, c.max_loss, floor_tokens);
   if (B > 0) {
     // The uniform spread (the same blocks per layer as the fixed policies) unless the chosen one is clearly better.
@@ -175,8 +181,33 @@ void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
   SeqState &st = state(seq);
   if (plan.evicts) kv_->compact(seq, plan.keep);
   st.auto_report = plan.report;  // empty when another policy compressed: the report is of the latest compression
+  if (!plan.report.empty() && plan.report.uniform_tokens > 0) {
+    if (!profile_)
+      profile_ = TuningProfile::empty(model_->weights_fingerprint(), model_->tokenizer().fingerprint(), model_->hparams().n_layer);
+    profile_->refine(plan.report);
+  }
   ++st.n_compressions;
   st.since_compress = 0;
+}
+
+void Session::set_profile(const TuningProfile &p) {
+  p.validate();
+  const auto hex = [](uint64_t v) {
+    char b[20];
+    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+    return std::string(b);
+  };
+  if (p.weights_fingerprint != model_->weights_fingerprint())
+    fail(Status::wrong_model, "tuning profile was made with another model (weights fingerprint " + hex(p.weights_fingerprint) +
+                                  ", this model " + hex(model_->weights_fingerprint()) + ")");
+  if (p.tokenizer_fingerprint != model_->tokenizer().fingerprint())
+    fail(Status::wrong_model, "tuning profile was made with another tokenizer (fingerprint " + hex(p.tokenizer_fingerprint) +
+                                  ", this model " + hex(model_->tokenizer().fingerprint()) + ")");
+  if (p.layers.size() != static_cast<size_t>(model_->hparams().n_layer))
+    fail(Status::wrong_model, "tuning profile has " + std::to_string(p.layers.size()) + " layers; the model has " +
+                                  std::to_string(model_->hparams().n_layer));
+  profile_ = p;
+  profile_guides_ = true;
 }
 
 void Session::compress(int32_t seq, int32_t budget_tokens) { apply_compression(seq, plan_compression(seq, budget_tokens)); }

@@ -4,12 +4,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/device_forward.hpp"
 #include "compress/auto_policy.hpp"
 #include "compress/policy.hpp"
+#include "compress/profile.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/model.hpp"
 #include "util/thread_pool.hpp"
@@ -103,6 +105,16 @@ class Session {
   void compress(int32_t seq, int32_t budget_tokens = 0);
   int64_t compressions(int32_t seq) const;
 
+  // Tuning profile (src/compress/profile.hpp). set_profile: the session's byte-budget auto compressions start from
+  // the profile's layer shape (each layer's floor is kAutoLayerFloor x budget x its share clamped to [0.5, 1.5]) and
+  // refine it. Throws Error(wrong_model) when its fingerprints or layer count are not this model's, and
+  // Error(bad_config) when it is invalid; the session is then unchanged. Without one, the first auto compression
+  // under a byte budget starts an empty profile that only records (profile_guides() false), so that what auto did
+  // can be saved. profile(): nullptr before either.
+  void set_profile(const TuningProfile &p);
+  const TuningProfile *profile() const { return profile_ ? &*profile_ : nullptr; }
+  bool profile_guides() const { return profile_guides_; }
+
   // What compressing one sequence to its budget would do, planned without changing anything.
   struct CompressionPlan {
     std::vector<std::vector<int32_t>> keep;  // [layer]: slot indices kept, ascending
@@ -175,6 +187,8 @@ class Session {
   int32_t next_id_ = 0;
   int32_t prefill_seq_ = -1;  // during prefill(): the one sequence memory pressure may compress
   std::vector<float> batch_logits_;
+  std::optional<TuningProfile> profile_;
+  bool profile_guides_ = false;  // set_profile() was called: plan_auto takes its floors from the profile
 };
 
 }  // namespace infokv
