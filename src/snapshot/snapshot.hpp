@@ -78,6 +78,9 @@ struct Summary {
   int64_t file_bytes = 0;
   int64_t n_chunks = 0;
   int64_t uncompressed_estimate_bytes = 0;  // what the snapshot would take with every position kept
+  // The saving session's tuning profile (informational): compressions -1 when it had none.
+  std::string profile_tag;
+  int64_t profile_compressions = -1;
   std::vector<SequenceSummary> sequences;
 };
 

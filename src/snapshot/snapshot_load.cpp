@@ -172,6 +172,13 @@ int32_t read_header(ChunkReader &rd, const Model *model, Staged *staged, Summary
   sum.created_unix_ms = h->created_unix_ms();
   sum.kept_kv_bytes = h->kept_kv_bytes();
   sum.full_kv_bytes = h->full_kv_bytes();
+  sum.profile_compressions = h->profile_compressions();
+  if (sum.profile_compressions < -1) bad("profile_compressions " + std::to_string(sum.profile_compressions) + " is negative");
+  if (h->profile_tag() != nullptr) {
+    if (sum.profile_compressions < 0) bad("a profile tag without a profile (profile_compressions is -1)");
+    if (h->profile_tag()->size() > 4096) bad("profile tag longer than 4096 bytes");
+    sum.profile_tag = h->profile_tag()->str();
+  }
   if (!in_range(sum.block_size, 1, 4096) || !in_range(sum.n_layer, 1, 4096) || !in_range(sum.n_kv_heads, 1, 4096) ||
       !in_range(sum.head_dim, 1, 4096) || !in_range(sum.n_heads, 1, 65536) || !in_range(sum.n_vocab, 1, 1 << 26) ||
       sum.n_heads % sum.n_kv_heads != 0)
@@ -542,6 +549,12 @@ std::string summary_json(const Summary &s) {
     o << "null";
   o << ",\"file_bytes\":" << s.file_bytes << ",\"chunks\":" << s.n_chunks << ",\"kept_kv_bytes\":" << s.kept_kv_bytes
     << ",\"full_kv_bytes\":" << s.full_kv_bytes << ",\"uncompressed_estimate_bytes\":" << s.uncompressed_estimate_bytes
+    << ",\"profile\":";
+  if (s.profile_compressions >= 0)
+    o << "{\"tag\":" << jstr(s.profile_tag) << ",\"compressions\":" << s.profile_compressions << "}";
+  else
+    o << "null";
+  o
     << ",\"sequences\":[";
   for (size_t i = 0; i < s.sequences.size(); ++i) {
     const SequenceSummary &q = s.sequences[i];
@@ -574,6 +587,9 @@ std::string summary_text(const Summary &s) {
   o << "sampler:      " << (s.has_sampler ? "seed " + std::to_string(s.sampler.seed) + ", temperature " + num(s.sampler.temperature) : "none") << "\n";
   o << "size:         " << s.file_bytes << " bytes in " << s.n_chunks << " chunks; KV kept " << s.kept_kv_bytes
     << " of " << s.full_kv_bytes << " bytes; uncompressed snapshot about " << s.uncompressed_estimate_bytes << " bytes\n";
+  if (s.profile_compressions >= 0)
+    o << "profile:      " << (s.profile_tag.empty() ? std::string("(no tag)") : "'" + s.profile_tag + "'") << ", "
+      << s.profile_compressions << " compressions seen\n";
   for (size_t i = 0; i < s.sequences.size(); ++i) {
     const SequenceSummary &q = s.sequences[i];
     o << "sequence " << i << ": length " << q.length << ", compressions " << q.n_compressions << ", kept per layer "

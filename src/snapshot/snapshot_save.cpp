@@ -103,6 +103,9 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
                                           p.seed, &rng, &hist);
     }
     auto producer = b.CreateString(std::string("infokv ") + "0.1.0");
+    const TuningProfile *prof = session.profile();
+    flatbuffers::Offset<flatbuffers::String> prof_tag;
+    if (prof != nullptr) prof_tag = b.CreateString(prof->tag);
     fb::HeaderBuilder h(b);
     h.add_format_version(format_version);
     h.add_min_reader_version(min_reader_version);
@@ -122,6 +125,10 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     if (sampler != nullptr) h.add_sampler(samp);
     h.add_kept_kv_bytes(kept_bytes);
     h.add_full_kv_bytes(full_bytes);
+    if (prof != nullptr) {
+      h.add_profile_tag(prof_tag);
+      h.add_profile_compressions(prof->compressions);
+    }
     auto hdr = h.Finish();
     fb::ChunkBuilder cb(b);
     cb.add_kind(fb::ChunkKind::HEADER);
