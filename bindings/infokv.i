@@ -10,7 +10,8 @@
  *   scalar outputs      int32_t/int64_t/uint32_t/uint64_t/size_t/double *out, *out_seq, *out_token, *out_len,
  *                       *out_count, *out_size, *out_value, *out_bytes, *out_id, *out_version, *out_status,
  *                       *out_blocks, *out_cost_per_block, *out_layers, *out_kept_tokens, *out_uniform_tokens,
- *                       *out_loss, *out_max_loss, *out_evidence, *out_budget, *out_alpha
+ *                       *out_loss, *out_max_loss, *out_evidence, *out_budget, *out_alpha, *out_compressions,
+ *                       *out_guides
  *   byte buffers out    (char *out, size_t capacity)  (void *out, size_t capacity)  (uint8_t *out, size_t capacity)
  *   token buffers out   (int32_t *out_tokens, size_t capacity)  (int32_t *out_ids|out_seqs, size_t capacity)
  *   float buffers out   (float *out, size_t capacity)
@@ -116,6 +117,8 @@ IKV_PY_SCALAR_OUT1(TYPE, out_max_loss, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_evidence, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_budget, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_alpha, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_compressions, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_guides, FROM)
 %enddef
 IKV_PY_SCALAR_OUT(int32_t, PyLong_FromLong)
 IKV_PY_SCALAR_OUT(uint32_t, PyLong_FromUnsignedLong)
@@ -362,6 +365,8 @@ IKV_JAVA_SCALAR_OUT1(TYPE, out_max_loss, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_evidence, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_budget, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_alpha, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_compressions, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_guides, JNIARR, JARR, JELEM, SETTER)
 %enddef
 IKV_JAVA_SCALAR_OUT(int32_t, jintArray, int[], jint, SetIntArrayRegion)
 IKV_JAVA_SCALAR_OUT(uint32_t, jlongArray, long[], jlong, SetLongArrayRegion)
@@ -483,19 +488,23 @@ extern int32_t ikvGoTokenTrampoline(void *user_data, int32_t token, char *text, 
 %typemap(gotype) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
-    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha "*GOTYPE"
+    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
+    TYPE *out_compressions, TYPE *out_guides "*GOTYPE"
 %typemap(imtype) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
-    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha "*GOTYPE"
+    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
+    TYPE *out_compressions, TYPE *out_guides "*GOTYPE"
 %typemap(in, noblock=1) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
-    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha { $1 = ($1_ltype)$input; }
+    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
+    TYPE *out_compressions, TYPE *out_guides { $1 = ($1_ltype)$input; }
 %typemap(argout) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
-    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha ""
+    TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
+    TYPE *out_compressions, TYPE *out_guides ""
 %enddef
 IKV_GO_SCALAR_OUT(int32_t, int32)
 IKV_GO_SCALAR_OUT(uint32_t, uint32)

@@ -498,6 +498,56 @@ func (s *Session) AutoReport(seq int32) (*AutoReport, error) {
 	return &r, nil
 }
 
+// ProfileInfo is the session's tuning profile in sum (Session.ProfileInfo).
+type ProfileInfo struct {
+	Compressions int64  // byte-budget auto compressions it has seen
+	Layers       int32  // the model's layer count
+	Guides       bool   // loaded (it sets auto's floors), not only recording
+	Tag          string // empty when it has none
+}
+
+// LoadProfile loads a tuning profile (from `infokv tune` or SaveProfile): the session's auto compressions under a
+// byte budget then start from its per-layer shares and refine it. ErrWrongModel for another model's profile,
+// ErrBadConfig for a damaged one; the session is then unchanged.
+func (s *Session) LoadProfile(path string) error {
+	return s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_session_load_profile(h, path) })
+}
+
+// SaveProfile writes the session's tuning profile atomically; ErrBadState before it has one (none loaded and no
+// auto compression under a byte budget yet).
+func (s *Session) SaveProfile(path string) error {
+	return s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_session_save_profile(h, path) })
+}
+
+// ProfileInfo describes the session's tuning profile; nil (and no error) without one.
+func (s *Session) ProfileInfo() (*ProfileInfo, error) {
+	var p ProfileInfo
+	var guides int32
+	var tag []byte
+	err := s.with(func(h capi.Struct_SS_ikv_session) int {
+		st := capi.Ikv_session_profile_info(&p.Compressions, &p.Layers, &guides, h)
+		if st < 0 || p.Layers == 0 {
+			return st
+		}
+		var e error
+		tag, e = sized(func(b []byte, n *uint64) int { return capi.Ikv_session_profile_tag(b, n, h) })
+		if e != nil {
+			var ie *Error
+			if errors.As(e, &ie) {
+				return int(ie.Status)
+			}
+			return int(capi.IKV_ERR_INTERNAL)
+		}
+		return st
+	})
+	if err != nil || p.Layers == 0 {
+		return nil, err
+	}
+	p.Guides = guides != 0
+	p.Tag = string(tag)
+	return &p, nil
+}
+
 // KVStat reads one pool statistic (KVBlocksTotal, KVBytesUsed, ...).
 func (s *Session) KVStat(stat int) (int64, error) {
 	var v int64

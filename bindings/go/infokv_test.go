@@ -544,3 +544,41 @@ func TestUnclosedObjectsAreFinalized(t *testing.T) {
 		runtime.GC() // finalizers free them; this must neither crash nor hang
 	}
 }
+
+func TestTuningProfileSaveAndLoad(t *testing.T) {
+	m := load(t)
+	toks, _ := m.Tokenize(strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 5), true)
+	path := filepath.Join(t.TempDir(), "p.ikvp")
+	s, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithBudgetFraction(0.5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if p, err := s.ProfileInfo(); p != nil || err != nil {
+		t.Fatalf("before a compression: %v %v", p, err)
+	}
+	if err := s.SaveProfile(path); !errors.Is(err, infokv.ErrBadState) {
+		t.Fatalf("save without a profile: %v", err)
+	}
+	if err := s.Decode(0, toks); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveProfile(path); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithBudgetFraction(0.5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s2.LoadProfile(path); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s2.ProfileInfo()
+	if err != nil || p == nil || p.Compressions != 1 || int(p.Layers) != m.NLayer() || !p.Guides || p.Tag != "" {
+		t.Fatalf("loaded: %+v %v", p, err)
+	}
+	if err := s2.LoadProfile(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, infokv.ErrIO) {
+		t.Fatalf("missing file: %v", err)
+	}
+}

@@ -1,6 +1,8 @@
-// The C ABI of configs and snapshots: argument checks and calls into src/config and src/snapshot.
+// The C ABI of configs, snapshots and tuning profiles: argument checks and calls into src/config, src/snapshot and
+// src/compress/profile.
 #include <cstring>
 
+#include "compress/profile.hpp"
 #include "config/config.hpp"
 #include "handles.hpp"
 #include "snapshot/snapshot.hpp"
@@ -251,6 +253,57 @@ int32_t ikv_snapshot_inspect(char *out, size_t capacity, size_t *out_len, const 
     require(path != nullptr, "path must not be NULL");
     infokv::snapshot::FileSource src(path);
     return copy_text(out, capacity, out_len, infokv::snapshot::summary_json(infokv::snapshot::inspect(src)));
+  });
+}
+
+int32_t ikv_session_load_profile(ikv_session *session, const char *path) {
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(path != nullptr, "path must not be NULL");
+    // Read and checked in full before the session sees it: set_profile changes nothing when it throws.
+    sess->session->set_profile(infokv::load_profile(path));
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_session_save_profile(const ikv_session *session, const char *path) {
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(path != nullptr, "path must not be NULL");
+    const infokv::TuningProfile *p = sess->session->profile();
+    if (p == nullptr)
+      fail(Status::bad_state, "the session has no tuning profile (none loaded and no auto compression under a byte budget yet)");
+    infokv::save_profile(*p, path);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_session_profile_info(int64_t *out_compressions, int32_t *out_layers, int32_t *out_guides, const ikv_session *session) {
+  if (out_compressions != nullptr) *out_compressions = 0;
+  if (out_layers != nullptr) *out_layers = 0;
+  if (out_guides != nullptr) *out_guides = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(out_compressions != nullptr && out_layers != nullptr && out_guides != nullptr,
+            "ikv_session_profile_info: no output may be NULL");
+    const infokv::TuningProfile *p = sess->session->profile();
+    if (p == nullptr) return IKV_OK;
+    *out_compressions = p->compressions;
+    *out_layers = static_cast<int32_t>(p->layers.size());
+    *out_guides = sess->session->profile_guides() ? 1 : 0;
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_session_profile_tag(char *out, size_t capacity, size_t *out_len, const ikv_session *session) {
+  if (out_len != nullptr) *out_len = 0;
+  if (out != nullptr && capacity > 0) out[0] = '\0';
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    const infokv::TuningProfile *p = sess->session->profile();
+    require(out_len != nullptr, "out_len must not be NULL");
+    if (p == nullptr) fail(Status::bad_state, "the session has no tuning profile");
+    return copy_text(out, capacity, out_len, p->tag);
   });
 }
 

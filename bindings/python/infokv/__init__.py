@@ -504,6 +504,29 @@ class Session(_Owner):
                 per_layer.append(AutoLayer(evidence_name(evidence), float(alpha), int(budget), float(l_loss)))
             return AutoReport(per_layer, float(loss), int(tokens), int(uniform), float(max_loss))
 
+    def load_profile(self, path: PathLike) -> None:
+        """Loads a tuning profile (from ``infokv tune`` or :meth:`save_profile`): the session's auto compressions
+        under a byte budget then start from its per-layer shares and refine it. :class:`WrongModelError` for
+        another model's profile, :class:`BadConfigError` for a damaged one; the session is then unchanged."""
+        with self._lock:
+            _check(_c.ikv_session_load_profile(self.handle, os.fspath(path)))
+
+    def save_profile(self, path: PathLike) -> None:
+        """Writes the session's tuning profile atomically. Without a loaded one, the first auto compression under a
+        byte budget starts a record-only profile; before that :class:`BadStateError`."""
+        with self._lock:
+            _check(_c.ikv_session_save_profile(self.handle, os.fspath(path)))
+
+    def profile_info(self) -> Optional[Dict[str, Any]]:
+        """The session's tuning profile in sum (``compressions``, ``layers``, ``guides``: loaded rather than only
+        recording, ``tag``), or None without one."""
+        with self._lock:
+            compressions, layers, guides = _check(_c.ikv_session_profile_info(self.handle))
+            if layers == 0:
+                return None
+            tag = _sized_bytes(_c.ikv_session_profile_tag, self.handle).decode("utf-8", "replace")
+            return {"compressions": int(compressions), "layers": int(layers), "guides": bool(guides), "tag": tag}
+
     def kv_stat(self, stat: Union[str, int]) -> int:
         """One pool statistic: 'blocks_total', 'blocks_used', 'blocks_free', 'block_bytes', 'bytes_used', ..."""
         with self._lock:

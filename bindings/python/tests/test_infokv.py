@@ -551,3 +551,28 @@ def test_max_sequences_and_host_bytes(model_path):
         assert s.kv_stat("host_bytes") > before
         with pytest.raises(infokv.OutOfRangeError):
             s.fork(0)
+
+
+def test_tuning_profile_save_load(model, tmp_path):
+    text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " * 5
+    path = tmp_path / "p.ikvp"
+    with model.session(policy="auto", budget=0.5) as s:
+        assert s.profile_info() is None
+        with pytest.raises(infokv.BadStateError):
+            s.save_profile(path)
+        s.decode(model.tokenize(text))  # one auto compression after the prefill starts a record-only profile
+        info = s.profile_info()
+        assert info == {"compressions": 1, "layers": model.n_layer, "guides": False, "tag": ""}
+        s.save_profile(path)
+    with model.session(policy="auto", budget=0.5) as t:
+        t.load_profile(path)
+        assert t.profile_info() == {"compressions": 1, "layers": model.n_layer, "guides": True, "tag": ""}
+        t.decode(model.tokenize(text))
+        assert t.profile_info()["compressions"] == 2
+        bad = tmp_path / "bad.ikvp"
+        bad.write_bytes(path.read_bytes()[:20])
+        with pytest.raises(infokv.BadConfigError):
+            t.load_profile(bad)
+        with pytest.raises(infokv.IoError):
+            t.load_profile(tmp_path / "missing.ikvp")
+        assert t.profile_info()["compressions"] == 2  # unchanged by the failed loads

@@ -435,6 +435,50 @@ IKV_API int32_t ikv_seq_auto_report(int32_t *out_layers, int64_t *out_kept_token
 IKV_API int32_t ikv_seq_auto_layer(int32_t *out_evidence, int32_t *out_budget, double *out_alpha, double *out_loss,
                                    const ikv_session *session, int32_t seq, int32_t layer);
 
+/* ---- tuning profiles (what IKV_POLICY_AUTO learned on a workload; schemas/profile.fbs) ---- */
+
+/**
+ * Loads a tuning profile (written by `infokv tune` or ikv_session_save_profile) into the session. From then on each
+ * IKV_POLICY_AUTO compression under a byte budget starts from the profile's layer shape (a layer's floor is half
+ * the budget times its recorded share of the uniform budget, clamped to [0.5, 1.5]), and every such compression
+ * refines the profile (running mean of the shares, evidence counts, compressions).
+ * Ownership: the path is read during the call and not retained. Thread safety: as every session call.
+ * @return IKV_OK; IKV_ERR_IO (missing or not a regular file); IKV_ERR_BAD_CONFIG (not a profile, truncated,
+ *         corrupted or invalid values); IKV_ERR_VERSION (needs a newer reader); IKV_ERR_WRONG_MODEL (another
+ *         model's or tokenizer's fingerprint, or another layer count); IKV_ERR_INVALID_ARGUMENT (NULL path);
+ *         IKV_ERR_BAD_HANDLE. On failure the session is unchanged.
+ */
+IKV_API int32_t ikv_session_load_profile(ikv_session *session, const char *path);
+
+/**
+ * Writes the session's tuning profile to `path` atomically (readers see the old file or the whole new one). A
+ * session without a loaded profile starts an empty, record-only one at its first IKV_POLICY_AUTO compression under a
+ * byte budget, so this also saves what auto did in a session that never loaded one.
+ * @return IKV_OK; IKV_ERR_BAD_STATE (no profile: none loaded and no auto compression under a byte budget yet);
+ *         IKV_ERR_IO; IKV_ERR_INVALID_ARGUMENT (NULL path); IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_session_save_profile(const ikv_session *session, const char *path);
+
+/**
+ * The session's tuning profile in sum.
+ * @param out_compressions  receives the byte-budget auto compressions the profile has seen (0 without one).
+ * @param out_layers        receives its layer count: the model's, or 0 when the session has no profile.
+ * @param out_guides        receives 1 when the profile was loaded (it sets the floors), 0 when it only records or
+ *                          there is none.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_BAD_HANDLE. On failure every output is 0.
+ */
+IKV_API int32_t ikv_session_profile_info(int64_t *out_compressions, int32_t *out_layers, int32_t *out_guides,
+                                         const ikv_session *session);
+
+/**
+ * The profile's tag (NUL-terminated; empty when it has none), with the size-query protocol: *out_len receives its
+ * length without the NUL; a `capacity` under *out_len + 1 gives IKV_ERR_BUFFER_TOO_SMALL (out[0] = NUL if capacity
+ * > 0). out may be NULL with capacity 0.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL; IKV_ERR_BAD_STATE (no profile); IKV_ERR_INVALID_ARGUMENT;
+ *         IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_session_profile_tag(char *out, size_t capacity, size_t *out_len, const ikv_session *session);
+
 /* ---- sampling ---- */
 #define IKV_SAMPLER_OPTIONS_VERSION 1
 typedef struct ikv_sampler_options {

@@ -178,6 +178,43 @@ public final class Session implements AutoCloseable {
     }
   }
 
+  /**
+   * Loads a tuning profile (from {@code infokv tune} or {@link #saveProfile}): the session's auto compressions under a
+   * byte budget then start from its per-layer shares and refine it. Another model's profile or a damaged one throws
+   * and leaves the session unchanged.
+   */
+  public void loadProfile(String path) {
+    synchronized (state) {
+      InfokvException.check(InfokvNative.ikv_session_load_profile(h(), path));
+    }
+  }
+
+  /** Writes the session's tuning profile atomically; BAD_STATE before it has one. */
+  public void saveProfile(String path) {
+    synchronized (state) {
+      InfokvException.check(InfokvNative.ikv_session_save_profile(h(), path));
+    }
+  }
+
+  /** Compressions the session's tuning profile has seen, or -1 without a profile. */
+  public long profileCompressions() {
+    synchronized (state) {
+      long[] compressions = new long[1];
+      int[] layers = new int[1];
+      int[] guides = new int[1];
+      InfokvException.check(InfokvNative.ikv_session_profile_info(compressions, layers, guides, h()));
+      return layers[0] == 0 ? -1 : compressions[0];
+    }
+  }
+
+  /** The tuning profile's tag (empty when it has none); BAD_STATE without a profile. */
+  public String profileTag() {
+    synchronized (state) {
+      SWIGTYPE_p_ikv_session hh = h();
+      return new String(Config.sized((b, n) -> InfokvNative.ikv_session_profile_tag(b, n, hh)), java.nio.charset.StandardCharsets.UTF_8);
+    }
+  }
+
   /** One pool statistic (KV_BLOCKS_TOTAL, KV_BYTES_USED, ...). */
   public long kvStat(int stat) {
     synchronized (state) { // State.run (close, or the model closing) waits for a call in progress

@@ -322,6 +322,30 @@ class InfokvTest {
   }
 
   @Test
+  void tuningProfileSaveAndLoad() throws Exception {
+    String text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ".repeat(5);
+    Path dir = Files.createTempDirectory("infokv_profile");
+    String path = dir.resolve("p.ikvp").toString();
+    try (Session s = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_AUTO).budgetFraction(0.5))) {
+      assertEquals(-1, s.profileCompressions());
+      assertEquals(Status.BAD_STATE, assertThrows(InfokvException.class, () -> s.saveProfile(path)).kind());
+      s.decode(0, model.tokenize(text, true)); // the auto compression after the prefill starts a recording profile
+      assertEquals(1, s.profileCompressions());
+      s.saveProfile(path);
+    }
+    try (Session t = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_AUTO).budgetFraction(0.5))) {
+      t.loadProfile(path);
+      assertEquals(1, t.profileCompressions());
+      assertEquals("", t.profileTag());
+      assertEquals(Status.IO, assertThrows(InfokvException.class, () -> t.loadProfile(dir.resolve("missing").toString())).kind());
+      t.decode(0, model.tokenize(text, true));
+      assertEquals(2, t.profileCompressions());
+    }
+    Files.delete(Path.of(path));
+    Files.delete(dir);
+  }
+
+  @Test
   void sequencesAccountingAndCompression() {
     try (Session s = model.newSession()) {
       s.decode(0, model.tokenize("Once upon a time", true));
