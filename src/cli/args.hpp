@@ -42,10 +42,14 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 }  // namespace cli
 }  // namespace infokv
 
+#include <optional>
+
+#include "compress/profile.hpp"
 #include "config/config.hpp"
 #include "session/session.hpp"
 
@@ -64,6 +68,10 @@ CompressionConfig compression_from(const Args &a, const CompressionConfig &base)
 Config config_from_args(const Args &a);
 // --model, else the config's model_path, else default_model_path().
 std::string model_path_from(const Args &a);
+// --profile FILE: the tuning profile read and checked (nullopt without the option); apply_profile sets it on a
+// session (Error(wrong_model) for another model's profile).
+std::optional<TuningProfile> profile_from_args(const Args &a);
+void apply_profile(const std::optional<TuningProfile> &p, Session &s);
 // "0.25" -> fraction, "128" (an integer > 1) -> tokens; "25%" -> fraction.
 void parse_budget(const std::string &s, double *fraction, int32_t *tokens);
 

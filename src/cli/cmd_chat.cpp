@@ -36,6 +36,7 @@ int cmd_chat(int argc, char **argv) {
   if (tmpl.format == ChatFormat::none)
     fail(Status::unsupported, "the model has no chat template infokv knows (ChatML or Llama 3); use generate");
   Session session(model, session_options_from(a));
+  apply_profile(profile_from_args(a), session);
   const int32_t seq = session.add_sequence();
   Sampler sampler(sp);
   const bool tty = isatty(0) != 0;

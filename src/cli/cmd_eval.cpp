@@ -172,6 +172,18 @@ int cmd_eval(int argc, char **argv) {
   if (!max_losses.empty() && chunked) fail(Status::invalid_argument, "--max-losses is measured on a full-cache prefix, not with --chunked-prefill");
   if (!max_losses.empty() && std::find(policies.begin(), policies.end(), "auto") == policies.end()) policies.push_back("auto");
   SessionOptions base = session_options_from(a);
+  // --profile P: every compressed run starts from the tuning profile (each window from the profile as loaded).
+  // Fair play: a profile is not evaluated on the tokens it was tuned on.
+  const std::optional<TuningProfile> profile = profile_from_args(a);
+  if (profile && profile->tuned_text_xxh3 != 0 && profile->tuned_text_xxh3 == profile_text_hash(text)) {
+    const int64_t begin = offset, end = offset + windows * (N + M);
+    if (begin < profile->tuned_end && profile->tuned_begin < end)
+      fail(Status::invalid_argument, "--profile " + a.str("profile") + " was tuned on this text's tokens [" +
+                                         std::to_string(profile->tuned_begin) + ", " + std::to_string(profile->tuned_end) +
+                                         "); eval's windows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                         ") overlap them: choose an --offset at or after " + std::to_string(profile->tuned_end) +
+                                         " (or windows ending by " + std::to_string(profile->tuned_begin) + ")");
+  }
   auto model = Model::load(path);
   const Tokenizer &tok = model->tokenizer();
   const int32_t V = model->hparams().n_vocab;
@@ -243,6 +255,7 @@ int cmd_eval(int argc, char **argv) {
           so.compression.budget_tokens = 0;
           so.compression.interval = INT32_MAX;  // no compression inside the teacher-forced continuation
           Session s(model, so);
+          apply_profile(profile, s);
           const int32_t id = s.add_sequence();
           s.prefill(id, std::vector<int32_t>(seq.begin(), seq.begin() + N));
           const int64_t bytes = s.info(id).bytes;
@@ -260,6 +273,7 @@ int cmd_eval(int argc, char **argv) {
       so.compression.budget_tokens = 0;
       so.compression.compress_after_prefill = false;
       Session s(model, so);
+      apply_profile(profile, s);
       const int32_t id = s.add_sequence();
       std::vector<BatchToken> pre;
       for (int64_t i = 0; i < N; ++i) pre.push_back({id, seq[static_cast<size_t>(i)], false});
@@ -268,6 +282,7 @@ int cmd_eval(int argc, char **argv) {
       for (double b : budgets) {
         const int32_t f = s.fork_sequence(id);
         const auto budget_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::llround(b * static_cast<double>(N))));
+        apply_profile(profile, s);  // as loaded: the forks before did not refine it
         s.compress(f, budget_tokens);
         const int64_t bytes = s.info(f).bytes;
         std::vector<BatchToken> cont;

@@ -106,9 +106,11 @@ int cmd_generate(int argc, char **argv) {
   }
   sp = sampler_from(a, sp);
   SessionOptions so = session_options_from(a, base);
+  const std::optional<TuningProfile> profile = profile_from_args(a);
 
   auto model = Model::load(path);
   Session session(model, so);
+  apply_profile(profile, session);
   int32_t seq = -1;
   std::vector<int32_t> prompt;
   Sampler sampler(sp);

@@ -26,6 +26,7 @@ int cmd_perplexity(int argc, char **argv) {
   const std::string text = read_file(a.required("file"));
   const int64_t max_tokens = a.integer("max-tokens", 0, 0, INT64_MAX);
   SessionOptions so = session_options_from(a);
+  if (a.has("profile")) fail(Status::invalid_argument, "perplexity runs with the full cache; --profile is for generate, chat and eval");
   if (so.compression.enabled()) fail(Status::invalid_argument, "perplexity runs with the full cache; use 'infokv eval' for compression");
   auto model = Model::load(path);
   const Tokenizer &tok = model->tokenizer();

@@ -22,6 +22,10 @@ const char *kUsage =
     "  perplexity  --model PATH --file PATH [--max-tokens N]  perplexity of a text\n"
     "  eval        --model PATH --file PATH --prefix N --continuation M --policies LIST --budgets LIST\n"
     "              compression quality: KL to the full cache, top-1 agreement, perplexity, KV bytes\n"
+    "  tune        --model PATH --file PATH --out PROFILE [--tag T] [--prefix 400 --continuation 100 --windows 8\n"
+    "              --offset 0 --budgets 0.25,0.125 --max-losses 0.005,0.01,0.02]  run auto over windows of a text as\n"
+    "              eval does and write what it learned (per-layer budget shares, evidence counts, proxy loss -> KL)\n"
+    "              as a tuning profile; --profile PROFILE hands it to generate, chat and eval\n"
     "  tokenize    --model PATH (--text T | --file F) [--json] [--pieces] [--bos] [--no-special]\n"
     "              the token ids of a text (special-token texts become those tokens unless --no-special);\n"
     "              PATH may be a GGUF file or a Hugging Face directory (tokenizer.json is enough, no weights read)\n"
@@ -55,9 +59,13 @@ const char *kOptions =
     "          --compress-interval N (1024) --window W (min(32, budget/4)) --alpha A (0.9) --tau T (1)\n"
     "          --entropy-top-k K (256) --pool-kernel-prefill 5 --pool-kernel-decode 7\n"
     "          --budget-shape uniform|pyramid --beta B (20) --sink N (4)\n"
+    "          --profile FILE (a tuning profile from `infokv tune`: auto starts each layer from its recorded share)\n"
     "eval:     --prefix N --continuation M --policies LIST --budgets LIST --windows K (1) --offset T (0) --plot F.svg\n"
     "          --chunked-prefill (prefill the prefix in --ubatch chunks, compressing between them)\n"
-    "          --max-losses E1,E2 (also auto under each quality target, no budget: the bytes it reached)\n";
+    "          --max-losses E1,E2 (also auto under each quality target, no budget: the bytes it reached)\n"
+    "          --profile FILE is refused (exit 2) on the tokens of the text it was tuned on\n"
+    "tune:     --out FILE --tag T --prefix N (400) --continuation M (100) --windows K (8) --offset T (0)\n"
+    "          --budgets LIST (0.25,0.125) --max-losses LIST (0.005,0.01,0.02) --json\n";
 
 }  // namespace
 
@@ -82,6 +90,7 @@ int main(int argc, char **argv) {
     if (cmd == "synth") return infokv::cli::cmd_synth(argc, argv);
     if (cmd == "snapshot") return infokv::cli::cmd_snapshot(argc, argv);
     if (cmd == "chat") return infokv::cli::cmd_chat(argc, argv);
+    if (cmd == "tune") return infokv::cli::cmd_tune(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;

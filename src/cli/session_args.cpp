@@ -14,7 +14,7 @@ const std::set<std::string> &session_option_names() {
   static const std::set<std::string> names = {
       "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "kv-pool-fraction", "ubatch", "policy", "budget",
       "compress-interval", "window", "alpha", "tau", "entropy-top-k", "pool-kernel-prefill", "pool-kernel-decode",
-      "budget-shape", "beta", "sink", "device", "config", "max-loss"};
+      "budget-shape", "beta", "sink", "device", "config", "max-loss", "profile"};
   return names;
 }
 
@@ -135,6 +135,15 @@ SessionOptions session_options_from(const Args &a, const SessionOptions &base) {
   }
   o.compression = compression_from(a, o.compression);
   return o;
+}
+
+std::optional<TuningProfile> profile_from_args(const Args &a) {
+  if (!a.has("profile")) return std::nullopt;
+  return load_profile(a.str("profile"));
+}
+
+void apply_profile(const std::optional<TuningProfile> &p, Session &s) {
+  if (p) s.set_profile(*p);
 }
 
 }  // namespace cli
