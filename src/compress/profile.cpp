@@ -1,6 +1,7 @@
 #include "compress/profile.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <xxhash.h>
 
@@ -124,16 +125,27 @@ TuningProfile profile_from_bytes(const void *data, size_t size) {
     L.share = fl->share();
     if (fl->evidence_counts() != nullptr) {
       // Counts of evidence kinds this reader does not know are dropped; missing ones are 0.
+      // Read element by element through memcpy: the verifier (FlatBuffers 2.0) checks a vector's alignment only to 4
+      // bytes, so a damaged file can place these 8-byte counts off their alignment.
       const auto *c = fl->evidence_counts();
-      for (flatbuffers::uoffset_t e = 0; e < c->size() && e < static_cast<flatbuffers::uoffset_t>(kEvidenceKinds); ++e) L.evidence[e] = c->Get(e);
-      for (flatbuffers::uoffset_t e = 0; e < c->size(); ++e)
-        if (c->Get(e) < 0) bad("layers[" + std::to_string(l) + "].evidence_counts[" + std::to_string(e) + "] is negative");
+      for (flatbuffers::uoffset_t e = 0; e < c->size(); ++e) {
+        int64_t v = 0;
+        std::memcpy(&v, c->Data() + static_cast<size_t>(e) * sizeof(int64_t), sizeof v);
+        v = flatbuffers::EndianScalar(v);
+        if (v < 0) bad("layers[" + std::to_string(l) + "].evidence_counts[" + std::to_string(e) + "] is negative");
+        if (e < static_cast<flatbuffers::uoffset_t>(kEvidenceKinds)) L.evidence[e] = v;
+      }
     }
     p.layers.push_back(L);
   }
   p.compressions = f->compressions();
   if (f->calibration() != nullptr)
-    for (const fbp::CalibrationPoint *c : *f->calibration()) p.calibration.push_back({c->max_loss(), c->kl()});
+    for (flatbuffers::uoffset_t i = 0; i < f->calibration()->size(); ++i) {
+      // As above: the structs' doubles may sit off their 8-byte alignment in a damaged file.
+      double xy[2] = {0, 0};
+      std::memcpy(xy, f->calibration()->Data() + static_cast<size_t>(i) * sizeof(fbp::CalibrationPoint), sizeof xy);
+      p.calibration.push_back({flatbuffers::EndianScalar(xy[0]), flatbuffers::EndianScalar(xy[1])});
+    }
   if (f->tuned_file() != nullptr) p.tuned_file = f->tuned_file()->str();
   p.tuned_text_xxh3 = f->tuned_text_xxh3();
   p.tuned_begin = f->tuned_begin();
