@@ -554,6 +554,12 @@ int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_count, ik
     require(prompt != nullptr || n_prompt == 0, "prompt is NULL");
     require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
     require(max_tokens >= 0, "max_tokens must be >= 0");
+    if (out_tokens != nullptr && capacity < static_cast<size_t>(max_tokens)) {
+      if (out_count != nullptr) *out_count = static_cast<size_t>(max_tokens);
+      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "out_tokens holds " + std::to_string(capacity) +
+                                                                     " ids but max_tokens is " + std::to_string(max_tokens) +
+                                                                     " (nothing was generated)");
+    }
     std::vector<int32_t> p(prompt, prompt + n_prompt);
     infokv::TokenCallback cb;
     if (callback != nullptr)

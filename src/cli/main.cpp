@@ -75,6 +75,14 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  static const char *const kCommands[] = {"info", "generate", "perplexity", "eval", "tokenize", "synth",
+                                          "snapshot", "chat", "tune", "version", "--version"};
+  bool known = false;
+  for (const char *c : kCommands) known = known || cmd == c;
+  if (!known) {  // before --help, so that `infokv typo --help` is an error, not a help page
+    std::fprintf(stderr, "infokv: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
+    return 2;
+  }
   for (int i = 2; i < argc; ++i)
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::fputs(kUsage, stdout);

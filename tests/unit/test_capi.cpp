@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -606,17 +607,29 @@ TEST(Capi, BufferTooSmallReportsTheSizeThenFills) {
   EXPECT_EQ(ikv_get_logits(lg.data(), nl, &nl, g.s, 0), IKV_OK);
   EXPECT_EQ(ikv_get_logits(lg.data(), nl, &nl, g.s, 7), IKV_ERR_NOT_FOUND);
 
-  // generate: out_count reports every generated token even when the buffer holds fewer
+  // generate: a buffer smaller than max_tokens is refused before anything is generated, like every buffer call;
+  // *out_count says what to allocate, and the sequence and sampler are untouched
   ikv_sampler_options so = IKV_SAMPLER_OPTIONS_INIT;
   so.temperature = 0;
   ikv_sampler *sm = nullptr;
   ASSERT_EQ(ikv_sampler_create(&sm, &so), IKV_OK);
+  int64_t len_before = 0, len_after = 0;
+  ASSERT_EQ(ikv_seq_length(&len_before, g.s, 0), IKV_OK);
   int32_t two[2] = {-5, -5};
   size_t ng = 0;
-  EXPECT_EQ(ikv_generate(two, 2, &ng, g.s, 0, nullptr, 0, 6, sm, nullptr, nullptr), IKV_OK);
+  EXPECT_EQ(ikv_generate(two, 2, &ng, g.s, 0, nullptr, 0, 6, sm, nullptr, nullptr), IKV_ERR_BUFFER_TOO_SMALL);
   EXPECT_EQ(ng, 6u);
-  EXPECT_EQ(two[0], kGreedyOnce[0]);
-  EXPECT_EQ(two[1], kGreedyOnce[1]);
+  EXPECT_EQ(two[0], -5);
+  ASSERT_EQ(ikv_seq_length(&len_after, g.s, 0), IKV_OK);
+  EXPECT_EQ(len_after, len_before);
+  int32_t six[6] = {-5, -5, -5, -5, -5, -5};
+  EXPECT_EQ(ikv_generate(six, 6, &ng, g.s, 0, nullptr, 0, 6, sm, nullptr, nullptr), IKV_OK);
+  EXPECT_EQ(ng, 6u);
+  EXPECT_EQ(six[0], kGreedyOnce[0]);
+  EXPECT_EQ(six[1], kGreedyOnce[1]);
+  // NULL out_tokens with capacity 0 only counts
+  EXPECT_EQ(ikv_generate(nullptr, 0, &ng, g.s, 0, nullptr, 0, 2, sm, nullptr, nullptr), IKV_OK);
+  EXPECT_EQ(ng, 2u);
   ikv_sampler_free(sm);
 }
 
@@ -1032,6 +1045,14 @@ TEST(Capi, BadSessionAndSamplerOptionsAreRejected) {
     EXPECT_EQ(ikv_sampler_create(&s, &o), IKV_ERR_INVALID_ARGUMENT) << c.what;
     EXPECT_EQ(s, nullptr);
   }
+  // Documented non-errors: a negative temperature is greedy (like 0), infinite temperature is not
+  ikv_sampler_options neg = IKV_SAMPLER_OPTIONS_INIT;
+  neg.temperature = -1.0f;
+  ikv_sampler *ns = nullptr;
+  EXPECT_EQ(ikv_sampler_create(&ns, &neg), IKV_OK);
+  ikv_sampler_free(ns);
+  neg.temperature = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(ikv_sampler_create(&ns, &neg), IKV_ERR_INVALID_ARGUMENT);
 }
 
 TEST(Capi, ModelLoadFailuresReturnStatusAndNoHandle) {

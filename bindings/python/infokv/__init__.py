@@ -11,9 +11,9 @@ run in parallel threads (one thread at a time per session).
 """
 from __future__ import annotations
 
+import codecs
 import json
 import os
-import queue
 import tempfile
 import threading
 import weakref
@@ -652,56 +652,39 @@ class Session(_Owner):
 
     def generate(self, prompt: Prompt = None, max_tokens: int = 64, *, seq: int = 0, add_bos: bool = True,
                  sampler: Optional[Sampler] = None, **sampling: Any) -> Iterator[Token]:
-        """Streams generated tokens as an iterator of :class:`Token` (id, text). Leaving the loop early (break,
-        or closing the iterator) cancels the generation; what was generated stays in the sequence.
-        Generation runs in a worker thread with the GIL released; errors are raised from the iterator. The session
-        stays locked until generation ends: other calls on it from the loop body wait for that."""
+        """Streams generated tokens as an iterator of :class:`Token` (id, text), stopping at EOS.
+
+        Each step decodes exactly the token it yields, on the calling thread: leaving the loop after k tokens
+        leaves exactly k generated tokens in the sequence (a later call continues from there), and the session may
+        be used between iterations (``s.length()``, ``s.save(...)``, ...). The prompt is decoded when the first
+        token is asked for. The GIL is released while a step runs; Ctrl-C is seen between steps. Text is split at
+        character boundaries: a character spread over several tokens comes with the token that completes it, and
+        held-back bytes at the end come as a final ``Token(-1, text)``."""
         own = sampler is None
         smp = Sampler(**sampling) if own else sampler
         ids = self._prompt_ids(prompt, add_bos)
-        # A one-slot queue keeps the worker at most a token or two ahead of the consumer, so leaving the loop
-        # stops generation promptly instead of after the worker has raced to max_tokens.
-        q: "queue.Queue[Any]" = queue.Queue(maxsize=1)
-        stop = threading.Event()
-        done = object()
+        return self._steps(ids, max(int(max_tokens), 0), seq, smp, own)
 
-        def cb(token: int, text: bytes) -> int:
-            q.put(Token(token, text.decode("utf-8", errors="replace")))
-            return 1 if stop.is_set() else 0
-
-        def work() -> None:
-            try:
-                status = self._run(ids, max_tokens, seq, smp, cb)[0]
-                if status < 0 and not (status == _c.IKV_ERR_CANCELLED and stop.is_set()):
-                    q.put(error_for(status, _c.ikv_last_error_message()))
-            except BaseException as e:  # noqa: BLE001 - handed to the consumer
-                q.put(e)
-            finally:
-                q.put(done)
-
-        def iterate() -> Iterator[Token]:
-            t = threading.Thread(target=work, name="infokv-generate", daemon=True)
-            t.start()
-            try:
-                while True:
-                    item = q.get()
-                    if item is done:
-                        return
-                    if isinstance(item, BaseException):
-                        raise item
-                    yield item
-            finally:
-                stop.set()
-                while t.is_alive():  # drain so a worker blocked on the full queue can finish
-                    try:
-                        q.get(timeout=0.05)
-                    except queue.Empty:
-                        pass
-                t.join()
-                if own:
-                    smp.close()
-
-        return iterate()
+    def _steps(self, ids: List[int], max_tokens: int, seq: int, smp: Sampler, own: bool) -> Iterator[Token]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        try:
+            pending: Optional[List[int]] = ids or None
+            if max_tokens == 0 and pending:  # nothing to generate, but the prompt is still decoded
+                _check(self._run(pending, 0, seq, smp, None)[0])
+            for _ in range(max_tokens):
+                status, arr, count = self._run(pending or [], 1, seq, smp, None)
+                pending = None
+                _check(status)
+                if count == 0:  # EOS
+                    break
+                token = int(arr[0])
+                yield Token(token, decoder.decode(self.model.detokenize_bytes([token])))
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                yield Token(-1, tail)
+        finally:
+            if own:
+                smp.close()
 
     def __repr__(self) -> str:
         return f"<infokv.Session{' closed' if self._h is None else ''}>"

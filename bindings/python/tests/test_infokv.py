@@ -149,13 +149,50 @@ def test_a_callback_can_cancel_generation(model):
         assert s.length(0) == 5 + 5  # what was generated stays, decoded
 
 
-def test_breaking_out_of_the_iterator_cancels(model):
+def test_breaking_out_of_the_iterator_leaves_exactly_the_yielded_tokens(model, reference):
+    ref = reference["prompt_once_upon_a_time"]["generated_ids_after_prompt"]
+    for k in (1, 5, 17):
+        with model.session() as s:
+            got = []
+            for t in s.generate("Once upon a time", 40, temperature=0):
+                got.append(t.id)
+                if len(got) == k:
+                    break
+            assert got == ref[:k]
+            assert s.length(0) == 5 + k  # nothing decoded ahead of what was yielded
+            # stop-then-resume gives the same text as one uninterrupted run
+            rest = [t.id for t in s.generate(None, 40 - k, temperature=0) if t.id >= 0]
+            assert got + rest == ref
+            s.decode([model.bos])  # the session is usable again
+
+
+def test_the_session_is_usable_inside_the_generate_loop(model):
     with model.session() as s:
-        for i, _ in enumerate(s.generate("Once upon a time", 40, temperature=0)):
-            if i == 2:
-                break
-        assert s.length(0) < 5 + 40
-        s.decode([model.bos])  # the session is usable again
+        lengths = []
+        gen = s.generate("Once upon a time", 8, temperature=0)
+        for i, _ in enumerate(gen):
+            lengths.append(s.length(0))  # deadlocked when generation ran on a reader-ahead thread
+            s.kv_bytes(0)
+            if i == 3:
+                fork = s.fork(0)  # even changing the session between steps
+                s.remove(fork)
+        assert lengths == list(range(6, 14))
+
+
+def test_a_callback_may_read_the_session_it_streams_from(model):
+    with model.session() as s:
+        lengths = []
+        c = s.complete("Once upon a time", 6, temperature=0, on_token=lambda t: lengths.append(s.length(0)))
+        assert len(c.tokens) == 6 and lengths == list(range(6, 12))
+
+
+def test_an_abandoned_generator_decodes_nothing(model):
+    with model.session() as s:
+        gen = s.generate("Once upon a time", 10, temperature=0)
+        assert s.length(0) == 0  # the prompt is decoded when the first token is asked for
+        next(gen)
+        gen.close()
+        assert s.length(0) == 6
 
 
 def test_an_exception_in_the_callback_propagates(model):
