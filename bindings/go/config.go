@@ -211,8 +211,11 @@ func withSampler(smp *Sampler, f func(h capi.Struct_SS_ikv_sampler) error) error
 	if smp == nil {
 		return f(nil)
 	}
-	smp.mu.Lock()
-	defer smp.mu.Unlock()
+	locked, err := smp.gate.enter(func(h uintptr) error { return f(capi.SwigcptrStruct_SS_ikv_sampler(h)) })
+	if !locked {
+		return err
+	}
+	defer smp.gate.mu.Unlock()
 	if smp.h == nil {
 		return &Error{Status: int32(capi.IKV_ERR_BAD_HANDLE), Message: "the sampler is closed"}
 	}

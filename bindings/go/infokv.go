@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/infokv/infokv/bindings/go/internal/capi"
 )
@@ -91,6 +92,9 @@ type Model struct {
 	// the C handles of the model's open sessions (addresses, not *Session: a reference back to the sessions would
 	// make a cycle that keeps finalizers from running)
 	sessions map[uintptr]capi.Struct_SS_ikv_session
+	// how many Generates on the model's sessions are running (Close refuses to wait for them: it may be called
+	// from their onToken)
+	streaming atomic.Int32
 }
 
 // Load loads a GGUF model. Close it when done (a finalizer frees it otherwise).
@@ -106,7 +110,12 @@ func Load(path string) (*Model, error) {
 
 // Close frees the model, closing its open sessions first. Safe to call more than once.
 func (m *Model) Close() error {
-	m.mu.Lock()
+	if !m.mu.TryLock() {
+		if m.streaming.Load() > 0 {
+			return &Error{Status: int32(ErrBusy.Status), Message: "Close of the model while a Generate on one of its sessions is running (from its onToken, or another goroutine): close after Generate returns"}
+		}
+		m.mu.Lock()
+	}
 	defer m.mu.Unlock()
 	for k, h := range m.sessions {
 		capi.Ikv_session_free(h)
@@ -333,7 +342,7 @@ func setField(o any, name string, value float64) error {
 // Session is a KV cache over a model with sequences (sequence 0 exists from the start). Its methods serialise
 // on a mutex, so a session may be passed between goroutines; sessions on one model run in parallel.
 type Session struct {
-	mu    sync.Mutex
+	gate  gate
 	h     capi.Struct_SS_ikv_session
 	model *Model
 }
@@ -367,8 +376,19 @@ func (m *Model) NewSession(opts ...SessionOption) (*Session, error) {
 
 // Close frees the session and its cache. Safe to call more than once.
 func (s *Session) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	locked, err := s.gate.enter(func(h uintptr) error {
+		var v int64 // a read: answered unless another thread is inside a call on the session
+		if err := call(func() int {
+			return capi.Ikv_kv_stat(&v, capi.SwigcptrStruct_SS_ikv_session(h), capi.IKV_KV_BLOCKS_USED)
+		}); errors.Is(err, ErrBusy) {
+			return err
+		}
+		return errInCallback("session")
+	})
+	if !locked {
+		return err
+	}
+	defer s.gate.mu.Unlock()
 	if s.h != nil {
 		s.model.mu.Lock()
 		if _, open := s.model.sessions[s.h.Swigcptr()]; open { // not already freed by Model.Close
@@ -381,10 +401,15 @@ func (s *Session) Close() error {
 	return nil
 }
 
-// with runs f with the session locked and its handle live.
+// with runs f with the session locked and its handle live (or, from onToken, through the running Generate).
 func (s *Session) with(f func(h capi.Struct_SS_ikv_session) int) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	locked, err := s.gate.enter(func(h uintptr) error {
+		return call(func() int { return f(capi.SwigcptrStruct_SS_ikv_session(h)) })
+	})
+	if !locked {
+		return err
+	}
+	defer s.gate.mu.Unlock()
 	s.model.mu.RLock()
 	defer s.model.mu.RUnlock()
 	if s.h == nil {
@@ -600,12 +625,19 @@ func (s *Session) Compress(seq int32, budgetTokens int) error {
 // Sample draws the next token from the sequence's logits.
 func (s *Session) Sample(sampler *Sampler, seq int32) (int32, error) {
 	var tok int32
-	sampler.mu.Lock()
-	defer sampler.mu.Unlock()
+	locked, err := sampler.gate.enter(func(sh uintptr) error {
+		return s.with(func(h capi.Struct_SS_ikv_session) int {
+			return capi.Ikv_sample(&tok, capi.SwigcptrStruct_SS_ikv_sampler(sh), h, int(seq))
+		})
+	})
+	if !locked {
+		return tok, err
+	}
+	defer sampler.gate.mu.Unlock()
 	if sampler.h == nil {
 		return 0, &Error{Status: int32(capi.IKV_ERR_BAD_HANDLE), Message: "the sampler is closed"}
 	}
-	err := s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_sample(&tok, sampler.h, h, int(seq)) })
+	err = s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_sample(&tok, sampler.h, h, int(seq)) })
 	return tok, err
 }
 
@@ -624,8 +656,10 @@ type Result struct {
 // Generate decodes prompt into seq (may be empty when the sequence has logits), then samples up to maxTokens
 // tokens, stopping at EOS. onToken (may be nil) sees each token; returning an error stops generation. When ctx
 // is cancelled or onToken fails, the error matches ErrCancelled and unwraps to the cause; the tokens made so far
-// are returned and stay in the sequence. onToken runs on the generating goroutine while the session is locked: it
-// must not call methods of the same session (other sessions are fine).
+// are returned and stay in the sequence. onToken runs on the generating goroutine and may call the session, its
+// sampler and its model (reading, decoding, forking: the next token is drawn from the sequence as it then is);
+// Close of the session or sampler from onToken returns ErrBadState. Other goroutines calling the session wait
+// until Generate returns.
 func (s *Session) Generate(ctx context.Context, seq int32, prompt []int32, maxTokens int, sampler *Sampler,
 	onToken func(Token) error) (Result, error) {
 	if ctx == nil {
@@ -660,12 +694,18 @@ func (s *Session) Generate(ctx context.Context, seq int32, prompt []int32, maxTo
 	}
 	out := make([]int32, maxTokens)
 	var n uint64
-	sampler.mu.Lock()
-	defer sampler.mu.Unlock()
+	sampler.gate.mu.Lock()
+	defer sampler.gate.mu.Unlock()
 	if sampler.h == nil {
 		return Result{}, &Error{Status: int32(capi.IKV_ERR_BAD_HANDLE), Message: "the sampler is closed"}
 	}
+	s.model.streaming.Add(1)
+	defer s.model.streaming.Add(-1)
 	err := s.with(func(h capi.Struct_SS_ikv_session) int {
+		s.gate.stream.Store(h.Swigcptr())
+		sampler.gate.stream.Store(sampler.h.Swigcptr())
+		defer s.gate.stream.Store(0)
+		defer sampler.gate.stream.Store(0)
 		return capi.Ikv_generate(out, &n, h, int(seq), prompt, maxTokens, sampler.h, uintptr(cb))
 	})
 	if n > uint64(len(out)) {
@@ -720,8 +760,8 @@ func SamplerField(name string, value float64) SamplerOption {
 
 // Sampler holds sampling settings and state (the repetition penalty's history).
 type Sampler struct {
-	mu sync.Mutex
-	h  capi.Struct_SS_ikv_sampler
+	gate gate
+	h    capi.Struct_SS_ikv_sampler
 }
 
 // NewSampler creates a sampler (defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05).
@@ -756,8 +796,21 @@ func Greedy() *Sampler {
 
 // Close frees the sampler. Safe to call more than once.
 func (s *Sampler) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	locked, err := s.gate.enter(func(h uintptr) error {
+		// ikv_sample checks the sampler before the session: BUSY when another thread is inside a call on the
+		// sampler, BAD_HANDLE (for the NULL session) when this thread is
+		var tok int32
+		if err := call(func() int {
+			return capi.Ikv_sample(&tok, capi.SwigcptrStruct_SS_ikv_sampler(h), nil, 0)
+		}); errors.Is(err, ErrBusy) {
+			return err
+		}
+		return errInCallback("sampler")
+	})
+	if !locked {
+		return err
+	}
+	defer s.gate.mu.Unlock()
 	if s.h != nil {
 		capi.Ikv_sampler_free(s.h)
 		s.h = nil

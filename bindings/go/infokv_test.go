@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	infokv "github.com/infokv/infokv/bindings/go"
 	"github.com/infokv/infokv/bindings/go/internal/capi"
@@ -580,5 +582,79 @@ func TestTuningProfileSaveAndLoad(t *testing.T) {
 	}
 	if err := s2.LoadProfile(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, infokv.ErrIO) {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestOnTokenMayCallTheSessionItStreamsFromAndNeverHangs(t *testing.T) {
+	m := load(t)
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	smp := infokv.Greedy()
+	defer smp.Close()
+	prompt, _ := m.Tokenize("Once upon a time", true)
+	var lengths []int64
+	var closeErrs []error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err = s.Generate(context.Background(), 0, prompt, 6, smp, func(tok infokv.Token) error {
+			n, err := s.Length(0) // hung forever when onToken could not re-enter the session
+			if err != nil {
+				return err
+			}
+			lengths = append(lengths, n)
+			if _, err := m.Tokenize("x", false); err != nil {
+				return err
+			}
+			if _, err := s.KVBytes(0); err != nil {
+				return err
+			}
+			if len(lengths) == 2 {
+				f, err := s.Fork(0)
+				if err != nil {
+					return err
+				}
+				if err := s.Remove(f); err != nil {
+					return err
+				}
+				closeErrs = append(closeErrs, s.Close(), smp.Close(), m.Close())
+			}
+			return nil
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Generate with a reentrant onToken did not return (deadlock)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{6, 7, 8, 9, 10, 11}
+	if fmt.Sprint(lengths) != fmt.Sprint(want) {
+		t.Fatalf("lengths seen from onToken %v, want %v", lengths, want)
+	}
+	if len(closeErrs) != 3 || !errors.Is(closeErrs[0], infokv.ErrBadState) || !errors.Is(closeErrs[1], infokv.ErrBadState) ||
+		!errors.Is(closeErrs[2], infokv.ErrBusy) {
+		t.Fatalf("Close from onToken: %v", closeErrs)
+	}
+	// another goroutine still waits for the Generate (it is not answered ErrBusy)
+	var wg sync.WaitGroup
+	var other error
+	launched := false
+	_, err = s.Generate(context.Background(), 0, nil, 3, smp, func(tok infokv.Token) error {
+		if tok.ID >= 0 && !launched {
+			launched = true
+			wg.Add(1)
+			go func() { defer wg.Done(); _, other = s.Length(0) }()
+		}
+		return nil
+	})
+	wg.Wait()
+	if err != nil || other != nil {
+		t.Fatalf("generate %v, concurrent Length %v", err, other)
 	}
 }
