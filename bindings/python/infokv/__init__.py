@@ -12,7 +12,10 @@ run in parallel threads (one thread at a time per session).
 from __future__ import annotations
 
 import codecs
+import enum
 import json
+import math
+import numbers
 import os
 import tempfile
 import threading
@@ -25,7 +28,8 @@ from . import capi as _c
 from ._errors import (  # noqa: F401  (re-exported)
     BadConfigError, BadHandleError, BadModelError, BadSnapshotError, BadStateError, BufferTooSmallError, BusyError,
     CancelledError, Error, InternalError, InvalidArgumentError, IoError, KvFullError, NoDeviceError, NotFoundError,
-    OutOfMemoryError, OutOfRangeError, UnsupportedError, VersionError, WrongModelError, check as _check, error_for)
+    OutOfMemoryError, OutOfRangeError, UnsupportedError, VersionError, WrongModelError, MissingFileError,
+    check as _check, error_for, missing_file as _missing_file)
 from . import _errors
 
 __version__: str = _c.ikv_version_string()
@@ -36,19 +40,117 @@ PathLike = Union[str, "os.PathLike[str]"]
 Prompt = Union[str, bytes, Sequence[int], None]
 
 __all__ = ["Model", "Session", "Sampler", "Config", "Token", "Completion", "AutoLayer", "AutoReport", "Error",
+           "Policy", "KvDtype", "KvStat", "Shape",
            "error_for", "inspect_snapshot", "evidence_name", "EVIDENCE", "__version__"] + [
     n for n in dir(_errors) if n.endswith("Error") and n != "Error"]
 
 
+class Policy(enum.IntEnum):
+    """Compression policies (the C IKV_POLICY_* values); accepted wherever a policy name is."""
+    NONE = _c.IKV_POLICY_NONE
+    INFOKV = _c.IKV_POLICY_INFOKV
+    SNAPKV = _c.IKV_POLICY_SNAPKV
+    H2O = _c.IKV_POLICY_H2O
+    STREAMING = _c.IKV_POLICY_STREAMING
+    TOVA = _c.IKV_POLICY_TOVA
+    PYRAMIDKV = _c.IKV_POLICY_PYRAMIDKV
+    AUTO = _c.IKV_POLICY_AUTO
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class KvDtype(enum.IntEnum):
+    """KV cache element types (IKV_KV_F32, ...); accepted wherever a dtype name is."""
+    F32 = _c.IKV_KV_F32
+    F16 = _c.IKV_KV_F16
+    BF16 = _c.IKV_KV_BF16
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class KvStat(enum.IntEnum):
+    """Pool statistics for :meth:`Session.kv_stat` (IKV_KV_BLOCKS_TOTAL, ...)."""
+    BLOCKS_TOTAL = _c.IKV_KV_BLOCKS_TOTAL
+    BLOCKS_USED = _c.IKV_KV_BLOCKS_USED
+    BLOCKS_FREE = _c.IKV_KV_BLOCKS_FREE
+    BLOCK_BYTES = _c.IKV_KV_BLOCK_BYTES
+    BYTES_USED = _c.IKV_KV_BYTES_USED
+    BLOCK_SIZE = _c.IKV_KV_BLOCK_SIZE
+    HOST_BYTES = _c.IKV_KV_HOST_BYTES
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class Shape(enum.IntEnum):
+    """How a budget is spread over layers (IKV_SHAPE_*)."""
+    UNIFORM = _c.IKV_SHAPE_UNIFORM
+    PYRAMID = _c.IKV_SHAPE_PYRAMID
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+def _member(kind: "type[enum.IntEnum]", what: str, value: Any) -> int:
+    """A name ('infokv', 'F16'), an enum member or a plain int of one kind to its C value. A name or number of
+    another kind (a stat name given as a dtype) is refused with the names this kind has."""
+    names = [m.name.lower() for m in kind]
+    if isinstance(value, enum.Enum) and not isinstance(value, kind):
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"{what}: {value!r} is not a {kind.__name__}")
+    if isinstance(value, kind):
+        return int(value)
+    if isinstance(value, str):
+        key = value.strip().upper().replace("-", "_")
+        if key in kind.__members__:
+            return int(kind[key])
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"unknown {what} {value!r}; one of {names}")
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if int(value) in {int(m) for m in kind}:
+            return int(value)
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"{what} {int(value)} is not one of "
+                                   f"{ {m.name.lower(): int(m) for m in kind} }")
+    raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
+                               f"{what} must be a name ({names}) or a {kind.__name__}, not {type(value).__name__}")
+
+
+def _whole(what: str, value: Any) -> int:
+    """An integer option: ints and whole floats; bools, fractions and other types are refused (never truncated)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
+                                   f"{what} must be a whole number, not {type(value).__name__} {value!r}")
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if not math.isfinite(value) or value != int(value):
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"{what} must be a whole number, not {value!r}")
+    return int(value)
+
+
 def _constant(prefix: str, value: Union[str, int]) -> int:
-    """'infokv' -> IKV_POLICY_INFOKV etc.; ints pass through. Reads the C header's constants, so new ones work."""
+    """'n_vocab' -> IKV_MODEL_N_VOCAB etc.; ints pass through. Reads the C header's constants, so new ones work."""
     if isinstance(value, str):
         name = prefix + value.upper().replace("-", "_")
         if not hasattr(_c, name):
             choices = sorted(n[len(prefix):].lower() for n in dir(_c) if n.startswith(prefix))
             raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"unknown value {value!r}; one of {choices}")
         return int(getattr(_c, name))
-    return int(value)
+    return _whole("property", value)
+
+
+def _check_path(result: Any, path: str) -> Any:
+    """_check, with an I/O error about a file that does not exist raised as :class:`MissingFileError`."""
+    try:
+        return _check(result)
+    except IoError as e:
+        raise _missing_file(e, path) from None
+
+
+def _real(what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
+                                   f"{what} must be a number, not {type(value).__name__} {value!r}")
+    return float(value)
 
 
 def _fill(struct: Any, options: Dict[str, Any], aliases: Dict[str, Callable[[Any, Any], None]]) -> None:
@@ -64,7 +166,13 @@ def _fill(struct: Any, options: Dict[str, Any], aliases: Dict[str, Callable[[Any
             raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
                                        f"unknown option {key!r}; options: {fields + sorted(aliases)}")
         else:
-            setattr(struct, key, value)
+            current = getattr(struct, key)
+            if isinstance(current, bool) or isinstance(current, int):
+                setattr(struct, key, _whole(key, value))
+            elif isinstance(current, float):
+                setattr(struct, key, _real(key, value))
+            else:
+                setattr(struct, key, value)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -239,7 +347,10 @@ def inspect_snapshot(source: Union[PathLike, bytes, bytearray, memoryview]) -> D
             return inspect_snapshot(tmp)
         finally:
             os.unlink(tmp)
-    raw = _sized_bytes(_c.ikv_snapshot_inspect, os.fspath(source))
+    try:
+        raw = _sized_bytes(_c.ikv_snapshot_inspect, os.fspath(source))
+    except IoError as e:
+        raise _missing_file(e, os.fspath(source)) from None
     return json.loads(raw.decode("utf-8"))
 
 
@@ -266,10 +377,10 @@ class Model(_Owner):
             self._h = _check(config._use(lambda h: _c.ikv_model_load_with_config_confined(h, d)))
             self.path = config.model_path
         elif config is not None:
-            self._h = _check(config._use(_c.ikv_model_load_with_config))
+            self._h = _check_path(config._use(_c.ikv_model_load_with_config), config.model_path)
             self.path = config.model_path
         else:
-            self._h = _check(_c.ikv_model_load(os.fspath(path)))  # type: ignore[arg-type]
+            self._h = _check_path(_c.ikv_model_load(os.fspath(path)), os.fspath(path))  # type: ignore[arg-type]
             self.path = os.fspath(path)  # type: ignore[arg-type]
 
     @classmethod
@@ -356,19 +467,37 @@ class Model(_Owner):
 
 
 # ------------------------------------------------------------------------------------------------------------
-def _set_budget(o: Any, v: Union[int, float]) -> None:
-    if isinstance(v, float) and v <= 1.0:
-        o.budget_fraction, o.budget_tokens = v, 0
-    else:
+def _set_budget(o: Any, v: Union[int, float, str]) -> None:
+    """budget=: a fraction in (0, 1] of each sequence's length (0.25, "25%", "0.25") or a whole number of tokens
+    per layer (128, "128"), as the CLI's --budget. Anything else is refused, never rounded."""
+    text = None
+    if isinstance(v, str):
+        text = v.strip()
+        try:
+            v = float(text[:-1]) / 100.0 if text.endswith("%") else (int(text) if text.isdigit() else float(text))
+        except ValueError:
+            raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
+                                       f"budget {text!r}: expected a fraction (0.25, \"25%\") or tokens (128)") from None
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"budget must be a fraction in (0, 1] or a positive "
+                                   f"whole number of tokens, not {type(v).__name__} {v!r}")
+    if isinstance(v, numbers.Integral):
         o.budget_tokens, o.budget_fraction = int(v), 0.0
+    elif v <= 1.0:
+        o.budget_fraction, o.budget_tokens = float(v), 0
+    elif v == int(v):
+        o.budget_tokens, o.budget_fraction = int(v), 0.0
+    else:
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
+                                   f"budget {v!r}: a fraction must be in (0, 1], a token count a whole number")
 
 
 _SESSION_ALIASES: Dict[str, Callable[[Any, Any], None]] = {
-    "policy": lambda o, v: setattr(o, "policy", _constant("IKV_POLICY_", v)),
-    "kv_dtype": lambda o, v: setattr(o, "kv_dtype", _constant("IKV_KV_", v)),
-    "shape": lambda o, v: setattr(o, "shape", _constant("IKV_SHAPE_", v)),
+    "policy": lambda o, v: setattr(o, "policy", _member(Policy, "policy", v)),
+    "kv_dtype": lambda o, v: setattr(o, "kv_dtype", _member(KvDtype, "kv_dtype", v)),
+    "shape": lambda o, v: setattr(o, "shape", _member(Shape, "shape", v)),
     "budget": _set_budget,
-    "threads": lambda o, v: setattr(o, "n_threads", int(v)),
+    "threads": lambda o, v: setattr(o, "n_threads", _whole("threads", v)),
     "compress_after_prefill": lambda o, v: setattr(o, "compress_after_prefill", int(bool(v))),
 }
 
@@ -509,7 +638,7 @@ class Session(_Owner):
         under a byte budget then start from its per-layer shares and refine it. :class:`WrongModelError` for
         another model's profile, :class:`BadConfigError` for a damaged one; the session is then unchanged."""
         with self._lock:
-            _check(_c.ikv_session_load_profile(self.handle, os.fspath(path)))
+            _check_path(_c.ikv_session_load_profile(self.handle, os.fspath(path)), os.fspath(path))
 
     def save_profile(self, path: PathLike) -> None:
         """Writes the session's tuning profile atomically. Without a loaded one, the first auto compression under a
@@ -530,7 +659,7 @@ class Session(_Owner):
     def kv_stat(self, stat: Union[str, int]) -> int:
         """One pool statistic: 'blocks_total', 'blocks_used', 'blocks_free', 'block_bytes', 'bytes_used', ..."""
         with self._lock:
-            return int(_check(_c.ikv_kv_stat(self.handle, _constant("IKV_KV_", stat))))
+            return int(_check(_c.ikv_kv_stat(self.handle, _member(KvStat, "kv_stat", stat))))
 
     def kv_stats(self) -> Dict[str, int]:
         """All pool statistics the C header defines."""
@@ -604,7 +733,7 @@ class Session(_Owner):
                 if r[0] == _TOO_SMALL and r[2] > cap:
                     cap = r[2]
                     continue
-                ids, count = _check(r)
+                ids, count = _check(r) if fn is _c.ikv_session_restore_buffer else _check_path(r, arg)
                 return [int(i) for i in ids[:count]]
 
     # generation

@@ -29,6 +29,22 @@ class IoError(Error, OSError):
     """IKV_ERR_IO: a file could not be opened, read or written."""
 
 
+class MissingFileError(IoError, FileNotFoundError):
+    """IKV_ERR_IO because the named file does not exist: both an :class:`IoError` and the builtin
+    :class:`FileNotFoundError` (``errno`` is ENOENT, ``filename`` the path)."""
+
+
+def missing_file(e: Error, path: str) -> Error:
+    """``e`` as a :class:`MissingFileError` when it is an I/O error about a path that does not exist."""
+    import errno
+    import os
+    if not isinstance(e, IoError) or os.path.lexists(path):
+        return e
+    m = MissingFileError(e.status, e.message)
+    m.errno, m.strerror, m.filename = errno.ENOENT, os.strerror(errno.ENOENT), path
+    return m
+
+
 class BadModelError(Error):
     """IKV_ERR_BAD_MODEL: a malformed or truncated model file."""
 

@@ -613,3 +613,72 @@ def test_tuning_profile_save_load(model, tmp_path):
         with pytest.raises(infokv.IoError):
             t.load_profile(tmp_path / "missing.ikvp")
         assert t.profile_info()["compressions"] == 2  # unchanged by the failed loads
+
+
+# ---- errors and types in Python's terms ------------------------------------------------------------------------
+def test_a_missing_model_is_a_file_not_found_error(tmp_path, model):
+    missing = str(tmp_path / "not-here.gguf")
+    with pytest.raises(FileNotFoundError) as e:
+        infokv.Model(missing)
+    assert isinstance(e.value, infokv.IoError) and isinstance(e.value, infokv.MissingFileError)
+    assert e.value.errno == 2 and e.value.filename == missing
+    with model.session() as s:
+        with pytest.raises(FileNotFoundError):
+            s.restore(missing)
+        with pytest.raises(FileNotFoundError):
+            s.load_profile(missing)
+    with pytest.raises(FileNotFoundError):
+        infokv.inspect_snapshot(missing)
+    # a file that exists but cannot be read as a model is not "not found"
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"x" * 100)
+    with pytest.raises(infokv.BadModelError):
+        infokv.Model(str(junk))
+
+
+def test_enums_are_accepted_wherever_names_are(model):
+    assert str(infokv.Policy.INFOKV) == "infokv" and int(infokv.Policy.AUTO) == 7
+    for p in infokv.Policy:
+        with model.session(policy=p, budget=0.5) as a:
+            pass
+    with model.session(policy=infokv.Policy.SNAPKV, kv_dtype=infokv.KvDtype.F32, budget=0.5) as s:
+        s.decode(model.tokenize("Once upon a time"))
+        assert s.kv_stat(infokv.KvStat.BLOCKS_USED) == s.kv_stat("blocks_used") > 0
+    # every C constant has a member
+    import infokv.capi as c
+    assert {n[len("IKV_POLICY_"):] for n in dir(c) if n.startswith("IKV_POLICY_")} == set(infokv.Policy.__members__)
+
+
+@pytest.mark.parametrize("kw", [dict(kv_dtype="blocks_total"), dict(kv_dtype=infokv.KvStat.BLOCKS_TOTAL),
+                                dict(kv_dtype=99), dict(policy="fastest"), dict(policy=infokv.KvDtype.F16),
+                                dict(budget=1.5), dict(budget=True), dict(budget=0), dict(budget=-3),
+                                dict(budget=float("nan")), dict(budget="lots"), dict(interval=2.5),
+                                dict(threads=True), dict(interval="10"), dict(alpha="high")])
+def test_option_values_of_the_wrong_kind_are_refused_not_rounded(model, kw):
+    with pytest.raises(infokv.InvalidArgumentError) as e:
+        model.session(**kw)
+    assert isinstance(e.value, ValueError)
+
+
+def test_kv_stat_refuses_a_dtype_name(model):
+    with model.session() as s:
+        with pytest.raises(infokv.InvalidArgumentError):
+            s.kv_stat("f16")
+
+
+@pytest.mark.parametrize("budget,tokens,fraction", [("25%", 0, 0.25), ("0.5", 0, 0.5), ("64", 64, 0.0),
+                                                     (64, 64, 0.0), (64.0, 64, 0.0), (1.0, 0, 1.0), (0.125, 0, 0.125)])
+def test_budget_takes_the_clis_forms(model, budget, tokens, fraction):
+    import infokv.capi as c
+    o = c.ikv_session_options()
+    c.ikv_session_options_init(o)
+    infokv._set_budget(o, budget)
+    assert (o.budget_tokens, pytest.approx(o.budget_fraction)) == (tokens, fraction)
+    with model.session(policy="snapkv", budget=budget):
+        pass
+
+
+def test_a_negative_temperature_is_greedy(model, reference):
+    with model.session() as s:
+        c = s.complete("Once upon a time", 20, temperature=-1.0)
+    assert c.tokens == reference["prompt_once_upon_a_time"]["generated_ids_after_prompt"][:20]
