@@ -278,9 +278,10 @@ func (s *Session) restore(sampler *Sampler, f func(ids []int32, n *uint64, h cap
 // ErrVersion, ErrKVFull, ... neither the session nor the sampler changed. Create the session with the snapshot's
 // policy (InspectSnapshot) to continue exactly.
 func (s *Session) Restore(path string, sampler *Sampler) ([]int32, error) {
-	return s.restore(sampler, func(ids []int32, n *uint64, h capi.Struct_SS_ikv_session, sh capi.Struct_SS_ikv_sampler) int {
+	ids, err := s.restore(sampler, func(ids []int32, n *uint64, h capi.Struct_SS_ikv_session, sh capi.Struct_SS_ikv_sampler) int {
 		return capi.Ikv_session_restore_file(ids, n, h, sh, path)
 	})
+	return ids, withPath(err, path)
 }
 
 // RestoreBytes is Restore from memory (the bytes are not retained).
@@ -294,7 +295,7 @@ func (s *Session) RestoreBytes(data []byte, sampler *Sampler) ([]int32, error) {
 // per-layer kept counts).
 func InspectSnapshotJSON(path string) (json.RawMessage, error) {
 	b, err := sized(func(out []byte, n *uint64) int { return capi.Ikv_snapshot_inspect(out, n, path) })
-	return json.RawMessage(b), err
+	return json.RawMessage(b), withPath(err, path)
 }
 
 // InspectSnapshot is InspectSnapshotJSON decoded into a map.

@@ -1,7 +1,10 @@
 package infokv
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"runtime"
 
 	"github.com/infokv/infokv/bindings/go/internal/capi"
@@ -12,6 +15,22 @@ import (
 type Error struct {
 	Status  int32
 	Message string
+	cause   error // for ErrIO about a file that does not exist: an *fs.PathError wrapping fs.ErrNotExist
+}
+
+// Unwrap gives the underlying cause where there is one: an I/O error about a missing file unwraps to an
+// *fs.PathError, so errors.Is(err, fs.ErrNotExist) holds as for os.Open.
+func (e *Error) Unwrap() error { return e.cause }
+
+// withPath makes an ErrIO about a path that does not exist also match fs.ErrNotExist.
+func withPath(err error, path string) error {
+	var e *Error
+	if errors.As(err, &e) && e.Status == int32(capi.IKV_ERR_IO) {
+		if _, st := os.Lstat(path); errors.Is(st, fs.ErrNotExist) {
+			e.cause = &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+		}
+	}
+	return err
 }
 
 func (e *Error) Error() string {

@@ -19,10 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"reflect"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,20 +29,6 @@ import (
 
 // Version is the library's version string.
 func Version() string { return capi.Ikv_version_string() }
-
-// Compression policies (IKV_POLICY_*).
-const (
-	PolicyNone      = capi.IKV_POLICY_NONE
-	PolicyInfoKV    = capi.IKV_POLICY_INFOKV
-	PolicySnapKV    = capi.IKV_POLICY_SNAPKV
-	PolicyH2O       = capi.IKV_POLICY_H2O
-	PolicyStreaming = capi.IKV_POLICY_STREAMING
-	PolicyTOVA      = capi.IKV_POLICY_TOVA
-	PolicyPyramidKV = capi.IKV_POLICY_PYRAMIDKV
-	// PolicyAuto chooses per layer what ranks the tokens and how the budget is spread (Session.AutoReport); with
-	// WithMaxLoss it needs no budget.
-	PolicyAuto = capi.IKV_POLICY_AUTO
-)
 
 // What ranked a layer's tokens under PolicyAuto (AutoLayer.Evidence; IKV_EVIDENCE_*).
 const (
@@ -60,13 +43,6 @@ const (
 // EvidenceName is the name of an Evidence* value ("window_attention", "infokv", "accumulated_attention",
 // "last_query", "recency", "key_norm"); "unknown" for any other value.
 func EvidenceName(evidence int) string { return capi.Ikv_evidence_name(evidence) }
-
-// KV element types (IKV_KV_F32 ...).
-const (
-	KVF32  = capi.IKV_KV_F32
-	KVF16  = capi.IKV_KV_F16
-	KVBF16 = capi.IKV_KV_BF16
-)
 
 // Pool statistics for Session.KVStat (IKV_KV_*).
 const (
@@ -101,7 +77,7 @@ type Model struct {
 func Load(path string) (*Model, error) {
 	var p uintptr
 	if err := call(func() int { return capi.Ikv_model_load(&p, path) }); err != nil {
-		return nil, err
+		return nil, withPath(err, path)
 	}
 	m := &Model{h: capi.SwigcptrStruct_SS_ikv_model(p), sessions: map[uintptr]capi.Struct_SS_ikv_session{}}
 	runtime.SetFinalizer(m, func(m *Model) { m.Close() })
@@ -236,109 +212,6 @@ func (m *Model) Detokenize(tokens []int32) (string, error) {
 
 // ---------------------------------------------------------------------------------------------------------------
 
-// SessionOption changes one session setting (fields of the C ikv_session_options).
-type SessionOption func(o capi.Ikv_session_options) error
-
-func WithThreads(n int) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetN_threads(n); return nil }
-}
-func WithKVDtype(t int) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetKv_dtype(t); return nil }
-}
-func WithBlockSize(n int) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetBlock_size(n); return nil }
-}
-func WithKVPoolBlocks(n int64) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetKv_pool_blocks(n); return nil }
-}
-func WithKVPoolBytes(n int64) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetKv_pool_bytes(n); return nil }
-}
-
-// WithMaxSequences bounds the sequences the session holds, [1, 2^20] (0: 4096); AddSequence and Fork beyond it
-// fail with an error matching ErrOutOfRange.
-func WithMaxSequences(n int) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetMax_sequences(n); return nil }
-}
-
-// WithMaxLoss gives PolicyAuto a quality target instead of a budget: each compression keeps, per layer, as few tokens
-// as hold the proxy loss at or under it (0: compress to the budget). NewSession fails with ErrInvalidArgument for a
-// negative or non-finite value, or a positive one with another policy.
-func WithMaxLoss(maxLoss float64) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetMax_loss(maxLoss); return nil }
-}
-
-// WithPolicy selects the compression policy (PolicyInfoKV, PolicySnapKV, ...); it needs a budget.
-func WithPolicy(p int) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetPolicy(p); return nil }
-}
-
-// WithBudgetFraction keeps this fraction of a sequence's tokens per layer when compressing, (0, 1].
-func WithBudgetFraction(f float64) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetBudget_fraction(f); o.SetBudget_tokens(0); return nil }
-}
-
-// WithBudgetTokens keeps this many tokens per layer when compressing.
-func WithBudgetTokens(n int) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetBudget_tokens(n); o.SetBudget_fraction(0); return nil }
-}
-
-// WithDevice chooses where the session runs: "cpu" (the default; so is ""), "cuda", "cuda:N", or "auto" (the CPU
-// for now). NewSession then fails with an error matching ErrNoDevice when there is no such CUDA device (its
-// Message says why) and ErrInvalidArgument for any other name.
-func WithDevice(device string) SessionOption {
-	return func(o capi.Ikv_session_options) error { o.SetDevice(device); return nil }
-}
-
-// WithField sets any numeric field of the C ikv_session_options by its C name ("interval", "alpha", "window",
-// ...), so options added to the C ABI are usable before they get a named helper. An integer field takes only a
-// whole number its C type holds (no silent truncation or wrap-around); an unknown name, a string field (use
-// WithDevice) or an unfit value makes NewSession fail with ErrInvalidArgument.
-func WithField(name string, value float64) SessionOption {
-	return func(o capi.Ikv_session_options) error { return setField(o, name, value) }
-}
-
-func setField(o any, name string, value float64) error {
-	bad := func(msg string) error { return &Error{Status: int32(capi.IKV_ERR_INVALID_ARGUMENT), Message: msg} }
-	if name == "" || name == "struct_size" || name == "version" {
-		return bad("unknown option " + strconv.Quote(name))
-	}
-	mth := reflect.ValueOf(o).MethodByName("Set" + strings.ToUpper(name[:1]) + name[1:])
-	if !mth.IsValid() || mth.Type().NumIn() != 1 {
-		return bad("unknown option " + strconv.Quote(name))
-	}
-	arg := reflect.New(mth.Type().In(0)).Elem()
-	// SWIG gives C int fields as Go int and (u)int64_t as (u)int64: an integer must be whole and inside the C type,
-	// and inside 2^53 for 64-bit fields, where a float64 stops holding every integer.
-	lo, hi := 0.0, 0.0
-	switch arg.Kind() {
-	case reflect.Float32, reflect.Float64:
-		arg.SetFloat(value)
-		mth.Call([]reflect.Value{arg})
-		return nil
-	case reflect.Int, reflect.Int32:
-		lo, hi = math.MinInt32, math.MaxInt32
-	case reflect.Int64:
-		lo, hi = -(1 << 53), 1<<53
-	case reflect.Uint, reflect.Uint32:
-		hi = math.MaxUint32
-	case reflect.Uint64:
-		hi = 1 << 53
-	default:
-		return bad("option " + name + " is not numeric (the device has WithDevice)")
-	}
-	if value != math.Trunc(value) || value < lo || value > hi {
-		return bad(fmt.Sprintf("option %s takes a whole number in [%.0f, %.0f], not %v", name, lo, hi, value))
-	}
-	if arg.CanInt() {
-		arg.SetInt(int64(value))
-	} else {
-		arg.SetUint(uint64(value))
-	}
-	mth.Call([]reflect.Value{arg})
-	return nil
-}
-
 // Session is a KV cache over a model with sequences (sequence 0 exists from the start). Its methods serialise
 // on a mutex, so a session may be passed between goroutines; sessions on one model run in parallel.
 type Session struct {
@@ -355,7 +228,7 @@ func (m *Model) NewSession(opts ...SessionOption) (*Session, error) {
 		return nil, err
 	}
 	for _, f := range opts {
-		if err := f(o); err != nil {
+		if err := f(&SessionSettings{o: o}); err != nil {
 			return nil, err
 		}
 	}
@@ -535,7 +408,7 @@ type ProfileInfo struct {
 // byte budget then start from its per-layer shares and refine it. ErrWrongModel for another model's profile,
 // ErrBadConfig for a damaged one; the session is then unchanged.
 func (s *Session) LoadProfile(path string) error {
-	return s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_session_load_profile(h, path) })
+	return withPath(s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_session_load_profile(h, path) }), path)
 }
 
 // SaveProfile writes the session's tuning profile atomically; ErrBadState before it has one (none loaded and no
@@ -730,40 +603,6 @@ func (s *Session) GenerateText(ctx context.Context, text string, maxTokens int, 
 
 // ---------------------------------------------------------------------------------------------------------------
 
-// SamplerOption changes one sampling setting (fields of the C ikv_sampler_options).
-type SamplerOption func(o capi.Ikv_sampler_options) error
-
-// Temperature <= 0 samples greedily.
-func Temperature(t float32) SamplerOption {
-	return func(o capi.Ikv_sampler_options) error { o.SetTemperature(t); return nil }
-}
-func TopK(k int) SamplerOption {
-	return func(o capi.Ikv_sampler_options) error { o.SetTop_k(k); return nil }
-}
-func TopP(p float32) SamplerOption {
-	return func(o capi.Ikv_sampler_options) error { o.SetTop_p(p); return nil }
-}
-func MinP(p float32) SamplerOption {
-	return func(o capi.Ikv_sampler_options) error { o.SetMin_p(p); return nil }
-}
-func RepeatPenalty(p float32) SamplerOption {
-	return func(o capi.Ikv_sampler_options) error { o.SetRepeat_penalty(p); return nil }
-}
-func Seed(seed uint64) SamplerOption {
-	return func(o capi.Ikv_sampler_options) error { o.SetSeed(seed); return nil }
-}
-
-// SamplerField sets any numeric field of the C ikv_sampler_options by its C name.
-func SamplerField(name string, value float64) SamplerOption {
-	return func(o capi.Ikv_sampler_options) error { return setField(o, name, value) }
-}
-
-// Sampler holds sampling settings and state (the repetition penalty's history).
-type Sampler struct {
-	gate gate
-	h    capi.Struct_SS_ikv_sampler
-}
-
 // NewSampler creates a sampler (defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05).
 func NewSampler(opts ...SamplerOption) (*Sampler, error) {
 	o := capi.NewIkv_sampler_options()
@@ -772,7 +611,7 @@ func NewSampler(opts ...SamplerOption) (*Sampler, error) {
 		return nil, err
 	}
 	for _, f := range opts {
-		if err := f(o); err != nil {
+		if err := f(&SamplerSettings{o: o}); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -656,5 +657,96 @@ func TestOnTokenMayCallTheSessionItStreamsFromAndNeverHangs(t *testing.T) {
 	wg.Wait()
 	if err != nil || other != nil {
 		t.Fatalf("generate %v, concurrent Length %v", err, other)
+	}
+}
+
+func TestAMissingFileMatchesFsErrNotExistAndErrIO(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "not-here.gguf")
+	_, err := infokv.Load(missing)
+	if !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, infokv.ErrIO) {
+		t.Fatalf("Load of a missing file: %v", err)
+	}
+	var pe *fs.PathError
+	if !errors.As(err, &pe) || pe.Path != missing {
+		t.Fatalf("no *fs.PathError naming the file: %v", err)
+	}
+	s, err := load(t).NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Restore(missing, nil); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Restore: %v", err)
+	}
+	if err := s.LoadProfile(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("LoadProfile: %v", err)
+	}
+	if _, err := infokv.InspectSnapshot(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("InspectSnapshot: %v", err)
+	}
+	junk := filepath.Join(t.TempDir(), "junk.gguf")
+	os.WriteFile(junk, make([]byte, 100), 0o600)
+	if _, err := infokv.Load(junk); errors.Is(err, fs.ErrNotExist) || !errors.Is(err, infokv.ErrBadModel) {
+		t.Fatalf("Load of junk: %v", err)
+	}
+}
+
+func TestPolicyAndDtypeAreTypesWithNames(t *testing.T) {
+	if infokv.PolicySnapKV.String() != "snapkv" || infokv.KVBF16.String() != "bf16" || infokv.Policy(99).String() != "Policy(99)" {
+		t.Fatal("names")
+	}
+	for _, name := range []string{"none", "infokv", "snapkv", "h2o", "streaming", "tova", "pyramidkv", "auto", "SnapKV"} {
+		p, err := infokv.ParsePolicy(name)
+		if err != nil || !strings.EqualFold(p.String(), name) {
+			t.Fatalf("ParsePolicy(%q) = %v, %v", name, p, err)
+		}
+	}
+	if _, err := infokv.ParsePolicy("IKV_POLICY_SNAPKV"); !errors.Is(err, infokv.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "snapkv") || strings.Contains(err.Error(), "one of IKV_") {
+		t.Fatalf("unknown policy: %v", err)
+	}
+	if _, err := infokv.ParseKVDtype("blocks_total"); !errors.Is(err, infokv.ErrInvalidArgument) {
+		t.Fatalf("a stat name as dtype: %v", err)
+	}
+	// a user-written option, without the internal SWIG type
+	withInterval := func(n int) infokv.SessionOption {
+		return func(s *infokv.SessionSettings) error { return s.Set("interval", float64(n)) }
+	}
+	s, err := load(t).NewSession(infokv.WithPolicy(infokv.PolicySnapKV), infokv.WithBudgetFraction(0.5),
+		infokv.WithKVDtype(infokv.KVF32), withInterval(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := load(t).NewSession(withInterval(-5)); !errors.Is(err, infokv.ErrInvalidArgument) {
+		t.Fatalf("bad user option: %v", err)
+	}
+	if _, err := load(t).NewSession(infokv.WithField("interval", 2.5)); !errors.Is(err, infokv.ErrInvalidArgument) {
+		t.Fatalf("2.5 for an integer field: %v", err)
+	}
+}
+
+func TestNegativeTemperatureIsGreedy(t *testing.T) {
+	m := load(t)
+	prompt, _ := m.Tokenize("Once upon a time", true)
+	run := func(smp *infokv.Sampler) []int32 {
+		s, err := m.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		r, err := s.Generate(context.Background(), 0, prompt, 12, smp, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Tokens
+	}
+	neg, err := infokv.NewSampler(infokv.Temperature(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer neg.Close()
+	if fmt.Sprint(run(neg)) != fmt.Sprint(run(nil)) {
+		t.Fatal("temperature -1 differs from greedy")
 	}
 }

@@ -1,0 +1,246 @@
+package infokv
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/infokv/infokv/bindings/go/internal/capi"
+)
+
+// Policy is a compression policy (the C IKV_POLICY_* values).
+type Policy int32
+
+// Compression policies.
+const (
+	PolicyNone      Policy = Policy(capi.IKV_POLICY_NONE)
+	PolicyInfoKV    Policy = Policy(capi.IKV_POLICY_INFOKV)
+	PolicySnapKV    Policy = Policy(capi.IKV_POLICY_SNAPKV)
+	PolicyH2O       Policy = Policy(capi.IKV_POLICY_H2O)
+	PolicyStreaming Policy = Policy(capi.IKV_POLICY_STREAMING)
+	PolicyTOVA      Policy = Policy(capi.IKV_POLICY_TOVA)
+	PolicyPyramidKV Policy = Policy(capi.IKV_POLICY_PYRAMIDKV)
+	// PolicyAuto chooses per layer what ranks the tokens and how the budget is spread (Session.AutoReport); with
+	// WithMaxLoss it needs no budget.
+	PolicyAuto Policy = Policy(capi.IKV_POLICY_AUTO)
+)
+
+var policyNames = map[Policy]string{PolicyNone: "none", PolicyInfoKV: "infokv", PolicySnapKV: "snapkv",
+	PolicyH2O: "h2o", PolicyStreaming: "streaming", PolicyTOVA: "tova", PolicyPyramidKV: "pyramidkv",
+	PolicyAuto: "auto"}
+
+// String is the policy's name as the CLI and configs spell it ("snapkv"); Policy(N) for an unknown value.
+func (p Policy) String() string { return enumName(policyNames, p, "Policy") }
+
+// ParsePolicy reads a policy name ("infokv", "SnapKV", ...); ErrInvalidArgument names the known ones.
+func ParsePolicy(name string) (Policy, error) { return parseEnum(policyNames, name, "policy") }
+
+// KVDtype is a KV cache element type (the C IKV_KV_F32 ... values).
+type KVDtype int32
+
+// KV cache element types.
+const (
+	KVF32  KVDtype = KVDtype(capi.IKV_KV_F32)
+	KVF16  KVDtype = KVDtype(capi.IKV_KV_F16)
+	KVBF16 KVDtype = KVDtype(capi.IKV_KV_BF16)
+)
+
+var dtypeNames = map[KVDtype]string{KVF32: "f32", KVF16: "f16", KVBF16: "bf16"}
+
+// String is the dtype's name ("f16"); KVDtype(N) for an unknown value.
+func (t KVDtype) String() string { return enumName(dtypeNames, t, "KVDtype") }
+
+// ParseKVDtype reads a dtype name ("f32", "f16", "bf16"); ErrInvalidArgument names the known ones.
+func ParseKVDtype(name string) (KVDtype, error) { return parseEnum(dtypeNames, name, "KV dtype") }
+
+func enumName[T ~int32](names map[T]string, v T, kind string) string {
+	if n, ok := names[v]; ok {
+		return n
+	}
+	return fmt.Sprintf("%s(%d)", kind, int32(v))
+}
+
+func parseEnum[T ~int32](names map[T]string, name string, what string) (T, error) {
+	var known []string
+	for v, n := range names {
+		if strings.EqualFold(n, strings.TrimSpace(name)) {
+			return v, nil
+		}
+		known = append(known, n)
+	}
+	sortStrings(known)
+	return 0, &Error{Status: int32(capi.IKV_ERR_INVALID_ARGUMENT),
+		Message: fmt.Sprintf("unknown %s %q; one of %s", what, name, strings.Join(known, ", "))}
+}
+
+func sortStrings(a []string) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+// SessionOption changes one session setting (fields of the C ikv_session_options).
+type SessionOption func(s *SessionSettings) error
+
+// SessionSettings is what a SessionOption edits: the settings of a session being created, starting from the
+// library's defaults. Write your own option with Set:
+//
+//	func WithInterval(n int) infokv.SessionOption {
+//		return func(s *infokv.SessionSettings) error { return s.Set("interval", float64(n)) }
+//	}
+type SessionSettings struct{ o capi.Ikv_session_options }
+
+// Set sets a numeric field of the C ikv_session_options by its C name (see WithField).
+func (s *SessionSettings) Set(name string, value float64) error { return setField(s.o, name, value) }
+
+// SetDevice sets the device name (see WithDevice).
+func (s *SessionSettings) SetDevice(device string) { s.o.SetDevice(device) }
+
+func WithThreads(n int) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetN_threads(n); return nil }
+}
+
+// WithKVDtype sets the KV cache element type (KVF16, the default; KVF32; KVBF16).
+func WithKVDtype(t KVDtype) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetKv_dtype(int(t)); return nil }
+}
+func WithBlockSize(n int) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetBlock_size(n); return nil }
+}
+func WithKVPoolBlocks(n int64) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetKv_pool_blocks(n); return nil }
+}
+func WithKVPoolBytes(n int64) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetKv_pool_bytes(n); return nil }
+}
+
+// WithMaxSequences bounds the sequences the session holds, [1, 2^20] (0: 4096); AddSequence and Fork beyond it
+// fail with an error matching ErrOutOfRange.
+func WithMaxSequences(n int) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetMax_sequences(n); return nil }
+}
+
+// WithMaxLoss gives PolicyAuto a quality target instead of a budget: each compression keeps, per layer, as few tokens
+// as hold the proxy loss at or under it (0: compress to the budget). NewSession fails with ErrInvalidArgument for a
+// negative or non-finite value, or a positive one with another policy.
+func WithMaxLoss(maxLoss float64) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetMax_loss(maxLoss); return nil }
+}
+
+// WithPolicy selects the compression policy (PolicyInfoKV, PolicySnapKV, ...); it needs a budget.
+func WithPolicy(p Policy) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetPolicy(int(p)); return nil }
+}
+
+// WithBudgetFraction keeps this fraction of a sequence's tokens per layer when compressing, (0, 1].
+func WithBudgetFraction(f float64) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetBudget_fraction(f); o.SetBudget_tokens(0); return nil }
+}
+
+// WithBudgetTokens keeps this many tokens per layer when compressing.
+func WithBudgetTokens(n int) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetBudget_tokens(n); o.SetBudget_fraction(0); return nil }
+}
+
+// WithDevice chooses where the session runs: "cpu" (the default; so is ""), "cuda", "cuda:N", or "auto" (the CPU
+// for now). NewSession then fails with an error matching ErrNoDevice when there is no such CUDA device (its
+// Message says why) and ErrInvalidArgument for any other name.
+func WithDevice(device string) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; o.SetDevice(device); return nil }
+}
+
+// WithField sets any numeric field of the C ikv_session_options by its C name ("interval", "alpha", "window",
+// ...), so options added to the C ABI are usable before they get a named helper. An integer field takes only a
+// whole number its C type holds (no silent truncation or wrap-around); an unknown name, a string field (use
+// WithDevice) or an unfit value makes NewSession fail with ErrInvalidArgument.
+func WithField(name string, value float64) SessionOption {
+	return func(s *SessionSettings) error { o := s.o; return setField(o, name, value) }
+}
+
+func setField(o any, name string, value float64) error {
+	bad := func(msg string) error { return &Error{Status: int32(capi.IKV_ERR_INVALID_ARGUMENT), Message: msg} }
+	if name == "" || name == "struct_size" || name == "version" {
+		return bad("unknown option " + strconv.Quote(name))
+	}
+	mth := reflect.ValueOf(o).MethodByName("Set" + strings.ToUpper(name[:1]) + name[1:])
+	if !mth.IsValid() || mth.Type().NumIn() != 1 {
+		return bad("unknown option " + strconv.Quote(name))
+	}
+	arg := reflect.New(mth.Type().In(0)).Elem()
+	// SWIG gives C int fields as Go int and (u)int64_t as (u)int64: an integer must be whole and inside the C type,
+	// and inside 2^53 for 64-bit fields, where a float64 stops holding every integer.
+	lo, hi := 0.0, 0.0
+	switch arg.Kind() {
+	case reflect.Float32, reflect.Float64:
+		arg.SetFloat(value)
+		mth.Call([]reflect.Value{arg})
+		return nil
+	case reflect.Int, reflect.Int32:
+		lo, hi = math.MinInt32, math.MaxInt32
+	case reflect.Int64:
+		lo, hi = -(1 << 53), 1<<53
+	case reflect.Uint, reflect.Uint32:
+		hi = math.MaxUint32
+	case reflect.Uint64:
+		hi = 1 << 53
+	default:
+		return bad("option " + name + " is not numeric (the device has WithDevice)")
+	}
+	if value != math.Trunc(value) || value < lo || value > hi {
+		return bad(fmt.Sprintf("option %s takes a whole number in [%.0f, %.0f], not %v", name, lo, hi, value))
+	}
+	if arg.CanInt() {
+		arg.SetInt(int64(value))
+	} else {
+		arg.SetUint(uint64(value))
+	}
+	mth.Call([]reflect.Value{arg})
+	return nil
+}
+
+// SamplerOption changes one sampling setting (fields of the C ikv_sampler_options).
+type SamplerOption func(s *SamplerSettings) error
+
+// SamplerSettings is what a SamplerOption edits: the settings of a sampler being created, starting from the
+// library's defaults (see SessionSettings for writing your own option).
+type SamplerSettings struct{ o capi.Ikv_sampler_options }
+
+// Set sets a numeric field of the C ikv_sampler_options by its C name (see SamplerField).
+func (s *SamplerSettings) Set(name string, value float64) error { return setField(s.o, name, value) }
+
+// Temperature <= 0 samples greedily.
+func Temperature(t float32) SamplerOption {
+	return func(s *SamplerSettings) error { o := s.o; o.SetTemperature(t); return nil }
+}
+func TopK(k int) SamplerOption {
+	return func(s *SamplerSettings) error { o := s.o; o.SetTop_k(k); return nil }
+}
+func TopP(p float32) SamplerOption {
+	return func(s *SamplerSettings) error { o := s.o; o.SetTop_p(p); return nil }
+}
+func MinP(p float32) SamplerOption {
+	return func(s *SamplerSettings) error { o := s.o; o.SetMin_p(p); return nil }
+}
+func RepeatPenalty(p float32) SamplerOption {
+	return func(s *SamplerSettings) error { o := s.o; o.SetRepeat_penalty(p); return nil }
+}
+func Seed(seed uint64) SamplerOption {
+	return func(s *SamplerSettings) error { o := s.o; o.SetSeed(seed); return nil }
+}
+
+// SamplerField sets any numeric field of the C ikv_sampler_options by its C name.
+func SamplerField(name string, value float64) SamplerOption {
+	return func(s *SamplerSettings) error { o := s.o; return setField(o, name, value) }
+}
+
+// Sampler holds sampling settings and state (the repetition penalty's history).
+type Sampler struct {
+	gate gate
+	h    capi.Struct_SS_ikv_sampler
+}
