@@ -241,6 +241,7 @@ int32_t ikv_session_restore_buffer(int32_t *out_seqs, size_t capacity, size_t *o
                                    ikv_sampler *sampler, const void *bytes, size_t len) {
   if (out_count != nullptr) *out_count = 0;
   return guard([&] {
+    if (len == 0) infokv::fail(infokv::Status::bad_snapshot, "the snapshot is empty (0 bytes)");
     require(bytes != nullptr, "bytes must not be NULL");
     infokv::snapshot::MemorySource src(bytes, len), count_src(bytes, len);
     return restore_from(out_seqs, capacity, out_count, session, sampler, src, count_src);

@@ -64,7 +64,8 @@ IKV_API int32_t ikv_session_save_buffer(void *out, size_t capacity, size_t *out_
 IKV_API int32_t ikv_session_restore_file(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_session *session,
                                          ikv_sampler *sampler, const char *path);
 
-/** As ikv_session_restore_file, from `len` bytes at `bytes` (the caller keeps them; they are not retained). */
+/** As ikv_session_restore_file, from `len` bytes at `bytes` (the caller keeps them; they are not retained). Zero bytes
+ * (whatever `bytes` is) is IKV_ERR_BAD_SNAPSHOT ("the snapshot is empty"); NULL with len > 0 is IKV_ERR_INVALID_ARGUMENT. */
 IKV_API int32_t ikv_session_restore_buffer(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_session *session,
                                            ikv_sampler *sampler, const void *bytes, size_t len);
 

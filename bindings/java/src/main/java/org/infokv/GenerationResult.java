@@ -20,4 +20,10 @@ public final class GenerationResult {
 
   /** True when the listener stopped generation early. */
   public boolean cancelled() { return cancelled; }
+
+  @Override
+  public String toString() {
+    return "GenerationResult{tokens=" + java.util.Arrays.toString(tokens) + ", text=\"" + text + "\", cancelled="
+        + cancelled + "}";
+  }
 }

@@ -28,8 +28,8 @@ final class Handles {
         arg = value;
       } else if (!(value instanceof Number)) {
         throw badValue(name, "a number");
-      } else if (t == int.class) arg = ((Number) value).intValue();
-      else if (t == long.class) arg = ((Number) value).longValue();
+      } else if (t == int.class) arg = (int) whole(name, (Number) value, Integer.MIN_VALUE, Integer.MAX_VALUE);
+      else if (t == long.class) arg = whole(name, (Number) value, -(1L << 53), 1L << 53);
       else if (t == float.class) arg = ((Number) value).floatValue();
       else if (t == double.class) arg = ((Number) value).doubleValue();
       else if (t == java.math.BigInteger.class) arg = java.math.BigInteger.valueOf(((Number) value).longValue());
@@ -42,6 +42,16 @@ final class Handles {
       }
     }
     throw badOption(name);
+  }
+
+  /** An integer field's value: a whole number within [lo, hi], never truncated (2.5 for "interval" is refused). */
+  private static long whole(String name, Number value, long lo, long hi) {
+    double d = value.doubleValue();
+    boolean integral = value instanceof Integer || value instanceof Long || value instanceof Short || value instanceof Byte
+        || (!Double.isNaN(d) && !Double.isInfinite(d) && d == Math.rint(d));
+    long v = value instanceof Long ? value.longValue() : (long) d;
+    if (!integral || v < lo || v > hi) throw badValue(name, "a whole number in [" + lo + ", " + hi + "], not " + value);
+    return v;
   }
 
   private static InfokvException badOption(String name) {

@@ -41,9 +41,12 @@ public final class Model implements AutoCloseable {
   /** Loads a model; InfokvException (Status.IO, BAD_MODEL, UNSUPPORTED, ...) on failure. */
   public static Model load(String path) {
     long[] out = new long[1];
-    InfokvException.check(InfokvNative.ikv_model_load(out, path));
+    NoSuchFileException.check(InfokvNative.ikv_model_load(out, path), path);
     return new Model(path, new SWIGTYPE_p_ikv_model(out[0], false));
   }
+
+  /** Loads a GGUF model (or a safetensors checkpoint directory); see {@link #load(String)}. */
+  public static Model load(java.nio.file.Path path) { return load(path.toString()); }
 
   /** Loads the model named by the config's model_path (Status.BAD_CONFIG when it is empty). */
   public static Model load(Config config) {

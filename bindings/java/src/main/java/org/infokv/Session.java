@@ -185,7 +185,7 @@ public final class Session implements AutoCloseable {
    */
   public void loadProfile(String path) {
     synchronized (state) {
-      InfokvException.check(InfokvNative.ikv_session_load_profile(h(), path));
+      NoSuchFileException.check(InfokvNative.ikv_session_load_profile(h(), path), path);
     }
   }
 
@@ -279,10 +279,16 @@ public final class Session implements AutoCloseable {
   /**
    * Decodes the prompt into seq (may be null/empty when the sequence has logits), then generates up to maxTokens
    * tokens, stopping at EOS, streaming each to the listener (may be null), which can stop it by returning false.
-   * An exception thrown by the listener propagates. Generated tokens stay in the sequence either way.
+   * An exception thrown by the listener propagates. Generated tokens stay in the sequence either way. A null
+   * sampler samples greedily.
    */
   public GenerationResult generate(int seq, int[] prompt, int maxTokens, Sampler sampler,
                                                 TokenListener listener) {
+    if (sampler == null) {
+      try (Sampler greedy = Sampler.greedy()) {
+        return generate(seq, prompt, maxTokens, greedy, listener);
+      }
+    }
     synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
       ByteArrayOutputStream text = new ByteArrayOutputStream();
       boolean[] stopped = {false};
@@ -357,7 +363,13 @@ public final class Session implements AutoCloseable {
    */
   public int[] restore(String path, Sampler sampler) {
     SWIGTYPE_p_ikv_sampler smp = samplerHandle(sampler);
-    return restoreWith((ids, n) -> InfokvNative.ikv_session_restore_file(ids, n, h(), smp, path));
+    try {
+      return restoreWith((ids, n) -> InfokvNative.ikv_session_restore_file(ids, n, h(), smp, path));
+    } catch (InfokvException e) {
+      if (e.status() == Status.IO.code() && !java.nio.file.Files.exists(java.nio.file.Paths.get(path)))
+        throw new NoSuchFileException(e.status(), e.detail(), path);
+      throw e;
+    }
   }
 
   public int[] restore(java.nio.file.Path path, Sampler sampler) { return restore(path.toString(), sampler); }
@@ -368,8 +380,11 @@ public final class Session implements AutoCloseable {
     return restoreWith((ids, n) -> InfokvNative.ikv_session_restore_buffer(ids, n, h(), smp, snapshot));
   }
 
-  /** Tokenizes text (with BOS) and generates into sequence 0. */
+  /**
+   * Tokenizes text (with BOS) and generates into sequence 0; a null prompt continues the sequence (it must have
+   * logits), a null sampler samples greedily.
+   */
   public GenerationResult generate(String prompt, int maxTokens, Sampler sampler, TokenListener listener) {
-    return generate(0, model.tokenize(prompt, true), maxTokens, sampler, listener);
+    return generate(0, prompt == null ? null : model.tokenize(prompt, true), maxTokens, sampler, listener);
   }
 }

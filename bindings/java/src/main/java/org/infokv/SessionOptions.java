@@ -41,6 +41,8 @@ public final class SessionOptions {
 
   public SessionOptions threads(int n) { return set("n_threads", n); }
   public SessionOptions kvDtype(int dtype) { return set("kv_dtype", dtype); }
+  /** The KV cache element type (F16 by default). */
+  public SessionOptions kvDtype(KvDtype dtype) { return set("kv_dtype", dtype.code()); }
   public SessionOptions blockSize(int tokens) { return set("block_size", tokens); }
   public SessionOptions kvPoolBlocks(long blocks) { return set("kv_pool_blocks", blocks); }
   public SessionOptions kvPoolBytes(long bytes) { return set("kv_pool_bytes", bytes); }
@@ -48,6 +50,8 @@ public final class SessionOptions {
   public SessionOptions maxSequences(int n) { return set("max_sequences", n); }
   /** The compression policy (POLICY_INFOKV, ...); it needs a budget. */
   public SessionOptions policy(int policy) { return set("policy", policy); }
+  /** The compression policy; it needs a budget (or, for AUTO, a {@link #maxLoss}). */
+  public SessionOptions policy(Policy policy) { return set("policy", policy.code()); }
   /** Keeps this fraction of a sequence's tokens per layer when compressing, (0, 1]. */
   public SessionOptions budgetFraction(double f) { set("budget_tokens", 0); return set("budget_fraction", f); }
   /** Keeps this many tokens per layer when compressing. */
@@ -58,6 +62,9 @@ public final class SessionOptions {
    * negative or non-finite value, or a positive one with another policy.
    */
   public SessionOptions maxLoss(double maxLoss) { return set("max_loss", maxLoss); }
+
+  @Override
+  public String toString() { return "SessionOptions" + fields; }
 
   ikv_session_options toNative() {
     ikv_session_options o = new ikv_session_options();

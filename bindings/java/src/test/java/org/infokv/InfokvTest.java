@@ -374,4 +374,57 @@ class InfokvTest {
       assertEquals(10, c.generate(0, null, 10, smp, null).tokens().length);
     }
   }
+
+  @Test
+  void aMissingModelIsANoSuchFileException(@org.junit.jupiter.api.io.TempDir Path dir) {
+    String missing = dir.resolve("not-here.gguf").toString();
+    NoSuchFileException e = assertThrows(NoSuchFileException.class, () -> Model.load(missing));
+    assertEquals(Status.IO, e.kind());
+    assertEquals(missing, e.file());
+    assertTrue(e.getCause() instanceof java.nio.file.NoSuchFileException);
+    assertThrows(NoSuchFileException.class, () -> Model.load(Path.of(missing)));
+    try (Session s = model.newSession(SessionOptions.defaults())) {
+      assertThrows(NoSuchFileException.class, () -> s.restore(missing, null));
+      assertThrows(NoSuchFileException.class, () -> s.loadProfile(missing));
+      InfokvException empty = assertThrows(InfokvException.class, () -> s.restore(new byte[0], null));
+      assertEquals(Status.BAD_SNAPSHOT, empty.kind());
+      assertTrue(empty.getMessage().contains("empty"), empty.getMessage());
+    }
+  }
+
+  @Test
+  void policyAndDtypeEnumsAndWholeNumberFields() {
+    assertEquals("snapkv", Policy.SNAPKV.toString());
+    assertEquals(Policy.AUTO, Policy.parse("Auto"));
+    assertEquals(KvDtype.BF16, KvDtype.parse("bf16"));
+    InfokvException bad = assertThrows(InfokvException.class, () -> Policy.parse("IKV_POLICY_SNAPKV"));
+    assertTrue(bad.getMessage().contains("snapkv") && !bad.getMessage().contains("one of IKV_"), bad.getMessage());
+    assertThrows(InfokvException.class, () -> KvDtype.parse("blocks_total"));
+    try (Session s = model.newSession(SessionOptions.defaults().policy(Policy.SNAPKV).kvDtype(KvDtype.F32)
+                                          .budgetFraction(0.5))) {
+      assertNotNull(s);
+    }
+    InfokvException frac = assertThrows(InfokvException.class,
+        () -> model.newSession(SessionOptions.defaults().set("interval", 2.5)));
+    assertEquals(Status.INVALID_ARGUMENT, frac.kind());
+    try (Session s = model.newSession(SessionOptions.defaults().set("interval", 64.0))) {
+      assertNotNull(s);
+    }
+    assertTrue(SessionOptions.defaults().policy(Policy.H2O).toString().contains("policy"));
+  }
+
+  @Test
+  void nullPromptContinuesAndNullSamplerIsGreedy() {
+    try (Session s = model.newSession(SessionOptions.defaults())) {
+      GenerationResult first = s.generate("Once upon a time", 4, null, null);
+      assertArrayEquals(java.util.Arrays.copyOf(referenceIds, 4), first.tokens());
+      GenerationResult more = s.generate((String) null, 4, null, null);
+      assertArrayEquals(java.util.Arrays.copyOfRange(referenceIds, 4, 8), more.tokens());
+      assertTrue(first.toString().startsWith("GenerationResult{tokens=["), first.toString());
+    }
+    try (Session s = model.newSession(SessionOptions.defaults());
+         Sampler neg = new Sampler(SamplerOptions.defaults().temperature(-1f))) {
+      assertArrayEquals(java.util.Arrays.copyOf(referenceIds, 10), s.generate("Once upon a time", 10, neg, null).tokens());
+    }
+  }
 }
