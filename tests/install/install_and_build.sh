@@ -50,13 +50,19 @@ pcdir=$(dirname "$pc")
 flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs infokv)
 echo "pkg-config: $flags"
 # shellcheck disable=SC2086
-"$cc" -std=c99 -Wall -Wextra -pedantic -Werror "$src/samples/c/generate.c" $flags -Wl,-rpath,"$libdir" \
-  -o "$tmp/generate_pc"
+# No -Wl,-rpath here and no LD_LIBRARY_PATH: the .pc's Libs carry the rpath to the prefix (INFOKV_PC_RPATH).
+"$cc" -std=c99 -Wall -Wextra -pedantic -Werror "$src/samples/c/generate.c" $flags -o "$tmp/generate_pc"
+unset LD_LIBRARY_PATH
 "$tmp/generate_pc" "$model" "Once upon a time" 40 >"$tmp/out_pc.txt" 2>"$tmp/err_pc.txt" ||
   { cat "$tmp/err_pc.txt" >&2; exit 1; }
 check_output "pkg-config build" "$tmp/out_pc.txt"
 grep -q "kv: sequence holds" "$tmp/err_pc.txt" || { echo "FAIL: no KV accounting printed" >&2; exit 1; }
 cat "$tmp/err_pc.txt"
+# The installed CLI runs from the prefix on its own (the core is linked into it; no libinfokv.so to find).
+"$prefix/bin/infokv" generate --model "$model" --prompt "Once upon a time" --max-tokens 40 --temperature 0 \
+  >"$tmp/out_cli.txt" 2>"$tmp/err_cli.txt" || { cat "$tmp/err_cli.txt" >&2; exit 1; }
+grep -qF ", there was a little girl named Lily" "$tmp/out_cli.txt" ||
+  { echo "FAIL: the installed CLI did not produce the reference text" >&2; cat "$tmp/out_cli.txt" >&2; exit 1; }
 # The model path may also come from INFOKV_MODELS_DIR.
 INFOKV_MODELS_DIR="$models" "$tmp/generate_pc" >"$tmp/out_env.txt" 2>/dev/null
 check_output "INFOKV_MODELS_DIR default" "$tmp/out_env.txt"
