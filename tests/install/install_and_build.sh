@@ -1,13 +1,15 @@
 #!/bin/sh
 # Installs the build tree into a temporary prefix, builds samples/c/generate.c against the installed files two
 # ways (pkg-config + cc, and a CMake consumer using find_package(infokv)), and runs both greedily on stories260K.
-# usage: install_and_build.sh BUILD_DIR SOURCE_DIR MODELS_DIR [CMAKE] [CC]
+# With PYTHON (and the bindings built), also imports the installed Python package from the prefix and generates.
+# usage: install_and_build.sh BUILD_DIR SOURCE_DIR MODELS_DIR [CMAKE] [CC] [PYTHON]
 set -eu
 build=$1
 src=$2
 models=$3
 cmake=${4:-cmake}
 cc=${5:-cc}
+python=${6:-}
 model="$models/stories260K/stories260K.gguf"
 expect="Once upon a time, there was a little girl named Lily"
 
@@ -77,5 +79,19 @@ check_output "CMake consumer" "$tmp/out_cmake.txt"
 # The consumer must use the installed library, not the build tree's.
 if command -v ldd >/dev/null 2>&1; then
   ldd "$tmp/consumer/generate" | grep infokv
+fi
+# 3. The Python package, where python3 looks under the prefix (no stray <prefix>/infokv/), using the installed
+#    libinfokv (no copy of it in the package).
+if [ -n "$python" ] && [ -d "$build/bindings/python" ]; then
+  [ ! -e "$prefix/infokv" ] || { echo "FAIL: a stray $prefix/infokv/ was installed" >&2; exit 1; }
+  init=$(find "$prefix/lib" -path '*-packages/infokv/__init__.py' | head -n 1)
+  [ -n "$init" ] || { echo "FAIL: no Python package under $prefix/lib/*/*-packages" >&2; exit 1; }
+  ! ls "$(dirname "$init")"/libinfokv.so* >/dev/null 2>&1 || { echo "FAIL: the package carries its own libinfokv" >&2; exit 1; }
+  (cd "$tmp" && env -u LD_LIBRARY_PATH PYTHONPATH="$(dirname "$(dirname "$init")")" "$python" -c "
+import infokv, sys
+with infokv.Model(sys.argv[1]) as m, m.session() as s:
+    print('python: Once upon a time' + s.complete('Once upon a time', 40, temperature=0).text)
+print('python package at', infokv.__file__)" "$model") >"$tmp/out_py.txt" 2>&1 || { cat "$tmp/out_py.txt" >&2; exit 1; }
+  check_output "installed Python package" "$tmp/out_py.txt"
 fi
 echo "PASS"

