@@ -1,5 +1,5 @@
-// Package capi is the SWIG-generated binding of the infokv C ABI (capi.go and capi_wrap.c are made at build
-// time from bindings/infokv.i). This file adds what SWIG cannot: the cgo flags and the C-callable trampoline that
+// Package capi is the SWIG-generated binding of the infokv C ABI (capi.go and capi_wrap.c are generated from
+// bindings/infokv.i and committed; the go_generated_code_is_current test keeps them current). This file adds what SWIG cannot: the cgo flags and the C-callable trampoline that
 // streaming callbacks go through.
 package capi
 
