@@ -94,4 +94,14 @@ with infokv.Model(sys.argv[1]) as m, m.session() as s:
 print('python package at', infokv.__file__)" "$model") >"$tmp/out_py.txt" 2>&1 || { cat "$tmp/out_py.txt" >&2; exit 1; }
   check_output "installed Python package" "$tmp/out_py.txt"
 fi
+# 4. Go: a module outside the repository (samples/go_installed: a plain require, no replace) fetches the bindings
+#    from the installed proxy tree and links the installed library through pkg-config.
+if [ -d "$prefix/share/infokv/go-proxy" ] && command -v go >/dev/null 2>&1; then
+  cp -r "$src/samples/go_installed" "$tmp/go_sample"
+  (cd "$tmp/go_sample" && env -u LD_LIBRARY_PATH GOPROXY="file://$prefix/share/infokv/go-proxy" GOSUMDB=off \
+    GOFLAGS=-mod=mod GOTOOLCHAIN=local GOPATH="$tmp/gopath" GOCACHE="${GOCACHE:-$tmp/gocache}" CGO_ENABLED=1 \
+    PKG_CONFIG_PATH="$pcdir" go run . "$model") >"$tmp/out_go.txt" 2>&1 || { cat "$tmp/out_go.txt" >&2; exit 1; }
+  check_output "Go module from the installed proxy" "$tmp/out_go.txt"
+  ! grep -q "^replace" "$tmp/go_sample/go.mod" || { echo "FAIL: the Go sample has a replace line" >&2; exit 1; }
+fi
 echo "PASS"
