@@ -41,6 +41,8 @@ run_build cpu -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_BINDINGS=ON -DINFOKV_BUILD_B
 # CI runs its 20-second ctest entry alone, so other tests' load does not stretch it and its RSS/fd checks see only it.
 echo "=== soak test, short (20 s: mixed generate/fork/compress/save/restore/remove, RSS and fd checks)"
 (cd build-ci/cpu && ctest -L soak --output-on-failure --timeout 300)
+echo "=== Debian packages (cpack), installed with apt; C, Python, Java, Maven and Go samples against them"
+JOBS="$JOBS" bash packaging/deb/check_debs.sh "$ROOT/build-ci/deb"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
   run_build cuda -DINFOKV_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="75-virtual;80-real"
