@@ -14,7 +14,7 @@ EXPECT="Once upon a time, there was a little girl named Lily"
 [ -f "$MODEL" ] || { echo "check_debs: missing $MODEL" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "check_debs: needs root (apt install)" >&2; exit 1; }
 # Maven's plugins from Debian's maven-repo (offline): install:install-file, resources and compiler
-PKGS="maven libmaven-install-plugin-java libmaven-compiler-plugin-java libmaven-resources-plugin-java"
+PKGS="maven libmaven-install-plugin-java libmaven-compiler-plugin-java libmaven-resources-plugin-java abigail-tools"
 missing=""
 for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -22,10 +22,14 @@ if [ -n "$missing" ]; then
 fi
 
 echo "=== configure and build $BUILD (prefix /usr)"
+# -g: the ABI check reads the library's debug info (types of the public structs); the packages are stripped.
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+  -DCMAKE_C_FLAGS=-g -DCMAKE_CXX_FLAGS=-g -DCPACK_STRIP_FILES=ON \
   -DPython3_EXECUTABLE=/usr/bin/python3 -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_TESTS=OFF \
   -DINFOKV_BUILD_BINDINGS=ON -DINFOKV_BINDINGS_GO=ON -DINFOKV_BINDINGS_JAVA=ON >/dev/null
 cmake --build "$BUILD" -j "$JOBS" >/dev/null
+echo "=== ABI of libinfokv.so against the committed baseline (abidiff)"
+bash "$ROOT/packaging/abi/check_abi.sh" "$(readlink -f "$BUILD/libinfokv.so")"
 rm -f "$BUILD"/*.deb
 (cd "$BUILD" && cpack -G DEB >/dev/null)
 debs=("$BUILD"/libinfokv0_*.deb "$BUILD"/libinfokv-dev_*.deb "$BUILD"/infokv-tools_*.deb "$BUILD"/python3-infokv_*.deb
