@@ -89,14 +89,19 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
     require(o->struct_size >= kSessionOptionsV4Size,
             "ikv_session_options.struct_size is too small for version 4 (initialise with IKV_SESSION_OPTIONS_INIT)");
   require(o->n_threads >= 0, "n_threads must be >= 0");
-  require(o->kv_dtype >= 1 && o->kv_dtype <= 3, "kv_dtype must be IKV_KV_F32, IKV_KV_F16 or IKV_KV_BF16");
+  // Messages name values as every language spells them (the bindings have their own constant names).
+  if (o->kv_dtype < 1 || o->kv_dtype > 3)
+    fail(Status::invalid_argument,
+         "kv_dtype = " + std::to_string(o->kv_dtype) + " is not a KV dtype (f32 = 1, f16 = 2, bf16 = 3)");
   require(o->block_size >= 0, "block_size must be >= 0");
   require(o->ubatch >= 0, "ubatch must be >= 0");
   const infokv::PolicyInfo *policy = infokv::policy_by_c_value(o->policy);
   if (policy == nullptr)
-    fail(Status::invalid_argument, "policy = " + std::to_string(o->policy) + " is not one of IKV_POLICY_* (" +
-                                       infokv::policy_names_list() + ")");
-  require(o->shape == 0 || o->shape == 1, "shape must be IKV_SHAPE_UNIFORM or IKV_SHAPE_PYRAMID");
+    fail(Status::invalid_argument, "policy = " + std::to_string(o->policy) + " is not a policy value (" +
+                                       infokv::policy_names_list() + ", numbered from 0)");
+  if (o->shape != 0 && o->shape != 1)
+    fail(Status::invalid_argument,
+         "shape = " + std::to_string(o->shape) + " is not a budget shape (uniform = 0, pyramid = 1)");
   so.n_threads = o->n_threads;
   so.kv_dtype = static_cast<infokv::KvDtype>(o->kv_dtype);
   so.block_size = o->block_size > 0 ? o->block_size : infokv::defaults::block_size;
