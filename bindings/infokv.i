@@ -11,7 +11,7 @@
  *                       *out_count, *out_size, *out_value, *out_bytes, *out_id, *out_version, *out_status,
  *                       *out_blocks, *out_cost_per_block, *out_layers, *out_kept_tokens, *out_uniform_tokens,
  *                       *out_loss, *out_max_loss, *out_evidence, *out_budget, *out_alpha, *out_compressions,
- *                       *out_guides
+ *                       *out_guides, *out_begin, *out_end
  *   byte buffers out    (char *out, size_t capacity)  (void *out, size_t capacity)  (uint8_t *out, size_t capacity)
  *   token buffers out   (int32_t *out_tokens, size_t capacity)  (int32_t *out_ids|out_seqs, size_t capacity)
  *   float buffers out   (float *out, size_t capacity)
@@ -118,6 +118,8 @@ IKV_PY_SCALAR_OUT1(TYPE, out_evidence, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_budget, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_alpha, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_compressions, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_begin, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_end, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_guides, FROM)
 %enddef
 IKV_PY_SCALAR_OUT(int32_t, PyLong_FromLong)
@@ -364,6 +366,8 @@ IKV_JAVA_SCALAR_OUT1(TYPE, out_loss, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_max_loss, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_evidence, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_budget, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_begin, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_end, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_alpha, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_compressions, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_guides, JNIARR, JARR, JELEM, SETTER)
@@ -489,22 +493,22 @@ extern int32_t ikvGoTokenTrampoline(void *user_data, int32_t token, char *text, 
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
     TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
-    TYPE *out_compressions, TYPE *out_guides "*GOTYPE"
+    TYPE *out_compressions, TYPE *out_guides, TYPE *out_begin, TYPE *out_end "*GOTYPE"
 %typemap(imtype) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
     TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
-    TYPE *out_compressions, TYPE *out_guides "*GOTYPE"
+    TYPE *out_compressions, TYPE *out_guides, TYPE *out_begin, TYPE *out_end "*GOTYPE"
 %typemap(in, noblock=1) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
     TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
-    TYPE *out_compressions, TYPE *out_guides { $1 = ($1_ltype)$input; }
+    TYPE *out_compressions, TYPE *out_guides, TYPE *out_begin, TYPE *out_end { $1 = ($1_ltype)$input; }
 %typemap(argout) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
     TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
-    TYPE *out_compressions, TYPE *out_guides ""
+    TYPE *out_compressions, TYPE *out_guides, TYPE *out_begin, TYPE *out_end ""
 %enddef
 IKV_GO_SCALAR_OUT(int32_t, int32)
 IKV_GO_SCALAR_OUT(uint32_t, uint32)

@@ -413,6 +413,12 @@ void Session::protect(int32_t seq, const ProtectedSpan &span) {
 
 const std::vector<ProtectedSpan> &Session::protected_spans(int32_t seq) const { return state(seq).spans; }
 
+void Session::set_protected_spans(int32_t seq, std::vector<ProtectedSpan> spans) {
+  if (spans.size() > static_cast<size_t>(kMaxProtectedSpans))
+    fail(Status::out_of_range, "more than " + std::to_string(kMaxProtectedSpans) + " protected spans");
+  state(seq).spans = std::move(spans);
+}
+
 int64_t Session::compressions(int32_t seq) const { return state(seq).n_compressions; }
 
 void Session::maybe_compress_after(const std::vector<int32_t> &seqs) {

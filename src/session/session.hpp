@@ -102,6 +102,8 @@ class Session {
   void set_compression(const CompressionConfig &c);
   void protect(int32_t seq, const ProtectedSpan &span);
   const std::vector<ProtectedSpan> &protected_spans(int32_t seq) const;
+  // Replaces the sequence's spans (as returned by protected_spans): undoes protect() calls of a step that failed.
+  void set_protected_spans(int32_t seq, std::vector<ProtectedSpan> spans);
   void compress(int32_t seq, int32_t budget_tokens = 0);
   int64_t compressions(int32_t seq) const;
 

@@ -24,6 +24,8 @@ std::string trim(const std::string &s) {
 struct Piece {
   std::string text;
   bool markup;  // parse special tokens in it
+  int32_t message = -1;
+  bool system = false;
 };
 
 // The turns as (markup, content) pieces, the way the format's template writes them.
@@ -32,20 +34,26 @@ std::vector<Piece> pieces(const ChatTemplate &t, const std::vector<ChatMessage> 
   std::vector<Piece> out;
   if (t.format == ChatFormat::chatml) {
     if (first && !t.default_system.empty() && (messages.empty() || messages[0].role != "system"))
-      out.push_back({"<|im_start|>system\n" + t.default_system + "<|im_end|>\n", true});
-    for (const ChatMessage &m : messages) {
-      out.push_back({"<|im_start|>", true});
-      out.push_back({m.role + "\n" + m.content, false});
-      out.push_back({"<|im_end|>\n", true});
+      out.push_back({"<|im_start|>system\n" + t.default_system + "<|im_end|>\n", true, -1, true});
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const ChatMessage &m = messages[i];
+      const int32_t k = static_cast<int32_t>(i);
+      const bool sys = m.role == "system";
+      out.push_back({"<|im_start|>", true, k, sys});
+      out.push_back({m.role + "\n" + m.content, false, k, sys});
+      out.push_back({"<|im_end|>\n", true, k, sys});
     }
     if (add_generation_prompt) out.push_back({"<|im_start|>assistant\n", true});
   } else if (t.format == ChatFormat::llama3) {
-    for (const ChatMessage &m : messages) {
-      out.push_back({"<|start_header_id|>", true});
-      out.push_back({m.role, false});
-      out.push_back({"<|end_header_id|>", true});
-      out.push_back({"\n\n" + trim(m.content), false});  // Llama 3's template trims contents
-      out.push_back({"<|eot_id|>", true});
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const ChatMessage &m = messages[i];
+      const int32_t k = static_cast<int32_t>(i);
+      const bool sys = m.role == "system";
+      out.push_back({"<|start_header_id|>", true, k, sys});
+      out.push_back({m.role, false, k, sys});
+      out.push_back({"<|end_header_id|>", true, k, sys});
+      out.push_back({"\n\n" + trim(m.content), false, k, sys});  // Llama 3's template trims contents
+      out.push_back({"<|eot_id|>", true, k, sys});
     }
     if (add_generation_prompt) out.push_back({"<|start_header_id|>assistant<|end_header_id|>\n\n", true});
   }
@@ -104,16 +112,22 @@ std::string ChatTemplate::render(const std::vector<ChatMessage> &messages, bool 
   return s;
 }
 
-std::vector<int32_t> ChatTemplate::encode(const Tokenizer &tok, const std::vector<ChatMessage> &messages,
-                                          bool add_generation_prompt, bool first) const {
+std::vector<ChatPiece> ChatTemplate::encode_pieces(const Tokenizer &tok, const std::vector<ChatMessage> &messages,
+                                                   bool add_generation_prompt, bool first) const {
   if (format == ChatFormat::none)
     fail(Status::unsupported, "the model has no chat template infokv knows (ChatML or Llama 3)");
+  std::vector<ChatPiece> out;
+  if (first && tok.add_bos() && tok.bos() >= 0) out.push_back({{tok.bos()}, true, -1, false});
+  for (const Piece &p : pieces(*this, messages, add_generation_prompt, first))
+    out.push_back({tok.encode(p.text, false, p.markup), p.markup, p.message, p.system});
+  return out;
+}
+
+std::vector<int32_t> ChatTemplate::encode(const Tokenizer &tok, const std::vector<ChatMessage> &messages,
+                                          bool add_generation_prompt, bool first) const {
   std::vector<int32_t> ids;
-  if (first && tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
-  for (const Piece &p : pieces(*this, messages, add_generation_prompt, first)) {
-    std::vector<int32_t> part = tok.encode(p.text, false, p.markup);
-    ids.insert(ids.end(), part.begin(), part.end());
-  }
+  for (const ChatPiece &p : encode_pieces(tok, messages, add_generation_prompt, first))
+    ids.insert(ids.end(), p.ids.begin(), p.ids.end());
   return ids;
 }
 

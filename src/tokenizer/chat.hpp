@@ -21,6 +21,15 @@ struct ChatMessage {
   std::string content;
 };
 
+// One run of a rendered conversation: the template's markup (special tokens parsed) or a message's text.
+struct ChatPiece {
+  std::vector<int32_t> ids;
+  bool markup = false;     // the template's own markup (control tokens): "<|im_start|>", "<|eot_id|>", headers
+  int32_t message = -1;    // index of the message this piece belongs to; -1: the template's default system turn
+                           // (markup) or the generation prompt
+  bool system = false;     // part of a system turn (the caller's or the template's default one)
+};
+
 struct ChatTemplate {
   ChatFormat format = ChatFormat::none;
   // ChatML templates that insert a system turn when the conversation has none (SmolLM2's does) give its text here.
@@ -40,6 +49,10 @@ struct ChatTemplate {
   // Throws Error(unsupported) when format == none.
   std::vector<int32_t> encode(const Tokenizer &tok, const std::vector<ChatMessage> &messages, bool add_generation_prompt,
                               bool first = true) const;
+  // encode() as pieces, in order (their ids concatenated are encode()'s), so a caller can tell markup, system text
+  // and each message's span apart. BOS, when added, is a markup piece of its own.
+  std::vector<ChatPiece> encode_pieces(const Tokenizer &tok, const std::vector<ChatMessage> &messages,
+                                       bool add_generation_prompt, bool first = true) const;
   // The ids that close an assistant turn whose generation stopped at an end-of-generation token (which
   // generation does not append to the cache): ChatML "<|im_end|>\n", Llama 3 "<|eot_id|>".
   std::vector<int32_t> turn_end(const Tokenizer &tok) const;

@@ -40,7 +40,7 @@ PathLike = Union[str, "os.PathLike[str]"]
 Prompt = Union[str, bytes, Sequence[int], None]
 
 __all__ = ["Model", "Session", "Sampler", "Config", "Token", "Completion", "AutoLayer", "AutoReport", "Error",
-           "Policy", "KvDtype", "KvStat", "Shape",
+           "Policy", "KvDtype", "KvStat", "Shape", "ChatProtect",
            "error_for", "inspect_snapshot", "evidence_name", "EVIDENCE", "__version__"] + [
     n for n in dir(_errors) if n.endswith("Error") and n != "Error"]
 
@@ -82,6 +82,33 @@ class KvStat(enum.IntEnum):
 
     def __str__(self) -> str:
         return self.name.lower()
+
+
+class ChatProtect(enum.IntEnum):
+    """What chat calls protect from eviction (IKV_CHAT_PROTECT_*): SYSTEM (the default) keeps the system prompt and
+    the template's control tokens; FAIR keeps the control tokens and gives each message a fair span; NONE nothing."""
+    SYSTEM = _c.IKV_CHAT_PROTECT_SYSTEM
+    NONE = _c.IKV_CHAT_PROTECT_NONE
+    FAIR = _c.IKV_CHAT_PROTECT_FAIR
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+Message = Union[Dict[str, str], Tuple[str, str]]
+
+
+def _message(m: Message) -> Tuple[str, str]:
+    """A chat message as (role, content): {"role": ..., "content": ...} or a (role, content) pair."""
+    if isinstance(m, dict):
+        try:
+            return str(m["role"]), str(m["content"])
+        except KeyError as e:
+            raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"chat message without {e.args[0]!r}: {m!r}") from None
+    if isinstance(m, (tuple, list)) and len(m) == 2:
+        return str(m[0]), str(m[1])
+    raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"a chat message is a dict with role and content or a "
+                               f"(role, content) pair, not {m!r}")
 
 
 class Shape(enum.IntEnum):
@@ -458,6 +485,37 @@ class Model(_Owner):
         """Token ids to text (invalid UTF-8 from partial pieces is replaced)."""
         return self.detokenize_bytes(tokens).decode("utf-8", errors="replace")
 
+    @property
+    def chat_format(self) -> str:
+        """The model's chat format: "chatml", "llama3", or "none" (chat calls then raise UnsupportedError)."""
+        f = int(_check(_c.ikv_chat_format(self.handle)))
+        return {_c.IKV_CHAT_FORMAT_CHATML: "chatml", _c.IKV_CHAT_FORMAT_LLAMA3: "llama3"}.get(f, "none")
+
+    def chat_tokenize(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+                      first: bool = True) -> List[int]:
+        """The token ids of a conversation as the model's template writes it (what :meth:`Session.chat` decodes):
+        ``first`` opens a conversation (BOS, the template's default system turn); ``add_generation_prompt`` ends
+        with the assistant's header."""
+        ids: List[int] = []
+        items = [_message(m) for m in messages]
+        for i, (role, content) in enumerate(items):
+            last = i == len(items) - 1
+            ids += self._chat_ids(role, content, first and i == 0, add_generation_prompt and last)
+        if not items:
+            ids += self._chat_ids("", "", first, add_generation_prompt)
+        return ids
+
+    def _chat_ids(self, role: str, content: str, first: bool, gen: bool) -> List[int]:
+        data = content.encode("utf-8")
+        cap = len(data) + 64
+        while True:
+            status, arr, count = _c.ikv_chat_tokenize(cap, self.handle, role, data, int(first), int(gen))
+            if status == _TOO_SMALL and count > cap:
+                cap = int(count)
+                continue
+            _check(status)
+            return arr[:count].tolist()
+
     def session(self, *, config: Optional[Config] = None, **options: Any) -> "Session":
         """A new session over this model; see :class:`Session` for the options, or pass a :class:`Config`."""
         return Session(self, config=config, **options)
@@ -778,6 +836,79 @@ class Session(_Owner):
             _check(status)
         return Completion(arr[:min(count, len(arr))].tolist(), b"".join(texts).decode("utf-8", errors="replace"),
                           cancelled)
+
+    # chat
+    def chat_add(self, role: str, content: str, seq: int = 0,
+                 protect: Union[str, ChatProtect] = ChatProtect.SYSTEM) -> Tuple[int, int]:
+        """Appends one message to the sequence in the model's chat template and decodes it; returns the positions
+        (begin, end) it took. An empty sequence opens the conversation. ``protect``: "system" (default: the system
+        prompt and the template's control tokens are never evicted), "fair" (each message keeps the same fraction)
+        or "none". All or nothing."""
+        p = _member(ChatProtect, "protect", protect)
+        with self._lock:
+            begin, end = _check(_c.ikv_chat_add(self.handle, seq, str(role), str(content).encode("utf-8"), p))
+        return int(begin), int(end)
+
+    def chat(self, messages: Sequence[Message], max_tokens: int = 256, *, seq: int = 0,
+             protect: Union[str, ChatProtect] = ChatProtect.SYSTEM, sampler: Optional[Sampler] = None,
+             on_token: Optional[Callable[[Token], Any]] = None, **sampling: Any) -> Completion:
+        """Appends ``messages`` (dicts with role and content, or (role, content) pairs) to the conversation in
+        ``seq`` and returns the assistant's reply; the reply and its closing markup stay in the sequence, so the next
+        call passes only the new messages (earlier turns are never re-read). ``on_token`` streams as in
+        :meth:`complete`. Protection as :meth:`chat_add`."""
+        p = _member(ChatProtect, "protect", protect)
+        items = [_message(m) for m in messages]
+        for role, content in items:
+            self.chat_add(role, content, seq, p)
+        own = sampler is None
+        smp = Sampler(**sampling) if own else sampler
+        texts: List[bytes] = []
+
+        def cb(token: int, text: bytes) -> int:
+            texts.append(text)
+            if on_token is not None and on_token(Token(token, text.decode("utf-8", errors="replace"))) is False:
+                return 1
+            return 0
+
+        n = max(_whole("max_tokens", max_tokens), 0)
+        try:
+            with self._lock:
+                status, arr, count = _c.ikv_chat_reply(n, self.handle, seq, n, smp.handle, cb, p)
+        finally:
+            if own:
+                smp.close()
+        cancelled = status == _c.IKV_ERR_CANCELLED
+        if not cancelled:
+            _check(status)
+        return Completion(arr[:min(count, len(arr))].tolist(), b"".join(texts).decode("utf-8", errors="replace"),
+                          cancelled)
+
+    def chat_stream(self, messages: Sequence[Message], max_tokens: int = 256, *, seq: int = 0,
+                    protect: Union[str, ChatProtect] = ChatProtect.SYSTEM, sampler: Optional[Sampler] = None,
+                    **sampling: Any) -> Iterator[Token]:
+        """:meth:`chat` as an iterator of :class:`Token`, decoding exactly what it yields (as :meth:`generate`).
+        The turn is closed when the iterator ends, is closed, or is left by ``break``."""
+        p = _member(ChatProtect, "protect", protect)
+        items = [_message(m) for m in messages]
+        own = sampler is None
+        smp = Sampler(**sampling) if own else sampler
+        n = max(_whole("max_tokens", max_tokens), 0)
+
+        def steps() -> Iterator[Token]:
+            try:
+                for role, content in items:
+                    self.chat_add(role, content, seq, p)
+                with self._lock:
+                    _check(_c.ikv_chat_begin_reply(self.handle, seq, p))
+                try:
+                    yield from self._steps([], n, seq, smp, False)
+                finally:
+                    with self._lock:
+                        _check(_c.ikv_chat_end_reply(self.handle, seq, p))
+            finally:
+                if own:
+                    smp.close()
+        return steps()
 
     def generate(self, prompt: Prompt = None, max_tokens: int = 64, *, seq: int = 0, add_bos: bool = True,
                  sampler: Optional[Sampler] = None, **sampling: Any) -> Iterator[Token]:

@@ -546,8 +546,9 @@ IKV_API int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_c
 }
 #endif
 
-/* Configs (ikv_config) and snapshots (save/restore) have their own headers, part of this API. */
+/* Configs (ikv_config), snapshots (save/restore) and chat have their own headers, part of this API. */
 #include "config.h"   /* same directory as this header */
 #include "snapshot.h"
+#include "chat.h"
 
 #endif /* INFOKV_INFOKV_H */

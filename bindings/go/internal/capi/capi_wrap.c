@@ -200,6 +200,9 @@ SWIGINTERN void delete_ikv_session_options(struct ikv_session_options *self){
     free(self);
   }
 
+#include "infokv/chat.h"
+
+
 #include "infokv/config.h"
 
 
@@ -209,7 +212,7 @@ SWIGINTERN void delete_ikv_session_options(struct ikv_session_options *self){
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_ebd8251a39aa4061(void *_swig_go_0) {
+void _wrap_Swig_free_capi_6ea70338d980e943(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -219,7 +222,7 @@ void _wrap_Swig_free_capi_ebd8251a39aa4061(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_ebd8251a39aa4061(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_6ea70338d980e943(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -232,7 +235,7 @@ void *_wrap_Swig_malloc_capi_ebd8251a39aa4061(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_IKV_VERSION_NUMBER_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_VERSION_NUMBER_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -243,7 +246,7 @@ intgo _wrap_IKV_VERSION_NUMBER_capi_ebd8251a39aa4061() {
 }
 
 
-_gostring_ _wrap_ikv_version_string_capi_ebd8251a39aa4061() {
+_gostring_ _wrap_ikv_version_string_capi_6ea70338d980e943() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -254,7 +257,7 @@ _gostring_ _wrap_ikv_version_string_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_ikv_version_number_capi_ebd8251a39aa4061() {
+intgo _wrap_ikv_version_number_capi_6ea70338d980e943() {
   int32_t result;
   intgo _swig_go_result;
   
@@ -265,7 +268,7 @@ intgo _wrap_ikv_version_number_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -276,7 +279,7 @@ intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_IO_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_IO_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -287,7 +290,7 @@ intgo _wrap_IKV_ERR_IO_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_MODEL_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_BAD_MODEL_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -298,7 +301,7 @@ intgo _wrap_IKV_ERR_BAD_MODEL_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_UNSUPPORTED_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_UNSUPPORTED_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -309,7 +312,7 @@ intgo _wrap_IKV_ERR_UNSUPPORTED_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -320,7 +323,7 @@ intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_KV_FULL_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_KV_FULL_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -331,7 +334,7 @@ intgo _wrap_IKV_ERR_KV_FULL_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -342,7 +345,7 @@ intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_CANCELLED_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_CANCELLED_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -353,7 +356,7 @@ intgo _wrap_IKV_ERR_CANCELLED_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -364,7 +367,7 @@ intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_WRONG_MODEL_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_WRONG_MODEL_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -375,7 +378,7 @@ intgo _wrap_IKV_ERR_WRONG_MODEL_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_VERSION_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_VERSION_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -386,7 +389,7 @@ intgo _wrap_IKV_ERR_VERSION_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_CONFIG_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_BAD_CONFIG_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -397,7 +400,7 @@ intgo _wrap_IKV_ERR_BAD_CONFIG_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_NO_DEVICE_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_NO_DEVICE_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -408,7 +411,7 @@ intgo _wrap_IKV_ERR_NO_DEVICE_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -419,7 +422,7 @@ intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_NOT_FOUND_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_NOT_FOUND_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -430,7 +433,7 @@ intgo _wrap_IKV_ERR_NOT_FOUND_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_STATE_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_BAD_STATE_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -441,7 +444,7 @@ intgo _wrap_IKV_ERR_BAD_STATE_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_HANDLE_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_BAD_HANDLE_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -452,7 +455,7 @@ intgo _wrap_IKV_ERR_BAD_HANDLE_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_BUSY_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_BUSY_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -463,7 +466,7 @@ intgo _wrap_IKV_ERR_BUSY_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_IKV_ERR_INTERNAL_capi_ebd8251a39aa4061() {
+intgo _wrap_IKV_ERR_INTERNAL_capi_6ea70338d980e943() {
   int result;
   intgo _swig_go_result;
   
@@ -474,7 +477,7 @@ intgo _wrap_IKV_ERR_INTERNAL_capi_ebd8251a39aa4061() {
 }
 
 
-_gostring_ _wrap_ikv_status_string_capi_ebd8251a39aa4061(intgo _swig_go_0) {
+_gostring_ _wrap_ikv_status_string_capi_6ea70338d980e943(intgo _swig_go_0) {
   int32_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -487,7 +490,7 @@ _gostring_ _wrap_ikv_status_string_capi_ebd8251a39aa4061(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_ikv_last_error_message_capi_ebd8251a39aa4061() {
+_gostring_ _wrap_ikv_last_error_message_capi_6ea70338d980e943() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -498,7 +501,7 @@ _gostring_ _wrap_ikv_last_error_message_capi_ebd8251a39aa4061() {
 }
 
 
-intgo _wrap_ikv_device_count_capi_ebd8251a39aa4061(int *_swig_go_0) {
+intgo _wrap_ikv_device_count_capi_6ea70338d980e943(int *_swig_go_0) {
   int32_t *arg1 = (int32_t *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -512,7 +515,7 @@ intgo _wrap_ikv_device_count_capi_ebd8251a39aa4061(int *_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_device_name_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_device_name_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, intgo _swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -533,7 +536,7 @@ intgo _wrap_ikv_device_name_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long lon
 }
 
 
-intgo _wrap_ikv_model_load_capi_ebd8251a39aa4061(ikv_model **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_model_load_capi_6ea70338d980e943(ikv_model **_swig_go_0, _gostring_ _swig_go_1) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -554,7 +557,7 @@ intgo _wrap_ikv_model_load_capi_ebd8251a39aa4061(ikv_model **_swig_go_0, _gostri
 }
 
 
-void _wrap_ikv_model_free_capi_ebd8251a39aa4061(struct ikv_model *_swig_go_0) {
+void _wrap_ikv_model_free_capi_6ea70338d980e943(struct ikv_model *_swig_go_0) {
   ikv_model *arg1 = (ikv_model *) 0 ;
   
   arg1 = *(ikv_model **)&_swig_go_0; 
@@ -564,7 +567,7 @@ void _wrap_ikv_model_free_capi_ebd8251a39aa4061(struct ikv_model *_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_model_get_int_capi_ebd8251a39aa4061(long long *_swig_go_0, struct ikv_model *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_model_get_int_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_model *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   int32_t arg3 ;
@@ -582,7 +585,7 @@ intgo _wrap_ikv_model_get_int_capi_ebd8251a39aa4061(long long *_swig_go_0, struc
 }
 
 
-intgo _wrap_ikv_model_describe_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2) {
+intgo _wrap_ikv_model_describe_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -603,7 +606,7 @@ intgo _wrap_ikv_model_describe_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long 
 }
 
 
-intgo _wrap_ikv_tokenize_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_ikv_tokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -630,7 +633,7 @@ intgo _wrap_ikv_tokenize_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *
 }
 
 
-intgo _wrap_ikv_detokenize_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _goslice_ _swig_go_3) {
+intgo _wrap_ikv_detokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _goslice_ _swig_go_3) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -656,7 +659,7 @@ intgo _wrap_ikv_detokenize_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long
 }
 
 
-void _wrap_ikv_session_options_struct_size_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_struct_size_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t arg2 ;
   
@@ -668,7 +671,7 @@ void _wrap_ikv_session_options_struct_size_set_capi_ebd8251a39aa4061(struct ikv_
 }
 
 
-intgo _wrap_ikv_session_options_struct_size_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_struct_size_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -681,7 +684,7 @@ intgo _wrap_ikv_session_options_struct_size_get_capi_ebd8251a39aa4061(struct ikv
 }
 
 
-void _wrap_ikv_session_options_version_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_version_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t arg2 ;
   
@@ -693,7 +696,7 @@ void _wrap_ikv_session_options_version_set_capi_ebd8251a39aa4061(struct ikv_sess
 }
 
 
-intgo _wrap_ikv_session_options_version_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_version_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -706,7 +709,7 @@ intgo _wrap_ikv_session_options_version_get_capi_ebd8251a39aa4061(struct ikv_ses
 }
 
 
-void _wrap_ikv_session_options_n_threads_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_n_threads_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -718,7 +721,7 @@ void _wrap_ikv_session_options_n_threads_set_capi_ebd8251a39aa4061(struct ikv_se
 }
 
 
-intgo _wrap_ikv_session_options_n_threads_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_n_threads_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -731,7 +734,7 @@ intgo _wrap_ikv_session_options_n_threads_get_capi_ebd8251a39aa4061(struct ikv_s
 }
 
 
-void _wrap_ikv_session_options_kv_dtype_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_kv_dtype_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -743,7 +746,7 @@ void _wrap_ikv_session_options_kv_dtype_set_capi_ebd8251a39aa4061(struct ikv_ses
 }
 
 
-intgo _wrap_ikv_session_options_kv_dtype_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_kv_dtype_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -756,7 +759,7 @@ intgo _wrap_ikv_session_options_kv_dtype_get_capi_ebd8251a39aa4061(struct ikv_se
 }
 
 
-void _wrap_ikv_session_options_block_size_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_block_size_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -768,7 +771,7 @@ void _wrap_ikv_session_options_block_size_set_capi_ebd8251a39aa4061(struct ikv_s
 }
 
 
-intgo _wrap_ikv_session_options_block_size_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_block_size_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -781,7 +784,7 @@ intgo _wrap_ikv_session_options_block_size_get_capi_ebd8251a39aa4061(struct ikv_
 }
 
 
-void _wrap_ikv_session_options_ubatch_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_ubatch_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -793,7 +796,7 @@ void _wrap_ikv_session_options_ubatch_set_capi_ebd8251a39aa4061(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_ubatch_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_ubatch_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -806,7 +809,7 @@ intgo _wrap_ikv_session_options_ubatch_get_capi_ebd8251a39aa4061(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_kv_pool_blocks_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_session_options_kv_pool_blocks_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t arg2 ;
   
@@ -818,7 +821,7 @@ void _wrap_ikv_session_options_kv_pool_blocks_set_capi_ebd8251a39aa4061(struct i
 }
 
 
-long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -831,7 +834,7 @@ long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_ebd8251a39aa4061(str
 }
 
 
-void _wrap_ikv_session_options_kv_pool_bytes_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_session_options_kv_pool_bytes_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t arg2 ;
   
@@ -843,7 +846,7 @@ void _wrap_ikv_session_options_kv_pool_bytes_set_capi_ebd8251a39aa4061(struct ik
 }
 
 
-long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -856,7 +859,7 @@ long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_ebd8251a39aa4061(stru
 }
 
 
-void _wrap_ikv_session_options_policy_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_policy_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -868,7 +871,7 @@ void _wrap_ikv_session_options_policy_set_capi_ebd8251a39aa4061(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_policy_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_policy_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -881,7 +884,7 @@ intgo _wrap_ikv_session_options_policy_get_capi_ebd8251a39aa4061(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_budget_tokens_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_budget_tokens_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -893,7 +896,7 @@ void _wrap_ikv_session_options_budget_tokens_set_capi_ebd8251a39aa4061(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_budget_tokens_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_budget_tokens_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -906,7 +909,7 @@ intgo _wrap_ikv_session_options_budget_tokens_get_capi_ebd8251a39aa4061(struct i
 }
 
 
-void _wrap_ikv_session_options_budget_fraction_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
+void _wrap_ikv_session_options_budget_fraction_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double arg2 ;
   
@@ -918,7 +921,7 @@ void _wrap_ikv_session_options_budget_fraction_set_capi_ebd8251a39aa4061(struct 
 }
 
 
-double _wrap_ikv_session_options_budget_fraction_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+double _wrap_ikv_session_options_budget_fraction_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double result;
   double _swig_go_result;
@@ -931,7 +934,7 @@ double _wrap_ikv_session_options_budget_fraction_get_capi_ebd8251a39aa4061(struc
 }
 
 
-void _wrap_ikv_session_options_window_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_window_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -943,7 +946,7 @@ void _wrap_ikv_session_options_window_set_capi_ebd8251a39aa4061(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_window_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_window_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -956,7 +959,7 @@ intgo _wrap_ikv_session_options_window_get_capi_ebd8251a39aa4061(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_interval_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_interval_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -968,7 +971,7 @@ void _wrap_ikv_session_options_interval_set_capi_ebd8251a39aa4061(struct ikv_ses
 }
 
 
-intgo _wrap_ikv_session_options_interval_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_interval_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -981,7 +984,7 @@ intgo _wrap_ikv_session_options_interval_get_capi_ebd8251a39aa4061(struct ikv_se
 }
 
 
-void _wrap_ikv_session_options_alpha_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_alpha_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -993,7 +996,7 @@ void _wrap_ikv_session_options_alpha_set_capi_ebd8251a39aa4061(struct ikv_sessio
 }
 
 
-float _wrap_ikv_session_options_alpha_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_alpha_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1006,7 +1009,7 @@ float _wrap_ikv_session_options_alpha_get_capi_ebd8251a39aa4061(struct ikv_sessi
 }
 
 
-void _wrap_ikv_session_options_tau_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_tau_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -1018,7 +1021,7 @@ void _wrap_ikv_session_options_tau_set_capi_ebd8251a39aa4061(struct ikv_session_
 }
 
 
-float _wrap_ikv_session_options_tau_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_tau_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1031,7 +1034,7 @@ float _wrap_ikv_session_options_tau_get_capi_ebd8251a39aa4061(struct ikv_session
 }
 
 
-void _wrap_ikv_session_options_entropy_top_k_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_entropy_top_k_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1043,7 +1046,7 @@ void _wrap_ikv_session_options_entropy_top_k_set_capi_ebd8251a39aa4061(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_entropy_top_k_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_entropy_top_k_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1056,7 +1059,7 @@ intgo _wrap_ikv_session_options_entropy_top_k_get_capi_ebd8251a39aa4061(struct i
 }
 
 
-void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1068,7 +1071,7 @@ void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_ebd8251a39aa4061(str
 }
 
 
-intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1081,7 +1084,7 @@ intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_ebd8251a39aa4061(st
 }
 
 
-void _wrap_ikv_session_options_pool_kernel_decode_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_pool_kernel_decode_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1093,7 +1096,7 @@ void _wrap_ikv_session_options_pool_kernel_decode_set_capi_ebd8251a39aa4061(stru
 }
 
 
-intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1106,7 +1109,7 @@ intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_ebd8251a39aa4061(str
 }
 
 
-void _wrap_ikv_session_options_shape_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_shape_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1118,7 +1121,7 @@ void _wrap_ikv_session_options_shape_set_capi_ebd8251a39aa4061(struct ikv_sessio
 }
 
 
-intgo _wrap_ikv_session_options_shape_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_shape_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1131,7 +1134,7 @@ intgo _wrap_ikv_session_options_shape_get_capi_ebd8251a39aa4061(struct ikv_sessi
 }
 
 
-void _wrap_ikv_session_options_beta_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_beta_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -1143,7 +1146,7 @@ void _wrap_ikv_session_options_beta_set_capi_ebd8251a39aa4061(struct ikv_session
 }
 
 
-float _wrap_ikv_session_options_beta_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_beta_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1156,7 +1159,7 @@ float _wrap_ikv_session_options_beta_get_capi_ebd8251a39aa4061(struct ikv_sessio
 }
 
 
-void _wrap_ikv_session_options_sink_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_sink_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1168,7 +1171,7 @@ void _wrap_ikv_session_options_sink_set_capi_ebd8251a39aa4061(struct ikv_session
 }
 
 
-intgo _wrap_ikv_session_options_sink_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_sink_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1181,7 +1184,7 @@ intgo _wrap_ikv_session_options_sink_get_capi_ebd8251a39aa4061(struct ikv_sessio
 }
 
 
-void _wrap_ikv_session_options_compress_after_prefill_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_compress_after_prefill_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1193,7 +1196,7 @@ void _wrap_ikv_session_options_compress_after_prefill_set_capi_ebd8251a39aa4061(
 }
 
 
-intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1206,7 +1209,7 @@ intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_ebd8251a39aa4061
 }
 
 
-void _wrap_ikv_session_options_device_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_ikv_session_options_device_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, _gostring_ _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1230,7 +1233,7 @@ void _wrap_ikv_session_options_device_set_capi_ebd8251a39aa4061(struct ikv_sessi
 }
 
 
-_gostring_ _wrap_ikv_session_options_device_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+_gostring_ _wrap_ikv_session_options_device_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1243,7 +1246,7 @@ _gostring_ _wrap_ikv_session_options_device_get_capi_ebd8251a39aa4061(struct ikv
 }
 
 
-void _wrap_ikv_session_options_max_sequences_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_max_sequences_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1255,7 +1258,7 @@ void _wrap_ikv_session_options_max_sequences_set_capi_ebd8251a39aa4061(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_max_sequences_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_max_sequences_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1268,7 +1271,7 @@ intgo _wrap_ikv_session_options_max_sequences_get_capi_ebd8251a39aa4061(struct i
 }
 
 
-void _wrap_ikv_session_options_max_loss_set_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
+void _wrap_ikv_session_options_max_loss_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double arg2 ;
   
@@ -1280,7 +1283,7 @@ void _wrap_ikv_session_options_max_loss_set_capi_ebd8251a39aa4061(struct ikv_ses
 }
 
 
-double _wrap_ikv_session_options_max_loss_get_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+double _wrap_ikv_session_options_max_loss_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double result;
   double _swig_go_result;
@@ -1293,7 +1296,7 @@ double _wrap_ikv_session_options_max_loss_get_capi_ebd8251a39aa4061(struct ikv_s
 }
 
 
-void _wrap_delete_ikv_session_options_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+void _wrap_delete_ikv_session_options_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   
   arg1 = *(struct ikv_session_options **)&_swig_go_0; 
@@ -1303,7 +1306,7 @@ void _wrap_delete_ikv_session_options_capi_ebd8251a39aa4061(struct ikv_session_o
 }
 
 
-struct ikv_session_options *_wrap_new_ikv_session_options_capi_ebd8251a39aa4061() {
+struct ikv_session_options *_wrap_new_ikv_session_options_capi_6ea70338d980e943() {
   struct ikv_session_options *result = 0 ;
   struct ikv_session_options *_swig_go_result;
   
@@ -1314,7 +1317,7 @@ struct ikv_session_options *_wrap_new_ikv_session_options_capi_ebd8251a39aa4061(
 }
 
 
-intgo _wrap_ikv_session_options_init_capi_ebd8251a39aa4061(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_init_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
   ikv_session_options *arg1 = (ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1327,7 +1330,7 @@ intgo _wrap_ikv_session_options_init_capi_ebd8251a39aa4061(struct ikv_session_op
 }
 
 
-intgo _wrap_ikv_session_create_capi_ebd8251a39aa4061(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_session_options *_swig_go_2) {
+intgo _wrap_ikv_session_create_capi_6ea70338d980e943(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_session_options *_swig_go_2) {
   ikv_session **arg1 = (ikv_session **) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   ikv_session_options *arg3 = (ikv_session_options *) 0 ;
@@ -1345,7 +1348,7 @@ intgo _wrap_ikv_session_create_capi_ebd8251a39aa4061(ikv_session **_swig_go_0, s
 }
 
 
-void _wrap_ikv_session_free_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0) {
+void _wrap_ikv_session_free_capi_6ea70338d980e943(struct ikv_session *_swig_go_0) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   
   arg1 = *(ikv_session **)&_swig_go_0; 
@@ -1355,7 +1358,7 @@ void _wrap_ikv_session_free_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0
 }
 
 
-intgo _wrap_ikv_seq_add_capi_ebd8251a39aa4061(int *_swig_go_0, struct ikv_session *_swig_go_1) {
+intgo _wrap_ikv_seq_add_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_session *_swig_go_1) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t result;
@@ -1371,7 +1374,7 @@ intgo _wrap_ikv_seq_add_capi_ebd8251a39aa4061(int *_swig_go_0, struct ikv_sessio
 }
 
 
-intgo _wrap_ikv_seq_remove_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_ikv_seq_remove_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t result;
@@ -1386,7 +1389,7 @@ intgo _wrap_ikv_seq_remove_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0,
 }
 
 
-intgo _wrap_ikv_seq_fork_capi_ebd8251a39aa4061(int *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_fork_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1404,7 +1407,7 @@ intgo _wrap_ikv_seq_fork_capi_ebd8251a39aa4061(int *_swig_go_0, struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_seq_truncate_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2) {
+intgo _wrap_ikv_seq_truncate_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1421,7 +1424,7 @@ intgo _wrap_ikv_seq_truncate_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_
 }
 
 
-intgo _wrap_ikv_seq_remove_range_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3) {
+intgo _wrap_ikv_seq_remove_range_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1440,7 +1443,7 @@ intgo _wrap_ikv_seq_remove_range_capi_ebd8251a39aa4061(struct ikv_session *_swig
 }
 
 
-intgo _wrap_ikv_seq_length_capi_ebd8251a39aa4061(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_length_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1458,7 +1461,7 @@ intgo _wrap_ikv_seq_length_capi_ebd8251a39aa4061(long long *_swig_go_0, struct i
 }
 
 
-intgo _wrap_ikv_seq_kept_capi_ebd8251a39aa4061(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_seq_kept_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1478,7 +1481,7 @@ intgo _wrap_ikv_seq_kept_capi_ebd8251a39aa4061(long long *_swig_go_0, struct ikv
 }
 
 
-intgo _wrap_ikv_seq_kv_bytes_capi_ebd8251a39aa4061(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_kv_bytes_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1496,7 +1499,7 @@ intgo _wrap_ikv_seq_kv_bytes_capi_ebd8251a39aa4061(long long *_swig_go_0, struct
 }
 
 
-intgo _wrap_ikv_decode_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_ikv_decode_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1516,7 +1519,7 @@ intgo _wrap_ikv_decode_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, int
 }
 
 
-intgo _wrap_ikv_decode_batch_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_ikv_decode_batch_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, _goslice_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1549,7 +1552,7 @@ intgo _wrap_ikv_decode_batch_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_
 }
 
 
-intgo _wrap_ikv_get_logits_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_get_logits_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   float *arg1 = (float *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1572,7 +1575,7 @@ intgo _wrap_ikv_get_logits_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long
 }
 
 
-intgo _wrap_ikv_kv_stat_capi_ebd8251a39aa4061(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_kv_stat_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1590,7 +1593,7 @@ intgo _wrap_ikv_kv_stat_capi_ebd8251a39aa4061(long long *_swig_go_0, struct ikv_
 }
 
 
-intgo _wrap_ikv_seq_pressure_estimate_capi_ebd8251a39aa4061(long long *_swig_go_0, double *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_seq_pressure_estimate_capi_6ea70338d980e943(long long *_swig_go_0, double *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   double *arg2 = (double *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -1611,7 +1614,7 @@ intgo _wrap_ikv_seq_pressure_estimate_capi_ebd8251a39aa4061(long long *_swig_go_
 }
 
 
-intgo _wrap_ikv_seq_protect_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_ikv_seq_protect_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3, intgo _swig_go_4) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1632,7 +1635,7 @@ intgo _wrap_ikv_seq_protect_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0
 }
 
 
-intgo _wrap_ikv_seq_compress_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_compress_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t arg3 ;
@@ -1649,7 +1652,7 @@ intgo _wrap_ikv_seq_compress_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_
 }
 
 
-_gostring_ _wrap_ikv_evidence_name_capi_ebd8251a39aa4061(intgo _swig_go_0) {
+_gostring_ _wrap_ikv_evidence_name_capi_6ea70338d980e943(intgo _swig_go_0) {
   int32_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1662,7 +1665,7 @@ _gostring_ _wrap_ikv_evidence_name_capi_ebd8251a39aa4061(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_ikv_seq_auto_report_capi_ebd8251a39aa4061(int *_swig_go_0, long long *_swig_go_1, long long *_swig_go_2, double *_swig_go_3, double *_swig_go_4, struct ikv_session *_swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_seq_auto_report_capi_6ea70338d980e943(int *_swig_go_0, long long *_swig_go_1, long long *_swig_go_2, double *_swig_go_3, double *_swig_go_4, struct ikv_session *_swig_go_5, intgo _swig_go_6) {
   int32_t *arg1 = (int32_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -1692,7 +1695,7 @@ intgo _wrap_ikv_seq_auto_report_capi_ebd8251a39aa4061(int *_swig_go_0, long long
 }
 
 
-intgo _wrap_ikv_seq_auto_layer_capi_ebd8251a39aa4061(int *_swig_go_0, int *_swig_go_1, double *_swig_go_2, double *_swig_go_3, struct ikv_session *_swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_seq_auto_layer_capi_6ea70338d980e943(int *_swig_go_0, int *_swig_go_1, double *_swig_go_2, double *_swig_go_3, struct ikv_session *_swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
   int32_t *arg1 = (int32_t *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1721,7 +1724,7 @@ intgo _wrap_ikv_seq_auto_layer_capi_ebd8251a39aa4061(int *_swig_go_0, int *_swig
 }
 
 
-intgo _wrap_ikv_session_load_profile_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_session_load_profile_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -1741,7 +1744,7 @@ intgo _wrap_ikv_session_load_profile_capi_ebd8251a39aa4061(struct ikv_session *_
 }
 
 
-intgo _wrap_ikv_session_save_profile_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_session_save_profile_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -1761,7 +1764,7 @@ intgo _wrap_ikv_session_save_profile_capi_ebd8251a39aa4061(struct ikv_session *_
 }
 
 
-intgo _wrap_ikv_session_profile_info_capi_ebd8251a39aa4061(long long *_swig_go_0, int *_swig_go_1, int *_swig_go_2, struct ikv_session *_swig_go_3) {
+intgo _wrap_ikv_session_profile_info_capi_6ea70338d980e943(long long *_swig_go_0, int *_swig_go_1, int *_swig_go_2, struct ikv_session *_swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1783,7 +1786,7 @@ intgo _wrap_ikv_session_profile_info_capi_ebd8251a39aa4061(long long *_swig_go_0
 }
 
 
-intgo _wrap_ikv_session_profile_tag_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2) {
+intgo _wrap_ikv_session_profile_tag_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1804,7 +1807,7 @@ intgo _wrap_ikv_session_profile_tag_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, 
 }
 
 
-void _wrap_ikv_sampler_options_struct_size_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_struct_size_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t arg2 ;
   
@@ -1816,7 +1819,7 @@ void _wrap_ikv_sampler_options_struct_size_set_capi_ebd8251a39aa4061(struct ikv_
 }
 
 
-intgo _wrap_ikv_sampler_options_struct_size_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_struct_size_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -1829,7 +1832,7 @@ intgo _wrap_ikv_sampler_options_struct_size_get_capi_ebd8251a39aa4061(struct ikv
 }
 
 
-void _wrap_ikv_sampler_options_version_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_version_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t arg2 ;
   
@@ -1841,7 +1844,7 @@ void _wrap_ikv_sampler_options_version_set_capi_ebd8251a39aa4061(struct ikv_samp
 }
 
 
-intgo _wrap_ikv_sampler_options_version_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_version_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -1854,7 +1857,7 @@ intgo _wrap_ikv_sampler_options_version_get_capi_ebd8251a39aa4061(struct ikv_sam
 }
 
 
-void _wrap_ikv_sampler_options_temperature_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_temperature_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1866,7 +1869,7 @@ void _wrap_ikv_sampler_options_temperature_set_capi_ebd8251a39aa4061(struct ikv_
 }
 
 
-float _wrap_ikv_sampler_options_temperature_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_temperature_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1879,7 +1882,7 @@ float _wrap_ikv_sampler_options_temperature_get_capi_ebd8251a39aa4061(struct ikv
 }
 
 
-void _wrap_ikv_sampler_options_top_k_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_top_k_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t arg2 ;
   
@@ -1891,7 +1894,7 @@ void _wrap_ikv_sampler_options_top_k_set_capi_ebd8251a39aa4061(struct ikv_sample
 }
 
 
-intgo _wrap_ikv_sampler_options_top_k_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_top_k_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1904,7 +1907,7 @@ intgo _wrap_ikv_sampler_options_top_k_get_capi_ebd8251a39aa4061(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_top_p_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_top_p_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1916,7 +1919,7 @@ void _wrap_ikv_sampler_options_top_p_set_capi_ebd8251a39aa4061(struct ikv_sample
 }
 
 
-float _wrap_ikv_sampler_options_top_p_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_top_p_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1929,7 +1932,7 @@ float _wrap_ikv_sampler_options_top_p_get_capi_ebd8251a39aa4061(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_min_p_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_min_p_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1941,7 +1944,7 @@ void _wrap_ikv_sampler_options_min_p_set_capi_ebd8251a39aa4061(struct ikv_sample
 }
 
 
-float _wrap_ikv_sampler_options_min_p_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_min_p_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1954,7 +1957,7 @@ float _wrap_ikv_sampler_options_min_p_get_capi_ebd8251a39aa4061(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_repeat_penalty_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_repeat_penalty_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1966,7 +1969,7 @@ void _wrap_ikv_sampler_options_repeat_penalty_set_capi_ebd8251a39aa4061(struct i
 }
 
 
-float _wrap_ikv_sampler_options_repeat_penalty_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_repeat_penalty_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1979,7 +1982,7 @@ float _wrap_ikv_sampler_options_repeat_penalty_get_capi_ebd8251a39aa4061(struct 
 }
 
 
-void _wrap_ikv_sampler_options_repeat_last_n_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_repeat_last_n_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t arg2 ;
   
@@ -1991,7 +1994,7 @@ void _wrap_ikv_sampler_options_repeat_last_n_set_capi_ebd8251a39aa4061(struct ik
 }
 
 
-intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2004,7 +2007,7 @@ intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_ebd8251a39aa4061(struct i
 }
 
 
-void _wrap_ikv_sampler_options_seed_set_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_sampler_options_seed_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint64_t arg2 ;
   
@@ -2016,7 +2019,7 @@ void _wrap_ikv_sampler_options_seed_set_capi_ebd8251a39aa4061(struct ikv_sampler
 }
 
 
-long long _wrap_ikv_sampler_options_seed_get_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+long long _wrap_ikv_sampler_options_seed_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -2029,7 +2032,7 @@ long long _wrap_ikv_sampler_options_seed_get_capi_ebd8251a39aa4061(struct ikv_sa
 }
 
 
-struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_ebd8251a39aa4061() {
+struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_6ea70338d980e943() {
   struct ikv_sampler_options *result = 0 ;
   struct ikv_sampler_options *_swig_go_result;
   
@@ -2040,7 +2043,7 @@ struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_ebd8251a39aa4061(
 }
 
 
-void _wrap_delete_ikv_sampler_options_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+void _wrap_delete_ikv_sampler_options_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   
   arg1 = *(struct ikv_sampler_options **)&_swig_go_0; 
@@ -2050,7 +2053,7 @@ void _wrap_delete_ikv_sampler_options_capi_ebd8251a39aa4061(struct ikv_sampler_o
 }
 
 
-intgo _wrap_ikv_sampler_options_init_capi_ebd8251a39aa4061(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_init_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
   ikv_sampler_options *arg1 = (ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2063,7 +2066,7 @@ intgo _wrap_ikv_sampler_options_init_capi_ebd8251a39aa4061(struct ikv_sampler_op
 }
 
 
-intgo _wrap_ikv_sampler_create_capi_ebd8251a39aa4061(ikv_sampler **_swig_go_0, struct ikv_sampler_options *_swig_go_1) {
+intgo _wrap_ikv_sampler_create_capi_6ea70338d980e943(ikv_sampler **_swig_go_0, struct ikv_sampler_options *_swig_go_1) {
   ikv_sampler **arg1 = (ikv_sampler **) 0 ;
   ikv_sampler_options *arg2 = (ikv_sampler_options *) 0 ;
   int32_t result;
@@ -2079,7 +2082,7 @@ intgo _wrap_ikv_sampler_create_capi_ebd8251a39aa4061(ikv_sampler **_swig_go_0, s
 }
 
 
-void _wrap_ikv_sampler_free_capi_ebd8251a39aa4061(struct ikv_sampler *_swig_go_0) {
+void _wrap_ikv_sampler_free_capi_6ea70338d980e943(struct ikv_sampler *_swig_go_0) {
   ikv_sampler *arg1 = (ikv_sampler *) 0 ;
   
   arg1 = *(ikv_sampler **)&_swig_go_0; 
@@ -2089,7 +2092,7 @@ void _wrap_ikv_sampler_free_capi_ebd8251a39aa4061(struct ikv_sampler *_swig_go_0
 }
 
 
-intgo _wrap_ikv_sample_capi_ebd8251a39aa4061(int *_swig_go_0, struct ikv_sampler *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_sample_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_sampler *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_sampler *arg2 = (ikv_sampler *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -2109,7 +2112,7 @@ intgo _wrap_ikv_sample_capi_ebd8251a39aa4061(int *_swig_go_0, struct ikv_sampler
 }
 
 
-intgo _wrap_ikv_generate_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, struct ikv_sampler *_swig_go_6, ikv_token_callback _swig_go_7) {
+intgo _wrap_ikv_generate_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, struct ikv_sampler *_swig_go_6, ikv_token_callback _swig_go_7) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2145,7 +2148,160 @@ intgo _wrap_ikv_generate_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *
 }
 
 
-intgo _wrap_ikv_config_create_capi_ebd8251a39aa4061(ikv_config **_swig_go_0) {
+intgo _wrap_ikv_chat_format_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_model *_swig_go_1) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  ikv_model *arg2 = (ikv_model *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)_swig_go_0;
+  arg2 = *(ikv_model **)&_swig_go_1; 
+  
+  result = (int32_t)ikv_chat_format(arg1,(struct ikv_model const *)arg2);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_tokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_model *arg4 = (ikv_model *) 0 ;
+  char *arg5 = (char *) 0 ;
+  char *arg6 = (char *) 0 ;
+  size_t arg7 ;
+  int32_t arg8 ;
+  int32_t arg9 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_model **)&_swig_go_2; 
+  
+  arg5 = (char *)malloc(_swig_go_3.n + 1);
+  memcpy(arg5, _swig_go_3.p, _swig_go_3.n);
+  arg5[_swig_go_3.n] = '\0';
+  
+  arg6 = (char *)_swig_go_4.p;
+  arg7 = (size_t)_swig_go_4.n;
+  arg8 = (int32_t)_swig_go_5; 
+  arg9 = (int32_t)_swig_go_6; 
+  
+  result = (int32_t)ikv_chat_tokenize(arg1,arg2,arg3,(struct ikv_model const *)arg4,(char const *)arg5,(char const *)arg6,arg7,arg8,arg9);
+  _swig_go_result = result; 
+  
+  
+  free(arg5); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_add_capi_6ea70338d980e943(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _gostring_ _swig_go_4, _gostring_ _swig_go_5, intgo _swig_go_6) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  ikv_session *arg3 = (ikv_session *) 0 ;
+  int32_t arg4 ;
+  char *arg5 = (char *) 0 ;
+  char *arg6 = (char *) 0 ;
+  size_t arg7 ;
+  int32_t arg8 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)_swig_go_0;
+  arg2 = (int64_t *)_swig_go_1;
+  arg3 = *(ikv_session **)&_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  arg5 = (char *)malloc(_swig_go_4.n + 1);
+  memcpy(arg5, _swig_go_4.p, _swig_go_4.n);
+  arg5[_swig_go_4.n] = '\0';
+  
+  arg6 = (char *)_swig_go_5.p;
+  arg7 = (size_t)_swig_go_5.n;
+  arg8 = (int32_t)_swig_go_6; 
+  
+  result = (int32_t)ikv_chat_add(arg1,arg2,arg3,arg4,(char const *)arg5,(char const *)arg6,arg7,arg8);
+  _swig_go_result = result; 
+  
+  
+  free(arg5); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_reply_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, struct ikv_sampler *_swig_go_5, ikv_token_callback _swig_go_6, intgo _swig_go_7) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_session *arg4 = (ikv_session *) 0 ;
+  int32_t arg5 ;
+  int32_t arg6 ;
+  ikv_sampler *arg7 = (ikv_sampler *) 0 ;
+  ikv_token_callback arg8 = (ikv_token_callback) 0 ;
+  void *arg9 = (void *) 0 ;
+  int32_t arg10 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_session **)&_swig_go_2; 
+  arg5 = (int32_t)_swig_go_3; 
+  arg6 = (int32_t)_swig_go_4; 
+  arg7 = *(ikv_sampler **)&_swig_go_5; 
+  arg8 = _swig_go_6 ? (ikv_token_callback)ikvGoTokenTrampoline : NULL;
+  arg9 = (void *)(uintptr_t)_swig_go_6;
+  arg10 = (int32_t)_swig_go_7; 
+  
+  result = (int32_t)ikv_chat_reply(arg1,arg2,arg3,arg4,arg5,arg6,arg7,arg8,arg9,arg10);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+  ikv_session *arg1 = (ikv_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_session **)&_swig_go_0; 
+  arg2 = (int32_t)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_chat_begin_reply(arg1,arg2,arg3);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_end_reply_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+  ikv_session *arg1 = (ikv_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_session **)&_swig_go_0; 
+  arg2 = (int32_t)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_chat_end_reply(arg1,arg2,arg3);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_config_create_capi_6ea70338d980e943(ikv_config **_swig_go_0) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2159,7 +2315,7 @@ intgo _wrap_ikv_config_create_capi_ebd8251a39aa4061(ikv_config **_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_config_from_json_capi_ebd8251a39aa4061(ikv_config **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_config_from_json_capi_6ea70338d980e943(ikv_config **_swig_go_0, _gostring_ _swig_go_1) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   char *arg2 = (char *) 0 ;
   size_t arg3 ;
@@ -2177,7 +2333,7 @@ intgo _wrap_ikv_config_from_json_capi_ebd8251a39aa4061(ikv_config **_swig_go_0, 
 }
 
 
-intgo _wrap_ikv_config_from_binary_capi_ebd8251a39aa4061(ikv_config **_swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_ikv_config_from_binary_capi_6ea70338d980e943(ikv_config **_swig_go_0, _goslice_ _swig_go_1) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2196,7 +2352,7 @@ intgo _wrap_ikv_config_from_binary_capi_ebd8251a39aa4061(ikv_config **_swig_go_0
 }
 
 
-intgo _wrap_ikv_config_to_json_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_to_json_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2217,7 +2373,7 @@ intgo _wrap_ikv_config_to_json_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long 
 }
 
 
-intgo _wrap_ikv_config_to_binary_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_to_binary_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2238,7 +2394,7 @@ intgo _wrap_ikv_config_to_binary_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, lon
 }
 
 
-void _wrap_ikv_config_free_capi_ebd8251a39aa4061(struct ikv_config *_swig_go_0) {
+void _wrap_ikv_config_free_capi_6ea70338d980e943(struct ikv_config *_swig_go_0) {
   ikv_config *arg1 = (ikv_config *) 0 ;
   
   arg1 = *(ikv_config **)&_swig_go_0; 
@@ -2248,7 +2404,7 @@ void _wrap_ikv_config_free_capi_ebd8251a39aa4061(struct ikv_config *_swig_go_0) 
 }
 
 
-intgo _wrap_ikv_config_get_model_path_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_get_model_path_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2269,7 +2425,7 @@ intgo _wrap_ikv_config_get_model_path_capi_ebd8251a39aa4061(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_ikv_model_load_with_config_capi_ebd8251a39aa4061(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1) {
+intgo _wrap_ikv_model_load_with_config_capi_6ea70338d980e943(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   int32_t result;
@@ -2285,7 +2441,7 @@ intgo _wrap_ikv_model_load_with_config_capi_ebd8251a39aa4061(ikv_model **_swig_g
 }
 
 
-intgo _wrap_ikv_model_load_with_config_confined_capi_ebd8251a39aa4061(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_ikv_model_load_with_config_confined_capi_6ea70338d980e943(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1, _gostring_ _swig_go_2) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2308,7 +2464,7 @@ intgo _wrap_ikv_model_load_with_config_confined_capi_ebd8251a39aa4061(ikv_model 
 }
 
 
-intgo _wrap_ikv_session_create_with_config_capi_ebd8251a39aa4061(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_session_create_with_config_capi_6ea70338d980e943(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_config *_swig_go_2) {
   ikv_session **arg1 = (ikv_session **) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   ikv_config *arg3 = (ikv_config *) 0 ;
@@ -2326,7 +2482,7 @@ intgo _wrap_ikv_session_create_with_config_capi_ebd8251a39aa4061(ikv_session **_
 }
 
 
-intgo _wrap_ikv_sampler_create_with_config_capi_ebd8251a39aa4061(ikv_sampler **_swig_go_0, struct ikv_config *_swig_go_1) {
+intgo _wrap_ikv_sampler_create_with_config_capi_6ea70338d980e943(ikv_sampler **_swig_go_0, struct ikv_config *_swig_go_1) {
   ikv_sampler **arg1 = (ikv_sampler **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   int32_t result;
@@ -2342,7 +2498,7 @@ intgo _wrap_ikv_sampler_create_with_config_capi_ebd8251a39aa4061(ikv_sampler **_
 }
 
 
-intgo _wrap_ikv_session_save_file_capi_ebd8251a39aa4061(struct ikv_session *_swig_go_0, intgo _swig_go_1, struct ikv_sampler *_swig_go_2, _gostring_ _swig_go_3) {
+intgo _wrap_ikv_session_save_file_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, struct ikv_sampler *_swig_go_2, _gostring_ _swig_go_3) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   ikv_sampler *arg3 = (ikv_sampler *) 0 ;
@@ -2366,7 +2522,7 @@ intgo _wrap_ikv_session_save_file_capi_ebd8251a39aa4061(struct ikv_session *_swi
 }
 
 
-intgo _wrap_ikv_session_save_buffer_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, struct ikv_sampler *_swig_go_4) {
+intgo _wrap_ikv_session_save_buffer_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, struct ikv_sampler *_swig_go_4) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2391,7 +2547,7 @@ intgo _wrap_ikv_session_save_buffer_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, 
 }
 
 
-intgo _wrap_ikv_session_restore_file_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _gostring_ _swig_go_4) {
+intgo _wrap_ikv_session_restore_file_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _gostring_ _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2421,7 +2577,7 @@ intgo _wrap_ikv_session_restore_file_capi_ebd8251a39aa4061(_goslice_ _swig_go_0,
 }
 
 
-intgo _wrap_ikv_session_restore_buffer_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _goslice_ _swig_go_4) {
+intgo _wrap_ikv_session_restore_buffer_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _goslice_ _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2449,7 +2605,7 @@ intgo _wrap_ikv_session_restore_buffer_capi_ebd8251a39aa4061(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_ikv_snapshot_inspect_capi_ebd8251a39aa4061(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_ikv_snapshot_inspect_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;

@@ -1,0 +1,147 @@
+// The C ABI of chat (capi/include/infokv/chat.h): argument checks and calls into src/session/chat.
+#include <algorithm>
+#include <string>
+
+#include "handles.hpp"
+#include "session/chat.hpp"
+#include "session/generate.hpp"
+
+using infokv::Status;
+using infokv::fail;
+using infokv::capi::guard;
+
+namespace {
+
+void require(bool cond, const char *msg) {
+  if (!cond) fail(Status::invalid_argument, msg);
+}
+
+infokv::ChatProtect protect_of(int32_t p) {
+  if (p != IKV_CHAT_PROTECT_SYSTEM && p != IKV_CHAT_PROTECT_NONE && p != IKV_CHAT_PROTECT_FAIR)
+    fail(Status::invalid_argument, "protect = " + std::to_string(p) + " is not a chat protection (system = 0, none = 1, "
+                                   "fair = 2)");
+  return static_cast<infokv::ChatProtect>(p);
+}
+
+infokv::ChatMessage message_of(const char *role, const char *text, size_t text_len) {
+  require(role != nullptr, "role must not be NULL");
+  require(text != nullptr || text_len == 0, "text is NULL");
+  return {role, std::string(text != nullptr ? text : "", text_len)};
+}
+
+}  // namespace
+
+static_assert(static_cast<int>(infokv::ChatProtect::system) == IKV_CHAT_PROTECT_SYSTEM &&
+                  static_cast<int>(infokv::ChatProtect::none) == IKV_CHAT_PROTECT_NONE &&
+                  static_cast<int>(infokv::ChatProtect::fair) == IKV_CHAT_PROTECT_FAIR,
+              "C chat protection values");
+static_assert(static_cast<int>(infokv::ChatFormat::none) == IKV_CHAT_FORMAT_NONE &&
+                  static_cast<int>(infokv::ChatFormat::chatml) == IKV_CHAT_FORMAT_CHATML &&
+                  static_cast<int>(infokv::ChatFormat::llama3) == IKV_CHAT_FORMAT_LLAMA3,
+              "C chat format values");
+
+extern "C" {
+
+int32_t ikv_chat_format(int32_t *out, const ikv_model *model) {
+  if (out != nullptr) *out = IKV_CHAT_FORMAT_NONE;
+  return guard([&] {
+    const auto mdl = infokv::capi::use(model, "model");
+    require(out != nullptr, "out must not be NULL");
+    const infokv::Model &m = *mdl->model;
+    *out = static_cast<int32_t>(infokv::ChatTemplate::detect(m.chat_template(), m.tokenizer()).format);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_chat_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_model *model,
+                          const char *role, const char *text, size_t text_len, int32_t first,
+                          int32_t add_generation_prompt) {
+  if (out_count != nullptr) *out_count = 0;
+  return guard([&] {
+    const auto mdl = infokv::capi::use(model, "model");
+    require(out_count != nullptr, "out_count must not be NULL");
+    require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
+    const infokv::ChatMessage m = message_of(role, text, text_len);
+    const infokv::Model &md = *mdl->model;
+    const infokv::ChatTemplate t = infokv::ChatTemplate::detect(md.chat_template(), md.tokenizer());
+    if (t.format == infokv::ChatFormat::none)
+      fail(Status::unsupported, "the model has no chat template infokv knows (ChatML or Llama 3)");
+    std::vector<infokv::ChatMessage> msgs;
+    if (!m.role.empty() || add_generation_prompt == 0) {
+      infokv::ChatMessage checked = m;
+      bool ok = !checked.role.empty() && checked.role.size() <= 32;
+      for (char c : checked.role) ok = ok && ((c >= 'a' && c <= 'z') || c == '_');
+      require(ok, "chat role must be a lower-case word (system, user, assistant, ...)");
+      msgs.push_back(std::move(checked));
+    }
+    const std::vector<int32_t> ids = t.encode(md.tokenizer(), msgs, add_generation_prompt != 0, first != 0);
+    *out_count = ids.size();
+    if (capacity < ids.size())
+      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "token buffer holds " + std::to_string(capacity) + ", " +
+                                                                     std::to_string(ids.size()) + " needed");
+    std::copy(ids.begin(), ids.end(), out_tokens);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_chat_add(int64_t *out_begin, int64_t *out_end, ikv_session *session, int32_t seq, const char *role,
+                     const char *text, size_t text_len, int32_t protect) {
+  if (out_begin != nullptr) *out_begin = 0;
+  if (out_end != nullptr) *out_end = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    const infokv::ChatProtect p = protect_of(protect);
+    const infokv::ChatSpan span = infokv::chat_add(*sess->session, seq, message_of(role, text, text_len), p);
+    if (out_begin != nullptr) *out_begin = span.begin;
+    if (out_end != nullptr) *out_end = span.end;
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_chat_begin_reply(ikv_session *session, int32_t seq, int32_t protect) {
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    infokv::chat_begin_reply(*sess->session, seq, protect_of(protect));
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_chat_end_reply(ikv_session *session, int32_t seq, int32_t protect) {
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    infokv::chat_end_reply(*sess->session, seq, protect_of(protect));
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_chat_reply(int32_t *out_tokens, size_t capacity, size_t *out_count, ikv_session *session, int32_t seq,
+                       int32_t max_tokens, ikv_sampler *sampler, ikv_token_callback callback, void *user_data,
+                       int32_t protect) {
+  if (out_count != nullptr) *out_count = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    const auto samp = infokv::capi::use(sampler, "sampler");
+    require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
+    require(max_tokens >= 0, "max_tokens must be >= 0");
+    const infokv::ChatProtect p = protect_of(protect);
+    if (out_tokens != nullptr && capacity < static_cast<size_t>(max_tokens)) {
+      if (out_count != nullptr) *out_count = static_cast<size_t>(max_tokens);
+      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "out_tokens holds " + std::to_string(capacity) +
+                                                                     " ids but max_tokens is " + std::to_string(max_tokens) +
+                                                                     " (nothing was generated)");
+    }
+    infokv::TokenCallback cb;
+    if (callback != nullptr)
+      cb = [&](int32_t token, const std::string &t) { return callback(user_data, token, t.data(), t.size()) == 0; };
+    const infokv::GenerateResult r = infokv::chat_reply(*sess->session, seq, max_tokens, *samp->sampler, cb, p);
+    if (out_count != nullptr) *out_count = r.tokens.size();
+    for (size_t i = 0; i < r.tokens.size() && i < capacity; ++i) out_tokens[i] = r.tokens[i];
+    if (r.error != Status::ok)
+      return infokv::capi::fail_status(static_cast<int32_t>(r.error),
+                                       "after " + std::to_string(r.tokens.size()) + " generated tokens: " + r.error_message);
+    if (r.cancelled) return infokv::capi::fail_status(IKV_ERR_CANCELLED, "generation stopped by the callback");
+    return IKV_OK;
+  });
+}
+
+}  // extern "C"
