@@ -43,6 +43,7 @@ int cmd_synth(int argc, char **argv);
 int cmd_snapshot(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_eval_chat(int argc, char **argv);
 
 }  // namespace cli
 }  // namespace infokv

@@ -1,12 +1,14 @@
 // infokv chat: an interactive conversation in the model's chat format, streamed token by token. Each turn is
 // appended to the same sequence, so the conversation is never re-read; the session's compression policy (if
-// --policy is given) keeps a long chat within its KV budget.
+// --policy is given) keeps a long chat within its KV budget, with the system prompt and the template's control tokens
+// protected (--protect system, the default; fair; none).
 #include <cstdio>
 #include <iostream>
 #include <unistd.h>
 
 #include "cli/args.hpp"
 #include "sampling/sampler.hpp"
+#include "session/chat.hpp"
 #include "session/generate.hpp"
 #include "tokenizer/chat.hpp"
 #include "util/error.hpp"
@@ -16,7 +18,7 @@ namespace cli {
 
 int cmd_chat(int argc, char **argv) {
   std::set<std::string> valued = {"model", "system", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                                  "repeat-penalty", "repeat-last-n", "seed"};
+                                  "repeat-penalty", "repeat-last-n", "seed", "protect"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {});
   const std::string path = resolve_model_path(a.str("model", default_model_path()));
@@ -30,44 +32,39 @@ int cmd_chat(int argc, char **argv) {
   sp.repeat_last_n = static_cast<int32_t>(a.integer("repeat-last-n", 64, 0, 1 << 20));
   sp.seed = static_cast<uint64_t>(a.integer("seed", 0, 0, INT64_MAX));
 
+  const std::string protect_name = a.str("protect", "system");
+  ChatProtect protect = ChatProtect::system;
+  if (protect_name == "none") protect = ChatProtect::none;
+  else if (protect_name == "fair") protect = ChatProtect::fair;
+  else if (protect_name != "system") fail(Status::invalid_argument, "--protect takes system, fair or none");
+
   auto model = Model::load(path);
-  const Tokenizer &tok = model->tokenizer();
-  const ChatTemplate tmpl = ChatTemplate::detect(model->chat_template(), tok);
-  if (tmpl.format == ChatFormat::none)
-    fail(Status::unsupported, "the model has no chat template infokv knows (ChatML or Llama 3); use generate");
   Session session(model, session_options_from(a));
+  const ChatTemplate tmpl = chat_template_of(session);  // unsupported when the model has no known chat format
   apply_profile(profile_from_args(a), session);
   const int32_t seq = session.add_sequence();
   Sampler sampler(sp);
   const bool tty = isatty(0) != 0;
-  if (tty) std::fprintf(stderr, "[chat format %s; an empty line or end of input ends the chat]\n", chat_format_name(tmpl.format));
+  if (tty)
+    std::fprintf(stderr, "[chat format %s, protect %s; an empty line or end of input ends the chat]\n",
+                 chat_format_name(tmpl.format), chat_protect_name(protect));
+  if (a.has("system")) chat_add(session, seq, {"system", a.str("system")}, protect);
 
-  bool first = true;
+  // The same path as ikv_chat_add / ikv_chat_reply: each turn is appended to the sequence (never re-read), the reply
+  // is closed with the template's end-of-turn markup.
   std::string line;
   while (true) {
     if (tty) std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line) || line.empty()) break;
-    std::vector<int32_t> ids;
-    if (first) {
-      std::vector<ChatMessage> msgs;
-      if (a.has("system")) msgs.push_back({"system", a.str("system")});
-      msgs.push_back({"user", line});
-      ids = tmpl.encode(tok, msgs, true, true);
-    } else {
-      ids = tmpl.turn_end(tok);
-      std::vector<int32_t> turn = tmpl.encode(tok, {{"user", line}}, true, false);
-      ids.insert(ids.end(), turn.begin(), turn.end());
-    }
-    GenerateResult r = generate(session, seq, ids, max_tokens, sampler, [](int32_t, const std::string &text) {
+    chat_add(session, seq, {"user", line}, protect);
+    GenerateResult r = chat_reply(session, seq, max_tokens, sampler, [](int32_t, const std::string &text) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
       return true;
-    });
+    }, protect);
     std::printf("\n");
     std::fflush(stdout);
-    // generate() decoded every token it reported (a turn cut by --max-tokens too), so the next turn follows on.
     if (r.error != Status::ok) fail(r.error, r.error_message);
-    first = false;
   }
   return 0;
 }

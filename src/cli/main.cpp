@@ -17,8 +17,11 @@ const char *kUsage =
     "  info        --model PATH [--json]                      architecture, sizes, tokenizer, tensor types\n"
     "  generate    --model PATH --prompt TEXT [options]       generate a continuation; --chat [--system TEXT]\n"
     "              makes the prompt the user turn of a chat in the model's format\n"
-    "  chat        --model PATH [--system TEXT] [--max-tokens N] [sampling and session options]\n"
-    "              interactive chat in the model's chat format (ChatML, Llama 3), streamed; reads stdin\n"
+    "  chat        --model PATH [--system TEXT] [--protect system|fair|none] [--max-tokens N] [sampling and\n"
+    "              session options]  interactive chat in the model's chat format (ChatML, Llama 3), streamed;\n"
+    "              reads stdin; the system prompt and the template's control tokens are protected by default\n"
+    "  eval-chat   --model PATH --cases F.jsonl [--policies LIST --budgets LIST --protect none,system,fair]\n"
+    "              what compression does to instructions: KL, top-1, exact answers, compliance, leakage\n"
     "  perplexity  --model PATH --file PATH [--max-tokens N]  perplexity of a text\n"
     "  eval        --model PATH --file PATH --prefix N --continuation M --policies LIST --budgets LIST\n"
     "              compression quality: KL to the full cache, top-1 agreement, perplexity, KV bytes\n"
@@ -65,7 +68,12 @@ const char *kOptions =
     "          --max-losses E1,E2 (also auto under each quality target, no budget: the bytes it reached)\n"
     "          --profile FILE is refused (exit 2) on the tokens of the text it was tuned on\n"
     "tune:     --out FILE --tag T --prefix N (400) --continuation M (100) --windows K (8) --offset T (0)\n"
-    "          --budgets LIST (0.25,0.125) --max-losses LIST (0.005,0.01,0.02) --json\n";
+    "          --budgets LIST (0.25,0.125) --max-losses LIST (0.005,0.01,0.02) --json\n"
+    "eval-chat: --cases F.jsonl (one case a line: {\"system\", \"user\", \"check\": {\"kind\", \"value\"}, \"history\",\n"
+    "          \"probe\": \"leak\"}; packaging/eval/chat_cases.jsonl) --policies LIST (snapkv,h2o,streaming,tova,\n"
+    "          infokv,auto) --budgets LIST (0.5,0.25,0.125) --protect LIST (none,system,fair) --history-tokens N\n"
+    "          (512: filler turns from --filler FILE, default $INFOKV_CORPORA_DIR/emma.txt, when a case has no\n"
+    "          history) --max-answer N (64) --limit K (first K cases) --threads N --json --plot F.svg\n";
 
 }  // namespace
 
@@ -76,7 +84,7 @@ int main(int argc, char **argv) {
   }
   const std::string cmd = argv[1];
   static const char *const kCommands[] = {"info", "generate", "perplexity", "eval", "tokenize", "synth",
-                                          "snapshot", "chat", "tune", "version", "--version"};
+                                          "snapshot", "chat", "tune", "eval-chat", "version", "--version"};
   bool known = false;
   for (const char *c : kCommands) known = known || cmd == c;
   if (!known) {  // before --help, so that `infokv typo --help` is an error, not a help page
@@ -99,6 +107,7 @@ int main(int argc, char **argv) {
     if (cmd == "snapshot") return infokv::cli::cmd_snapshot(argc, argv);
     if (cmd == "chat") return infokv::cli::cmd_chat(argc, argv);
     if (cmd == "tune") return infokv::cli::cmd_tune(argc, argv);
+    if (cmd == "eval-chat") return infokv::cli::cmd_eval_chat(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;

@@ -7,11 +7,7 @@
 
 namespace infokv {
 
-namespace {
-
-// The spans `protect` asks for when `pieces` are appended at position `start`: markup (and, by default, system
-// turns) never evicted; under fair, one fair span per message text.
-std::vector<ProtectedSpan> spans_for(const std::vector<ChatPiece> &pieces, int64_t start, ChatProtect protect) {
+std::vector<ProtectedSpan> chat_spans(const std::vector<ChatPiece> &pieces, int64_t start, ChatProtect protect) {
   std::vector<ProtectedSpan> out;
   if (protect == ChatProtect::none) return out;
   int64_t pos = start;
@@ -35,6 +31,8 @@ std::vector<ProtectedSpan> spans_for(const std::vector<ChatPiece> &pieces, int64
   return out;
 }
 
+namespace {
+
 // Protects and decodes `pieces` at the end of `seq`; all or nothing.
 ChatSpan append(Session &session, int32_t seq, const std::vector<ChatPiece> &pieces, ChatProtect protect) {
   std::vector<int32_t> ids;
@@ -44,7 +42,7 @@ ChatSpan append(Session &session, int32_t seq, const std::vector<ChatPiece> &pie
   // The spans go in before the tokens: a long message is prefilled in chunks with compression between them, and a
   // system prompt must not be evicted by its own prefill.
   try {
-    for (const ProtectedSpan &s : spans_for(pieces, start, protect)) session.protect(seq, s);
+    for (const ProtectedSpan &s : chat_spans(pieces, start, protect)) session.protect(seq, s);
     if (!ids.empty()) session.prefill(seq, ids);
   } catch (...) {
     session.set_protected_spans(seq, std::move(saved));

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
@@ -25,6 +26,10 @@ struct ChatSpan {
   int64_t begin = 0;  // positions [begin, end) of the sequence
   int64_t end = 0;
 };
+
+// The spans `protect` asks for when `pieces` are appended at position `start` (what chat_add protects): markup (and,
+// under system, system turns) never evicted; under fair, one fair span per message text.
+std::vector<ProtectedSpan> chat_spans(const std::vector<ChatPiece> &pieces, int64_t start, ChatProtect protect);
 
 // The session model's chat template; throws Error(unsupported) when infokv does not know its format.
 ChatTemplate chat_template_of(const Session &session);
