@@ -535,6 +535,16 @@ type Result struct {
 // until Generate returns.
 func (s *Session) Generate(ctx context.Context, seq int32, prompt []int32, maxTokens int, sampler *Sampler,
 	onToken func(Token) error) (Result, error) {
+	return s.stream(ctx, maxTokens, sampler, onToken,
+		func(out []int32, n *uint64, h capi.Struct_SS_ikv_session, sh capi.Struct_SS_ikv_sampler, cb uintptr) int {
+			return capi.Ikv_generate(out, n, h, int(seq), prompt, maxTokens, sh, cb)
+		})
+}
+
+// stream runs a generating C call (ikv_generate, ikv_chat_reply) with onToken and ctx behind its callback, the
+// session and sampler open to onToken (gate), and maps its result.
+func (s *Session) stream(ctx context.Context, maxTokens int, sampler *Sampler, onToken func(Token) error,
+	run func(out []int32, n *uint64, h capi.Struct_SS_ikv_session, sh capi.Struct_SS_ikv_sampler, cb uintptr) int) (Result, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -579,7 +589,7 @@ func (s *Session) Generate(ctx context.Context, seq int32, prompt []int32, maxTo
 		sampler.gate.stream.Store(sampler.h.Swigcptr())
 		defer s.gate.stream.Store(0)
 		defer sampler.gate.stream.Store(0)
-		return capi.Ikv_generate(out, &n, h, int(seq), prompt, maxTokens, sampler.h, uintptr(cb))
+		return run(out, &n, h, sampler.h, uintptr(cb))
 	})
 	if n > uint64(len(out)) {
 		n = uint64(len(out))

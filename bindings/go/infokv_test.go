@@ -750,3 +750,40 @@ func TestNegativeTemperatureIsGreedy(t *testing.T) {
 		t.Fatal("temperature -1 differs from greedy")
 	}
 }
+
+func TestChatTokensMatchTheReferenceAndChatAnswers(t *testing.T) {
+	p := os.Getenv("INFOKV_SMOLLM2")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("SmolLM2 GGUF missing: %q (packaging/fetch_models.sh)", p)
+	}
+	m, err := infokv.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if f, _ := m.ChatFormat(); f != "chatml" {
+		t.Fatalf("format %q", f)
+	}
+	ids, err := m.ChatTokenize([]infokv.ChatMessage{{Role: "system", Content: "You are terse."}, {Role: "user", Content: "Hi!"}}, true)
+	want := []int32{1, 9690, 198, 2683, 359, 1733, 313, 30, 2, 198, 1, 4093, 198, 26843, 17, 2, 198, 1, 520, 9531, 198}
+	if err != nil || fmt.Sprint(ids) != fmt.Sprint(want) {
+		t.Fatalf("chat ids %v %v", ids, err)
+	}
+	s, err := m.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var streamed strings.Builder
+	r, err := s.Chat(context.Background(), 0, []infokv.ChatMessage{{Role: "user", Content: "What is the capital of France?"}}, 24, nil,
+		func(tok infokv.Token) error { streamed.WriteString(tok.Text); return nil })
+	if err != nil || !strings.Contains(r.Text, "Paris") || streamed.String() != r.Text {
+		t.Fatalf("chat: %q %v", r.Text, err)
+	}
+	if _, _, err := s.ChatAdd(0, infokv.ChatMessage{Role: "Not A Role", Content: "x"}, infokv.ChatProtectSystem); !errors.Is(err, infokv.ErrInvalidArgument) {
+		t.Fatalf("bad role: %v", err)
+	}
+	if f, _ := load(t).ChatFormat(); f != "none" {
+		t.Fatalf("stories260K chat format %q", f)
+	}
+}

@@ -682,3 +682,50 @@ def test_a_negative_temperature_is_greedy(model, reference):
     with model.session() as s:
         c = s.complete("Once upon a time", 20, temperature=-1.0)
     assert c.tokens == reference["prompt_once_upon_a_time"]["generated_ids_after_prompt"][:20]
+
+
+# ---- chat ---------------------------------------------------------------------------------------------------------
+SYSTEM_TERSE_IDS = [1, 9690, 198, 2683, 359, 1733, 313, 30, 2, 198, 1, 4093, 198, 26843, 17, 2, 198, 1, 520, 9531, 198]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    import os
+    p = os.environ.get("INFOKV_SMOLLM2")
+    if not p or not os.path.isfile(p):
+        raise FileNotFoundError(f"SmolLM2 GGUF missing: {p!r} (packaging/fetch_models.sh)")  # fail loudly
+    m = infokv.Model(p)
+    yield m
+    m.close()
+
+
+def test_chat_tokens_match_the_reference_and_what_a_session_decodes(smollm2):
+    msgs = [{"role": "system", "content": "You are terse."}, ("user", "Hi!")]
+    assert smollm2.chat_format == "chatml"
+    assert smollm2.chat_tokenize(msgs) == SYSTEM_TERSE_IDS  # Hugging Face's ids (tests/data/chat_refs.txt)
+    with smollm2.session() as s:
+        assert s.chat_add("system", "You are terse.") == (0, 10)
+        b, e = s.chat_add("user", "Hi!")
+        assert (b, e) == (10, 17)
+        c = s.chat([], 0)  # no new message: the generation prompt, no tokens, the turn closed
+        assert c.tokens == [] and s.length() == len(SYSTEM_TERSE_IDS) + 2
+
+
+def test_a_model_without_a_chat_template_says_so(model):
+    assert model.chat_format == "none"
+    with model.session() as s:
+        with pytest.raises(infokv.UnsupportedError):
+            s.chat([("user", "hi")], 4)
+
+
+def test_chat_answers_and_continues_turn_by_turn(smollm2):
+    with smollm2.session(policy="snapkv", budget=64) as s:  # compresses only past 64 tokens per layer
+        c = s.chat([("user", "What is the capital of France?")], 24, temperature=0)
+        assert "Paris" in c.text
+        n = s.length()
+        streamed = "".join(t.text for t in s.chat_stream([("user", "And of Italy?")], 24, temperature=0))
+        assert "Rome" in streamed and s.length() > n
+        with pytest.raises(infokv.InvalidArgumentError):
+            s.chat([("Not A Role", "x")], 4)
+        with pytest.raises(infokv.InvalidArgumentError):
+            s.chat([("user", "x")], 4, protect="everything")

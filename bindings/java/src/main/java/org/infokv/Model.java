@@ -124,6 +124,43 @@ public final class Model implements AutoCloseable {
     return Arrays.copyOf(out, (int) count[0]);
   }
 
+  /** The model's chat format: "chatml", "llama3", or "none" (chat calls then throw UNSUPPORTED). */
+  public String chatFormat() {
+    int[] out = new int[1];
+    InfokvException.check(InfokvNative.ikv_chat_format(out, handle()));
+    return out[0] == InfokvNativeConstants.IKV_CHAT_FORMAT_CHATML ? "chatml"
+        : out[0] == InfokvNativeConstants.IKV_CHAT_FORMAT_LLAMA3 ? "llama3" : "none";
+  }
+
+  /**
+   * The token ids of a conversation as the model's template writes it (what {@link Session#chat} decodes): the first
+   * message opens it (BOS, the template's default system turn); addGenerationPrompt ends with the assistant header.
+   */
+  public int[] chatTokenize(java.util.List<ChatMessage> messages, boolean addGenerationPrompt) {
+    java.util.List<Integer> ids = new java.util.ArrayList<>();
+    if (messages.isEmpty()) {
+      for (int id : chatIds("", "", true, addGenerationPrompt)) ids.add(id);
+    }
+    for (int i = 0; i < messages.size(); ++i) {
+      ChatMessage m = messages.get(i);
+      for (int id : chatIds(m.role(), m.content(), i == 0, addGenerationPrompt && i == messages.size() - 1)) ids.add(id);
+    }
+    return ids.stream().mapToInt(Integer::intValue).toArray();
+  }
+
+  private int[] chatIds(String role, String content, boolean first, boolean gen) {
+    byte[] utf8 = content.getBytes(StandardCharsets.UTF_8);
+    int[] out = new int[utf8.length + 64];
+    long[] count = new long[1];
+    int st = InfokvNative.ikv_chat_tokenize(out, count, handle(), role, utf8, first ? 1 : 0, gen ? 1 : 0);
+    if (st == Status.BUFFER_TOO_SMALL.code()) {
+      out = new int[(int) count[0]];
+      st = InfokvNative.ikv_chat_tokenize(out, count, handle(), role, utf8, first ? 1 : 0, gen ? 1 : 0);
+    }
+    InfokvException.check(st);
+    return Arrays.copyOf(out, (int) count[0]);
+  }
+
   /** Token ids to text. */
   public String detokenize(int[] tokens) {
     byte[] buf = new byte[8 * tokens.length + 16];

@@ -381,6 +381,60 @@ public final class Session implements AutoCloseable {
   }
 
   /**
+   * Appends one chat message to seq in the model's template and decodes it; returns the positions {begin, end} it
+   * took. An empty sequence opens the conversation. All or nothing. Protection: see {@link ChatProtect}.
+   */
+  public long[] chatAdd(int seq, ChatMessage message, ChatProtect protect) {
+    synchronized (state) {
+      long[] b = new long[1], e = new long[1];
+      byte[] utf8 = message.content().getBytes(StandardCharsets.UTF_8);
+      InfokvException.check(InfokvNative.ikv_chat_add(b, e, h(), seq, message.role(), utf8, protect.code()));
+      return new long[] {b[0], e[0]};
+    }
+  }
+
+  /**
+   * Appends the messages to the conversation in seq and returns the assistant's reply, streamed to the listener (may
+   * be null; returning false stops it). The reply and its closing markup stay in the sequence, so the next call
+   * passes only the new messages. A null sampler is greedy; the system prompt and the template's control tokens are
+   * protected ({@link ChatProtect#SYSTEM}).
+   */
+  public GenerationResult chat(int seq, java.util.List<ChatMessage> messages, int maxTokens, Sampler sampler,
+                               TokenListener listener) {
+    return chat(seq, messages, maxTokens, sampler, listener, ChatProtect.SYSTEM);
+  }
+
+  /** {@link #chat(int, java.util.List, int, Sampler, TokenListener)} with the given protection. */
+  public GenerationResult chat(int seq, java.util.List<ChatMessage> messages, int maxTokens, Sampler sampler,
+                               TokenListener listener, ChatProtect protect) {
+    if (sampler == null) {
+      try (Sampler greedy = Sampler.greedy()) {
+        return chat(seq, messages, maxTokens, greedy, listener, protect);
+      }
+    }
+    synchronized (state) {
+      for (ChatMessage m : messages) chatAdd(seq, m, protect);
+      ByteArrayOutputStream text = new ByteArrayOutputStream();
+      boolean[] stopped = {false};
+      NativeTokenSink sink = (token, utf8) -> {
+        text.write(utf8, 0, utf8.length);
+        if (listener != null && !listener.onToken(token, new String(utf8, StandardCharsets.UTF_8))) {
+          stopped[0] = true;
+          return 1;
+        }
+        return 0;
+      };
+      int[] out = new int[Math.max(maxTokens, 0)];
+      long[] count = new long[1];
+      int st = InfokvNative.ikv_chat_reply(out, count, h(), seq, maxTokens, sampler.handle(), sink, protect.code());
+      boolean cancelled = st == Status.CANCELLED.code() && stopped[0];
+      if (!cancelled) InfokvException.check(st);
+      int n = (int) Math.min(count[0], out.length);
+      return new GenerationResult(Arrays.copyOf(out, n), text.toString(StandardCharsets.UTF_8), cancelled);
+    }
+  }
+
+  /**
    * Tokenizes text (with BOS) and generates into sequence 0; a null prompt continues the sequence (it must have
    * logits), a null sampler samples greedily.
    */

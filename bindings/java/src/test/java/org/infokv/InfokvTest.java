@@ -427,4 +427,25 @@ class InfokvTest {
       assertArrayEquals(java.util.Arrays.copyOf(referenceIds, 10), s.generate("Once upon a time", 10, neg, null).tokens());
     }
   }
+
+  @Test
+  void chatTokensMatchTheReferenceAndChatAnswers() {
+    String p = System.getenv("INFOKV_SMOLLM2");
+    if (p == null || !Files.isRegularFile(Path.of(p))) fail("SmolLM2 GGUF missing: " + p + " (packaging/fetch_models.sh)");
+    try (Model m = Model.load(p)) {
+      assertEquals("chatml", m.chatFormat());
+      int[] ref = {1, 9690, 198, 2683, 359, 1733, 313, 30, 2, 198, 1, 4093, 198, 26843, 17, 2, 198, 1, 520, 9531, 198};
+      assertArrayEquals(ref, m.chatTokenize(List.of(ChatMessage.system("You are terse."), ChatMessage.user("Hi!")), true));
+      try (Session s = m.newSession(SessionOptions.defaults())) {
+        GenerationResult r = s.chat(0, List.of(ChatMessage.user("What is the capital of France?")), 24, null, null);
+        assertTrue(r.text().contains("Paris"), r.text());
+        long[] span = s.chatAdd(0, ChatMessage.user("Thanks."), ChatProtect.FAIR);
+        assertEquals(s.length(0), span[1]);
+        InfokvException bad = assertThrows(InfokvException.class,
+            () -> s.chatAdd(0, new ChatMessage("Not A Role", "x"), ChatProtect.SYSTEM));
+        assertEquals(Status.INVALID_ARGUMENT, bad.kind());
+      }
+    }
+    assertEquals("none", model.chatFormat());
+  }
 }
