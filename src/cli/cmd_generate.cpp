@@ -7,6 +7,7 @@
 #include "cli/json.hpp"
 #include "cli/svg_plot.hpp"
 #include "compress/auto_report.hpp"
+#include "session/chat.hpp"
 #include "tokenizer/chat.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
@@ -131,12 +132,15 @@ int cmd_generate(int argc, char **argv) {
   } else {
     seq = session.add_sequence();
     if (a.flag("chat")) {
-      // The prompt is the user turn of a conversation in the model's chat format (--system adds a system turn).
-      const ChatTemplate tmpl = ChatTemplate::detect(model->chat_template(), model->tokenizer());
+      // The prompt is the user turn of a conversation in the model's chat format (--system adds a system turn),
+      // with the system turn and the template's control tokens protected as in `infokv chat` (src/session/chat).
+      const ChatTemplate tmpl = chat_template_of(session);
       std::vector<ChatMessage> msgs;
       if (a.has("system")) msgs.push_back({"system", a.str("system")});
       msgs.push_back({"user", prompt_text});
-      prompt = tmpl.encode(model->tokenizer(), msgs, true);
+      const std::vector<ChatPiece> pieces = tmpl.encode_pieces(model->tokenizer(), msgs, true);
+      for (const ChatPiece &pc : pieces) prompt.insert(prompt.end(), pc.ids.begin(), pc.ids.end());
+      for (const ProtectedSpan &sp : chat_spans(pieces, 0, ChatProtect::system)) session.protect(seq, sp);
     } else {
       prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
     }
