@@ -356,7 +356,13 @@ int cmd_eval_chat(int argc, char **argv) {
     corpus = read_file(a.str("filler"));
   } else if (history_tokens > 0) {
     const char *d = std::getenv("INFOKV_CORPORA_DIR");
-    corpus = read_file(std::string(d != nullptr && *d ? d : "../shared/corpora") + "/emma.txt");
+    const std::string path = std::string(d != nullptr && *d ? d : "../shared/corpora") + "/emma.txt";
+    try {
+      corpus = read_file(path);
+    } catch (const Error &e) {
+      fail(Status::invalid_argument, std::string(e.what()) + " (the default filler for histories: give --filler FILE, "
+                                     "--history-tokens 0, or cases with their own history)");
+    }
   }
   auto model = Model::load(resolve_model_path(a.str("model", default_model_path())));
   SessionOptions base = session_options_from(a);
