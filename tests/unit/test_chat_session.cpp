@@ -11,6 +11,7 @@
 
 #include "infokv/infokv.h"
 #include "session/chat.hpp"
+#include "smollm2_model.hpp"
 #include "test_paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
@@ -22,17 +23,6 @@ using infokv::Session;
 using infokv::SessionOptions;
 
 namespace {
-
-std::shared_ptr<const infokv::Model> smollm2() {
-  static std::shared_ptr<const infokv::Model> m;
-  if (!m && std::filesystem::exists(infokv_test::smollm2_path())) m = infokv::Model::load(infokv_test::smollm2_path());
-  return m;
-}
-
-#define REQUIRE_MODEL(m)                                                                                             \
-  auto m = smollm2();                                                                                                \
-  ASSERT_NE(m, nullptr) << "SmolLM2 GGUF " << infokv_test::smollm2_path()                                             \
-                        << " is missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)"
 
 SessionOptions compressing(int32_t budget) {
   SessionOptions o;
@@ -73,7 +63,7 @@ ChatSpan converse(Session &s, int32_t seq, ChatProtect protect, int turns) {
 }  // namespace
 
 TEST(ChatSession, SystemPromptAndControlTokensAreHeldInEveryLayerThroughCompressionsByDefault) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   Session s(m, compressing(96));
   const int32_t seq = s.add_sequence();
   const ChatSpan sys = converse(s, seq, ChatProtect::system, 4);
@@ -94,7 +84,7 @@ TEST(ChatSession, SystemPromptAndControlTokensAreHeldInEveryLayerThroughCompress
 }
 
 TEST(ChatSession, WithoutProtectionTheSameConversationLosesPartOfItsSystemPrompt) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   Session s(m, compressing(96));
   const int32_t seq = s.add_sequence();
   const ChatSpan sys = converse(s, seq, ChatProtect::none, 4);
@@ -103,7 +93,7 @@ TEST(ChatSession, WithoutProtectionTheSameConversationLosesPartOfItsSystemPrompt
 }
 
 TEST(ChatSession, FairModeGivesEachMessageAFairSpanAndHoldsTheMarkup) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   Session s(m, SessionOptions{});
   const int32_t seq = s.add_sequence();
   const ChatSpan a = infokv::chat_add(s, seq, {"system", kSystem}, ChatProtect::fair);
@@ -118,7 +108,7 @@ TEST(ChatSession, FairModeGivesEachMessageAFairSpanAndHoldsTheMarkup) {
 }
 
 TEST(ChatSession, TurnsAppendTheSameTokensAsTheTemplateEncodesAtOnce) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   Session s(m, SessionOptions{});
   const int32_t seq = s.add_sequence();
   const std::vector<ChatMessage> msgs = {{"system", "You are terse."}, {"user", "Hi!"}};
@@ -133,7 +123,7 @@ TEST(ChatSession, TurnsAppendTheSameTokensAsTheTemplateEncodesAtOnce) {
 }
 
 TEST(ChatSession, FailuresChangeNothing) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   Session s(m, compressing(96));
   const int32_t seq = s.add_sequence();
   infokv::chat_add(s, seq, {"system", kSystem});
@@ -162,7 +152,7 @@ TEST(ChatSession, FailuresChangeNothing) {
 }
 
 TEST(ChatCapi, AddReplyAndTokenizeThroughTheCAbi) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   ikv_model *mm = nullptr;
   ASSERT_EQ(ikv_model_load(&mm, infokv_test::smollm2_path().c_str()), IKV_OK);
   int32_t fmt = -1;

@@ -11,6 +11,7 @@
 
 #include "model/model.hpp"
 #include "session/session.hpp"
+#include "smollm2_model.hpp"
 #include "test_paths.hpp"
 
 namespace {
@@ -57,16 +58,6 @@ std::vector<LogitRef> read_logit_refs() {
   return refs;
 }
 
-std::shared_ptr<const infokv::Model> smollm2() {
-  static std::shared_ptr<const infokv::Model> m;
-  if (!m && std::filesystem::exists(infokv_test::smollm2_path())) m = infokv::Model::load(infokv_test::smollm2_path());
-  return m;
-}
-
-#define REQUIRE_MODEL(m)                                                                                             \
-  auto m = smollm2();                                                                                                \
-  ASSERT_NE(m, nullptr) << "SmolLM2 GGUF " << infokv_test::smollm2_path()                                             \
-                        << " is missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)"
 
 int32_t argmax(const std::vector<float> &v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
@@ -75,7 +66,7 @@ int32_t argmax(const std::vector<float> &v) {
 }  // namespace
 
 TEST(SmolLM2, LoadsLlamaHyperParametersFromTheQ4_1File) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   const infokv::HParams &hp = m->hparams();
   EXPECT_EQ(hp.arch, "llama");
   EXPECT_EQ(hp.n_layer, 30);
@@ -93,7 +84,7 @@ TEST(SmolLM2, LoadsLlamaHyperParametersFromTheQ4_1File) {
 }
 
 TEST(SmolLM2, LogitsAndGreedyTextMatchFloat64Reference) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   const std::vector<LogitRef> refs = read_logit_refs();
   ASSERT_EQ(refs.size(), 3u) << "tests/data/smollm2_logits_refs.txt missing or malformed";
   for (int threads : {1, 2}) {
@@ -128,7 +119,7 @@ TEST(SmolLM2, LogitsAndGreedyTextMatchFloat64Reference) {
 }
 
 TEST(SmolLM2, AnswersTheCapitalOfFranceWithParis) {
-  REQUIRE_MODEL(m);
+  REQUIRE_SMOLLM2(m);
   infokv::Session s(m, infokv::SessionOptions{});
   const int32_t seq = s.add_sequence();
   std::vector<infokv::BatchToken> batch;

@@ -45,7 +45,14 @@ __all__ = ["Model", "Session", "Sampler", "Config", "Token", "Completion", "Auto
     n for n in dir(_errors) if n.endswith("Error") and n != "Error"]
 
 
-class Policy(enum.IntEnum):
+class _Named(enum.IntEnum):
+    """An enum of C constants whose str() is the lower-case name the CLI, configs and keyword options use."""
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class Policy(_Named):
     """Compression policies (the C IKV_POLICY_* values); accepted wherever a policy name is."""
     NONE = _c.IKV_POLICY_NONE
     INFOKV = _c.IKV_POLICY_INFOKV
@@ -56,21 +63,15 @@ class Policy(enum.IntEnum):
     PYRAMIDKV = _c.IKV_POLICY_PYRAMIDKV
     AUTO = _c.IKV_POLICY_AUTO
 
-    def __str__(self) -> str:
-        return self.name.lower()
 
-
-class KvDtype(enum.IntEnum):
+class KvDtype(_Named):
     """KV cache element types (IKV_KV_F32, ...); accepted wherever a dtype name is."""
     F32 = _c.IKV_KV_F32
     F16 = _c.IKV_KV_F16
     BF16 = _c.IKV_KV_BF16
 
-    def __str__(self) -> str:
-        return self.name.lower()
 
-
-class KvStat(enum.IntEnum):
+class KvStat(_Named):
     """Pool statistics for :meth:`Session.kv_stat` (IKV_KV_BLOCKS_TOTAL, ...)."""
     BLOCKS_TOTAL = _c.IKV_KV_BLOCKS_TOTAL
     BLOCKS_USED = _c.IKV_KV_BLOCKS_USED
@@ -80,19 +81,13 @@ class KvStat(enum.IntEnum):
     BLOCK_SIZE = _c.IKV_KV_BLOCK_SIZE
     HOST_BYTES = _c.IKV_KV_HOST_BYTES
 
-    def __str__(self) -> str:
-        return self.name.lower()
 
-
-class ChatProtect(enum.IntEnum):
+class ChatProtect(_Named):
     """What chat calls protect from eviction (IKV_CHAT_PROTECT_*): SYSTEM (the default) keeps the system prompt and
     the template's control tokens; FAIR keeps the control tokens and gives each message a fair span; NONE nothing."""
     SYSTEM = _c.IKV_CHAT_PROTECT_SYSTEM
     NONE = _c.IKV_CHAT_PROTECT_NONE
     FAIR = _c.IKV_CHAT_PROTECT_FAIR
-
-    def __str__(self) -> str:
-        return self.name.lower()
 
 
 Message = Union[Dict[str, str], Tuple[str, str]]
@@ -111,13 +106,10 @@ def _message(m: Message) -> Tuple[str, str]:
                                f"(role, content) pair, not {m!r}")
 
 
-class Shape(enum.IntEnum):
+class Shape(_Named):
     """How a budget is spread over layers (IKV_SHAPE_*)."""
     UNIFORM = _c.IKV_SHAPE_UNIFORM
     PYRAMID = _c.IKV_SHAPE_PYRAMID
-
-    def __str__(self) -> str:
-        return self.name.lower()
 
 
 def _member(kind: "type[enum.IntEnum]", what: str, value: Any) -> int:

@@ -290,24 +290,35 @@ public final class Session implements AutoCloseable {
       }
     }
     synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      ByteArrayOutputStream text = new ByteArrayOutputStream();
-      boolean[] stopped = {false};
-      NativeTokenSink sink = (token, utf8) -> {
-        text.write(utf8, 0, utf8.length);
-        if (listener != null && !listener.onToken(token, new String(utf8, StandardCharsets.UTF_8))) {
-          stopped[0] = true;
-          return 1;
-        }
-        return 0;
-      };
-      int[] out = new int[Math.max(maxTokens, 0)];
-      long[] count = new long[1];
-      int st = InfokvNative.ikv_generate(out, count, h(), seq, prompt, maxTokens, sampler.handle(), sink);
-      boolean cancelled = st == Status.CANCELLED.code() && stopped[0];
-      if (!cancelled) InfokvException.check(st);
-      int n = (int) Math.min(count[0], out.length);
-      return new GenerationResult(Arrays.copyOf(out, n), text.toString(StandardCharsets.UTF_8), cancelled);
+      return stream(maxTokens, listener,
+          (out, count, sink) -> InfokvNative.ikv_generate(out, count, h(), seq, prompt, maxTokens, sampler.handle(), sink));
     }
+  }
+
+  /** A generating native call: fills out/count and streams through sink; returns its status. */
+  private interface NativeRun {
+    int run(int[] out, long[] count, NativeTokenSink sink);
+  }
+
+  /** Runs a generating call (ikv_generate, ikv_chat_reply) with the listener behind its sink; maps its result. */
+  private static GenerationResult stream(int maxTokens, TokenListener listener, NativeRun call) {
+    ByteArrayOutputStream text = new ByteArrayOutputStream();
+    boolean[] stopped = {false};
+    NativeTokenSink sink = (token, utf8) -> {
+      text.write(utf8, 0, utf8.length);
+      if (listener != null && !listener.onToken(token, new String(utf8, StandardCharsets.UTF_8))) {
+        stopped[0] = true;
+        return 1;
+      }
+      return 0;
+    };
+    int[] out = new int[Math.max(maxTokens, 0)];
+    long[] count = new long[1];
+    int st = call.run(out, count, sink);
+    boolean cancelled = st == Status.CANCELLED.code() && stopped[0];
+    if (!cancelled) InfokvException.check(st);
+    int n = (int) Math.min(count[0], out.length);
+    return new GenerationResult(Arrays.copyOf(out, n), text.toString(StandardCharsets.UTF_8), cancelled);
   }
 
   // ---- snapshots ----
@@ -414,23 +425,8 @@ public final class Session implements AutoCloseable {
     }
     synchronized (state) {
       for (ChatMessage m : messages) chatAdd(seq, m, protect);
-      ByteArrayOutputStream text = new ByteArrayOutputStream();
-      boolean[] stopped = {false};
-      NativeTokenSink sink = (token, utf8) -> {
-        text.write(utf8, 0, utf8.length);
-        if (listener != null && !listener.onToken(token, new String(utf8, StandardCharsets.UTF_8))) {
-          stopped[0] = true;
-          return 1;
-        }
-        return 0;
-      };
-      int[] out = new int[Math.max(maxTokens, 0)];
-      long[] count = new long[1];
-      int st = InfokvNative.ikv_chat_reply(out, count, h(), seq, maxTokens, sampler.handle(), sink, protect.code());
-      boolean cancelled = st == Status.CANCELLED.code() && stopped[0];
-      if (!cancelled) InfokvException.check(st);
-      int n = (int) Math.min(count[0], out.length);
-      return new GenerationResult(Arrays.copyOf(out, n), text.toString(StandardCharsets.UTF_8), cancelled);
+      return stream(maxTokens, listener, (out, count, sink) ->
+          InfokvNative.ikv_chat_reply(out, count, h(), seq, maxTokens, sampler.handle(), sink, protect.code()));
     }
   }
 
