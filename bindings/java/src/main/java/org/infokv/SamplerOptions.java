@@ -19,6 +19,9 @@ public final class SamplerOptions {
   public SamplerOptions repeatLastN(int n) { return set("repeat_last_n", n); }
   public SamplerOptions seed(long seed) { return set("seed", seed); }
 
+  @Override
+  public String toString() { return "SamplerOptions" + fields; }
+
   ikv_sampler_options toNative() {
     ikv_sampler_options o = new ikv_sampler_options();
     InfokvException.check(InfokvNative.ikv_sampler_options_init(o));
