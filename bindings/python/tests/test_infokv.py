@@ -672,7 +672,7 @@ def test_budget_takes_the_clis_forms(model, budget, tokens, fraction):
     import infokv.capi as c
     o = c.ikv_session_options()
     c.ikv_session_options_init(o)
-    infokv._set_budget(o, budget)
+    infokv._session._set_budget(o, budget)
     assert (o.budget_tokens, pytest.approx(o.budget_fraction)) == (tokens, fraction)
     with model.session(policy="snapkv", budget=budget):
         pass
