@@ -1,7 +1,9 @@
-"""Enums of the C constants, accepted wherever the CLI's names are."""
+"""Enums of the C constants, accepted wherever the CLI's names are. Each is made from the C header's constants (as
+SWIG exposes them in :mod:`infokv.capi`), so a value added to the C ABI appears here without an edit."""
 from __future__ import annotations
 
 import enum
+from typing import Iterable, Type
 
 from . import capi as _c
 
@@ -13,45 +15,22 @@ class _Named(enum.IntEnum):
         return self.name.lower()
 
 
-class Policy(_Named):
-    """Compression policies (the C IKV_POLICY_* values); accepted wherever a policy name is."""
-    NONE = _c.IKV_POLICY_NONE
-    INFOKV = _c.IKV_POLICY_INFOKV
-    SNAPKV = _c.IKV_POLICY_SNAPKV
-    H2O = _c.IKV_POLICY_H2O
-    STREAMING = _c.IKV_POLICY_STREAMING
-    TOVA = _c.IKV_POLICY_TOVA
-    PYRAMIDKV = _c.IKV_POLICY_PYRAMIDKV
-    AUTO = _c.IKV_POLICY_AUTO
+def _from_c(name: str, prefix: str, doc: str, only: Iterable[str] = (), skip: Iterable[str] = ()) -> Type[_Named]:
+    keep, drop = set(only), set(skip)
+    members = sorted(((n[len(prefix):], int(getattr(_c, n))) for n in dir(_c) if n.startswith(prefix)
+                      and (not keep or n[len(prefix):] in keep) and n[len(prefix):] not in drop), key=lambda kv: kv[1])
+    cls = _Named(name, members, module=__name__)  # type: ignore[call-overload]
+    cls.__doc__ = doc
+    return cls
 
 
-class KvDtype(_Named):
-    """KV cache element types (IKV_KV_F32, ...); accepted wherever a dtype name is."""
-    F32 = _c.IKV_KV_F32
-    F16 = _c.IKV_KV_F16
-    BF16 = _c.IKV_KV_BF16
-
-
-class KvStat(_Named):
-    """Pool statistics for :meth:`Session.kv_stat` (IKV_KV_BLOCKS_TOTAL, ...)."""
-    BLOCKS_TOTAL = _c.IKV_KV_BLOCKS_TOTAL
-    BLOCKS_USED = _c.IKV_KV_BLOCKS_USED
-    BLOCKS_FREE = _c.IKV_KV_BLOCKS_FREE
-    BLOCK_BYTES = _c.IKV_KV_BLOCK_BYTES
-    BYTES_USED = _c.IKV_KV_BYTES_USED
-    BLOCK_SIZE = _c.IKV_KV_BLOCK_SIZE
-    HOST_BYTES = _c.IKV_KV_HOST_BYTES
-
-
-class ChatProtect(_Named):
-    """What chat calls protect from eviction (IKV_CHAT_PROTECT_*): SYSTEM (the default) keeps the system prompt and
-    the template's control tokens; FAIR keeps the control tokens and gives each message a fair span; NONE nothing."""
-    SYSTEM = _c.IKV_CHAT_PROTECT_SYSTEM
-    NONE = _c.IKV_CHAT_PROTECT_NONE
-    FAIR = _c.IKV_CHAT_PROTECT_FAIR
-
-
-class Shape(_Named):
-    """How a budget is spread over layers (IKV_SHAPE_*)."""
-    UNIFORM = _c.IKV_SHAPE_UNIFORM
-    PYRAMID = _c.IKV_SHAPE_PYRAMID
+_DTYPES = ("F32", "F16", "BF16")  # IKV_KV_ also prefixes the pool statistics
+Policy = _from_c("Policy", "IKV_POLICY_", "Compression policies (IKV_POLICY_*); accepted wherever a policy name is.")
+KvDtype = _from_c("KvDtype", "IKV_KV_", "KV cache element types (IKV_KV_F32, ...); accepted wherever a dtype name is.",
+                  only=_DTYPES)
+KvStat = _from_c("KvStat", "IKV_KV_", "Pool statistics for Session.kv_stat (IKV_KV_BLOCKS_TOTAL, ...).", skip=_DTYPES)
+Shape = _from_c("Shape", "IKV_SHAPE_", "How a budget is spread over layers (IKV_SHAPE_*).")
+ChatProtect = _from_c("ChatProtect", "IKV_CHAT_PROTECT_",
+                      "What chat calls protect from eviction (IKV_CHAT_PROTECT_*): SYSTEM (the default) keeps the "
+                      "system prompt and the template's control tokens; FAIR keeps the control tokens and gives each "
+                      "message a fair span; NONE nothing.")

@@ -281,6 +281,13 @@ class Session(_Owner):
         called with each :class:`Token`; returning ``False`` stops early (the result then has cancelled=True);
         an exception it raises stops generation and propagates. Sampling keywords (temperature, top_k, ...) make
         a fresh :class:`Sampler` when none is given."""
+        ids = self._prompt_ids(prompt, add_bos)
+        return self._streamed(sampler, sampling, on_token, lambda smp, cb: self._run(ids, max_tokens, seq, smp, cb))
+
+    def _streamed(self, sampler: Optional[Sampler], sampling: Dict[str, Any], on_token: Optional[Callable[[Token], Any]],
+                  run: Callable[[Sampler, Callable[[int, bytes], int]], Any]) -> Completion:
+        """Runs a generating C call (ikv_generate, ikv_chat_reply) with on_token behind its callback; a sampler made
+        from ``sampling`` when none is given."""
         own = sampler is None
         smp = Sampler(**sampling) if own else sampler
         texts: List[bytes] = []
@@ -292,11 +299,10 @@ class Session(_Owner):
             return 0
 
         try:
-            r = self._run(self._prompt_ids(prompt, add_bos), max_tokens, seq, smp, cb)
+            status, arr, count = run(smp, cb)
         finally:
             if own:
                 smp.close()
-        status, arr, count = r
         cancelled = status == _c.IKV_ERR_CANCELLED
         if not cancelled:
             _check(status)
@@ -326,28 +332,12 @@ class Session(_Owner):
         items = [_message(m) for m in messages]
         for role, content in items:
             self.chat_add(role, content, seq, p)
-        own = sampler is None
-        smp = Sampler(**sampling) if own else sampler
-        texts: List[bytes] = []
-
-        def cb(token: int, text: bytes) -> int:
-            texts.append(text)
-            if on_token is not None and on_token(Token(token, text.decode("utf-8", errors="replace"))) is False:
-                return 1
-            return 0
-
         n = max(_whole("max_tokens", max_tokens), 0)
-        try:
+
+        def run(smp: Sampler, cb: Callable[[int, bytes], int]) -> Any:
             with self._lock:
-                status, arr, count = _c.ikv_chat_reply(n, self.handle, seq, n, smp.handle, cb, p)
-        finally:
-            if own:
-                smp.close()
-        cancelled = status == _c.IKV_ERR_CANCELLED
-        if not cancelled:
-            _check(status)
-        return Completion(arr[:min(count, len(arr))].tolist(), b"".join(texts).decode("utf-8", errors="replace"),
-                          cancelled)
+                return _c.ikv_chat_reply(n, self.handle, seq, n, smp.handle, cb, p)
+        return self._streamed(sampler, sampling, on_token, run)
 
     def chat_stream(self, messages: Sequence[Message], max_tokens: int = 256, *, seq: int = 0,
                     protect: Union[str, ChatProtect] = ChatProtect.SYSTEM, sampler: Optional[Sampler] = None,
