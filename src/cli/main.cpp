@@ -20,6 +20,8 @@ const char *kUsage =
     "  chat        --model PATH [--system TEXT] [--protect system|fair|none] [--max-tokens N] [sampling and\n"
     "              session options]  interactive chat in the model's chat format (ChatML, Llama 3), streamed;\n"
     "              reads stdin; the system prompt and the template's control tokens are protected by default\n"
+    "  bench       -m MODEL[,..] -p 512 -n 128 -t 1,2 -r 5 [-d DEPTH] [-ctk f16] [--policy P --budget B] [-o json]\n"
+    "              prompt and generation speed, measured as llama-bench measures it (its field names in JSON)\n"
     "  eval-chat   --model PATH --cases F.jsonl [--policies LIST --budgets LIST --protect none,system,fair]\n"
     "              what compression does to instructions: KL, top-1, exact answers, compliance, leakage\n"
     "  perplexity  --model PATH --file PATH [--max-tokens N]  perplexity of a text\n"
@@ -84,7 +86,7 @@ int main(int argc, char **argv) {
   }
   const std::string cmd = argv[1];
   static const char *const kCommands[] = {"info", "generate", "perplexity", "eval", "tokenize", "synth",
-                                          "snapshot", "chat", "tune", "eval-chat", "version", "--version"};
+                                          "snapshot", "chat", "tune", "eval-chat", "bench", "version", "--version"};
   bool known = false;
   for (const char *c : kCommands) known = known || cmd == c;
   if (!known) {  // before --help, so that `infokv typo --help` is an error, not a help page
@@ -108,6 +110,7 @@ int main(int argc, char **argv) {
     if (cmd == "chat") return infokv::cli::cmd_chat(argc, argv);
     if (cmd == "tune") return infokv::cli::cmd_tune(argc, argv);
     if (cmd == "eval-chat") return infokv::cli::cmd_eval_chat(argc, argv);
+    if (cmd == "bench") return infokv::cli::cmd_bench(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;

@@ -11,15 +11,15 @@ expect() {  # expect STATUS [ARGS...]
   local got=$?
   if [ "$got" != "$want" ]; then echo "FAIL: infokv $* exited $got, want $want"; cat /tmp/infokv-usage.$$; fail=1; fi
 }
-expect 2 bench --help
-expect 2 bench
+expect 2 benchh --help
+expect 2 nosuchcommand
 expect 2 generat --model x
 expect 2
 expect 0 --help
 expect 0 generate --help
 expect 0 eval -h
 expect 0 version
-"$cli" bench --help 2>&1 | grep -q "unknown command 'bench'" || { echo "FAIL: no message naming the command"; fail=1; }
+"$cli" benchh --help 2>&1 | grep -q "unknown command .benchh." || { echo "FAIL: no message naming the command"; fail=1; }
 rm -f /tmp/infokv-usage.$$
 [ $fail = 0 ] && echo "ok"
 exit $fail
