@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "compress/policy_table.hpp"
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 #include "handles.hpp"
 #include "model/describe.hpp"
 #include "session/generate.hpp"
@@ -16,7 +16,24 @@ using infokv::Status;
 using infokv::fail;
 using infokv::capi::guard;
 
+// Every IKV_* status against infokv::Status (kernels/status.hpp): a change on either side fails to compile.
+static_assert(IKV_OK == static_cast<int32_t>(Status::ok), "status values must agree");
+static_assert(IKV_ERR_INVALID_ARGUMENT == static_cast<int32_t>(Status::invalid_argument), "status values must agree");
+static_assert(IKV_ERR_IO == static_cast<int32_t>(Status::io), "status values must agree");
+static_assert(IKV_ERR_BAD_MODEL == static_cast<int32_t>(Status::bad_model), "status values must agree");
+static_assert(IKV_ERR_UNSUPPORTED == static_cast<int32_t>(Status::unsupported), "status values must agree");
+static_assert(IKV_ERR_OUT_OF_MEMORY == static_cast<int32_t>(Status::out_of_memory), "status values must agree");
 static_assert(IKV_ERR_KV_FULL == static_cast<int32_t>(Status::kv_full), "status values must agree");
+static_assert(IKV_ERR_OUT_OF_RANGE == static_cast<int32_t>(Status::out_of_range), "status values must agree");
+static_assert(IKV_ERR_CANCELLED == static_cast<int32_t>(Status::cancelled), "status values must agree");
+static_assert(IKV_ERR_BAD_SNAPSHOT == static_cast<int32_t>(Status::bad_snapshot), "status values must agree");
+static_assert(IKV_ERR_WRONG_MODEL == static_cast<int32_t>(Status::wrong_model), "status values must agree");
+static_assert(IKV_ERR_VERSION == static_cast<int32_t>(Status::version), "status values must agree");
+static_assert(IKV_ERR_BAD_CONFIG == static_cast<int32_t>(Status::bad_config), "status values must agree");
+static_assert(IKV_ERR_NO_DEVICE == static_cast<int32_t>(Status::no_device), "status values must agree");
+static_assert(IKV_ERR_BUFFER_TOO_SMALL == static_cast<int32_t>(Status::buffer_too_small), "status values must agree");
+static_assert(IKV_ERR_NOT_FOUND == static_cast<int32_t>(Status::not_found), "status values must agree");
+static_assert(IKV_ERR_BAD_STATE == static_cast<int32_t>(Status::bad_state), "status values must agree");
 static_assert(IKV_ERR_BAD_HANDLE == static_cast<int32_t>(Status::bad_handle), "status values must agree");
 static_assert(IKV_ERR_BUSY == static_cast<int32_t>(Status::busy), "status values must agree");
 static_assert(IKV_ERR_INTERNAL == static_cast<int32_t>(Status::internal), "status values must agree");

@@ -1,4 +1,4 @@
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/cuda/elementwise.cuh"
 
 namespace infokv {

@@ -48,7 +48,7 @@ struct DeviceChoice {
 // kAutoPicksCuda in device.cpp); it will pick cuda:0 when a device exists once that is verified.
 DeviceChoice select_device(const std::string &spec);
 
-// Whether this build contains the CUDA backend (CudaOps, kernels/cuda/cuda_ops.cpp): true in CUDA builds.
+// Whether this build contains the CUDA backend (CudaOps, src/backend/cuda/cuda_ops.cpp): true in CUDA builds.
 bool cuda_forward_available();
 
 }  // namespace infokv

@@ -21,7 +21,7 @@ constexpr int64_t kLmRows = 8;
 
 class OpsKvStore final : public KvStore {
  public:
-  OpsKvStore(DeviceOps &ops, const cpu::PagedKv &g, int64_t n_blocks) : ops_(ops), g_(g) {
+  OpsKvStore(DeviceOps &ops, const PagedKv &g, int64_t n_blocks) : ops_(ops), g_(g) {
     ops_.activate();
     pool_.ensure(ops_, static_cast<size_t>(g.block_stride * n_blocks));
     g_.pool = pool_.as<uint8_t>();
@@ -59,7 +59,7 @@ class OpsKvStore final : public KvStore {
  private:
   uint8_t *at(int32_t b) const { return g_.pool + static_cast<int64_t>(b) * g_.block_stride; }
   DeviceOps &ops_;
-  cpu::PagedKv g_;
+  PagedKv g_;
   DevBuf pool_, moves_, scratch_;
 };
 
@@ -109,11 +109,11 @@ class OpsForward final : public DeviceForward {
   }
   double default_pool_fraction() const override { return ops_->default_pool_fraction(); }
 
-  std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
+  std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) override {
     return ops_->make_kv_store(geometry, n_blocks);
   }
 
-  void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
+  void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads,
                     float scale) override {
     DeviceOps &o = *ops_;
     o.activate();
@@ -126,7 +126,7 @@ class OpsForward final : public DeviceForward {
     o.upload(table.as<int32_t>(), kv.block_table, static_cast<size_t>(nb) * 4);
     o.upload(dq.as<float>(), q, static_cast<size_t>(rows * qd) * 4);
     o.zero(dp.as<float>(), static_cast<size_t>(rows * n) * 4);
-    cpu::PagedKv v = kv;
+    PagedKv v = kv;
     v.block_table = table.as<int32_t>();
     for (int32_t r = 0; r < rows; ++r) {
       if (vis[r] <= 0) continue;
@@ -171,7 +171,7 @@ class OpsForward final : public DeviceForward {
     int64_t acc_total = 0;
     for (const ForwardGroup &g : c.groups)
       for (int32_t l = 0; l < nl; ++l) {
-        const cpu::PagedKv v = kv.view(g.seq, l);
+        const PagedKv v = kv.view(g.seq, l);
         const int32_t nb = (v.n_slots + v.block_size - 1) / v.block_size;
         refs.push_back({static_cast<int64_t>(table_host_.size()), acc_total, v.n_slots});
         table_host_.insert(table_host_.end(), v.block_table, v.block_table + nb);
@@ -238,7 +238,7 @@ class OpsForward final : public DeviceForward {
       o.rope(q, pos, T, nh, hd, hp.rope_theta);
       o.rope(k, pos, T, nkv, hd, hp.rope_theta);
       if (rows_mode) {
-        cpu::PagedKv view = kv.view(c.groups[0].seq, l);  // geometry and pool; tables per row
+        PagedKv view = kv.view(c.groups[0].seq, l);  // geometry and pool; tables per row
         view.block_table = table_.as<int32_t>();
         const int32_t *rows = rows_.as<int32_t>();
         o.kv_append_rows(view, rows + 2 * nl * T + 2 * l * T, k, v, T);
@@ -248,7 +248,7 @@ class OpsForward final : public DeviceForward {
       for (size_t gi = 0; gi < c.groups.size() && !rows_mode; ++gi) {
         const std::vector<int64_t> &idx = c.groups[gi].items;
         const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
-        cpu::PagedKv view = kv.view(c.groups[gi].seq, l);  // geometry and pool; the table replaced by the device copy
+        PagedKv view = kv.view(c.groups[gi].seq, l);  // geometry and pool; the table replaced by the device copy
         view.block_table = table_.as<int32_t>() + r.table;
         float *acc = c.attention_acc ? acc_.as<float>() + r.acc : nullptr;
         float *cnt = c.attention_acc ? acc_.as<float>() + acc_total + r.acc : nullptr;
@@ -380,7 +380,7 @@ class OpsForward final : public DeviceForward {
 
 }  // namespace
 
-std::unique_ptr<KvStore> make_ops_kv_store(DeviceOps &ops, const cpu::PagedKv &geometry, int64_t n_blocks) {
+std::unique_ptr<KvStore> make_ops_kv_store(DeviceOps &ops, const PagedKv &geometry, int64_t n_blocks) {
   return std::make_unique<OpsKvStore>(ops, geometry, n_blocks);
 }
 

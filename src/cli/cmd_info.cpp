@@ -4,7 +4,7 @@
 #include "cli/args.hpp"
 #include "model/describe.hpp"
 #include "model/model.hpp"
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 #include <map>
 
 namespace infokv {

@@ -55,7 +55,7 @@ Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_t
     in.head_dim = hp.head_dim;
     in.prefill = st.n_compressions == 0;
     in.spans = &st.spans;
-    in.window_probs = [this](float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
+    in.window_probs = [this](float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads,
                              float scale) { device_->window_probs(out, q, vis, rows, kv, n_heads, scale); };
     double share = 0;
     std::vector<int32_t> &k = plan.keep[static_cast<size_t>(l)];
@@ -73,7 +73,7 @@ void Session::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, st
   kv_->store().read_blocks(L.blocks, raw.data());
   std::vector<int32_t> table(L.blocks.size());
   std::iota(table.begin(), table.end(), 0);
-  cpu::PagedKv view = kv_->view(seq, layer);
+  PagedKv view = kv_->view(seq, layer);
   view.pool = raw.data();
   view.block_table = table.data();
   const int32_t kvh = view.n_kv_heads, hd = view.head_dim, n = L.n();

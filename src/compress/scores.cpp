@@ -73,7 +73,7 @@ std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, i
   if (in.window_probs) {
     in.window_probs(probs.data(), q, vis.data(), take, in.kv, in.n_heads, scale);
   } else {
-    cpu::PagedKv v = in.kv;
+    PagedKv v = in.kv;
     for (int32_t r = 0; r < take; ++r) {
       if (vis[static_cast<size_t>(r)] == 0) continue;
       v.n_slots = vis[static_cast<size_t>(r)];

@@ -13,11 +13,11 @@ namespace infokv {
 
 // Attention probabilities of window query rows over a layer's cached slots, with DeviceForward::window_probs's
 // contract (out[rows, kv.n_slots], row r over slots [0, vis[r])): how a backend scores its own KV pool.
-using WindowProbsFn = std::function<void(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv,
+using WindowProbsFn = std::function<void(float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv,
                                          int32_t n_heads, float scale)>;
 
 struct LayerScoreInput {
-  cpu::PagedKv kv{};
+  PagedKv kv{};
   const LayerSlots *slots = nullptr;
   const std::vector<float> *window_q = nullptr;   // rows of n_heads * head_dim, oldest first
   const std::vector<int32_t> *window_pos = nullptr;

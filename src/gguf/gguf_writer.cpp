@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 #include "snapshot/byte_io.hpp"
 #include "util/error.hpp"
 

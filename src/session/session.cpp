@@ -87,7 +87,7 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   const int64_t device_bytes = device_->describe() == "cpu" ? physical_memory_bytes() : free_bytes;
   kc.n_blocks = default_pool_blocks(hp, opts_, free_bytes, device_->default_pool_fraction(), device_bytes);
   kv_ = std::make_unique<KvCache>(
-      kc, [this](const cpu::PagedKv &g, int64_t n_blocks) { return device_->make_kv_store(g, n_blocks); });
+      kc, [this](const PagedKv &g, int64_t n_blocks) { return device_->make_kv_store(g, n_blocks); });
 }
 
 Session::~Session() = default;

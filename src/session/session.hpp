@@ -14,7 +14,7 @@
 #include "compress/profile.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/model.hpp"
-#include "util/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 
 namespace infokv {
 

@@ -61,7 +61,7 @@ RandomLayer make_layer(std::mt19937 &rng, int32_t n, int32_t w) {
 // Dense softmax attention from the window queries, averaged over queries and heads.
 std::vector<double> naive_window_attention(RandomLayer &r, int32_t n) {
   const int32_t w = static_cast<int32_t>(r.wpos.size());
-  cpu::PagedKv view = r.kv->view(0, 0);
+  PagedKv view = r.kv->view(0, 0);
   std::vector<double> acc(static_cast<size_t>(n), 0.0);
   std::vector<float> kbuf(4);
   for (int32_t t = 0; t < w; ++t) {
@@ -135,7 +135,7 @@ TEST(Scores, WindowAttentionMatchesDenseReference) {
 TEST(Scores, AccumulatedAttentionOfOneQueryEqualsItsMeanProbabilities) {
   std::mt19937 rng(std::random_device{}());
   RandomLayer r = make_layer(rng, 17, 1);
-  cpu::PagedKv view = r.kv->view(0, 0);
+  PagedKv view = r.kv->view(0, 0);
   std::vector<float> acc(17, 0.0f), cnt(17, 0.0f), out(16), probs(17);
   cpu::paged_attention(out.data(), r.wq.data(), 1, r.n_heads, view, 17, 0.5f, acc.data(), cnt.data(), nullptr);
   cpu::attention_probs_mean(probs.data(), r.wq.data(), 1, r.n_heads, view, 17, 0.5f);

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 #include "gguf/gguf.hpp"
 #include "model/model.hpp"
 #include "model/weight_check.hpp"

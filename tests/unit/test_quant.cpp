@@ -12,7 +12,7 @@
 #include <set>
 #include <unistd.h>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 #include "gguf_builder.hpp"
 #include "kernels/ops.hpp"
 #include "model/model.hpp"
@@ -20,8 +20,8 @@
 #include "quant_blocks.hpp"
 #include "test_paths.hpp"
 #include "util/error.hpp"
-#include "util/fp16.hpp"
-#include "util/thread_pool.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 
 using infokv::GgmlType;
 using infokv_test::GgufBuilder;

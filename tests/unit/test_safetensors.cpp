@@ -17,7 +17,7 @@
 #include "model/safetensors_writer.hpp"
 #include "util/error.hpp"
 #include "util/file_io.hpp"
-#include "util/fp16.hpp"
+#include "kernels/fp16.hpp"
 #include "util/json_reader.hpp"
 
 using infokv::Error;
