@@ -18,19 +18,6 @@ void require(bool cond, const char *msg) {
   if (!cond) fail(Status::invalid_argument, msg);
 }
 
-int32_t copy_text(char *out, size_t capacity, size_t *out_len, const std::string &s) {
-  require(out_len != nullptr, "out_len must not be NULL");
-  require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
-  *out_len = s.size();
-  if (capacity < s.size() + 1) {
-    if (out != nullptr && capacity > 0) out[0] = '\0';
-    return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "buffer of " + std::to_string(capacity) + " bytes is too small; " +
-                                                                   std::to_string(s.size() + 1) + " needed");
-  }
-  std::memcpy(out, s.data(), s.size());
-  out[s.size()] = '\0';
-  return IKV_OK;
-}
 
 int32_t new_config(ikv_config **out, infokv::Config &&c) {
   auto h = std::make_unique<ikv_config>();
@@ -101,7 +88,7 @@ int32_t ikv_config_to_json(char *out, size_t capacity, size_t *out_len, const ik
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
     const auto cfg = infokv::capi::use(config, "config");
-    return copy_text(out, capacity, out_len, infokv::config_to_json(cfg->config));
+    return infokv::capi::copy_out_text(out, capacity, out_len, infokv::config_to_json(cfg->config));
   });
 }
 
@@ -112,12 +99,7 @@ int32_t ikv_config_to_binary(void *out, size_t capacity, size_t *out_len, const 
     require(out_len != nullptr, "out_len must not be NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
     const std::vector<uint8_t> b = infokv::config_to_binary(cfg->config);
-    *out_len = b.size();
-    if (capacity < b.size())
-      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "buffer of " + std::to_string(capacity) + " bytes is too small; " +
-                                                                     std::to_string(b.size()) + " needed");
-    std::memcpy(out, b.data(), b.size());
-    return IKV_OK;
+    return infokv::capi::copy_out(out, capacity, out_len, b.data(), b.size());
   });
 }
 
@@ -129,7 +111,7 @@ int32_t ikv_config_get_model_path(char *out, size_t capacity, size_t *out_len, c
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
     const auto cfg = infokv::capi::use(config, "config");
-    return copy_text(out, capacity, out_len, cfg->config.model_path);
+    return infokv::capi::copy_out_text(out, capacity, out_len, cfg->config.model_path);
   });
 }
 
@@ -164,10 +146,9 @@ int32_t ikv_session_create_with_config(ikv_session **out, ikv_model *model, cons
     auto s = std::make_unique<ikv_session>();
     infokv::SessionOptions so = c.session;
     so.device = c.device;  // "cuda" without a usable GPU fails here with IKV_ERR_NO_DEVICE
+    so.protect_prefix = c.protect_prefix;  // every sequence the session adds, sequence 0 included
     s->session = std::make_unique<infokv::Session>(mdl->model, so);
-    s->protect_prefix = c.protect_prefix;
-    const int32_t id = s->session->add_sequence();
-    if (c.protect_prefix > 0) s->session->protect(id, infokv::ProtectedSpan{0, c.protect_prefix, false});
+    s->session->add_sequence();
     *out = infokv::capi::register_handle(std::move(s));
     return IKV_OK;
   });
@@ -252,7 +233,7 @@ int32_t ikv_snapshot_inspect(char *out, size_t capacity, size_t *out_len, const 
   return guard([&] {
     require(path != nullptr, "path must not be NULL");
     infokv::snapshot::FileSource src(path);
-    return copy_text(out, capacity, out_len, infokv::snapshot::summary_json(infokv::snapshot::inspect(src)));
+    return infokv::capi::copy_out_text(out, capacity, out_len, infokv::snapshot::summary_json(infokv::snapshot::inspect(src)));
   });
 }
 
@@ -303,7 +284,7 @@ int32_t ikv_session_profile_tag(char *out, size_t capacity, size_t *out_len, con
     const infokv::TuningProfile *p = sess->session->profile();
     require(out_len != nullptr, "out_len must not be NULL");
     if (p == nullptr) fail(Status::bad_state, "the session has no tuning profile");
-    return copy_text(out, capacity, out_len, p->tag);
+    return infokv::capi::copy_out_text(out, capacity, out_len, p->tag);
   });
 }
 

@@ -63,20 +63,6 @@ void require(bool cond, const char *msg) {
   if (!cond) fail(Status::invalid_argument, msg);
 }
 
-// Copies a string into a caller buffer with the size-query protocol.
-int32_t copy_out(char *out, size_t capacity, size_t *out_len, const std::string &s) {
-  *out_len = s.size();
-  if (capacity < s.size() + 1) {
-    if (out != nullptr && capacity > 0) out[0] = '\0';
-    return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL,
-                                     "buffer of " + std::to_string(capacity) + " bytes is too small; " +
-                                         std::to_string(s.size() + 1) + " needed");
-  }
-  std::memcpy(out, s.data(), s.size());
-  out[s.size()] = '\0';
-  return IKV_OK;
-}
-
 // Sizes of the ikv_session_options revisions: a caller built against an older header passes its own (smaller)
 // struct_size and version, and the fields it lacks keep their defaults. Each revision ends where the next one's
 // first field begins (not at sizeof: trailing padding may differ by platform).
@@ -149,10 +135,16 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   return so;
 }
 
+// Size of revision 1 of ikv_sampler_options: a caller built against a later header passes a larger struct_size,
+// and one built against this or an earlier revision at least this. Fields a later revision adds are read only when
+// the caller's struct_size and version cover them.
+constexpr size_t kSamplerOptionsV1Size = offsetof(ikv_sampler_options, seed) + sizeof(uint64_t);
+static_assert(IKV_SAMPLER_OPTIONS_VERSION == 1, "a new ikv_sampler_options revision needs its size and reader here");
+
 infokv::SamplerParams to_sampler_params(const ikv_sampler_options *o) {
   infokv::SamplerParams p;
   if (o == nullptr) return p;
-  require(o->struct_size >= sizeof(ikv_sampler_options), "ikv_sampler_options.struct_size is too small (initialise with IKV_SAMPLER_OPTIONS_INIT)");
+  require(o->struct_size >= kSamplerOptionsV1Size, "ikv_sampler_options.struct_size is too small (initialise with IKV_SAMPLER_OPTIONS_INIT)");
   require(o->version >= 1, "ikv_sampler_options.version must be >= 1");
   p.temperature = o->temperature;
   p.top_k = o->top_k;
@@ -244,7 +236,7 @@ int32_t ikv_model_describe(char *out, size_t capacity, size_t *out_len, const ik
     const auto mdl = infokv::capi::use(model, "model");
     require(out_len != nullptr, "out_len must not be NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
-    return copy_out(out, capacity, out_len, infokv::describe_json(*mdl->model));
+    return infokv::capi::copy_out_text(out, capacity, out_len, infokv::describe_json(*mdl->model));
   });
 }
 
@@ -275,7 +267,7 @@ int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, const ikv_mo
     require(tokens != nullptr || n_tokens == 0, "tokens is NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
     std::vector<int32_t> ids(tokens, tokens + n_tokens);
-    return copy_out(out, capacity, out_len, mdl->model->tokenizer().decode(ids));
+    return infokv::capi::copy_out_text(out, capacity, out_len, mdl->model->tokenizer().decode(ids));
   });
 }
 
@@ -308,9 +300,7 @@ int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session) {
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");
     require(out_seq != nullptr, "out_seq must not be NULL");
-    const int32_t id = sess->session->add_sequence();
-    if (sess->protect_prefix > 0) sess->session->protect(id, infokv::ProtectedSpan{0, sess->protect_prefix, false});
-    *out_seq = id;
+    *out_seq = sess->session->add_sequence();
     return IKV_OK;
   });
 }

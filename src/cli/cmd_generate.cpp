@@ -304,6 +304,7 @@ int cmd_generate(int argc, char **argv) {
   if (!load_path.empty()) snapshot_defaults(a, load_path, base, sp);
   sp = sampler_from(a, sp);
   SessionOptions so = session_options_from(a, base);
+  so.protect_prefix = protect_prefix;  // the new sequence's (a restored one keeps its saved spans)
   const std::optional<TuningProfile> profile = profile_from_args(a);
 
   auto model = Model::load(path);
@@ -321,7 +322,6 @@ int cmd_generate(int argc, char **argv) {
   } else {
     seq = session.add_sequence();
     prompt = encode_prompt(a, *model, prompt_text);
-    if (protect_prefix > 0) session.protect(seq, ProtectedSpan{0, protect_prefix, false});
   }
 
   JsonObject out;

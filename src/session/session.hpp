@@ -34,6 +34,9 @@ struct SessionOptions {
   // callers bounds it; add_sequence, fork_sequence and restore beyond it throw out_of_range and change nothing.
   int32_t max_sequences = defaults::max_sequences;
   CompressionConfig compression;
+  // Positions [0, protect_prefix) of every sequence add_sequence() makes are protected from eviction (a system
+  // prompt, say); forks keep their source's spans and restored sequences the saved ones. 0: none.
+  int64_t protect_prefix = 0;
   // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with
   // Status::no_device; "auto" uses the CPU (see src/backend/README.md). C callers set it in
   // ikv_session_options.device.

@@ -369,3 +369,27 @@ TEST(Compression, FullPoolTriggersCompressionInsteadOfFailing) {
   Sampler smp2(SamplerParams{});
   EXPECT_THROW(generate(s2, id2, text_tokens(60), 100, smp2, nullptr), Error);
 }
+
+// SessionOptions::protect_prefix protects the start of every sequence add_sequence() makes; forks keep their
+// source's spans (no second one), and a negative prefix is refused when the session is made.
+TEST(Protection, ProtectPrefixCoversEveryAddedSequence) {
+  SessionOptions o;
+  o.protect_prefix = 5;
+  Session s(stories(), o);
+  const int32_t a = s.add_sequence(), b = s.add_sequence();
+  for (int32_t id : {a, b}) {
+    ASSERT_EQ(s.protected_spans(id).size(), 1u);
+    EXPECT_EQ(s.protected_spans(id)[0].begin, 0);
+    EXPECT_EQ(s.protected_spans(id)[0].end, 5);
+    EXPECT_FALSE(s.protected_spans(id)[0].fair);
+  }
+  s.protect(a, ProtectedSpan{10, 12, true});
+  const int32_t f = s.fork_sequence(a);
+  EXPECT_EQ(s.protected_spans(f).size(), 2u);
+  SessionOptions none;
+  Session plain(stories(), none);
+  EXPECT_TRUE(plain.protected_spans(plain.add_sequence()).empty());
+  SessionOptions bad;
+  bad.protect_prefix = -1;
+  EXPECT_THROW(Session(stories(), bad), Error);
+}
