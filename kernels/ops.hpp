@@ -91,9 +91,6 @@ void kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *
 // vector is zero), accumulated in double. hidden: [n_layer, n, d]; out: [n_layer, n].
 void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d);
 
-// out[n_rows, n] = softmax(x[n_rows, n]) per row (out may equal x).
-void softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n);
-
 // out[r] = topk_entropy(logits + r * n, n, top_k) for r < n_rows.
 void topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k);
 

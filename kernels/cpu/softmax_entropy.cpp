@@ -1,4 +1,4 @@
-// Row softmax, top-k entropy (one row and a batch of rows) and the per-layer representation change. CUDA twins:
+// Top-k entropy (one row and a batch of rows) and the per-layer representation change. CUDA twins:
 // kernels/cuda/softmax_entropy.cu.
 #include <algorithm>
 #include <cmath>
@@ -56,21 +56,6 @@ void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n
     }
 }
 
-void softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n) {
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const float *xr = x + r * n;
-    float *o = out + r * n;
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, xr[i]);
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      o[i] = std::exp(xr[i] - mx);
-      sum += o[i];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t i = 0; i < n; ++i) o[i] *= inv;
-  }
-}
 
 void topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k) {
   for (int64_t r = 0; r < n_rows; ++r) out[r] = topk_entropy(logits + r * n, n, top_k);

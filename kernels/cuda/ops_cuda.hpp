@@ -81,8 +81,6 @@ Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n
                             int32_t visible0, float scale, Stream *stream);
 
 // ---- softmax_entropy.cu ----
-// out[n_rows, n] = softmax(x[n_rows, n]) row by row (out may equal x).
-Status softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n, Stream *stream);
 // out[n_rows] = entropy (nats) of softmax over the top_k largest of each row of logits[n_rows, n] (top_k <= 0: all).
 Status topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k, Stream *stream);
 // out[l, t] = 1 - cos(hidden[l, t], hidden[n_layer - 1, t]) as cpu::rep_change_rows (double accumulation).

@@ -85,12 +85,6 @@ int64_t KvCache::seq_host_bytes(int32_t id) const {
   return n;
 }
 
-int64_t KvCache::seq_bytes(int32_t id) const {
-  int64_t n = 0;
-  for (const LayerSlots &L : seq(id).layers) n += static_cast<int64_t>(L.blocks.size());
-  return n * block_bytes_;
-}
-
 std::vector<int32_t> KvCache::sequence_ids() const {
   std::vector<int32_t> ids;
   for (const auto &kv : seqs_) ids.push_back(kv.first);

@@ -87,8 +87,6 @@ class KvCache {
   KvStats stats() const;
   // Host bytes of one sequence's cache state (see KvStats::host_bytes), by vector capacity.
   int64_t seq_host_bytes(int32_t seq) const;
-  // Bytes that the kept tokens of `seq` occupy, block rounding included (shared blocks counted in full).
-  int64_t seq_bytes(int32_t seq) const;
 
   bool has(int32_t seq) const { return seqs_.count(seq) != 0; }
   std::vector<int32_t> sequence_ids() const;

@@ -99,9 +99,9 @@ class Session {
   // Logits of the flagged items of the last decode, in batch order: [n_flagged * n_vocab].
   const std::vector<float> &batch_logits() const { return batch_logits_; }
 
-  // Compression. protect() marks a span of positions; compress() runs the policy now (to `budget_tokens` per layer
-  // when > 0, otherwise the configured budget).
-  CompressionConfig &compression() { return opts_.compression; }
+  // Compression. set_compression() validates and replaces the configuration (options().compression reads it);
+  // protect() marks a span of positions; compress() runs the policy now (to `budget_tokens` per layer when > 0,
+  // otherwise the configured budget).
   void set_compression(const CompressionConfig &c);
   void protect(int32_t seq, const ProtectedSpan &span);
   const std::vector<ProtectedSpan> &protected_spans(int32_t seq) const;

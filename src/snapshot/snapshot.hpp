@@ -8,10 +8,20 @@
 
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 
 namespace infokv {
 namespace snapshot {
+
+// The byte streams a snapshot is written to and read from (util/byte_io.hpp), by their snapshot:: names too.
+using ::infokv::ByteSink;
+using ::infokv::ByteSource;
+using ::infokv::CountingSink;
+using ::infokv::FileSink;
+using ::infokv::FileSource;
+using ::infokv::MemorySource;
+using ::infokv::SpanSink;
+using ::infokv::VectorSink;
 
 constexpr uint32_t kFormatVersion = 1;     // what this version writes
 constexpr uint32_t kMinReaderVersion = 1;  // the oldest reader that can read what this version writes

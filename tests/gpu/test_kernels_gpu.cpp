@@ -430,17 +430,12 @@ TEST_F(Gpu, AttentionProbsMeanMatchesCpu) {
   }
 }
 
-TEST_F(Gpu, SoftmaxAndTopkEntropyMatchCpu) {
+TEST_F(Gpu, TopkEntropyMatchesCpu) {
   const int64_t rows = 3;
   for (int32_t n : {100, 32000, 128256}) {
     auto x = randn(static_cast<size_t>(rows * n), g_, 4.0f);
     x[10] = x[11] = x[12] = 9.0f;  // ties near the top
-    std::vector<float> want(x.size());
-    cpu::softmax_rows(want.data(), x.data(), rows, n);
     auto dx = up(x);
-    DeviceBuffer dout(x.size() * 4);
-    ASSERT_EQ(cuda::softmax_rows(dout.as<float>(), dx.as<float>(), rows, n, nullptr), Status::ok);
-    expect_close(down<float>(dout, x.size()), want, 1e-4, 1e-9, "softmax n=" + std::to_string(n));
     for (int32_t k : {0, 1, 2, 64, 256, n}) {
       std::vector<double> we(rows);
       cpu::topk_entropy_rows(we.data(), x.data(), rows, n, k);

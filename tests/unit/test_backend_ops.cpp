@@ -11,7 +11,7 @@
 #include "backend/device_ops.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
 #include "test_paths.hpp"
 #include "util/error.hpp"
