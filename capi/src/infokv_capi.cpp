@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "compress/policy_table.hpp"
-#include "kernels/ggml_types.hpp"
 #include "handles.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/describe.hpp"
 #include "session/generate.hpp"
 

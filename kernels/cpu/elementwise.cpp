@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/ggml_types.hpp"
 #include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 
 namespace infokv {

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/ggml_types.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
-#include "kernels/ops.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "kernels/ggml_types.hpp"
+#include "kernels/ops.hpp"
 
 namespace infokv {
 namespace cpu {

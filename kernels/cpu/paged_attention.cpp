@@ -7,11 +7,11 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/kv_rows.hpp"
-#include "kernels/ops.hpp"
 #include "kernels/cpu/cpu_features.hpp"
-#include "kernels/fp16.hpp"
+#include "kernels/cpu/kv_rows.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ops.hpp"
 
 namespace infokv {
 namespace cpu {

@@ -2,9 +2,9 @@
 // and expanded once at load. The block functions are the CPU's own (kernels/cpu/dequant.hpp, compiled for both
 // sides), and so is the f32 -> f16 rounding (kernels/fp16.hpp): the twin cpu::dequantize_f16 is bit-exact by
 // construction.
-#include "kernels/ggml_types.hpp"
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/cuda/common.cuh"
+#include "kernels/ggml_types.hpp"
 
 namespace infokv {
 namespace cuda {

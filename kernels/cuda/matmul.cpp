@@ -9,8 +9,8 @@
 #include <mutex>
 #include <string>
 
-#include "kernels/ggml_types.hpp"
 #include "kernels/cuda/runtime.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/status.hpp"
 
 namespace infokv {

@@ -7,12 +7,12 @@
 #include <memory>
 #include <set>
 
-#include "kernels/ggml_types.hpp"
 #include "gguf/gguf.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
 #include "model/weight_check.hpp"
 #include "util/error.hpp"
-#include "kernels/fp16.hpp"
 #include "util/json_reader.hpp"
 
 namespace infokv {

@@ -12,9 +12,9 @@
 #include "compress/auto_policy.hpp"
 #include "compress/policy.hpp"
 #include "compress/profile.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/model.hpp"
-#include "kernels/cpu/thread_pool.hpp"
 
 namespace infokv {
 

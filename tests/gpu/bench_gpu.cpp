@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "backend/device.hpp"
-#include "kernels/ggml_types.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/runtime.hpp"
+#include "kernels/ggml_types.hpp"
 
 using namespace infokv;
 using cuda::DeviceBuffer;

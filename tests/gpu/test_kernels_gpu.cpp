@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "backend/device.hpp"
-#include "kernels/ggml_types.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/runtime.hpp"
-#include "kernels/ops.hpp"
-#include "tests/unit/random_inputs.hpp"
-#include "tests/unit/quant_blocks.hpp"
 #include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
+#include "kernels/ops.hpp"
+#include "tests/unit/quant_blocks.hpp"
+#include "tests/unit/random_inputs.hpp"
 
 using namespace infokv;
 using cuda::DeviceBuffer;

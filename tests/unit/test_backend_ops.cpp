@@ -9,13 +9,13 @@
 
 #include "backend/device_forward.hpp"
 #include "backend/device_ops.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
-#include "util/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
 #include "test_paths.hpp"
+#include "util/byte_io.hpp"
 #include "util/error.hpp"
-#include "kernels/cpu/thread_pool.hpp"
 
 using namespace infokv;
 

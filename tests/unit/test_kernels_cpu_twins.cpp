@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 #include "random_inputs.hpp"
-#include "kernels/fp16.hpp"
 
 using namespace infokv;
 

@@ -10,9 +10,9 @@
 
 #include "backend/cuda/cuda_backend.hpp"
 #include "backend/device_ops.hpp"
-#include "kernels/ggml_types.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/runtime.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 
