@@ -48,8 +48,9 @@ std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<
 // The observation window a fixed policy always keeps (tova: the last token; streaming: none), at most n.
 int32_t policy_window(const CompressionConfig &c, int32_t budget, int32_t n);
 
-// A fixed policy's score for each of the first n_cand slots (higher: keep), w being its window. Throws
-// Error(internal) for none and auto, which have no score of their own.
+// A fixed policy's score for each of the first n_cand slots (higher: keep), w being its window: the scorer of its
+// row in the policy table (compress/policy_<name>.cpp). Throws Error(internal) for none and auto, which have no
+// score of their own.
 std::vector<float> policy_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
 
 // The selection every policy shares: keeps the last w slots, the never-evicted spans, and the best of the other
