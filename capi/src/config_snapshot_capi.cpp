@@ -41,18 +41,19 @@ int32_t restore_from(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_
       return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot holds " + std::to_string(n) +
                                                                      " sequences; the id buffer holds " + std::to_string(capacity));
   }
-  // The sampler is committed only with the sequences (the file may have changed since it was counted).
-  std::unique_ptr<infokv::Sampler> staged_sampler;
-  if (sampler != nullptr) staged_sampler = std::make_unique<infokv::Sampler>(*samp->sampler);
-  const std::vector<int32_t> ids = infokv::snapshot::restore(*sess->session, staged_sampler.get(), src);
-  *out_count = ids.size();
-  if (out_seqs != nullptr && ids.size() > capacity) {
-    for (int32_t id : ids) sess->session->remove_sequence(id);
-    return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot changed while it was read and now holds " +
-                                                                   std::to_string(ids.size()) + " sequences");
+  // The file may have changed since it was counted: the restore checks the buffer again against the header it
+  // restores from, and then restores nothing and leaves the sampler as it was.
+  int64_t announced = -1;
+  std::vector<int32_t> ids;
+  try {
+    ids = infokv::snapshot::restore(*sess->session, sampler != nullptr ? samp->sampler.get() : nullptr, src,
+                                    out_seqs != nullptr ? capacity : SIZE_MAX, &announced);
+  } catch (const infokv::Error &e) {
+    if (e.status() == Status::buffer_too_small && announced >= 0) *out_count = static_cast<size_t>(announced);
+    throw;
   }
+  *out_count = ids.size();
   if (out_seqs != nullptr) std::copy(ids.begin(), ids.end(), out_seqs);
-  if (sampler != nullptr) *samp->sampler = std::move(*staged_sampler);
   return IKV_OK;
 }
 

@@ -127,6 +127,8 @@ struct Capacity {
   int64_t free_blocks = 0;
   int32_t block_size = 1;
   const Session *session = nullptr;  // whose max_sequences the header's sequence count must fit
+  size_t max_sequences = SIZE_MAX;   // the most sequences the caller can take (see restore())
+  int64_t *announced = nullptr;      // receives the header's sequence count (may be null)
 };
 
 int64_t blocks_for(int64_t kept, int32_t block_size) { return (kept + block_size - 1) / block_size; }
@@ -429,7 +431,12 @@ void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const 
 void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity *cap, Summary &sum) {
   ChunkReader rd(in);
   const int32_t n_sequences = read_header(rd, model, staged, sum);
-  // Refused from the header, before any sequence is read or staged.
+  // Refused from the header, before any sequence is read or staged: more sequences than the caller can take, or
+  // than the session may hold.
+  if (cap != nullptr && cap->announced != nullptr) *cap->announced = n_sequences;
+  if (cap != nullptr && static_cast<size_t>(n_sequences) > cap->max_sequences)
+    fail(Status::buffer_too_small, "the snapshot holds " + std::to_string(n_sequences) + " sequences; the caller takes at most " +
+                                       std::to_string(cap->max_sequences));
   if (cap != nullptr && cap->session != nullptr) cap->session->check_room_for_sequences(n_sequences);
   int64_t need = 0;  // pool blocks of the sequences read so far
   const RowLayout lay(sum);
@@ -458,13 +465,13 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity
 
 }  // namespace
 
-std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in) {
+std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in, size_t max_sequences, int64_t *announced) {
   Staged staged;
   Summary sum;
   KvCache &kv = session.kv();
   const KvConfig &kc = kv.config();
   const int32_t bs = kc.block_size;
-  const Capacity cap{kv.free_blocks(), bs, &session};
+  const Capacity cap{kv.free_blocks(), bs, &session, max_sequences, announced};
   read_all(in, &session.model(), &staged, &cap, sum);
   int64_t need = 0;  // checked again from what was staged: the commit below takes exactly this many
   for (const StagedSeq &s : staged.seqs)
