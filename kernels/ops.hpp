@@ -1,15 +1,14 @@
-// Device operations of the decoder. Each has a CPU implementation in kernels/cpu/; the CUDA backend provides
-// twins with the same signatures in kernels/cuda/ (compared in tests). Pointers are row-major; shapes in comments.
+// Operations of the decoder on host memory: the CPU kernels, one family per file of kernels/cpu/ named like its CUDA
+// twin's file in kernels/cuda/ (declared in kernels/cuda/ops_cuda.hpp with the same parameters, a stream in place of
+// the ThreadPool; compared in tests). Pointers are row-major; shapes in comments.
 #pragma once
 #include <cstdint>
+
+#include "kernels/paged_kv.hpp"
 
 namespace infokv {
 
 class ThreadPool;
-
-enum class KvDtype : int32_t { f32 = 1, f16 = 2, bf16 = 3 };
-inline int kv_dtype_size(KvDtype t) { return t == KvDtype::f32 ? 4 : 2; }
-const char *kv_dtype_name(KvDtype t);
 
 namespace cpu {
 
@@ -45,19 +44,6 @@ void add_inplace(float *x, const float *y, int64_t n);
 // Converts row `row` of an embedding table emb[rows, d] of ggml type `type` to f32. False for unsupported types.
 bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d);
 
-// A sequence's KV for one layer, as a paged view. Block b holds, for `block_size` token slots,
-// K then V: pool + b * block_stride -> [2][n_kv_heads][block_size][head_dim] elements of `dtype`.
-struct PagedKv {
-  uint8_t *pool;
-  int64_t block_stride;       // bytes per block
-  const int32_t *block_table; // [ceil(n_slots / block_size)]
-  int32_t n_slots;            // kept tokens of the layer (valid slots)
-  int32_t block_size;
-  int32_t n_kv_heads;
-  int32_t head_dim;
-  KvDtype dtype;
-};
-
 // Writes k, v [n, n_kv_heads, head_dim] into slots [first_slot, first_slot + n) of the paged view.
 void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n);
 
@@ -78,8 +64,6 @@ void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_h
 
 // Entropy (nats) of softmax(logits[n]) restricted to its top_k values, renormalised (top_k <= 0: all).
 double topk_entropy(const float *logits, int32_t n, int32_t top_k);
-
-// ---- twins added for the CUDA backend (kernels/cuda/ops_cuda.hpp has the device versions) ----
 
 // dst[n] (dst_type) = src[n] (src_type), any pair of f32/f16/bf16, round to nearest even.
 void convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int64_t n);
@@ -106,9 +90,6 @@ void kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *
 // Representation change per layer: out[l, t] = 1 - cos(hidden[l, t], hidden[n_layer - 1, t]) (0 where either
 // vector is zero), accumulated in double. hidden: [n_layer, n, d]; out: [n_layer, n].
 void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d);
-
-// out[n_rows, n] = softmax(x[n_rows, n]) per row (out may equal x).
-void softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n);
 
 // out[r] = topk_entropy(logits + r * n, n, top_k) for r < n_rows.
 void topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k);

@@ -9,12 +9,9 @@
 using infokv::Status;
 using infokv::fail;
 using infokv::capi::guard;
+using infokv::capi::require;
 
 namespace {
-
-void require(bool cond, const char *msg) {
-  if (!cond) fail(Status::invalid_argument, msg);
-}
 
 infokv::ChatProtect protect_of(int32_t p) {
   if (p != IKV_CHAT_PROTECT_SYSTEM && p != IKV_CHAT_PROTECT_NONE && p != IKV_CHAT_PROTECT_FAIR)
@@ -68,19 +65,11 @@ int32_t ikv_chat_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_coun
       fail(Status::unsupported, "the model has no chat template infokv knows (ChatML or Llama 3)");
     std::vector<infokv::ChatMessage> msgs;
     if (!m.role.empty() || add_generation_prompt == 0) {
-      infokv::ChatMessage checked = m;
-      bool ok = !checked.role.empty() && checked.role.size() <= 32;
-      for (char c : checked.role) ok = ok && ((c >= 'a' && c <= 'z') || c == '_');
-      require(ok, "chat role must be a lower-case word (system, user, assistant, ...)");
-      msgs.push_back(std::move(checked));
+      infokv::check_chat_role(m.role);
+      msgs.push_back(m);
     }
-    const std::vector<int32_t> ids = t.encode(md.tokenizer(), msgs, add_generation_prompt != 0, first != 0);
-    *out_count = ids.size();
-    if (capacity < ids.size())
-      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "token buffer holds " + std::to_string(capacity) + ", " +
-                                                                     std::to_string(ids.size()) + " needed");
-    std::copy(ids.begin(), ids.end(), out_tokens);
-    return IKV_OK;
+    return infokv::capi::copy_out_ids(out_tokens, capacity, out_count,
+                                      t.encode(md.tokenizer(), msgs, add_generation_prompt != 0, first != 0));
   });
 }
 

@@ -11,26 +11,10 @@
 using infokv::Status;
 using infokv::fail;
 using infokv::capi::guard;
+using infokv::capi::require;
 
 namespace {
 
-void require(bool cond, const char *msg) {
-  if (!cond) fail(Status::invalid_argument, msg);
-}
-
-int32_t copy_text(char *out, size_t capacity, size_t *out_len, const std::string &s) {
-  require(out_len != nullptr, "out_len must not be NULL");
-  require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
-  *out_len = s.size();
-  if (capacity < s.size() + 1) {
-    if (out != nullptr && capacity > 0) out[0] = '\0';
-    return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "buffer of " + std::to_string(capacity) + " bytes is too small; " +
-                                                                   std::to_string(s.size() + 1) + " needed");
-  }
-  std::memcpy(out, s.data(), s.size());
-  out[s.size()] = '\0';
-  return IKV_OK;
-}
 
 int32_t new_config(ikv_config **out, infokv::Config &&c) {
   auto h = std::make_unique<ikv_config>();
@@ -54,18 +38,19 @@ int32_t restore_from(int32_t *out_seqs, size_t capacity, size_t *out_count, ikv_
       return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot holds " + std::to_string(n) +
                                                                      " sequences; the id buffer holds " + std::to_string(capacity));
   }
-  // The sampler is committed only with the sequences (the file may have changed since it was counted).
-  std::unique_ptr<infokv::Sampler> staged_sampler;
-  if (sampler != nullptr) staged_sampler = std::make_unique<infokv::Sampler>(*samp->sampler);
-  const std::vector<int32_t> ids = infokv::snapshot::restore(*sess->session, staged_sampler.get(), src);
-  *out_count = ids.size();
-  if (out_seqs != nullptr && ids.size() > capacity) {
-    for (int32_t id : ids) sess->session->remove_sequence(id);
-    return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "the snapshot changed while it was read and now holds " +
-                                                                   std::to_string(ids.size()) + " sequences");
+  // The file may have changed since it was counted: the restore checks the buffer again against the header it
+  // restores from, and then restores nothing and leaves the sampler as it was.
+  int64_t announced = -1;
+  std::vector<int32_t> ids;
+  try {
+    ids = infokv::snapshot::restore(*sess->session, sampler != nullptr ? samp->sampler.get() : nullptr, src,
+                                    out_seqs != nullptr ? capacity : SIZE_MAX, &announced);
+  } catch (const infokv::Error &e) {
+    if (e.status() == Status::buffer_too_small && announced >= 0) *out_count = static_cast<size_t>(announced);
+    throw;
   }
+  *out_count = ids.size();
   if (out_seqs != nullptr) std::copy(ids.begin(), ids.end(), out_seqs);
-  if (sampler != nullptr) *samp->sampler = std::move(*staged_sampler);
   return IKV_OK;
 }
 
@@ -101,7 +86,7 @@ int32_t ikv_config_to_json(char *out, size_t capacity, size_t *out_len, const ik
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
     const auto cfg = infokv::capi::use(config, "config");
-    return copy_text(out, capacity, out_len, infokv::config_to_json(cfg->config));
+    return infokv::capi::copy_out_text(out, capacity, out_len, infokv::config_to_json(cfg->config));
   });
 }
 
@@ -112,12 +97,7 @@ int32_t ikv_config_to_binary(void *out, size_t capacity, size_t *out_len, const 
     require(out_len != nullptr, "out_len must not be NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
     const std::vector<uint8_t> b = infokv::config_to_binary(cfg->config);
-    *out_len = b.size();
-    if (capacity < b.size())
-      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "buffer of " + std::to_string(capacity) + " bytes is too small; " +
-                                                                     std::to_string(b.size()) + " needed");
-    std::memcpy(out, b.data(), b.size());
-    return IKV_OK;
+    return infokv::capi::copy_out(out, capacity, out_len, b.data(), b.size());
   });
 }
 
@@ -129,7 +109,7 @@ int32_t ikv_config_get_model_path(char *out, size_t capacity, size_t *out_len, c
   if (out_len != nullptr) *out_len = 0;
   return guard([&] {
     const auto cfg = infokv::capi::use(config, "config");
-    return copy_text(out, capacity, out_len, cfg->config.model_path);
+    return infokv::capi::copy_out_text(out, capacity, out_len, cfg->config.model_path);
   });
 }
 
@@ -164,10 +144,9 @@ int32_t ikv_session_create_with_config(ikv_session **out, ikv_model *model, cons
     auto s = std::make_unique<ikv_session>();
     infokv::SessionOptions so = c.session;
     so.device = c.device;  // "cuda" without a usable GPU fails here with IKV_ERR_NO_DEVICE
+    so.protect_prefix = c.protect_prefix;  // every sequence the session adds, sequence 0 included
     s->session = std::make_unique<infokv::Session>(mdl->model, so);
-    s->protect_prefix = c.protect_prefix;
-    const int32_t id = s->session->add_sequence();
-    if (c.protect_prefix > 0) s->session->protect(id, infokv::ProtectedSpan{0, c.protect_prefix, false});
+    s->session->add_sequence();
     *out = infokv::capi::register_handle(std::move(s));
     return IKV_OK;
   });
@@ -253,7 +232,7 @@ int32_t ikv_snapshot_inspect(char *out, size_t capacity, size_t *out_len, const 
   return guard([&] {
     require(path != nullptr, "path must not be NULL");
     infokv::snapshot::FileSource src(path);
-    return copy_text(out, capacity, out_len, infokv::snapshot::summary_json(infokv::snapshot::inspect(src)));
+    return infokv::capi::copy_out_text(out, capacity, out_len, infokv::snapshot::summary_json(infokv::snapshot::inspect(src)));
   });
 }
 
@@ -304,7 +283,7 @@ int32_t ikv_session_profile_tag(char *out, size_t capacity, size_t *out_len, con
     const infokv::TuningProfile *p = sess->session->profile();
     require(out_len != nullptr, "out_len must not be NULL");
     if (p == nullptr) fail(Status::bad_state, "the session has no tuning profile");
-    return copy_text(out, capacity, out_len, p->tag);
+    return infokv::capi::copy_out_text(out, capacity, out_len, p->tag);
   });
 }
 

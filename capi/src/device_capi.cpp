@@ -27,12 +27,6 @@ int32_t ikv_device_name(char *out, size_t capacity, size_t *out_len, int32_t ind
     if (index < 0 || index >= r.cuda_devices)
       return fail_status(IKV_ERR_NO_DEVICE, "no CUDA device " + std::to_string(index) + " (" + std::to_string(r.cuda_devices) +
                                                 " usable; " + r.reason + ")");
-    const std::string &name = r.devices[static_cast<size_t>(index)].name;
-    *out_len = name.size();
-    if (capacity < name.size() + 1)
-      return fail_status(IKV_ERR_BUFFER_TOO_SMALL, "buffer of " + std::to_string(capacity) + " bytes is too small; " +
-                                                       std::to_string(name.size() + 1) + " needed");
-    std::memcpy(out, name.data(), name.size() + 1);
-    return static_cast<int32_t>(IKV_OK);
+    return infokv::capi::copy_out_text(out, capacity, out_len, r.devices[static_cast<size_t>(index)].name);
   });
 }

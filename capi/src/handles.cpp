@@ -1,5 +1,9 @@
 #include "handles.hpp"
 
+#include <algorithm>
+#include <cstring>
+#include <string>
+
 namespace infokv {
 namespace capi {
 
@@ -48,11 +52,53 @@ std::shared_ptr<void> unregister_object(uintptr_t handle, HandleKind kind) {
   return obj;  // destroyed by the caller, outside the lock (a session's destructor may take a while)
 }
 
-void set_error(const std::string &msg) { t_last_error = msg; }
-void clear_error() { t_last_error.clear(); }
 int32_t fail_status(int32_t status, const std::string &msg) {
   t_last_error = msg;
   return status;
+}
+
+namespace {
+
+void check_out_buffer(const void *out, size_t capacity, const size_t *out_len) {
+  if (out_len == nullptr) fail(Status::invalid_argument, "out_len must not be NULL");
+  if (out == nullptr && capacity != 0) fail(Status::invalid_argument, "out is NULL but capacity is not 0");
+}
+
+int32_t too_small(size_t capacity, size_t needed) {
+  return fail_status(IKV_ERR_BUFFER_TOO_SMALL, "buffer of " + std::to_string(capacity) + " bytes is too small; " +
+                                                   std::to_string(needed) + " needed");
+}
+
+}  // namespace
+
+int32_t copy_out(void *out, size_t capacity, size_t *out_len, const void *data, size_t n) {
+  check_out_buffer(out, capacity, out_len);
+  *out_len = n;
+  if (capacity < n) return too_small(capacity, n);
+  if (n > 0) std::memcpy(out, data, n);
+  return IKV_OK;
+}
+
+int32_t copy_out_ids(int32_t *out_tokens, size_t capacity, size_t *out_count, const std::vector<int32_t> &ids) {
+  if (out_count == nullptr) fail(Status::invalid_argument, "out_count must not be NULL");
+  if (out_tokens == nullptr && capacity != 0) fail(Status::invalid_argument, "out_tokens is NULL but capacity is not 0");
+  *out_count = ids.size();
+  if (capacity < ids.size())
+    return fail_status(IKV_ERR_BUFFER_TOO_SMALL, "token buffer holds " + std::to_string(capacity) + ", " +
+                                                     std::to_string(ids.size()) + " needed");
+  std::copy(ids.begin(), ids.end(), out_tokens);
+  return IKV_OK;
+}
+
+int32_t copy_out_text(char *out, size_t capacity, size_t *out_len, const std::string &text) {
+  check_out_buffer(out, capacity, out_len);
+  *out_len = text.size();
+  if (capacity < text.size() + 1) {
+    if (out != nullptr && capacity > 0) out[0] = '\0';
+    return too_small(capacity, text.size() + 1);
+  }
+  std::memcpy(out, text.data(), text.size() + 1);
+  return IKV_OK;
 }
 
 }  // namespace capi

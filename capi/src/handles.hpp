@@ -8,6 +8,7 @@
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "infokv/infokv.h"
 #include "config/config.hpp"
@@ -53,7 +54,6 @@ struct ikv_model {
 };
 struct ikv_session {
   std::unique_ptr<infokv::Session> session;
-  int64_t protect_prefix = 0;  // from a config: applied to every new sequence
   infokv::capi::InUse in_use;
 };
 struct ikv_config {
@@ -151,9 +151,21 @@ Ref<std::remove_const_t<H>> use_optional(H *h, const char *what) {
   return use(h, what);
 }
 
-void set_error(const std::string &msg);
-void clear_error();
 int32_t fail_status(int32_t status, const std::string &msg);
+
+// An argument check of a C function: Error(invalid_argument) with `msg` unless `cond`.
+inline void require(bool cond, const char *msg) {
+  if (!cond) fail(Status::invalid_argument, msg);
+}
+
+// The size-query convention of the C API (see infokv.h): *out_len = n, the size of `data` (text: without the NUL);
+// a capacity under n (text: n + 1) returns IKV_ERR_BUFFER_TOO_SMALL naming both sizes and copies nothing (text: out
+// gets an empty string when capacity > 0); otherwise the bytes are copied (text: and a NUL). out_len must not be
+// NULL; out may be NULL only with capacity 0 (both throw invalid_argument).
+int32_t copy_out(void *out, size_t capacity, size_t *out_len, const void *data, size_t n);
+int32_t copy_out_text(char *out, size_t capacity, size_t *out_len, const std::string &text);
+// The same for token ids: capacity and *out_count count ids.
+int32_t copy_out_ids(int32_t *out_tokens, size_t capacity, size_t *out_count, const std::vector<int32_t> &ids);
 
 // Runs body(), turning every exception into a status and message.
 template <typename F>

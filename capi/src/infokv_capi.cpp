@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "compress/policy_table.hpp"
-#include "gguf/ggml_types.hpp"
 #include "handles.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/describe.hpp"
 #include "session/generate.hpp"
 
@@ -15,8 +15,26 @@ using infokv::Error;
 using infokv::Status;
 using infokv::fail;
 using infokv::capi::guard;
+using infokv::capi::require;
 
+// Every IKV_* status against infokv::Status (kernels/status.hpp): a change on either side fails to compile.
+static_assert(IKV_OK == static_cast<int32_t>(Status::ok), "status values must agree");
+static_assert(IKV_ERR_INVALID_ARGUMENT == static_cast<int32_t>(Status::invalid_argument), "status values must agree");
+static_assert(IKV_ERR_IO == static_cast<int32_t>(Status::io), "status values must agree");
+static_assert(IKV_ERR_BAD_MODEL == static_cast<int32_t>(Status::bad_model), "status values must agree");
+static_assert(IKV_ERR_UNSUPPORTED == static_cast<int32_t>(Status::unsupported), "status values must agree");
+static_assert(IKV_ERR_OUT_OF_MEMORY == static_cast<int32_t>(Status::out_of_memory), "status values must agree");
 static_assert(IKV_ERR_KV_FULL == static_cast<int32_t>(Status::kv_full), "status values must agree");
+static_assert(IKV_ERR_OUT_OF_RANGE == static_cast<int32_t>(Status::out_of_range), "status values must agree");
+static_assert(IKV_ERR_CANCELLED == static_cast<int32_t>(Status::cancelled), "status values must agree");
+static_assert(IKV_ERR_BAD_SNAPSHOT == static_cast<int32_t>(Status::bad_snapshot), "status values must agree");
+static_assert(IKV_ERR_WRONG_MODEL == static_cast<int32_t>(Status::wrong_model), "status values must agree");
+static_assert(IKV_ERR_VERSION == static_cast<int32_t>(Status::version), "status values must agree");
+static_assert(IKV_ERR_BAD_CONFIG == static_cast<int32_t>(Status::bad_config), "status values must agree");
+static_assert(IKV_ERR_NO_DEVICE == static_cast<int32_t>(Status::no_device), "status values must agree");
+static_assert(IKV_ERR_BUFFER_TOO_SMALL == static_cast<int32_t>(Status::buffer_too_small), "status values must agree");
+static_assert(IKV_ERR_NOT_FOUND == static_cast<int32_t>(Status::not_found), "status values must agree");
+static_assert(IKV_ERR_BAD_STATE == static_cast<int32_t>(Status::bad_state), "status values must agree");
 static_assert(IKV_ERR_BAD_HANDLE == static_cast<int32_t>(Status::bad_handle), "status values must agree");
 static_assert(IKV_ERR_BUSY == static_cast<int32_t>(Status::busy), "status values must agree");
 static_assert(IKV_ERR_INTERNAL == static_cast<int32_t>(Status::internal), "status values must agree");
@@ -41,24 +59,6 @@ static_assert(IKV_EVIDENCE_KEY_NORM == static_cast<int32_t>(infokv::Evidence::ke
 static_assert(infokv::kEvidenceKinds == 6, "a new kind of evidence needs its IKV_EVIDENCE_* constant checked here");
 
 namespace {
-
-void require(bool cond, const char *msg) {
-  if (!cond) fail(Status::invalid_argument, msg);
-}
-
-// Copies a string into a caller buffer with the size-query protocol.
-int32_t copy_out(char *out, size_t capacity, size_t *out_len, const std::string &s) {
-  *out_len = s.size();
-  if (capacity < s.size() + 1) {
-    if (out != nullptr && capacity > 0) out[0] = '\0';
-    return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL,
-                                     "buffer of " + std::to_string(capacity) + " bytes is too small; " +
-                                         std::to_string(s.size() + 1) + " needed");
-  }
-  std::memcpy(out, s.data(), s.size());
-  out[s.size()] = '\0';
-  return IKV_OK;
-}
 
 // Sizes of the ikv_session_options revisions: a caller built against an older header passes its own (smaller)
 // struct_size and version, and the fields it lacks keep their defaults. Each revision ends where the next one's
@@ -137,10 +137,16 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   return so;
 }
 
+// Size of revision 1 of ikv_sampler_options: a caller built against a later header passes a larger struct_size,
+// and one built against this or an earlier revision at least this. Fields a later revision adds are read only when
+// the caller's struct_size and version cover them.
+constexpr size_t kSamplerOptionsV1Size = offsetof(ikv_sampler_options, seed) + sizeof(uint64_t);
+static_assert(IKV_SAMPLER_OPTIONS_VERSION == 1, "a new ikv_sampler_options revision needs its size and reader here");
+
 infokv::SamplerParams to_sampler_params(const ikv_sampler_options *o) {
   infokv::SamplerParams p;
   if (o == nullptr) return p;
-  require(o->struct_size >= sizeof(ikv_sampler_options), "ikv_sampler_options.struct_size is too small (initialise with IKV_SAMPLER_OPTIONS_INIT)");
+  require(o->struct_size >= kSamplerOptionsV1Size, "ikv_sampler_options.struct_size is too small (initialise with IKV_SAMPLER_OPTIONS_INIT)");
   require(o->version >= 1, "ikv_sampler_options.version must be >= 1");
   p.temperature = o->temperature;
   p.top_k = o->top_k;
@@ -232,7 +238,7 @@ int32_t ikv_model_describe(char *out, size_t capacity, size_t *out_len, const ik
     const auto mdl = infokv::capi::use(model, "model");
     require(out_len != nullptr, "out_len must not be NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
-    return copy_out(out, capacity, out_len, infokv::describe_json(*mdl->model));
+    return infokv::capi::copy_out_text(out, capacity, out_len, infokv::describe_json(*mdl->model));
   });
 }
 
@@ -244,13 +250,9 @@ int32_t ikv_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_count, co
     require(out_count != nullptr, "out_count must not be NULL");
     require(text != nullptr || text_len == 0, "text is NULL");
     require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
-    std::vector<int32_t> ids = mdl->model->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0);
-    *out_count = ids.size();
-    if (capacity < ids.size())
-      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "token buffer holds " + std::to_string(capacity) + ", " +
-                                                                     std::to_string(ids.size()) + " needed");
-    std::copy(ids.begin(), ids.end(), out_tokens);
-    return IKV_OK;
+    const std::vector<int32_t> ids =
+        mdl->model->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0);
+    return infokv::capi::copy_out_ids(out_tokens, capacity, out_count, ids);
   });
 }
 
@@ -263,7 +265,7 @@ int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, const ikv_mo
     require(tokens != nullptr || n_tokens == 0, "tokens is NULL");
     require(out != nullptr || capacity == 0, "out is NULL but capacity is not 0");
     std::vector<int32_t> ids(tokens, tokens + n_tokens);
-    return copy_out(out, capacity, out_len, mdl->model->tokenizer().decode(ids));
+    return infokv::capi::copy_out_text(out, capacity, out_len, mdl->model->tokenizer().decode(ids));
   });
 }
 
@@ -296,9 +298,7 @@ int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session) {
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");
     require(out_seq != nullptr, "out_seq must not be NULL");
-    const int32_t id = sess->session->add_sequence();
-    if (sess->protect_prefix > 0) sess->session->protect(id, infokv::ProtectedSpan{0, sess->protect_prefix, false});
-    *out_seq = id;
+    *out_seq = sess->session->add_sequence();
     return IKV_OK;
   });
 }

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "util/fp16.hpp"
-#include "util/host_device.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/host_device.hpp"
 
 namespace infokv {
 class ThreadPool;

@@ -1,25 +1,35 @@
-// SwiGLU, residual add, embedding row lookup.
+// Element-wise operations: SwiGLU, residual add, dtype conversion, embedding row lookup and gather. CUDA twins:
+// kernels/cuda/elementwise.cu.
 #include <cmath>
-#include <algorithm>
 #include <cstring>
-#include <vector>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
-#include "util/fp16.hpp"
 
 namespace infokv {
+namespace cpu {
 
-const char *kv_dtype_name(KvDtype t) {
+namespace {
+
+inline float load_one(const void *p, KvDtype t, int64_t i) {
   switch (t) {
-    case KvDtype::f32: return "f32";
-    case KvDtype::f16: return "f16";
-    case KvDtype::bf16: return "bf16";
+    case KvDtype::f32: return static_cast<const float *>(p)[i];
+    case KvDtype::f16: return fp16_to_float(static_cast<const uint16_t *>(p)[i]);
+    case KvDtype::bf16: return bf16_to_float(static_cast<const uint16_t *>(p)[i]);
   }
-  return "unknown";
+  return 0.0f;
 }
 
-namespace cpu {
+inline void store_one(void *p, KvDtype t, int64_t i, float v) {
+  switch (t) {
+    case KvDtype::f32: static_cast<float *>(p)[i] = v; break;
+    case KvDtype::f16: static_cast<uint16_t *>(p)[i] = float_to_fp16(v); break;
+    case KvDtype::bf16: static_cast<uint16_t *>(p)[i] = float_to_bf16(v); break;
+  }
+}
+
+}  // namespace
 
 void swiglu(float *out, const float *gate, const float *up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
@@ -39,34 +49,19 @@ bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d)
   return dequantize(out, static_cast<const uint8_t *>(emb) + static_cast<size_t>(row) * row_bytes, type, d);
 }
 
-double topk_entropy(const float *logits, int32_t n, int32_t top_k) {
-  // Only the top_k largest logits take part; find them with a threshold from a partial selection.
-  if (n <= 0) return 0.0;
-  int32_t k = (top_k <= 0 || top_k > n) ? n : top_k;
-  float mx = logits[0];
-  for (int32_t i = 1; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
-  float thr = -INFINITY;
-  if (k < n) {
-    // k-th largest by nth_element on a copy; n is the vocabulary size, this runs once per position
-    static thread_local std::vector<float> tmp;
-    tmp.assign(logits, logits + n);
-    std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), [](float a, float b) { return a > b; });
-    thr = tmp[static_cast<size_t>(k - 1)];
+
+void convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int64_t n) {
+  if (dst_type == src_type) {
+    std::memmove(dst, src, static_cast<size_t>(n) * static_cast<size_t>(kv_dtype_size(src_type)));
+    return;
   }
-  double z = 0, zl = 0;
-  int32_t above = 0;
-  for (int32_t i = 0; i < n; ++i) above += logits[i] > thr;
-  int32_t ties_allowed = k - above;  // equal-to-threshold values admitted to make exactly k
-  for (int32_t i = 0; i < n; ++i) {
-    bool in = logits[i] > thr || (logits[i] == thr && ties_allowed-- > 0);
-    if (!in) continue;
-    double l = static_cast<double>(logits[i]) - mx;
-    double e = std::exp(l);
-    z += e;
-    zl += e * l;
-  }
-  // H = log Z - E[l]
-  return std::log(z) - zl / z;
+  for (int64_t i = 0; i < n; ++i) store_one(dst, dst_type, i, load_one(src, src_type, i));
+}
+
+bool get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows, int64_t n_rows, int64_t d) {
+  for (int64_t r = 0; r < n_rows; ++r)
+    if (!get_row(out + r * d, emb, type, rows[r], d)) return false;
+  return true;
 }
 
 }  // namespace cpu

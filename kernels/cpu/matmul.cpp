@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <cstring>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
-#include "util/cpu_features.hpp"
-#include "util/fp16.hpp"
-#include "util/thread_pool.hpp"
 
 namespace infokv {
 namespace cpu {

@@ -8,11 +8,11 @@
 #include <cstring>
 #include <vector>
 
-#include "gguf/ggml_types.hpp"
-#include "util/cpu_features.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
-#include "util/thread_pool.hpp"
 
 namespace infokv {
 namespace cpu {

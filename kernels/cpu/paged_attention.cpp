@@ -1,4 +1,4 @@
-// KV append/read and causal attention over a paged KV cache.
+// Causal attention over a paged KV cache (decode, prefill, a decode batch) and observation-window probabilities.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -7,70 +7,16 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/cpu/kv_rows.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/fp16.hpp"
 #include "kernels/ops.hpp"
-#include "util/cpu_features.hpp"
-#include "util/fp16.hpp"
-#include "util/thread_pool.hpp"
 
 namespace infokv {
 namespace cpu {
 
 namespace {
-
-inline uint8_t *slot_ptr(const PagedKv &kv, int32_t slot, int32_t h, int which) {
-  const int32_t b = kv.block_table[slot / kv.block_size];
-  const int32_t s = slot % kv.block_size;
-  const int64_t es = kv_dtype_size(kv.dtype);
-  const int64_t off = ((static_cast<int64_t>(which) * kv.n_kv_heads + h) * kv.block_size + s) * kv.head_dim * es;
-  return kv.pool + static_cast<int64_t>(b) * kv.block_stride + off;
-}
-
-inline void store(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
-  switch (t) {
-    case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
-    case KvDtype::f16: {
-      auto *d = reinterpret_cast<uint16_t *>(dst);
-      for (int32_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
-      break;
-    }
-    case KvDtype::bf16: {
-      auto *d = reinterpret_cast<uint16_t *>(dst);
-      for (int32_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
-      break;
-    }
-  }
-}
-
-__attribute__((target("avx2,f16c"))) void load_f16_hw(float *dst, const uint16_t *s, int32_t n) {
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i))));
-  for (; i < n; ++i) dst[i] = fp16_to_float(s[i]);
-}
-
-bool have_f16c() {
-  static const bool ok = cpu_has_avx2_fma_f16c();
-  return ok;
-}
-
-inline void load(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
-  switch (t) {
-    case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
-    case KvDtype::f16: {
-      const auto *s = reinterpret_cast<const uint16_t *>(src);
-      if (have_f16c()) {
-        load_f16_hw(dst, s, n);
-        break;
-      }
-      for (int32_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
-      break;
-    }
-    case KvDtype::bf16: {
-      const auto *s = reinterpret_cast<const uint16_t *>(src);
-      for (int32_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
-      break;
-    }
-  }
-}
 
 // Scores of one query head against slots [0, n) of kv head g, converted block by block.
 void head_scores(float *scores, const float *qh, const PagedKv &kv, int32_t g, int32_t n, float scale, float *kbuf) {
@@ -78,7 +24,7 @@ void head_scores(float *scores, const float *qh, const PagedKv &kv, int32_t g, i
   for (int32_t s0 = 0; s0 < n; s0 += kv.block_size) {
     const int32_t cnt = std::min(kv.block_size, n - s0);
     // slots of one block and head are contiguous: [block_size][head_dim]
-    load(kbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);
+    load_row(kbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);
     for (int32_t j = 0; j < cnt; ++j) {
       const float *kr = kbuf + static_cast<int64_t>(j) * hd;
       float d = 0;
@@ -154,28 +100,6 @@ void softmax_inplace(float *p, int32_t n) {
 
 }  // namespace
 
-void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) {
-  const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
-  for (int64_t t = 0; t < n; ++t)
-    for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-      store(slot_ptr(kv, first_slot + static_cast<int32_t>(t), h, 0), k + t * row + h * kv.head_dim, kv.head_dim, kv.dtype);
-      store(slot_ptr(kv, first_slot + static_cast<int32_t>(t), h, 1), v + t * row + h * kv.head_dim, kv.head_dim, kv.dtype);
-    }
-}
-
-void kv_append_rows(const PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) {
-  const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
-  for (int64_t t = 0; t < n; ++t) {
-    PagedKv one = kv;  // a one-block view of the token's block
-    one.block_table = slot_addr + 2 * t;
-    one.n_slots = kv.block_size;
-    kv_append(one, slot_addr[2 * t + 1], k + t * row, v + t * row, 1);
-  }
-}
-
-void kv_read(float *out, const PagedKv &kv, int32_t slot, int32_t h, int which) {
-  load(out, slot_ptr(kv, slot, h, which), kv.head_dim, kv.dtype);
-}
 
 namespace {
 
@@ -216,7 +140,7 @@ inline void axpy_s(float *o, float w, const float *v, int32_t n) {
   const int32_t hd = kv.head_dim;                                                                             \
   for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {                                                       \
     const int32_t cnt = std::min(kv.block_size, vis - s0);                                                    \
-    load(kvbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);                                                  \
+    load_row(kvbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);                                                  \
     for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
       const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                   \
       float *ph = p + static_cast<int64_t>(hh) * vis + s0;                                                    \
@@ -227,7 +151,7 @@ inline void axpy_s(float *o, float w, const float *v, int32_t n) {
   std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);                                                 \
   for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {                                                       \
     const int32_t cnt = std::min(kv.block_size, vis - s0);                                                    \
-    load(kvbuf, slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);                                                  \
+    load_row(kvbuf, slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);                                                  \
     for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
       const float *ph = p + static_cast<int64_t>(hh) * vis + s0;                                              \
       float *o = og + static_cast<int64_t>(hh) * hd;                                                          \

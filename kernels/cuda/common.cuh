@@ -80,7 +80,7 @@ __device__ __forceinline__ float block_max(float v, float *sh) {
 // Address of (slot, kv head, K or V) in a paged view, through block table `table`: block layout
 // [2][n_kv_heads][block_size][head_dim].
 template <typename T>
-__device__ __forceinline__ T *kv_slot_in(const cpu::PagedKv &kv, const int32_t *table, int32_t slot, int32_t h, int which) {
+__device__ __forceinline__ T *kv_slot_in(const PagedKv &kv, const int32_t *table, int32_t slot, int32_t h, int which) {
   const int32_t b = table[slot / kv.block_size];
   const int32_t s = slot % kv.block_size;
   const int64_t off = ((static_cast<int64_t>(which) * kv.n_kv_heads + h) * kv.block_size + s) * kv.head_dim;
@@ -88,7 +88,7 @@ __device__ __forceinline__ T *kv_slot_in(const cpu::PagedKv &kv, const int32_t *
 }
 
 template <typename T>
-__device__ __forceinline__ T *kv_slot(const cpu::PagedKv &kv, int32_t slot, int32_t h, int which) {
+__device__ __forceinline__ T *kv_slot(const PagedKv &kv, int32_t slot, int32_t h, int which) {
   return kv_slot_in<T>(kv, kv.block_table, slot, h, which);
 }
 

@@ -1,10 +1,10 @@
 // Dequantisation of ggml's quantised weight types to f16 on the device, for weights uploaded in their compact form
 // and expanded once at load. The block functions are the CPU's own (kernels/cpu/dequant.hpp, compiled for both
-// sides), and so is the f32 -> f16 rounding (util/fp16.hpp): the twin cpu::dequantize_f16 is bit-exact by
+// sides), and so is the f32 -> f16 rounding (kernels/fp16.hpp): the twin cpu::dequantize_f16 is bit-exact by
 // construction.
-#include "gguf/ggml_types.hpp"
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/cuda/common.cuh"
+#include "kernels/ggml_types.hpp"
 
 namespace infokv {
 namespace cuda {

@@ -1,5 +1,5 @@
-#include "gguf/ggml_types.hpp"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/ggml_types.hpp"
 
 namespace infokv {
 namespace cuda {

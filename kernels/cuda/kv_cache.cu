@@ -6,13 +6,13 @@ namespace cuda {
 namespace {
 constexpr int kThreads = 256;
 
-bool valid_view(const cpu::PagedKv &kv) {
+bool valid_view(const PagedKv &kv) {
   return kv.pool != nullptr && kv.block_table != nullptr && kv.block_size > 0 && kv.n_kv_heads > 0 && kv.head_dim > 0 &&
          kv.block_stride >= 2LL * kv.n_kv_heads * kv.block_size * kv.head_dim * kv_dtype_size(kv.dtype);
 }
 }  // namespace
 
-Status kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n, Stream *stream) {
+Status kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n, Stream *stream) {
   if (n < 0 || first_slot < 0 || !valid_view(kv)) return Status::invalid_argument;
   if (n == 0) return Status::ok;
   bool ok = dispatch_kv_dtype(kv.dtype, [&](auto t) {
@@ -22,7 +22,7 @@ Status kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, con
   return ok ? launch_status() : Status::unsupported;
 }
 
-Status kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch, Stream *stream) {
+Status kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch, Stream *stream) {
   if (n < 0 || kv.pool == nullptr || kv.block_size <= 0 || kv.n_kv_heads <= 0 || kv.head_dim <= 0 ||
       (n > 0 && (moves == nullptr || scratch == nullptr)))
     return Status::invalid_argument;
@@ -36,7 +36,7 @@ Status kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, ui
   return ok ? launch_status() : Status::unsupported;
 }
 
-Status kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n, Stream *stream) {
+Status kv_append_rows(const PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n, Stream *stream) {
   if (n < 0 || kv.pool == nullptr || kv.block_size <= 0 || kv.n_kv_heads <= 0 || kv.head_dim <= 0 ||
       (n > 0 && (slot_addr == nullptr || k == nullptr || v == nullptr)))
     return Status::invalid_argument;

@@ -7,7 +7,7 @@ namespace cuda {
 
 // One thread per (token, kv head, dim) for K and V. k, v: [n, n_kv_heads, head_dim] f32.
 template <typename T>
-__global__ void kv_append_kernel(cpu::PagedKv kv, int32_t first_slot, const float *k, const float *v, int64_t n) {
+__global__ void kv_append_kernel(PagedKv kv, int32_t first_slot, const float *k, const float *v, int64_t n) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
   const int64_t total = n * row;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -24,7 +24,7 @@ __global__ void kv_append_kernel(cpu::PagedKv kv, int32_t first_slot, const floa
 // moves[4i+3]) <- scratch[i]. Two launches on one stream, so every read precedes every write. One thread per
 // (move, K/V, kv head, dim). moves: [n][4]; scratch: [n][2][n_kv_heads][head_dim] of T.
 template <typename T>
-__global__ void kv_move_kernel(cpu::PagedKv kv, const int32_t *moves, int64_t n, T *scratch, bool scatter) {
+__global__ void kv_move_kernel(PagedKv kv, const int32_t *moves, int64_t n, T *scratch, bool scatter) {
   const int64_t rows = 2LL * kv.n_kv_heads;
   const int64_t per = rows * kv.head_dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < per * n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -42,7 +42,7 @@ __global__ void kv_move_kernel(cpu::PagedKv kv, const int32_t *moves, int64_t n,
 // kv_append to explicit slot addresses: token t goes to (slot_addr[2t] = block, slot_addr[2t + 1] = slot in the
 // block). One thread per (token, kv head, dim). k, v: [n, n_kv_heads, head_dim] f32; slot_addr: [n][2].
 template <typename T>
-__global__ void kv_append_rows_kernel(cpu::PagedKv kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) {
+__global__ void kv_append_rows_kernel(PagedKv kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) {
   const int64_t row = static_cast<int64_t>(kv.n_kv_heads) * kv.head_dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * row; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / row;

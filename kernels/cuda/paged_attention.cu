@@ -18,13 +18,13 @@ template <typename F> bool dispatch_head(int32_t head_dim, KvDtype dt, F &&f) {
   return ok;
 }
 
-bool valid(const cpu::PagedKv &kv, int32_t n_heads) {
+bool valid(const PagedKv &kv, int32_t n_heads) {
   return kv.pool != nullptr && kv.block_table != nullptr && kv.block_size > 0 && kv.n_kv_heads > 0 && kv.head_dim > 0 &&
          kv.n_slots >= 0 && n_heads > 0 && n_heads % kv.n_kv_heads == 0;
 }
 
 // Runs passes 1 and 2 (and 3 when `acc` is set, with weight `acc_weight`). out may be null (scores only).
-Status run_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv, int32_t visible0,
+Status run_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                      float scale, float *acc, float acc_weight, Stream *stream, const int32_t *row_table_off = nullptr,
                      const int32_t *row_vis = nullptr) {
   const cudaStream_t st = raw_stream(stream);
@@ -79,7 +79,7 @@ Status run_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
 
 }  // namespace
 
-Status paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv, int32_t visible0,
+Status paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                        float scale, float *acc, float *acc_count, Stream *stream) {
   if (n_q < 0 || visible0 < 0 || out == nullptr || !valid(kv, n_heads)) return Status::invalid_argument;
   if (kv.head_dim > 256) return Status::unsupported;
@@ -101,7 +101,7 @@ Status paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads,
   return s;
 }
 
-Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                             int32_t visible0, float scale, Stream *stream) {
   if (n_q < 0 || visible0 < 0 || probs == nullptr || !valid(kv, n_heads)) return Status::invalid_argument;
   if (kv.head_dim > 256) return Status::unsupported;
@@ -112,14 +112,14 @@ Status attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n
                        1.0f / static_cast<float>(n_q * n_heads), stream);
 }
 
-Status paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+Status paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                             const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale, Stream *stream) {
   if (n_q < 0 || max_vis < 0 || out == nullptr || !valid(kv, n_heads) || (n_q > 0 && (table_off == nullptr || vis == nullptr)))
     return Status::invalid_argument;
   if (kv.head_dim > 256) return Status::unsupported;
   if (n_q == 0) return Status::ok;
   // visible_of clamps each row's count to kv.n_slots: here the longest row, which also sizes the context split.
-  cpu::PagedKv k = kv;
+  PagedKv k = kv;
   k.n_slots = max_vis;
   return run_attention(out, q, n_q, n_heads, k, 0, scale, nullptr, 0.0f, stream, table_off, vis);
 }

@@ -17,7 +17,7 @@ constexpr int kAttnWarps = 4;
 
 struct AttnArgs {
   const float *q;      // [n_q, n_heads, head_dim]
-  cpu::PagedKv kv;     // device view
+  PagedKv kv;     // device view
   int32_t n_heads;
   int32_t group;       // n_heads / n_kv_heads
   int32_t visible0;

@@ -34,7 +34,7 @@ template <typename T> Status launch_for_head(const PrefillArgs &a, int32_t n_kv_
 
 }  // namespace
 
-Status prefill_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+Status prefill_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                          int32_t visible0, float scale, Stream *stream) {
   if (n_q < 0 || visible0 < 0 || out == nullptr || q == nullptr || kv.pool == nullptr || kv.block_table == nullptr ||
       kv.block_size <= 0 || kv.n_kv_heads <= 0 || kv.head_dim <= 0 || kv.n_slots < 0 || n_heads <= 0 ||

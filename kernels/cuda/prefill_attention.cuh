@@ -50,7 +50,7 @@ constexpr int kStaticSmemLimit = 48 * 1024;
 struct PrefillArgs {
   float *out;        // [n_q, n_heads, head_dim]
   const float *q;    // [n_q, n_heads, head_dim], 16-byte aligned
-  cpu::PagedKv kv;   // device view; pool and block_stride 16-byte aligned, head_dim % 4 == 0
+  PagedKv kv;   // device view; pool and block_stride 16-byte aligned, head_dim % 4 == 0
   int64_t n_rows;    // n_q * group (rows per KV head, see the top of the file)
   int32_t n_heads;
   int32_t group;     // n_heads / n_kv_heads

@@ -1,17 +1,20 @@
-// Host-side owners for CUDA resources, declared without CUDA headers (the definitions in runtime.cpp include them).
+// Host-side owners for CUDA resources (device buffers, streams, the cuBLAS handle) and device selection, declared
+// without CUDA headers (the definitions in runtime.cpp and matmul.cpp include them). Nothing here knows models or
+// sessions: the CUDA backend (src/backend/cuda/) builds on it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
-#include "backend/device.hpp"
-#include "backend/device_ops.hpp"
+#include <string>
+
 #include "kernels/cuda/ops_cuda.hpp"
+#include "kernels/status.hpp"
 
 namespace infokv {
 namespace cuda {
 
-// Device discovery: any CUDA error means zero devices, with the error's name and text as the reason.
-DeviceReport probe();
+// "cudaErrorX (n): text" for a cudaError_t value.
+std::string error_text(int cuda_error);
 
 // Throws Error(no_device) unless a device with that ordinal is usable; makes it current for the calling thread.
 void set_device(int32_t index);
@@ -57,11 +60,7 @@ class StreamOwner {
 // Throws Error(internal) naming the pending CUDA error, if any (checks cudaGetLastError after a stream sync).
 void check_last_error(const char *what);
 
-// The CUDA DeviceOps (cuda_ops.cpp) on device `device`, with its own stream. Throws Error(no_device) when the
-// device or cuBLAS is unusable.
-std::unique_ptr<DeviceOps> make_ops(int32_t device);
-
-// ---- cuBLAS, opened with dlopen("libcublas.so.13") on first use (cublas_loader.cpp) ----
+// ---- cuBLAS, opened with dlopen("libcublas.so.13") on first use (matmul.cpp) ----
 // Whether the library could be opened and its symbols resolved; *why receives the dlerror text otherwise.
 bool cublas_available(std::string *why = nullptr);
 

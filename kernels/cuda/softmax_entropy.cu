@@ -3,13 +3,6 @@
 namespace infokv {
 namespace cuda {
 
-Status softmax_rows(float *out, const float *x, int64_t n_rows, int64_t n, Stream *stream) {
-  if (n_rows < 0 || n <= 0) return Status::invalid_argument;
-  if (n_rows == 0) return Status::ok;
-  if (n_rows > 0x7fffffffLL) return Status::unsupported;
-  softmax_rows_kernel<<<static_cast<unsigned>(n_rows), 256, 0, raw_stream(stream)>>>(out, x, n);
-  return launch_status();
-}
 
 Status topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k, Stream *stream) {
   if (n_rows < 0 || n < 0) return Status::invalid_argument;

@@ -1,4 +1,4 @@
-// Row softmax, top-k entropy of logits and the representation change of hidden states: the InfoKV side channels
+// Top-k entropy of logits and the representation change of hidden states: the InfoKV side channels
 // (kernels; launchers in softmax_entropy.cu). One block per row.
 #pragma once
 #include "kernels/cuda/common.cuh"
@@ -6,20 +6,6 @@
 namespace infokv {
 namespace cuda {
 
-// out, x: [n_rows, n]
-__global__ void softmax_rows_kernel(float *out, const float *x, int64_t n) {
-  __shared__ float sh[32];
-  const float *xr = x + blockIdx.x * n;
-  float *o = out + blockIdx.x * n;
-  float mx = -INFINITY;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, xr[i]);
-  mx = block_max(mx, sh);
-  float sum = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += expf(xr[i] - mx);
-  sum = block_sum(sum, sh);
-  const float inv = 1.0f / sum;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) o[i] = expf(xr[i] - mx) * inv;
-}
 
 // Order-preserving map of a float to an unsigned key (larger float, larger key).
 __device__ __forceinline__ uint32_t order_key(float f) {

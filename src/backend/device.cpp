@@ -9,7 +9,7 @@
 #include "util/error.hpp"
 
 #ifdef INFOKV_WITH_CUDA
-#include "kernels/cuda/runtime.hpp"
+#include "backend/cuda/cuda_backend.hpp"
 #endif
 
 namespace infokv {

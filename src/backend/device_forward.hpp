@@ -49,7 +49,7 @@ class DeviceForward {
   // The share of free_memory() a KV pool takes by default (DeviceOps::default_pool_fraction).
   virtual double default_pool_fraction() const = 0;
   // The KV block pool for a cache of this geometry, in this backend's memory.
-  virtual std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) = 0;
+  virtual std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) = 0;
   // Runs the decoder on the chunk. The caller has already reserved the KV slots with KvCache::append_slots.
   // Writes the logits of c.logit_rows to out[logit_rows.size(), n_vocab]; records the entropy channels of the new
   // slots in `kv` (they go if the step fails), the groups' pending_entropy, and what changes older state (H2O sums,
@@ -58,7 +58,7 @@ class DeviceForward {
   // Observation-window scoring: out[r, j] for j < vis[r] = attention probability, averaged over heads, that slot
   // j of `kv` (a view of this backend's pool) receives from query row r of q[rows, n_heads * head_dim] (host);
   // out is host memory [rows, kv.n_slots] and entries j >= vis[r] are 0.
-  virtual void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv,
+  virtual void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv,
                             int32_t n_heads, float scale) = 0;
 };
 

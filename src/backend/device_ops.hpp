@@ -1,7 +1,7 @@
 // The operations a device backend supplies to the forward pass (src/backend/ops_forward.cpp): memory, copies,
 // resident weights and one call per kernel, with the parameters of the cpu:: twins in kernels/ops.hpp. The CPU
-// implements it with those twins on host memory (host_ops.cpp); CUDA with its kernels and cuBLAS on one stream
-// (kernels/cuda/cuda_ops.cpp). So there is one forward pass, and every CPU test runs the code the GPU runs, except
+// implements it with those twins on host memory (cpu/host_ops.cpp); CUDA with its kernels and cuBLAS on one stream
+// (cuda/cuda_ops.cpp). So there is one forward pass, and every CPU test runs the code the GPU runs, except
 // the kernels themselves (those are compared with their twins in tests/gpu). No CUDA header here.
 #pragma once
 #include <cstddef>
@@ -54,7 +54,7 @@ class DeviceOps {
   virtual const float *vec(const std::vector<float> &v) = 0;  // [v.size()] f32
 
   // The KV block pool of a cache with this geometry (src/kv/kv_store.hpp).
-  virtual std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) = 0;
+  virtual std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) = 0;
 
   // ---- kernels: see the cpu:: twin of the same name for shapes and semantics ----
   virtual void get_rows(float *out, const DevMatrix &emb, const int32_t *ids, int64_t n, int64_t d) = 0;
@@ -64,17 +64,17 @@ class DeviceOps {
   virtual void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) = 0;
   virtual void swiglu(float *out, const float *gate, const float *up, int64_t n) = 0;
   virtual void add_inplace(float *x, const float *y, int64_t n) = 0;
-  virtual void kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) = 0;
-  virtual void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+  virtual void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) = 0;
+  virtual void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                                int32_t visible0, float scale, float *acc, float *acc_count) = 0;
-  virtual void kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) = 0;
-  virtual void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+  virtual void kv_append_rows(const PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) = 0;
+  virtual void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                                     const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale) = 0;
-  virtual void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+  virtual void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                                     int32_t visible0, float scale) = 0;
   virtual void topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k) = 0;
   virtual void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d) = 0;
-  virtual void kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) = 0;
+  virtual void kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) = 0;
 };
 
 // Owns an allocation of a DeviceOps; grows on demand (contents not kept).
@@ -119,7 +119,7 @@ class DevBuf {
   size_t bytes_ = 0;
 };
 
-// The CPU's DeviceOps (host_ops.cpp): the cpu:: kernels, multithreaded on `pool` (not owned; must outlive it).
+// The CPU's DeviceOps (cpu/host_ops.cpp): the cpu:: kernels, multithreaded on `pool` (not owned; must outlive it).
 // With like_device it behaves as a device would where the CPU normally takes a shortcut, so the tests run the device
 // code paths without a GPU: its KV pool is the generic store a device backend uses (make_ops_kv_store, in malloc'ed
 // memory) instead of the memory-mapped host store, and a download reaches the host only at sync() (the
@@ -127,7 +127,7 @@ class DevBuf {
 std::unique_ptr<DeviceOps> make_host_ops(ThreadPool *pool, bool like_device = false);
 
 // A KvStore in a DeviceOps's memory, moving bytes with its copy and kv_move_slots (ops_forward.cpp).
-std::unique_ptr<KvStore> make_ops_kv_store(DeviceOps &ops, const cpu::PagedKv &geometry, int64_t n_blocks);
+std::unique_ptr<KvStore> make_ops_kv_store(DeviceOps &ops, const PagedKv &geometry, int64_t n_blocks);
 
 }  // namespace infokv
 

@@ -21,7 +21,7 @@ constexpr int64_t kLmRows = 8;
 
 class OpsKvStore final : public KvStore {
  public:
-  OpsKvStore(DeviceOps &ops, const cpu::PagedKv &g, int64_t n_blocks) : ops_(ops), g_(g) {
+  OpsKvStore(DeviceOps &ops, const PagedKv &g, int64_t n_blocks) : ops_(ops), g_(g) {
     ops_.activate();
     pool_.ensure(ops_, static_cast<size_t>(g.block_stride * n_blocks));
     g_.pool = pool_.as<uint8_t>();
@@ -59,7 +59,7 @@ class OpsKvStore final : public KvStore {
  private:
   uint8_t *at(int32_t b) const { return g_.pool + static_cast<int64_t>(b) * g_.block_stride; }
   DeviceOps &ops_;
-  cpu::PagedKv g_;
+  PagedKv g_;
   DevBuf pool_, moves_, scratch_;
 };
 
@@ -109,11 +109,11 @@ class OpsForward final : public DeviceForward {
   }
   double default_pool_fraction() const override { return ops_->default_pool_fraction(); }
 
-  std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
+  std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) override {
     return ops_->make_kv_store(geometry, n_blocks);
   }
 
-  void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
+  void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads,
                     float scale) override {
     DeviceOps &o = *ops_;
     o.activate();
@@ -126,7 +126,7 @@ class OpsForward final : public DeviceForward {
     o.upload(table.as<int32_t>(), kv.block_table, static_cast<size_t>(nb) * 4);
     o.upload(dq.as<float>(), q, static_cast<size_t>(rows * qd) * 4);
     o.zero(dp.as<float>(), static_cast<size_t>(rows * n) * 4);
-    cpu::PagedKv v = kv;
+    PagedKv v = kv;
     v.block_table = table.as<int32_t>();
     for (int32_t r = 0; r < rows; ++r) {
       if (vis[r] <= 0) continue;
@@ -138,81 +138,116 @@ class OpsForward final : public DeviceForward {
   }
 
   void forward_chunk(const ForwardChunk &c, KvCache &kv, float *out) override {
-    DeviceOps &o = *ops_;
-    o.activate();
+    ops_->activate();
+    const ChunkPlan p = plan_chunk(c, kv);
+    stage(c, p);
+    ops_->get_rows(x_.as<float>(), emb_, ids_.as<int32_t>(), p.T, p.d);
+    for (int32_t l = 0; l < p.nl; ++l) run_layer(c, kv, p, l);
+    run_lm_head(c, p);
+    download(c, p, out);
+    for (size_t gi = 0; gi < c.groups.size(); ++gi) record_channels(c, kv, p, gi);
+  }
+
+ private:
+  using Runs = std::vector<std::pair<int64_t, int64_t>>;
+  // Where one (group, layer) view's block table and H2O accumulators start in the chunk's staged buffers.
+  struct ViewRef { int64_t table, acc; int32_t n_slots; };
+
+  // Everything a chunk's steps share, decided on the host before anything runs on the device.
+  struct ChunkPlan {
+    int64_t T, d, hd, nh, nkv, ff, V, qd, kvd;
+    int32_t nl;
+    float scale;
+    int64_t R, LR;              // rows that get logits; rows of logits_ (see plan_chunk)
+    std::vector<int64_t> wrows; // window query rows, ascending
+    int64_t W;
+    Runs wruns;
+    std::vector<ViewRef> refs;  // [group][layer]
+    int64_t acc_total = 0;
+    bool rows_mode = false;     // a decode batch: attention for all sequences in one call per layer
+    std::vector<int32_t> max_vis;
+    const ViewRef &ref(size_t group, int32_t l) const { return refs[group * static_cast<size_t>(nl) + static_cast<size_t>(l)]; }
+  };
+
+  static size_t f32(int64_t n) { return static_cast<size_t>(n) * 4; }
+
+  ChunkPlan plan_chunk(const ForwardChunk &c, KvCache &kv) {
     const HParams &hp = model_.hparams();
-    const int64_t T = c.T, d = hp.n_embd, hd = hp.head_dim, nh = hp.n_head, nkv = hp.n_head_kv, ff = hp.n_ff, V = hp.n_vocab;
-    const int64_t qd = nh * hd, kvd = nkv * hd, nl = hp.n_layer;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    auto f32 = [](int64_t n) { return static_cast<size_t>(n) * 4; };
+    ChunkPlan p;
+    p.T = c.T; p.d = hp.n_embd; p.hd = hp.head_dim; p.nh = hp.n_head; p.nkv = hp.n_head_kv; p.ff = hp.n_ff;
+    p.V = hp.n_vocab; p.qd = p.nh * p.hd; p.kvd = p.nkv * p.hd; p.nl = hp.n_layer;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(p.hd));
 
     // Rows that get logits. Entropy scoring needs every position's distribution, but only its entropy is kept: the
     // LM head then runs kLmRows rows at a time into a small buffer (a whole chunk of SmolLM2's 49,152-wide logits
     // was 50 MB), and the rows the caller asked for are copied out as they pass.
-    const std::vector<int64_t> &lm_rows = c.logit_rows;
-    const int64_t R = static_cast<int64_t>(lm_rows.size());
-    const int64_t LR = c.entropy ? std::min<int64_t>(T, kLmRows) : R;  // rows of logits_
+    p.R = static_cast<int64_t>(c.logit_rows.size());
+    p.LR = c.entropy ? std::min<int64_t>(p.T, kLmRows) : p.R;
 
     // Window query rows: the last window_rows items of each group (the same rows in every layer).
-    std::vector<int64_t> wrows;
     if (c.window_rows > 0)
       for (const ForwardGroup &g : c.groups) {
         const size_t keep = std::min(g.items.size(), static_cast<size_t>(c.window_rows));
-        wrows.insert(wrows.end(), g.items.end() - static_cast<int64_t>(keep), g.items.end());
+        p.wrows.insert(p.wrows.end(), g.items.end() - static_cast<int64_t>(keep), g.items.end());
       }
-    std::sort(wrows.begin(), wrows.end());
-    const int64_t W = static_cast<int64_t>(wrows.size());
-    const auto wruns = runs_of(wrows);
+    std::sort(p.wrows.begin(), p.wrows.end());
+    p.W = static_cast<int64_t>(p.wrows.size());
+    p.wruns = runs_of(p.wrows);
 
     // Block tables of every (group, layer), and the H2O accumulators' offsets, staged once per chunk.
-    struct ViewRef { int64_t table, acc; int32_t n_slots; };
-    std::vector<ViewRef> refs;
     table_host_.clear();
-    int64_t acc_total = 0;
     for (const ForwardGroup &g : c.groups)
-      for (int32_t l = 0; l < nl; ++l) {
-        const cpu::PagedKv v = kv.view(g.seq, l);
+      for (int32_t l = 0; l < p.nl; ++l) {
+        const PagedKv v = kv.view(g.seq, l);
         const int32_t nb = (v.n_slots + v.block_size - 1) / v.block_size;
-        refs.push_back({static_cast<int64_t>(table_host_.size()), acc_total, v.n_slots});
+        p.refs.push_back({static_cast<int64_t>(table_host_.size()), p.acc_total, v.n_slots});
         table_host_.insert(table_host_.end(), v.block_table, v.block_table + nb);
-        if (c.attention_acc) acc_total += v.n_slots;
+        if (c.attention_acc) p.acc_total += v.n_slots;
       }
+    plan_rows_mode(c, kv, p);
+    return p;
+  }
 
-    // A decode batch (one token for each of several sequences, no H2O sums) runs attention for all sequences in one
-    // call per layer: per-row block-table offsets, visible counts and destination slots, staged once per chunk as
-    // [layer][row] (offsets, counts) and [layer][row][2] (block, slot).
-    bool rows_mode = c.groups.size() > 1 && !c.attention_acc;
-    for (const ForwardGroup &g : c.groups) rows_mode = rows_mode && g.items.size() == 1;
-    std::vector<int32_t> max_vis;
-    if (rows_mode) {
-      rows_host_.assign(static_cast<size_t>(nl * T * 4), 0);
-      max_vis.assign(static_cast<size_t>(nl), 0);
-      const int32_t bs = kv.config().block_size;
-      for (size_t gi = 0; gi < c.groups.size(); ++gi) {
-        const int64_t t = c.groups[gi].items[0];
-        for (int32_t l = 0; l < nl; ++l) {
-          const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
-          const int32_t slot = r.n_slots - 1;
-          rows_host_[static_cast<size_t>(l * T + t)] = static_cast<int32_t>(r.table);
-          rows_host_[static_cast<size_t>((nl + l) * T + t)] = r.n_slots;
-          rows_host_[static_cast<size_t>(2 * nl * T + 2 * (l * T + t))] = table_host_[static_cast<size_t>(r.table + slot / bs)];
-          rows_host_[static_cast<size_t>(2 * nl * T + 2 * (l * T + t) + 1)] = slot % bs;
-          max_vis[static_cast<size_t>(l)] = std::max(max_vis[static_cast<size_t>(l)], r.n_slots);
-        }
+  // A decode batch (one token for each of several sequences, no H2O sums) runs attention for all sequences in one
+  // call per layer: per-row block-table offsets, visible counts and destination slots, staged once per chunk as
+  // [layer][row] (offsets, counts) and [layer][row][2] (block, slot).
+  void plan_rows_mode(const ForwardChunk &c, KvCache &kv, ChunkPlan &p) {
+    p.rows_mode = c.groups.size() > 1 && !c.attention_acc;
+    for (const ForwardGroup &g : c.groups) p.rows_mode = p.rows_mode && g.items.size() == 1;
+    if (!p.rows_mode) return;
+    const int64_t nl = p.nl, T = p.T;
+    rows_host_.assign(static_cast<size_t>(nl * T * 4), 0);
+    p.max_vis.assign(static_cast<size_t>(nl), 0);
+    const int32_t bs = kv.config().block_size;
+    for (size_t gi = 0; gi < c.groups.size(); ++gi) {
+      const int64_t t = c.groups[gi].items[0];
+      for (int32_t l = 0; l < nl; ++l) {
+        const ViewRef &r = p.ref(gi, l);
+        const int32_t slot = r.n_slots - 1;
+        rows_host_[static_cast<size_t>(l * T + t)] = static_cast<int32_t>(r.table);
+        rows_host_[static_cast<size_t>((nl + l) * T + t)] = r.n_slots;
+        rows_host_[static_cast<size_t>(2 * nl * T + 2 * (l * T + t))] = table_host_[static_cast<size_t>(r.table + slot / bs)];
+        rows_host_[static_cast<size_t>(2 * nl * T + 2 * (l * T + t) + 1)] = slot % bs;
+        p.max_vis[static_cast<size_t>(l)] = std::max(p.max_vis[static_cast<size_t>(l)], r.n_slots);
       }
-      rows_.ensure(o, rows_host_.size() * 4);
     }
+  }
 
+  // Sizes the chunk's device buffers and uploads its inputs and block tables.
+  void stage(const ForwardChunk &c, const ChunkPlan &p) {
+    DeviceOps &o = *ops_;
+    const int64_t T = p.T, d = p.d, nl = p.nl;
+    if (p.rows_mode) rows_.ensure(o, rows_host_.size() * 4);
     x_.ensure(o, f32(T * d)); xn_.ensure(o, f32(T * d)); o_.ensure(o, f32(T * d));
-    q_.ensure(o, f32(T * qd)); att_.ensure(o, f32(T * qd));
-    k_.ensure(o, f32(T * kvd)); v_.ensure(o, f32(T * kvd));
-    g_.ensure(o, f32(T * ff)); u_.ensure(o, f32(T * ff));
+    q_.ensure(o, f32(T * p.qd)); att_.ensure(o, f32(T * p.qd));
+    k_.ensure(o, f32(T * p.kvd)); v_.ensure(o, f32(T * p.kvd));
+    g_.ensure(o, f32(T * p.ff)); u_.ensure(o, f32(T * p.ff));
     ids_.ensure(o, f32(T)); pos_.ensure(o, f32(T));
-    xr_.ensure(o, f32(R * d)); logits_.ensure(o, f32(LR * V));
-    if (c.entropy && R > 0) lgout_.ensure(o, f32(R * V));
+    xr_.ensure(o, f32(p.R * d)); logits_.ensure(o, f32(p.LR * p.V));
+    if (c.entropy && p.R > 0) lgout_.ensure(o, f32(p.R * p.V));
     table_.ensure(o, table_host_.size() * 4);
-    if (c.attention_acc) acc_.ensure(o, f32(2 * acc_total));
-    if (W > 0) wq_.ensure(o, f32(nl * W * qd));
+    if (c.attention_acc) acc_.ensure(o, f32(2 * p.acc_total));
+    if (p.W > 0) wq_.ensure(o, f32(nl * p.W * p.qd));
     if (c.entropy) {
       hidden_.ensure(o, f32(nl * T * d));
       ent_.ensure(o, static_cast<size_t>(T) * 8);
@@ -222,61 +257,84 @@ class OpsForward final : public DeviceForward {
     o.upload(ids_.as<int32_t>(), c.tokens, f32(T));
     o.upload(pos_.as<int32_t>(), c.positions, f32(T));
     o.upload(table_.as<int32_t>(), table_host_.data(), table_host_.size() * 4);
-    if (rows_mode) o.upload(rows_.as<int32_t>(), rows_host_.data(), rows_host_.size() * 4);
-    if (c.attention_acc) o.zero(acc_.as<float>(), f32(2 * acc_total));
+    if (p.rows_mode) o.upload(rows_.as<int32_t>(), rows_host_.data(), rows_host_.size() * 4);
+    if (c.attention_acc) o.zero(acc_.as<float>(), f32(2 * p.acc_total));
+  }
 
+  // One decoder layer over the chunk's residual stream x_: attention (appending the chunk's K/V to the paged pool)
+  // and the feed-forward block; copies the window's query rows and, for entropy scoring, the layer's output.
+  void run_layer(const ForwardChunk &c, KvCache &kv, const ChunkPlan &p, int32_t l) {
+    DeviceOps &o = *ops_;
+    const HParams &hp = model_.hparams();
+    const int64_t T = p.T, d = p.d;
     float *x = x_.as<float>(), *xn = xn_.as<float>(), *ob = o_.as<float>(), *q = q_.as<float>(), *att = att_.as<float>();
     float *k = k_.as<float>(), *v = v_.as<float>(), *gb = g_.as<float>(), *ub = u_.as<float>();
     const int32_t *pos = pos_.as<int32_t>();
-    o.get_rows(x, emb_, ids_.as<int32_t>(), T, d);
-    for (int32_t l = 0; l < nl; ++l) {
-      const DevLayer &L = layers_[static_cast<size_t>(l)];
-      o.rmsnorm(xn, x, L.attn_norm, T, d, hp.rms_eps);
-      o.matmul(q, xn, L.wq, T);
-      o.matmul(k, xn, L.wk, T);
-      o.matmul(v, xn, L.wv, T);
-      o.rope(q, pos, T, nh, hd, hp.rope_theta);
-      o.rope(k, pos, T, nkv, hd, hp.rope_theta);
-      if (rows_mode) {
-        cpu::PagedKv view = kv.view(c.groups[0].seq, l);  // geometry and pool; tables per row
-        view.block_table = table_.as<int32_t>();
-        const int32_t *rows = rows_.as<int32_t>();
-        o.kv_append_rows(view, rows + 2 * nl * T + 2 * l * T, k, v, T);
-        o.paged_attention_rows(att, q, T, static_cast<int32_t>(nh), view, rows + l * T, rows + (nl + l) * T,
-                               max_vis[static_cast<size_t>(l)], scale);
-      }
-      for (size_t gi = 0; gi < c.groups.size() && !rows_mode; ++gi) {
-        const std::vector<int64_t> &idx = c.groups[gi].items;
-        const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
-        cpu::PagedKv view = kv.view(c.groups[gi].seq, l);  // geometry and pool; the table replaced by the device copy
-        view.block_table = table_.as<int32_t>() + r.table;
-        float *acc = c.attention_acc ? acc_.as<float>() + r.acc : nullptr;
-        float *cnt = c.attention_acc ? acc_.as<float>() + acc_total + r.acc : nullptr;
-        int32_t slot = r.n_slots - static_cast<int32_t>(idx.size());
-        // Contiguous items (a prefill, or one token per sequence) run as one call; scattered ones run by runs.
-        for (const auto &run : runs_of(idx)) {
-          const int64_t t = run.first, n = run.second;
-          o.kv_append(view, slot, k + t * kvd, v + t * kvd, n);
-          o.paged_attention(att + t * qd, q + t * qd, n, static_cast<int32_t>(nh), view, slot + 1, scale, acc, cnt);
-          slot += static_cast<int32_t>(n);
-        }
-      }
-      int64_t wi = 0;
-      for (const auto &run : wruns) {
-        o.copy(wq_.as<float>() + (l * W + wi) * qd, q + run.first * qd, f32(run.second * qd));
-        wi += run.second;
-      }
-      o.matmul(ob, att, L.wo, T);
-      o.add_inplace(x, ob, T * d);
-      o.rmsnorm(xn, x, L.ffn_norm, T, d, hp.rms_eps);
-      o.matmul(gb, xn, L.gate, T);
-      o.matmul(ub, xn, L.up, T);
-      o.swiglu(gb, gb, ub, T * ff);
-      o.matmul(ob, gb, L.down, T);
-      o.add_inplace(x, ob, T * d);
-      if (c.entropy) o.copy(hidden_.as<float>() + l * T * d, x, f32(T * d));
+    const DevLayer &L = layers_[static_cast<size_t>(l)];
+    o.rmsnorm(xn, x, L.attn_norm, T, d, hp.rms_eps);
+    o.matmul(q, xn, L.wq, T);
+    o.matmul(k, xn, L.wk, T);
+    o.matmul(v, xn, L.wv, T);
+    o.rope(q, pos, T, p.nh, p.hd, hp.rope_theta);
+    o.rope(k, pos, T, p.nkv, p.hd, hp.rope_theta);
+    attend(c, kv, p, l);
+    int64_t wi = 0;
+    for (const auto &run : p.wruns) {
+      o.copy(wq_.as<float>() + (l * p.W + wi) * p.qd, q + run.first * p.qd, f32(run.second * p.qd));
+      wi += run.second;
     }
-    o.rmsnorm(xn, x, out_norm_, T, d, hp.rms_eps);
+    o.matmul(ob, att, L.wo, T);
+    o.add_inplace(x, ob, T * d);
+    o.rmsnorm(xn, x, L.ffn_norm, T, d, hp.rms_eps);
+    o.matmul(gb, xn, L.gate, T);
+    o.matmul(ub, xn, L.up, T);
+    o.swiglu(gb, gb, ub, T * p.ff);
+    o.matmul(ob, gb, L.down, T);
+    o.add_inplace(x, ob, T * d);
+    if (c.entropy) o.copy(hidden_.as<float>() + l * T * d, x, f32(T * d));
+  }
+
+  // Appends layer l's K/V of the chunk to the paged pool and computes attention into att_.
+  void attend(const ForwardChunk &c, KvCache &kv, const ChunkPlan &p, int32_t l) {
+    DeviceOps &o = *ops_;
+    const int64_t T = p.T, nl = p.nl, qd = p.qd, kvd = p.kvd;
+    const int32_t nh = static_cast<int32_t>(p.nh);
+    float *q = q_.as<float>(), *att = att_.as<float>(), *k = k_.as<float>(), *v = v_.as<float>();
+    if (p.rows_mode) {
+      PagedKv view = kv.view(c.groups[0].seq, l);  // geometry and pool; tables per row
+      view.block_table = table_.as<int32_t>();
+      const int32_t *rows = rows_.as<int32_t>();
+      o.kv_append_rows(view, rows + 2 * nl * T + 2 * l * T, k, v, T);
+      o.paged_attention_rows(att, q, T, nh, view, rows + l * T, rows + (nl + l) * T, p.max_vis[static_cast<size_t>(l)], p.scale);
+      return;
+    }
+    for (size_t gi = 0; gi < c.groups.size(); ++gi) {
+      const std::vector<int64_t> &idx = c.groups[gi].items;
+      const ViewRef &r = p.ref(gi, l);
+      PagedKv view = kv.view(c.groups[gi].seq, l);  // geometry and pool; the table replaced by the device copy
+      view.block_table = table_.as<int32_t>() + r.table;
+      float *acc = c.attention_acc ? acc_.as<float>() + r.acc : nullptr;
+      float *cnt = c.attention_acc ? acc_.as<float>() + p.acc_total + r.acc : nullptr;
+      int32_t slot = r.n_slots - static_cast<int32_t>(idx.size());
+      // Contiguous items (a prefill, or one token per sequence) run as one call; scattered ones run by runs.
+      for (const auto &run : runs_of(idx)) {
+        const int64_t t = run.first, n = run.second;
+        o.kv_append(view, slot, k + t * kvd, v + t * kvd, n);
+        o.paged_attention(att + t * qd, q + t * qd, n, nh, view, slot + 1, p.scale, acc, cnt);
+        slot += static_cast<int32_t>(n);
+      }
+    }
+  }
+
+  // Final norm and LM head: the requested rows' logits (and, for entropy scoring, every row's entropy and the
+  // representation change of every layer).
+  void run_lm_head(const ForwardChunk &c, const ChunkPlan &p) {
+    DeviceOps &o = *ops_;
+    const HParams &hp = model_.hparams();
+    const int64_t T = p.T, d = p.d, V = p.V, R = p.R, LR = p.LR;
+    const std::vector<int64_t> &lm_rows = c.logit_rows;
+    float *xn = xn_.as<float>();
+    o.rmsnorm(xn, x_.as<float>(), out_norm_, T, d, hp.rms_eps);
     if (c.entropy) {
       for (int64_t t0 = 0, ri = 0; t0 < T; t0 += LR) {
         const int64_t n = std::min(LR, T - t0);
@@ -285,7 +343,7 @@ class OpsForward final : public DeviceForward {
         for (; ri < R && lm_rows[static_cast<size_t>(ri)] < t0 + n; ++ri)
           o.copy(lgout_.as<float>() + ri * V, logits_.as<float>() + (lm_rows[static_cast<size_t>(ri)] - t0) * V, f32(V));
       }
-      o.rep_change_rows(rep_.as<float>(), hidden_.as<float>(), nl, T, d);
+      o.rep_change_rows(rep_.as<float>(), hidden_.as<float>(), p.nl, T, d);
     } else if (R > 0) {
       int64_t ri = 0;
       for (const auto &run : runs_of(lm_rows)) {
@@ -294,9 +352,13 @@ class OpsForward final : public DeviceForward {
       }
       o.matmul(logits_.as<float>(), xr_.as<float>(), out_, R);
     }
+  }
 
-    // Downloads, then the one synchronisation.
-    if (R > 0) o.download(out, (c.entropy ? lgout_ : logits_).as<float>(), f32(R * V));
+  // Downloads, then the chunk's one synchronisation.
+  void download(const ForwardChunk &c, const ChunkPlan &p, float *out) {
+    DeviceOps &o = *ops_;
+    const int64_t T = p.T, nl = p.nl;
+    if (p.R > 0) o.download(out, (c.entropy ? lgout_ : logits_).as<float>(), f32(p.R * p.V));
     if (c.entropy) {
       ent_host_.resize(static_cast<size_t>(T));
       rep_host_.resize(static_cast<size_t>(nl * T));
@@ -304,69 +366,73 @@ class OpsForward final : public DeviceForward {
       o.download(rep_host_.data(), rep_.as<float>(), f32(nl * T));
     }
     if (c.attention_acc) {
-      acc_host_.resize(static_cast<size_t>(2 * acc_total));
-      o.download(acc_host_.data(), acc_.as<float>(), f32(2 * acc_total));
+      acc_host_.resize(static_cast<size_t>(2 * p.acc_total));
+      o.download(acc_host_.data(), acc_.as<float>(), f32(2 * p.acc_total));
     }
-    if (W > 0) {
-      wq_host_.resize(static_cast<size_t>(nl * W * qd));
-      o.download(wq_host_.data(), wq_.as<float>(), f32(nl * W * qd));
+    if (p.W > 0) {
+      wq_host_.resize(static_cast<size_t>(nl * p.W * p.qd));
+      o.download(wq_host_.data(), wq_.as<float>(), f32(nl * p.W * p.qd));
     }
     o.sync();
+  }
 
-    // Record the side channels on the host.
-    for (size_t gi = 0; gi < c.groups.size(); ++gi) {
-      const ForwardGroup &g = c.groups[gi];
+  // Records group gi's side channels on the host: H2O sums and window rows into its StepChannels (applied when the
+  // step commits), entropy and representation change into its new slots.
+  void record_channels(const ForwardChunk &c, KvCache &kv, const ChunkPlan &p, size_t gi) {
+    const ForwardGroup &g = c.groups[gi];
+    const int64_t n = static_cast<int64_t>(g.items.size());
+    const int32_t nl = p.nl;
+    StepChannels &step = *g.step;
+    if (c.attention_acc) {
+      step.acc.resize(static_cast<size_t>(nl));
+      step.count.resize(static_cast<size_t>(nl));
+      for (int32_t l = 0; l < nl; ++l) {
+        const ViewRef &r = p.ref(gi, l);
+        std::vector<float> &acc = step.acc[static_cast<size_t>(l)], &cnt = step.count[static_cast<size_t>(l)];
+        acc.resize(static_cast<size_t>(r.n_slots), 0.0f);
+        cnt.resize(static_cast<size_t>(r.n_slots), 0.0f);
+        for (int32_t j = 0; j < r.n_slots; ++j) {
+          acc[static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(r.acc + j)];
+          cnt[static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(p.acc_total + r.acc + j)];
+        }
+      }
+    }
+    if (p.W > 0) record_window(c, p, g, step);
+    if (c.entropy) {
       SeqCache &sc = kv.seq_mut(g.seq);
-      const int64_t n = static_cast<int64_t>(g.items.size());
-      StepChannels &step = *g.step;
-      if (c.attention_acc) {
-        step.acc.resize(static_cast<size_t>(nl));
-        step.count.resize(static_cast<size_t>(nl));
+      // H of a token is the entropy of the distribution that predicted it (the previous position's logits).
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t t = g.items[static_cast<size_t>(j)];
+        const float h = c.positions[t] == 0 ? 0.0f : *g.pending_entropy;
+        *g.pending_entropy = static_cast<float>(ent_host_[static_cast<size_t>(t)]);
         for (int32_t l = 0; l < nl; ++l) {
-          const ViewRef &r = refs[gi * static_cast<size_t>(nl) + static_cast<size_t>(l)];
-          std::vector<float> &acc = step.acc[static_cast<size_t>(l)], &cnt = step.count[static_cast<size_t>(l)];
-          acc.resize(static_cast<size_t>(r.n_slots), 0.0f);
-          cnt.resize(static_cast<size_t>(r.n_slots), 0.0f);
-          for (int32_t j = 0; j < r.n_slots; ++j) {
-            acc[static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(r.acc + j)];
-            cnt[static_cast<size_t>(j)] += acc_host_[static_cast<size_t>(acc_total + r.acc + j)];
-          }
-        }
-      }
-      if (W > 0) {
-        // Only the last window_rows rows can survive the commit's trim: older ones are not kept.
-        const int64_t keep = std::min<int64_t>(n, c.window_rows);
-        step.window_q.resize(static_cast<size_t>(nl));
-        for (int32_t l = 0; l < nl; ++l) {
-          std::vector<float> &wq = step.window_q[static_cast<size_t>(l)];
-          for (int64_t j = n - keep; j < n; ++j) {
-            const int64_t wi = std::lower_bound(wrows.begin(), wrows.end(), g.items[static_cast<size_t>(j)]) - wrows.begin();
-            const float *row = wq_host_.data() + (l * W + wi) * qd;
-            wq.insert(wq.end(), row, row + qd);
-          }
-          keep_last(wq, static_cast<size_t>(c.window_rows * qd));
-        }
-        for (int64_t j = n - keep; j < n; ++j) step.window_pos.push_back(c.positions[g.items[static_cast<size_t>(j)]]);
-        keep_last(step.window_pos, static_cast<size_t>(c.window_rows));
-      }
-      if (c.entropy) {
-        // H of a token is the entropy of the distribution that predicted it (the previous position's logits).
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t t = g.items[static_cast<size_t>(j)];
-          const float h = c.positions[t] == 0 ? 0.0f : *g.pending_entropy;
-          *g.pending_entropy = static_cast<float>(ent_host_[static_cast<size_t>(t)]);
-          for (int32_t l = 0; l < nl; ++l) {
-            LayerSlots &LS = sc.layers[static_cast<size_t>(l)];
-            const auto slot = static_cast<size_t>(LS.n() - n + j);
-            LS.imp[kImpEntropy][slot] = h;
-            LS.imp[kImpRepChange][slot] = rep_host_[static_cast<size_t>(l * T + t)];
-          }
+          LayerSlots &LS = sc.layers[static_cast<size_t>(l)];
+          const auto slot = static_cast<size_t>(LS.n() - n + j);
+          LS.imp[kImpEntropy][slot] = h;
+          LS.imp[kImpRepChange][slot] = rep_host_[static_cast<size_t>(l * p.T + t)];
         }
       }
     }
   }
 
- private:
+  void record_window(const ForwardChunk &c, const ChunkPlan &p, const ForwardGroup &g, StepChannels &step) {
+    const int64_t n = static_cast<int64_t>(g.items.size()), qd = p.qd;
+    // Only the last window_rows rows can survive the commit's trim: older ones are not kept.
+    const int64_t keep = std::min<int64_t>(n, c.window_rows);
+    step.window_q.resize(static_cast<size_t>(p.nl));
+    for (int32_t l = 0; l < p.nl; ++l) {
+      std::vector<float> &wq = step.window_q[static_cast<size_t>(l)];
+      for (int64_t j = n - keep; j < n; ++j) {
+        const int64_t wi = std::lower_bound(p.wrows.begin(), p.wrows.end(), g.items[static_cast<size_t>(j)]) - p.wrows.begin();
+        const float *row = wq_host_.data() + (l * p.W + wi) * qd;
+        wq.insert(wq.end(), row, row + qd);
+      }
+      keep_last(wq, static_cast<size_t>(c.window_rows * qd));
+    }
+    for (int64_t j = n - keep; j < n; ++j) step.window_pos.push_back(c.positions[g.items[static_cast<size_t>(j)]]);
+    keep_last(step.window_pos, static_cast<size_t>(c.window_rows));
+  }
+
   const Model &model_;
   std::unique_ptr<DeviceOps> ops_;
   std::vector<DevLayer> layers_;
@@ -380,7 +446,7 @@ class OpsForward final : public DeviceForward {
 
 }  // namespace
 
-std::unique_ptr<KvStore> make_ops_kv_store(DeviceOps &ops, const cpu::PagedKv &geometry, int64_t n_blocks) {
+std::unique_ptr<KvStore> make_ops_kv_store(DeviceOps &ops, const PagedKv &geometry, int64_t n_blocks) {
   return std::make_unique<OpsKvStore>(ops, geometry, n_blocks);
 }
 

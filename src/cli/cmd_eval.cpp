@@ -14,33 +14,6 @@
 namespace infokv {
 namespace cli {
 
-double kl_divergence(const float *p, const float *q, int32_t n) {
-  double mp = p[0], mq = q[0];
-  for (int32_t i = 1; i < n; ++i) {
-    mp = std::max(mp, static_cast<double>(p[i]));
-    mq = std::max(mq, static_cast<double>(q[i]));
-  }
-  double zp = 0, zq = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    zp += std::exp(p[i] - mp);
-    zq += std::exp(q[i] - mq);
-  }
-  const double lzp = std::log(zp) + mp, lzq = std::log(zq) + mq;
-  double kl = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    const double lp = p[i] - lzp, lq = q[i] - lzq;
-    kl += std::exp(lp) * (lp - lq);
-  }
-  return std::max(0.0, kl);
-}
-
-int32_t argmax(const float *v, int32_t n) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < n; ++i)
-    if (v[i] > v[best]) best = i;
-  return best;
-}
-
 namespace {
 
 struct Row {
@@ -129,6 +102,194 @@ void write_svg(const std::string &path, const std::vector<Row> &rows) {
   f << "</svg>\n";
 }
 
+// Everything eval measures, from its options (checked before the model loads).
+struct EvalSetup {
+  bool chunked = false;
+  std::string path, text;
+  int64_t N = 0, M = 0, windows = 1, offset = 0;
+  std::vector<std::string> policies;
+  std::vector<double> budgets, max_losses;
+  SessionOptions base;
+  std::optional<TuningProfile> profile;
+};
+
+// Fair play: a profile is not evaluated on the tokens it was tuned on.
+void check_profile_not_tuned_here(const EvalSetup &e, const std::string &profile_path) {
+  const std::optional<TuningProfile> &profile = e.profile;
+  if (!profile || profile->tuned_text_xxh3 == 0 || profile->tuned_text_xxh3 != profile_text_hash(e.text)) return;
+  const int64_t begin = e.offset, end = e.offset + e.windows * (e.N + e.M);
+  if (begin < profile->tuned_end && profile->tuned_begin < end)
+    fail(Status::invalid_argument, "--profile " + profile_path + " was tuned on this text's tokens [" +
+                                       std::to_string(profile->tuned_begin) + ", " + std::to_string(profile->tuned_end) +
+                                       "); eval's windows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                       ") overlap them: choose an --offset at or after " + std::to_string(profile->tuned_end) +
+                                       " (or windows ending by " + std::to_string(profile->tuned_begin) + ")");
+}
+
+EvalSetup parse_eval(const Args &a) {
+  EvalSetup e;
+  // --chunked-prefill: each policy and budget prefills the prefix as a long prompt is prefilled in generate
+  // (Session::prefill: chunks of --ubatch with compression between them, then the final compression to the budget),
+  // instead of compressing a full-cache prefix once; measures what never holding the full cache costs.
+  e.chunked = a.flag("chunked-prefill");
+  e.path = model_path_from(a);
+  e.text = read_file(a.required("file"));
+  e.N = a.integer("prefix", 0, 1, 1 << 24);
+  e.M = a.integer("continuation", 0, 1, 1 << 24);
+  if (!a.has("prefix") || !a.has("continuation")) fail(Status::invalid_argument, "--prefix and --continuation are required");
+  e.windows = a.integer("windows", 1, 1, 10000);
+  e.offset = a.integer("offset", 0, 0, INT64_MAX);
+  e.policies = split_list(a.str("policies", "infokv,snapkv,h2o,streaming,tova,pyramidkv"));
+  for (const auto &p : e.policies) parse_policy(p);
+  e.policies.erase(std::remove(e.policies.begin(), e.policies.end(), std::string("none")), e.policies.end());
+  e.budgets = fraction_list(a.str("budgets", "0.5,0.25,0.125"), "eval");
+  // --max-losses E1,E2: auto under each quality target (no budget), reporting the bytes it reached.
+  if (a.has("max-loss"))
+    fail(Status::invalid_argument, "eval takes --max-losses E1,E2 (a row of auto per quality target), not --max-loss");
+  e.max_losses = positive_list(a.str("max-losses", ""), "--max-losses", "the proxy loss auto may reach");
+  if (!e.max_losses.empty() && e.chunked) fail(Status::invalid_argument, "--max-losses is measured on a full-cache prefix, not with --chunked-prefill");
+  if (!e.max_losses.empty() && std::find(e.policies.begin(), e.policies.end(), "auto") == e.policies.end()) e.policies.push_back("auto");
+  e.base = session_options_from(a);
+  // --profile P: every compressed run starts from the tuning profile (each window from the profile as loaded).
+  e.profile = profile_from_args(a);
+  check_profile_not_tuned_here(e, a.str("profile"));
+  return e;
+}
+
+// Row 0 is the full cache; then, per policy, one row per budget and (auto) one per quality target.
+std::vector<Row> make_rows(const EvalSetup &e) {
+  std::vector<Row> rows;
+  rows.push_back(Row{"none", 1.0, 0.0, {}, {}, {}, {}, {}});
+  for (const auto &p : e.policies) {
+    for (double b : e.budgets) rows.push_back(Row{p, b, 0.0, {}, {}, {}, {}, {}});
+    if (p == "auto")
+      for (double x : e.max_losses) rows.push_back(Row{p, 0.0, x, {}, {}, {}, {}, {}});
+  }
+  return rows;
+}
+
+// One window's measurements, appended to the rows.
+class WindowEval {
+ public:
+  WindowEval(const EvalSetup &e, const std::shared_ptr<const Model> &model, const std::vector<int32_t> &seq)
+      : e_(e), model_(model), seq_(seq), V_(model->hparams().n_vocab), full_(run_full_cache(model, e.base, seq, e.N, e.M)) {}
+
+  void reference(Row &r) { score(r, full_); }
+
+  // Each budget prefilled in chunks with compression between them, as generate prefills a long prompt.
+  void chunked(const std::string &pname, std::vector<Row> &rows, size_t &ri) {
+    for (double b : e_.budgets) {
+      SessionOptions so = e_.base;
+      so.compression.policy = parse_policy(pname);
+      so.compression.budget_fraction = b;
+      so.compression.budget_tokens = 0;
+      so.compression.interval = INT32_MAX;  // no compression inside the teacher-forced continuation
+      Session s(model_, so);
+      apply_profile(e_.profile, s);
+      const int32_t id = s.add_sequence();
+      s.prefill(id, std::vector<int32_t>(seq_.begin(), seq_.begin() + e_.N));
+      ContinuationRun run;
+      run.kv_bytes = s.info(id).bytes;
+      run.logits = teacher_force(s, id, seq_, e_.N, e_.M);
+      score(rows[ri++], run);
+    }
+  }
+
+  // One prefill per policy; each budget (and, for auto, each quality target) compresses a fork of it (forks share
+  // the prefix blocks).
+  void forks(const std::string &pname, std::vector<Row> &rows, size_t &ri) {
+    SessionOptions so = e_.base;
+    so.compression.policy = parse_policy(pname);
+    so.compression.budget_fraction = 1.0;
+    so.compression.budget_tokens = 0;
+    so.compression.compress_after_prefill = false;
+    Session s(model_, so);
+    apply_profile(e_.profile, s);
+    const int32_t id = decode_prefix(s, seq_, e_.N);
+    // Each budget's fork starts from the profile as loaded: the forks before did not refine it.
+    auto reload_profile = [&](int32_t) { apply_profile(e_.profile, s); };
+    for (double b : e_.budgets)
+      score(rows[ri++], run_compressed_fork(s, id, seq_, e_.N, e_.M, budget_tokens(b, e_.N), 0.0, reload_profile));
+    if (pname == "auto")
+      for (double x : e_.max_losses) score(rows[ri++], run_compressed_fork(s, id, seq_, e_.N, e_.M, 0, x));
+  }
+
+ private:
+  void score(Row &r, const ContinuationRun &run) {
+    const int64_t M = e_.M, N = e_.N;
+    double kl = 0, top1 = 0, nll = 0;
+    for (int64_t t = 0; t < M; ++t) {
+      const float *f = full_.logits.data() + t * V_, *c = run.logits.data() + t * V_;
+      kl += kl_divergence(f, c, V_);
+      top1 += argmax(f, V_) == argmax(c, V_) ? 1.0 : 0.0;
+      nll -= log_prob(c, V_, seq_[static_cast<size_t>(N + t + 1)]);
+    }
+    r.kl.push_back(kl / M);
+    r.top1.push_back(top1 / M);
+    r.nll.push_back(nll / M);
+    r.kv_bytes.push_back(run.kv_bytes);
+    r.kv_bytes_full.push_back(full_.kv_bytes);
+  }
+
+  const EvalSetup &e_;
+  std::shared_ptr<const Model> model_;
+  const std::vector<int32_t> &seq_;
+  int32_t V_;
+  ContinuationRun full_;
+};
+
+void mean_bytes(const Row &r, double *bytes, double *full_b) {
+  *bytes = 0;
+  *full_b = 0;
+  for (size_t k = 0; k < r.kv_bytes.size(); ++k) {
+    *bytes += static_cast<double>(r.kv_bytes[k]);
+    *full_b += static_cast<double>(r.kv_bytes_full[k]);
+  }
+}
+
+void print_json(const std::vector<Row> &rows, bool chunked) {
+  std::string arr = "[";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row &r = rows[i];
+    JsonObject o;
+    std::vector<double> ppl;
+    for (double x : r.nll) ppl.push_back(std::exp(x));
+    double bytes, full_b;
+    mean_bytes(r, &bytes, &full_b);
+    o.str("policy", r.policy).num("budget", r.budget).num("max_loss", r.max_loss).num("ppl", std::exp(mean(r.nll))).num("kl", mean(r.kl))
+        .num("top1", mean(r.top1)).integer("kv_bytes", static_cast<int64_t>(std::llround(bytes / r.kv_bytes.size())))
+        .integer("kv_bytes_full", static_cast<int64_t>(std::llround(full_b / r.kv_bytes.size())))
+        .num("kl_median", median(r.kl)).num("top1_median", median(r.top1)).num("ppl_median", median(ppl))
+        .integer("windows", static_cast<int64_t>(r.kl.size()))
+        .str("prefill", chunked && r.policy != "none" ? "chunked" : "full");
+    std::string klw = "[", t1w = "[";
+    for (size_t k = 0; k < r.kl.size(); ++k) {
+      klw += (k ? "," : "") + json_num(r.kl[k]);
+      t1w += (k ? "," : "") + json_num(r.top1[k]);
+    }
+    o.raw("kl_per_window", klw + "]").raw("top1_per_window", t1w + "]");
+    arr += (i ? ",\n" : "") + o.dump();
+  }
+  std::printf("%s]\n", arr.c_str());
+}
+
+void print_table(const std::vector<Row> &rows, const EvalSetup &e) {
+  std::printf("prefix %lld tokens, continuation %lld, %lld window(s), KV %s%s\n", static_cast<long long>(e.N),
+              static_cast<long long>(e.M), static_cast<long long>(e.windows), kv_dtype_name(e.base.kv_dtype),
+              e.chunked ? ", prefix prefilled in chunks with compression between them" : "");
+  std::printf("%-10s %7s %10s %10s %10s %7s %12s %8s\n", "policy", "budget", "ppl", "KL mean", "KL median", "top-1",
+              "KV bytes", "of full");
+  for (const Row &r : rows) {
+    double bytes, full_b;
+    mean_bytes(r, &bytes, &full_b);
+    char budget[32];
+    if (r.max_loss > 0) std::snprintf(budget, sizeof budget, "<=%g", r.max_loss);
+    else std::snprintf(budget, sizeof budget, "%.1f%%", r.budget * 100);
+    std::printf("%-10s %7s %10.4f %10.5f %10.5f %7.3f %12.0f %7.1f%%\n", r.policy.c_str(), budget, std::exp(mean(r.nll)), mean(r.kl), median(r.kl), mean(r.top1), bytes / r.kv_bytes.size(),
+                100.0 * bytes / full_b);
+  }
+}
+
 }  // namespace
 
 int cmd_eval(int argc, char **argv) {
@@ -136,226 +297,34 @@ int cmd_eval(int argc, char **argv) {
                                   "budgets", "plot",   "windows", "offset",      "max-losses"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json", "chunked-prefill"});
-  // --chunked-prefill: each policy and budget prefills the prefix as a long prompt is prefilled in generate
-  // (Session::prefill: chunks of --ubatch with compression between them, then the final compression to the budget),
-  // instead of compressing a full-cache prefix once; measures what never holding the full cache costs.
-  const bool chunked = a.flag("chunked-prefill");
-  const std::string path = model_path_from(a);
-  const std::string text = read_file(a.required("file"));
-  const int64_t N = a.integer("prefix", 0, 1, 1 << 24);
-  const int64_t M = a.integer("continuation", 0, 1, 1 << 24);
-  if (!a.has("prefix") || !a.has("continuation")) fail(Status::invalid_argument, "--prefix and --continuation are required");
-  const int64_t windows = a.integer("windows", 1, 1, 10000);
-  const int64_t offset = a.integer("offset", 0, 0, INT64_MAX);
-  std::vector<std::string> policies = split_list(a.str("policies", "infokv,snapkv,h2o,streaming,tova,pyramidkv"));
-  for (const auto &p : policies) parse_policy(p);
-  policies.erase(std::remove(policies.begin(), policies.end(), std::string("none")), policies.end());
-  std::vector<double> budgets;
-  for (const auto &b : split_list(a.str("budgets", "0.5,0.25,0.125"))) {
-    double fr;
-    int32_t tk;
-    parse_budget(b, &fr, &tk);
-    if (tk > 0) fail(Status::invalid_argument, "eval budgets are fractions of the prefix (e.g. 0.25 or 25%)");
-    budgets.push_back(fr);
-  }
-  // --max-losses E1,E2: auto under each quality target (no budget), reporting the bytes it reached.
-  if (a.has("max-loss"))
-    fail(Status::invalid_argument, "eval takes --max-losses E1,E2 (a row of auto per quality target), not --max-loss");
-  std::vector<double> max_losses;
-  for (const auto &e : split_list(a.str("max-losses", ""))) {
-    char *end = nullptr;
-    const double v = std::strtod(e.c_str(), &end);
-    if (end == e.c_str() || *end != '\0' || !(v > 0 && std::isfinite(v)))
-      fail(Status::invalid_argument, "--max-losses takes positive numbers (the proxy loss auto may reach), got '" + e + "'");
-    max_losses.push_back(v);
-  }
-  if (!max_losses.empty() && chunked) fail(Status::invalid_argument, "--max-losses is measured on a full-cache prefix, not with --chunked-prefill");
-  if (!max_losses.empty() && std::find(policies.begin(), policies.end(), "auto") == policies.end()) policies.push_back("auto");
-  SessionOptions base = session_options_from(a);
-  // --profile P: every compressed run starts from the tuning profile (each window from the profile as loaded).
-  // Fair play: a profile is not evaluated on the tokens it was tuned on.
-  const std::optional<TuningProfile> profile = profile_from_args(a);
-  if (profile && profile->tuned_text_xxh3 != 0 && profile->tuned_text_xxh3 == profile_text_hash(text)) {
-    const int64_t begin = offset, end = offset + windows * (N + M);
-    if (begin < profile->tuned_end && profile->tuned_begin < end)
-      fail(Status::invalid_argument, "--profile " + a.str("profile") + " was tuned on this text's tokens [" +
-                                         std::to_string(profile->tuned_begin) + ", " + std::to_string(profile->tuned_end) +
-                                         "); eval's windows [" + std::to_string(begin) + ", " + std::to_string(end) +
-                                         ") overlap them: choose an --offset at or after " + std::to_string(profile->tuned_end) +
-                                         " (or windows ending by " + std::to_string(profile->tuned_begin) + ")");
-  }
-  auto model = Model::load(path);
-  const Tokenizer &tok = model->tokenizer();
-  const int32_t V = model->hparams().n_vocab;
-  std::vector<int32_t> all = tok.encode(text, false);
-  const int64_t need = offset + windows * (N + M) + (tok.bos() >= 0 ? 0 : 1);
-  if (static_cast<int64_t>(all.size()) < need)
-    fail(Status::invalid_argument, "the text has " + std::to_string(all.size()) + " tokens; " + std::to_string(windows) +
-                                       " window(s) of prefix " + std::to_string(N) + " + continuation " + std::to_string(M) +
-                                       " from offset " + std::to_string(offset) + " need " + std::to_string(need));
-  if (base.kv_pool_blocks == 0 && base.kv_pool_bytes == 0) {
-    const int64_t per_seq = (N + M + 1 + base.block_size - 1) / base.block_size + 1;
-    base.kv_pool_blocks = per_seq * model->hparams().n_layer * static_cast<int64_t>(2 + budgets.size());
-  }
+  EvalSetup e = parse_eval(a);
+  auto model = Model::load(e.path);
+  const EvalWindows win = eval_windows(model->tokenizer(), e.text, e.N, e.M, e.windows, e.offset);
+  size_eval_pool(e.base, *model, e.N, e.M, static_cast<int64_t>(2 + e.budgets.size()));
   const bool progress = isatty(2) != 0;
-  std::vector<Row> rows;
-  rows.push_back(Row{"none", 1.0, 0.0, {}, {}, {}, {}, {}});
-  for (const auto &p : policies) {
-    for (double b : budgets) rows.push_back(Row{p, b, 0.0, {}, {}, {}, {}, {}});
-    if (p == "auto")
-      for (double e : max_losses) rows.push_back(Row{p, 0.0, e, {}, {}, {}, {}, {}});
-  }
+  std::vector<Row> rows = make_rows(e);
   size_t done = 0;
-  const size_t total = static_cast<size_t>(windows) * (1 + policies.size());
-  for (int64_t w = 0; w < windows; ++w) {
+  const size_t total = static_cast<size_t>(e.windows) * (1 + e.policies.size());
+  auto report = [&](int64_t w) {
+    if (progress) std::fprintf(stderr, "\reval: window %lld/%lld, %zu/%zu runs", static_cast<long long>(w + 1), static_cast<long long>(e.windows), ++done, total);
+  };
+  for (int64_t w = 0; w < e.windows; ++w) {
     // seq = [BOS] + tokens[:N+M]; prefix seq[0:N]; continuation seq[N:N+M] predicts seq[N+1..N+M].
-    std::vector<int32_t> seq;
-    if (tok.bos() >= 0) seq.push_back(tok.bos());
-    const auto from = all.begin() + offset + w * (N + M);
-    seq.insert(seq.end(), from, from + (N + M + (tok.bos() >= 0 ? 0 : 1)));
-    // The full-cache reference.
-    std::vector<float> full;
-    int64_t full_bytes = 0;
-    {
-      SessionOptions so = base;
-      so.compression = CompressionConfig{};
-      Session s(model, so);
-      const int32_t id = s.add_sequence();
-      std::vector<BatchToken> pre, cont;
-      for (int64_t i = 0; i < N; ++i) pre.push_back({id, seq[static_cast<size_t>(i)], false});
-      s.decode(pre);
-      full_bytes = s.info(id).bytes;
-      for (int64_t i = N; i < N + M; ++i) cont.push_back({id, seq[static_cast<size_t>(i)], true});
-      s.decode(cont);
-      full = s.batch_logits();
-    }
-    auto score = [&](Row &r, const std::vector<float> &lg, int64_t bytes) {
-      double kl = 0, top1 = 0, nll = 0;
-      for (int64_t t = 0; t < M; ++t) {
-        const float *f = full.data() + t * V, *c = lg.data() + t * V;
-        kl += kl_divergence(f, c, V);
-        top1 += argmax(f, V) == argmax(c, V) ? 1.0 : 0.0;
-        nll -= log_prob(c, V, seq[static_cast<size_t>(N + t + 1)]);
-      }
-      r.kl.push_back(kl / M);
-      r.top1.push_back(top1 / M);
-      r.nll.push_back(nll / M);
-      r.kv_bytes.push_back(bytes);
-      r.kv_bytes_full.push_back(full_bytes);
-    };
-    score(rows[0], full, full_bytes);
-    if (progress) std::fprintf(stderr, "\reval: window %lld/%lld, %zu/%zu runs", static_cast<long long>(w + 1), static_cast<long long>(windows), ++done, total);
+    const std::vector<int32_t> seq = win.window(w);
+    WindowEval we(e, model, seq);
+    we.reference(rows[0]);
+    report(w);
     size_t ri = 1;
-    for (const auto &pname : policies) {
-      if (chunked) {
-        for (double b : budgets) {
-          SessionOptions so = base;
-          so.compression.policy = parse_policy(pname);
-          so.compression.budget_fraction = b;
-          so.compression.budget_tokens = 0;
-          so.compression.interval = INT32_MAX;  // no compression inside the teacher-forced continuation
-          Session s(model, so);
-          apply_profile(profile, s);
-          const int32_t id = s.add_sequence();
-          s.prefill(id, std::vector<int32_t>(seq.begin(), seq.begin() + N));
-          const int64_t bytes = s.info(id).bytes;
-          std::vector<BatchToken> cont;
-          for (int64_t i = N; i < N + M; ++i) cont.push_back({id, seq[static_cast<size_t>(i)], true});
-          s.decode(cont);
-          score(rows[ri++], s.batch_logits(), bytes);
-        }
-        if (progress) std::fprintf(stderr, "\reval: window %lld/%lld, %zu/%zu runs", static_cast<long long>(w + 1), static_cast<long long>(windows), ++done, total);
-        continue;
-      }
-      SessionOptions so = base;
-      so.compression.policy = parse_policy(pname);
-      so.compression.budget_fraction = 1.0;
-      so.compression.budget_tokens = 0;
-      so.compression.compress_after_prefill = false;
-      Session s(model, so);
-      apply_profile(profile, s);
-      const int32_t id = s.add_sequence();
-      std::vector<BatchToken> pre;
-      for (int64_t i = 0; i < N; ++i) pre.push_back({id, seq[static_cast<size_t>(i)], false});
-      s.decode(pre);
-      // One prefill per policy; each budget compresses a fork of it (forks share the prefix blocks).
-      for (double b : budgets) {
-        const int32_t f = s.fork_sequence(id);
-        const auto budget_tokens = static_cast<int32_t>(std::max<int64_t>(1, std::llround(b * static_cast<double>(N))));
-        apply_profile(profile, s);  // as loaded: the forks before did not refine it
-        s.compress(f, budget_tokens);
-        const int64_t bytes = s.info(f).bytes;
-        std::vector<BatchToken> cont;
-        for (int64_t i = N; i < N + M; ++i) cont.push_back({f, seq[static_cast<size_t>(i)], true});
-        s.decode(cont);
-        score(rows[ri++], s.batch_logits(), bytes);
-        s.remove_sequence(f);
-      }
-      if (pname == "auto") {
-        for (double e : max_losses) {
-          const int32_t f = s.fork_sequence(id);
-          s.compression().max_loss = e;
-          s.compress(f, 0);
-          s.compression().max_loss = 0;
-          const int64_t bytes = s.info(f).bytes;
-          std::vector<BatchToken> cont;
-          for (int64_t i = N; i < N + M; ++i) cont.push_back({f, seq[static_cast<size_t>(i)], true});
-          s.decode(cont);
-          score(rows[ri++], s.batch_logits(), bytes);
-          s.remove_sequence(f);
-        }
-      }
-      if (progress) std::fprintf(stderr, "\reval: window %lld/%lld, %zu/%zu runs", static_cast<long long>(w + 1), static_cast<long long>(windows), ++done, total);
+    for (const auto &pname : e.policies) {
+      if (e.chunked) we.chunked(pname, rows, ri);
+      else we.forks(pname, rows, ri);
+      report(w);
     }
   }
   if (progress) std::fprintf(stderr, "\n");
   if (a.has("plot")) write_svg(a.str("plot"), rows);
-  if (a.flag("json")) {
-    std::string arr = "[";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row &r = rows[i];
-      JsonObject o;
-      std::vector<double> ppl;
-      for (double x : r.nll) ppl.push_back(std::exp(x));
-      double bytes = 0, full_b = 0;
-      for (size_t k = 0; k < r.kv_bytes.size(); ++k) {
-        bytes += static_cast<double>(r.kv_bytes[k]);
-        full_b += static_cast<double>(r.kv_bytes_full[k]);
-      }
-      o.str("policy", r.policy).num("budget", r.budget).num("max_loss", r.max_loss).num("ppl", std::exp(mean(r.nll))).num("kl", mean(r.kl))
-          .num("top1", mean(r.top1)).integer("kv_bytes", static_cast<int64_t>(std::llround(bytes / r.kv_bytes.size())))
-          .integer("kv_bytes_full", static_cast<int64_t>(std::llround(full_b / r.kv_bytes.size())))
-          .num("kl_median", median(r.kl)).num("top1_median", median(r.top1)).num("ppl_median", median(ppl))
-          .integer("windows", static_cast<int64_t>(r.kl.size()))
-          .str("prefill", chunked && r.policy != "none" ? "chunked" : "full");
-      std::string klw = "[", t1w = "[";
-      for (size_t k = 0; k < r.kl.size(); ++k) {
-        klw += (k ? "," : "") + json_num(r.kl[k]);
-        t1w += (k ? "," : "") + json_num(r.top1[k]);
-      }
-      o.raw("kl_per_window", klw + "]").raw("top1_per_window", t1w + "]");
-      arr += (i ? ",\n" : "") + o.dump();
-    }
-    std::printf("%s]\n", arr.c_str());
-  } else {
-    std::printf("prefix %lld tokens, continuation %lld, %lld window(s), KV %s%s\n", static_cast<long long>(N),
-                static_cast<long long>(M), static_cast<long long>(windows), kv_dtype_name(base.kv_dtype),
-                chunked ? ", prefix prefilled in chunks with compression between them" : "");
-    std::printf("%-10s %7s %10s %10s %10s %7s %12s %8s\n", "policy", "budget", "ppl", "KL mean", "KL median", "top-1",
-                "KV bytes", "of full");
-    for (const Row &r : rows) {
-      double bytes = 0, full_b = 0;
-      for (size_t k = 0; k < r.kv_bytes.size(); ++k) {
-        bytes += static_cast<double>(r.kv_bytes[k]);
-        full_b += static_cast<double>(r.kv_bytes_full[k]);
-      }
-      char budget[32];
-      if (r.max_loss > 0) std::snprintf(budget, sizeof budget, "<=%g", r.max_loss);
-      else std::snprintf(budget, sizeof budget, "%.1f%%", r.budget * 100);
-      std::printf("%-10s %7s %10.4f %10.5f %10.5f %7.3f %12.0f %7.1f%%\n", r.policy.c_str(), budget, std::exp(mean(r.nll)), mean(r.kl), median(r.kl), mean(r.top1), bytes / r.kv_bytes.size(),
-                  100.0 * bytes / full_b);
-    }
-  }
+  if (a.flag("json")) print_json(rows, e.chunked);
+  else print_table(rows, e);
   return 0;
 }
 

@@ -70,6 +70,220 @@ SamplerParams sampler_from(const Args &a, SamplerParams sp) {
   return sp;
 }
 
+
+// --load-snapshot: continue as the saving run would have (its policy, KV dtype and sampler), unless a config or
+// flag says otherwise.
+void snapshot_defaults(const Args &a, const std::string &load_path, SessionOptions &base, SamplerParams &sp) {
+  snapshot::FileSource f(load_path);
+  const snapshot::Summary loaded = snapshot::inspect(f);
+  if (!a.has("config")) {
+    base.compression = loaded.compression;
+    base.kv_dtype = loaded.kv_dtype;
+    base.block_size = loaded.block_size;
+  }
+  if (loaded.has_sampler) sp = loaded.sampler;
+}
+
+// Restores the snapshot's sequences; returns the first one's id. The sampler keeps the restored RNG and history
+// under the (possibly overridden) parameters sp.
+int32_t continue_snapshot(Session &session, Sampler &sampler, const SamplerParams &sp, const std::string &load_path,
+                          JsonObject &loaded_json) {
+  Sampler restored(sp);
+  const std::vector<int32_t> ids = snapshot::restore_file(session, &restored, load_path);
+  if (ids.empty()) fail(Status::invalid_argument, load_path + " holds no sequence");
+  const int32_t seq = ids[0];
+  sampler.rng().set_state(restored.rng().state());
+  sampler.set_history(std::vector<int32_t>(restored.history().begin(), restored.history().end()));
+  loaded_json.str("path", load_path).integer("sequences", static_cast<int64_t>(ids.size()))
+      .integer("length", session.info(seq).length);
+  return seq;
+}
+
+// The prompt's tokens: as text (with BOS unless --no-bos) or, with --chat, as the user turn of a conversation in
+// the model's chat format (--system adds a system turn).
+// --chat: the prompt is the user turn of a conversation in the model's chat format (--system adds a system turn),
+// with the system turn and the template's control tokens protected in `seq` as `infokv chat` protects them.
+std::vector<int32_t> encode_prompt(const Args &a, Session &session, int32_t seq, const std::string &prompt_text) {
+  const Model &model = session.model();
+  std::vector<int32_t> prompt;
+  if (a.flag("chat")) {
+    const ChatTemplate tmpl = chat_template_of(session);
+    std::vector<ChatMessage> msgs;
+    if (a.has("system")) msgs.push_back({"system", a.str("system")});
+    msgs.push_back({"user", prompt_text});
+    const std::vector<ChatPiece> pieces = tmpl.encode_pieces(model.tokenizer(), msgs, true);
+    for (const ChatPiece &pc : pieces) prompt.insert(prompt.end(), pc.ids.begin(), pc.ids.end());
+    for (const ProtectedSpan &sp : chat_spans(pieces, 0, ChatProtect::system)) session.protect(seq, sp);
+  } else {
+    prompt = model.tokenizer().encode(prompt_text, !a.flag("no-bos"));
+  }
+  if (prompt.empty()) fail(Status::invalid_argument, "the prompt is empty and the model has no BOS token");
+  return prompt;
+}
+
+// --plot: the sequence's KV bytes and the process's resident memory after every token, in MiB.
+class MemoryPlot {
+ public:
+  MemoryPlot(const Session &session, int32_t seq, std::string path) : session_(session), seq_(seq), path_(std::move(path)) {
+    sample();
+  }
+  bool on() const { return !path_.empty(); }
+  void sample() {
+    if (!on()) return;
+    const double len = static_cast<double>(session_.info(seq_).length), mib = 1.0 / (1 << 20);
+    kv_line_.points.emplace_back(len, static_cast<double>(session_.info(seq_).bytes) * mib);
+    rss_line_.points.emplace_back(len, static_cast<double>(current_rss_bytes()) * mib);
+  }
+  void write(PolicyKind policy) {
+    if (!on()) return;
+    sample();
+    std::vector<PlotSeries> lines{kv_line_};
+    if (rss_line_.points.back().second > 0) lines.push_back(rss_line_);
+    write_line_plot(path_, "memory while generating (" + std::string(policy_name(policy)) + ")", "tokens in the sequence",
+                    "MiB", lines);
+  }
+
+ private:
+  const Session &session_;
+  int32_t seq_;
+  std::string path_;
+  PlotSeries kv_line_{"KV bytes of the sequence", "#d62728", {}}, rss_line_{"process RSS", "#1f77b4", {}};
+};
+
+// The text output's last lines (the tokens were streamed as they came); fails when the generation stopped on an
+// error after some tokens.
+void print_summary(const Session &session, int32_t seq, const std::vector<int32_t> &prompt, const GenerateResult &r) {
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "[%zu prompt tokens, %zu generated; prefill %.1f tok/s, decode %.1f tok/s; KV %lld bytes; peak RSS %.1f MiB]\n",
+               prompt.size(), r.tokens.size(),
+               r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0,
+               r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0,
+               static_cast<long long>(session.info(seq).bytes), static_cast<double>(peak_rss_bytes()) / (1 << 20));
+  print_auto(session, seq, "");
+  if (r.error != Status::ok) fail(r.error, "after " + std::to_string(r.tokens.size()) + " tokens: " + r.error_message);
+}
+
+// Protected spans of `seq`, checked against the cache itself: is every protected position still held in every
+// layer? Empty when the sequence has none.
+std::string protected_json(const Session &session, int32_t seq) {
+  if (session.protected_spans(seq).empty()) return "";
+  const SeqCache &sc = session.kv().seq(seq);
+  bool all = true;
+  int64_t n_protected = 0;
+  std::string spans = "[";
+  for (const ProtectedSpan &sp : session.protected_spans(seq)) {
+    spans += (spans.size() > 1 ? "," : "") + std::string("[") + std::to_string(sp.begin) + "," + std::to_string(sp.end) + "]";
+    if (sp.fair) continue;
+    const int64_t end = std::min<int64_t>(sp.end, sc.length);
+    for (const LayerSlots &L : sc.layers) {
+      const auto lo = std::lower_bound(L.pos.begin(), L.pos.end(), sp.begin);
+      const auto hi = std::lower_bound(L.pos.begin(), L.pos.end(), end);
+      all = all && (hi - lo) == std::max<int64_t>(0, end - sp.begin);
+    }
+    n_protected += std::max<int64_t>(0, end - sp.begin);
+  }
+  JsonObject pj;
+  pj.raw("spans", spans + "]").integer("tokens", n_protected).boolean("kept_in_every_layer", all);
+  return pj.dump();
+}
+
+std::string timings_json(const GenerateResult &r) {
+  JsonObject timings;
+  timings.integer("prefill_tokens", r.prefill_tokens)
+      .num("prefill_seconds", r.prefill_seconds)
+      .num("prefill_tokens_per_second", r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0)
+      .integer("decode_tokens", static_cast<int64_t>(r.tokens.size()))
+      .num("decode_seconds", r.decode_seconds)
+      .num("decode_tokens_per_second", r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0);
+  return timings.dump();
+}
+
+std::string compression_json(const Session &session, int32_t seq, const CompressionConfig &cc, const std::string &kv_before,
+                             const std::string &kv_after, int64_t compressions_before) {
+  JsonObject comp;
+  comp.str("policy", policy_name(cc.policy))
+      .num("budget_fraction", cc.budget_fraction)
+      .integer("budget_tokens", cc.budget_tokens)
+      .integer("compressions", session.compressions(seq))
+      .integer("compressions_after_prefill", compressions_before);
+  if (cc.is_auto())  // what it chose at the latest compression (null before one)
+    comp.num("max_loss", cc.max_loss).raw("auto", auto_report_json(session.seq_state(seq).auto_report));
+  if (!kv_before.empty()) comp.raw("kv_before", kv_before).raw("kv_after", kv_after);
+  return comp.dump();
+}
+
+// With a policy on: prefills alone first, so that the accounting before and after the first compression can be
+// reported (*kv_before, *kv_after, *compressions_before), then generates.
+GenerateResult prefill_then_generate(Session &session, int32_t seq, const std::vector<int32_t> &prompt, int32_t max_tokens,
+                                     Sampler &sampler, const TokenCallback &cb, std::string *kv_before,
+                                     std::string *kv_after, int64_t *compressions_before) {
+  const bool after = session.options().compression.compress_after_prefill;
+  CompressionConfig cc = session.options().compression;
+  cc.compress_after_prefill = false;
+  session.set_compression(cc);
+  const auto t0 = std::chrono::steady_clock::now();
+  session.prefill(seq, prompt);  // a long prompt in chunks, compressed between them
+  const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int32_t t : prompt) sampler.accept(t);
+  *kv_before = kv_json(session, seq);
+  cc.compress_after_prefill = after;
+  session.set_compression(cc);
+  if (after) session.compress(seq);
+  *kv_after = kv_json(session, seq);
+  *compressions_before = session.compressions(seq);
+  GenerateResult r = generate(session, seq, {}, max_tokens, sampler, cb);
+  r.prefill_tokens = static_cast<int64_t>(prompt.size());
+  r.prefill_seconds = prefill_s;
+  return r;
+}
+
+// --parallel N: the prompt is prefilled once and its blocks forked to every other sequence, then all decode in one
+// batch per step. Returns true when the text output is printed (the command is done); with --json, fills `out`
+// and `failure` and returns false.
+bool generate_parallel(Session &session, int32_t seq, const std::vector<int32_t> &prompt, const std::string &prompt_text,
+                       int32_t parallel, int32_t max_tokens, const SamplerParams &sp, bool json, JsonObject &out,
+                       std::pair<Status, std::string> &failure) {
+  const SessionOptions &so = session.options();
+  std::vector<BatchToken> batch;
+  for (int32_t t : prompt) batch.push_back({seq, t, false});
+  session.decode(batch);
+  std::vector<int32_t> seqs{seq};
+  for (int32_t i = 1; i < parallel; ++i) seqs.push_back(session.fork_sequence(seq));
+  std::vector<Sampler> samplers;
+  for (int32_t i = 0; i < parallel; ++i) {
+    SamplerParams p = sp;
+    p.seed = sp.seed + static_cast<uint64_t>(i);
+    samplers.emplace_back(p);
+    for (int32_t t : prompt) samplers.back().accept(t);
+  }
+  std::vector<GenerateResult> rs = generate_batch(session, seqs, max_tokens, samplers);
+  std::string arr = "[";
+  for (size_t i = 0; i < rs.size(); ++i) {
+    JsonObject so1;
+    so1.integer("seed", static_cast<int64_t>(sp.seed + i)).ints("tokens", rs[i].tokens).str("text", rs[i].text);
+    if (rs[i].error != Status::ok) so1.str("error", rs[i].error_message);
+    so1.raw("kv", kv_json(session, seqs[i]));
+    if (so.compression.is_auto()) so1.raw("auto", auto_report_json(session.seq_state(seqs[i]).auto_report));
+    arr += (i ? "," : "") + so1.dump();
+  }
+  arr += "]";
+  if (!json) {
+    for (size_t i = 0; i < rs.size(); ++i) std::printf("[%zu] %s%s\n", i, prompt_text.c_str(), rs[i].text.c_str());
+    std::fflush(stdout);
+    for (size_t i = 0; i < rs.size(); ++i) print_auto(session, seqs[i], "[" + std::to_string(i) + "] ");
+    if (rs[0].error != Status::ok) fail(rs[0].error, rs[0].error_message);
+    return true;
+  }
+  out.raw("sequences", arr);
+  if (rs[0].error != Status::ok) failure = {rs[0].error, rs[0].error_message};
+  const KvStats st = session.kv().stats();
+  JsonObject pool;
+  pool.integer("blocks_total", st.blocks_total).integer("blocks_used", st.blocks_used).integer("bytes_used", st.bytes_used);
+  out.raw("kv_pool", pool.dump());
+  return false;
+}
+
 }  // namespace
 
 int cmd_generate(int argc, char **argv) {
@@ -93,20 +307,10 @@ int cmd_generate(int argc, char **argv) {
 
   SessionOptions base = cfg.session;
   SamplerParams sp = cfg.sampler;
-  snapshot::Summary loaded;
-  if (!load_path.empty()) {
-    // Continue as the saving run would have: its policy, KV dtype and sampler, unless a config or flag says otherwise.
-    snapshot::FileSource f(load_path);
-    loaded = snapshot::inspect(f);
-    if (!a.has("config")) {
-      base.compression = loaded.compression;
-      base.kv_dtype = loaded.kv_dtype;
-      base.block_size = loaded.block_size;
-    }
-    if (loaded.has_sampler) sp = loaded.sampler;
-  }
+  if (!load_path.empty()) snapshot_defaults(a, load_path, base, sp);
   sp = sampler_from(a, sp);
   SessionOptions so = session_options_from(a, base);
+  so.protect_prefix = protect_prefix;  // the new sequence's (a restored one keeps its saved spans)
   const std::optional<TuningProfile> profile = profile_from_args(a);
 
   auto model = Model::load(path);
@@ -119,33 +323,11 @@ int cmd_generate(int argc, char **argv) {
   if (a.has("system") && !a.flag("chat")) fail(Status::invalid_argument, "--system needs --chat");
   if (!load_path.empty()) {
     if (a.flag("chat")) fail(Status::invalid_argument, "--chat starts a conversation; it cannot continue a snapshot");
-    Sampler restored(sp);
-    const std::vector<int32_t> ids = snapshot::restore_file(session, &restored, load_path);
-    if (ids.empty()) fail(Status::invalid_argument, load_path + " holds no sequence");
-    seq = ids[0];
-    // Keep the restored RNG and history under the (possibly overridden) parameters.
-    sampler.rng().set_state(restored.rng().state());
-    sampler.set_history(std::vector<int32_t>(restored.history().begin(), restored.history().end()));
+    seq = continue_snapshot(session, sampler, sp, load_path, loaded_json);
     prompt = model->tokenizer().encode(prompt_text, false);
-    loaded_json.str("path", load_path).integer("sequences", static_cast<int64_t>(ids.size()))
-        .integer("length", session.info(seq).length);
   } else {
     seq = session.add_sequence();
-    if (a.flag("chat")) {
-      // The prompt is the user turn of a conversation in the model's chat format (--system adds a system turn),
-      // with the system turn and the template's control tokens protected as in `infokv chat` (src/session/chat).
-      const ChatTemplate tmpl = chat_template_of(session);
-      std::vector<ChatMessage> msgs;
-      if (a.has("system")) msgs.push_back({"system", a.str("system")});
-      msgs.push_back({"user", prompt_text});
-      const std::vector<ChatPiece> pieces = tmpl.encode_pieces(model->tokenizer(), msgs, true);
-      for (const ChatPiece &pc : pieces) prompt.insert(prompt.end(), pc.ids.begin(), pc.ids.end());
-      for (const ProtectedSpan &sp : chat_spans(pieces, 0, ChatProtect::system)) session.protect(seq, sp);
-    } else {
-      prompt = model->tokenizer().encode(prompt_text, !a.flag("no-bos"));
-    }
-    if (prompt.empty()) fail(Status::invalid_argument, "the prompt is empty and the model has no BOS token");
-    if (protect_prefix > 0) session.protect(seq, ProtectedSpan{0, protect_prefix, false});
+    prompt = encode_prompt(a, session, seq, prompt_text);
   }
 
   JsonObject out;
@@ -155,19 +337,11 @@ int cmd_generate(int argc, char **argv) {
     std::string kv_before, kv_after;
     int64_t compressions_before = 0;
     // Stream to the terminal as tokens come unless JSON was asked for.
-    // --plot: the sequence's KV bytes and the process's resident memory after every token, in MiB.
-    const std::string plot_path = a.has("plot") ? a.str("plot") : "";
-    PlotSeries kv_line{"KV bytes of the sequence", "#d62728", {}}, rss_line{"process RSS", "#1f77b4", {}};
-    auto sample_memory = [&] {
-      const double len = static_cast<double>(session.info(seq).length), mib = 1.0 / (1 << 20);
-      kv_line.points.emplace_back(len, static_cast<double>(session.info(seq).bytes) * mib);
-      rss_line.points.emplace_back(len, static_cast<double>(current_rss_bytes()) * mib);
-    };
-    if (!plot_path.empty()) sample_memory();
+    MemoryPlot plot(session, seq, a.has("plot") ? a.str("plot") : "");
     TokenCallback cb;
-    if (!json || !plot_path.empty()) {
+    if (!json || plot.on()) {
       cb = [&, json](int32_t, const std::string &text) {
-        if (!plot_path.empty()) sample_memory();
+        plot.sample();
         if (json) return true;
         std::fwrite(text.data(), 1, text.size(), stdout);
         std::fflush(stdout);
@@ -176,36 +350,13 @@ int cmd_generate(int argc, char **argv) {
     }
     GenerateResult r;
     if (so.compression.enabled() && load_path.empty()) {
-      // Prefill alone first so the accounting before and after the first compression can be reported.
-      const bool after = so.compression.compress_after_prefill;
-      CompressionConfig cc = so.compression;
-      cc.compress_after_prefill = false;
-      session.set_compression(cc);
-      const auto t0 = std::chrono::steady_clock::now();
-      session.prefill(seq, prompt);  // a long prompt in chunks, compressed between them
-      const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      for (int32_t t : prompt) sampler.accept(t);
-      kv_before = kv_json(session, seq);
-      cc.compress_after_prefill = after;
-      session.set_compression(cc);
-      if (after) session.compress(seq);
-      kv_after = kv_json(session, seq);
-      compressions_before = session.compressions(seq);
-      r = generate(session, seq, {}, max_tokens, sampler, cb);
-      r.prefill_tokens = static_cast<int64_t>(prompt.size());
-      r.prefill_seconds = prefill_s;
+      r = prefill_then_generate(session, seq, prompt, max_tokens, sampler, cb, &kv_before, &kv_after, &compressions_before);
     } else {
       if (prompt.empty() && !session.seq_state(seq).has_logits)
         fail(Status::invalid_argument, load_path + " has no logits to continue from: give --prompt");
       r = generate(session, seq, prompt, max_tokens, sampler, cb);
     }
-    if (!plot_path.empty()) {
-      sample_memory();
-      std::vector<PlotSeries> lines{kv_line};
-      if (rss_line.points.back().second > 0) lines.push_back(rss_line);
-      write_line_plot(plot_path, "memory while generating (" + std::string(policy_name(so.compression.policy)) + ")",
-                      "tokens in the sequence", "MiB", lines);
-    }
+    plot.write(so.compression.policy);
     // A decode that failed after some tokens (KV full): those tokens are in the sequence and reported; the command
     // still fails, after the output and any snapshot of what was made.
     std::string saved_json;
@@ -216,15 +367,7 @@ int cmd_generate(int argc, char **argv) {
       if (!json) std::fprintf(stderr, "[snapshot saved to %s: %lld bytes]\n", save_path.c_str(), static_cast<long long>(bytes));
     }
     if (!json) {
-      std::printf("\n");
-      std::fflush(stdout);
-      std::fprintf(stderr, "[%zu prompt tokens, %zu generated; prefill %.1f tok/s, decode %.1f tok/s; KV %lld bytes; peak RSS %.1f MiB]\n",
-                   prompt.size(), r.tokens.size(),
-                   r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0,
-                   r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0,
-                   static_cast<long long>(session.info(seq).bytes), static_cast<double>(peak_rss_bytes()) / (1 << 20));
-      print_auto(session, seq, "");
-      if (r.error != Status::ok) fail(r.error, "after " + std::to_string(r.tokens.size()) + " tokens: " + r.error_message);
+      print_summary(session, seq, prompt, r);
       return 0;
     }
     out.ints("tokens", r.tokens).str("text", r.text);
@@ -233,88 +376,15 @@ int cmd_generate(int argc, char **argv) {
       out.str("error", r.error_message);
       failure = {r.error, r.error_message};
     }
-    JsonObject timings;
-    timings.integer("prefill_tokens", r.prefill_tokens)
-        .num("prefill_seconds", r.prefill_seconds)
-        .num("prefill_tokens_per_second", r.prefill_seconds > 0 ? static_cast<double>(r.prefill_tokens) / r.prefill_seconds : 0.0)
-        .integer("decode_tokens", static_cast<int64_t>(r.tokens.size()))
-        .num("decode_seconds", r.decode_seconds)
-        .num("decode_tokens_per_second", r.decode_seconds > 0 ? static_cast<double>(r.tokens.size()) / r.decode_seconds : 0.0);
-    out.raw("timings", timings.dump());
+    out.raw("timings", timings_json(r));
     out.raw("kv", kv_json(session, seq));
-    if (!session.protected_spans(seq).empty()) {
-      // Checked against the cache itself: is every protected position still held in every layer?
-      const SeqCache &sc = session.kv().seq(seq);
-      bool all = true;
-      int64_t n_protected = 0;
-      std::string spans = "[";
-      for (const ProtectedSpan &sp : session.protected_spans(seq)) {
-        spans += (spans.size() > 1 ? "," : "") + std::string("[") + std::to_string(sp.begin) + "," + std::to_string(sp.end) + "]";
-        if (sp.fair) continue;
-        const int64_t end = std::min<int64_t>(sp.end, sc.length);
-        for (const LayerSlots &L : sc.layers) {
-          const auto lo = std::lower_bound(L.pos.begin(), L.pos.end(), sp.begin);
-          const auto hi = std::lower_bound(L.pos.begin(), L.pos.end(), end);
-          all = all && (hi - lo) == std::max<int64_t>(0, end - sp.begin);
-        }
-        n_protected += std::max<int64_t>(0, end - sp.begin);
-      }
-      JsonObject pj;
-      pj.raw("spans", spans + "]").integer("tokens", n_protected).boolean("kept_in_every_layer", all);
-      out.raw("protected", pj.dump());
-    }
+    const std::string prot = protected_json(session, seq);
+    if (!prot.empty()) out.raw("protected", prot);
     if (!saved_json.empty()) out.raw("snapshot_saved", saved_json);
     if (!load_path.empty()) out.raw("snapshot_loaded", loaded_json.dump());
-    if (so.compression.enabled()) {
-      JsonObject comp;
-      comp.str("policy", policy_name(so.compression.policy))
-          .num("budget_fraction", so.compression.budget_fraction)
-          .integer("budget_tokens", so.compression.budget_tokens)
-          .integer("compressions", session.compressions(seq))
-          .integer("compressions_after_prefill", compressions_before);
-      if (so.compression.is_auto())  // what it chose at the latest compression (null before one)
-        comp.num("max_loss", so.compression.max_loss).raw("auto", auto_report_json(session.seq_state(seq).auto_report));
-      if (!kv_before.empty()) comp.raw("kv_before", kv_before).raw("kv_after", kv_after);
-      out.raw("compression", comp.dump());
-    }
-  } else {
-    // Prefill once, fork the prompt's blocks to every other sequence, then decode all in one batch per step.
-    std::vector<BatchToken> batch;
-    for (int32_t t : prompt) batch.push_back({seq, t, false});
-    session.decode(batch);
-    std::vector<int32_t> seqs{seq};
-    for (int32_t i = 1; i < parallel; ++i) seqs.push_back(session.fork_sequence(seq));
-    std::vector<Sampler> samplers;
-    for (int32_t i = 0; i < parallel; ++i) {
-      SamplerParams p = sp;
-      p.seed = sp.seed + static_cast<uint64_t>(i);
-      samplers.emplace_back(p);
-      for (int32_t t : prompt) samplers.back().accept(t);
-    }
-    std::vector<GenerateResult> rs = generate_batch(session, seqs, max_tokens, samplers);
-    std::string arr = "[";
-    for (size_t i = 0; i < rs.size(); ++i) {
-      JsonObject so1;
-      so1.integer("seed", static_cast<int64_t>(sp.seed + i)).ints("tokens", rs[i].tokens).str("text", rs[i].text);
-      if (rs[i].error != Status::ok) so1.str("error", rs[i].error_message);
-      so1.raw("kv", kv_json(session, seqs[i]));
-      if (so.compression.is_auto()) so1.raw("auto", auto_report_json(session.seq_state(seqs[i]).auto_report));
-      arr += (i ? "," : "") + so1.dump();
-    }
-    arr += "]";
-    if (!json) {
-      for (size_t i = 0; i < rs.size(); ++i) std::printf("[%zu] %s%s\n", i, prompt_text.c_str(), rs[i].text.c_str());
-      std::fflush(stdout);
-      for (size_t i = 0; i < rs.size(); ++i) print_auto(session, seqs[i], "[" + std::to_string(i) + "] ");
-      if (rs[0].error != Status::ok) fail(rs[0].error, rs[0].error_message);
-      return 0;
-    }
-    out.raw("sequences", arr);
-    if (rs[0].error != Status::ok) failure = {rs[0].error, rs[0].error_message};
-    const KvStats st = session.kv().stats();
-    JsonObject pool;
-    pool.integer("blocks_total", st.blocks_total).integer("blocks_used", st.blocks_used).integer("bytes_used", st.bytes_used);
-    out.raw("kv_pool", pool.dump());
+    if (so.compression.enabled()) out.raw("compression", compression_json(session, seq, so.compression, kv_before, kv_after, compressions_before));
+  } else if (generate_parallel(session, seq, prompt, prompt_text, parallel, max_tokens, sp, json, out, failure)) {
+    return 0;
   }
   JsonObject mem;
   mem.integer("peak_rss_bytes", peak_rss_bytes()).integer("rss_bytes", current_rss_bytes());

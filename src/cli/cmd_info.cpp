@@ -2,9 +2,9 @@
 
 #include "backend/device.hpp"
 #include "cli/args.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/describe.hpp"
 #include "model/model.hpp"
-#include "gguf/ggml_types.hpp"
 #include <map>
 
 namespace infokv {

@@ -12,10 +12,10 @@
 #include "cli/args.hpp"
 #include "cli/json.hpp"
 #include "cli/synth.hpp"
-#include "gguf/ggml_types.hpp"
 #include "gguf/gguf_writer.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "util/error.hpp"
-#include "util/fp16.hpp"
 
 namespace infokv {
 namespace cli {

@@ -16,22 +16,6 @@
 namespace infokv {
 namespace cli {
 
-namespace {
-
-std::vector<double> positive_list(const std::string &s, const char *what) {
-  std::vector<double> out;
-  for (const auto &e : split_list(s)) {
-    char *end = nullptr;
-    const double v = std::strtod(e.c_str(), &end);
-    if (end == e.c_str() || *end != '\0' || !(v > 0 && std::isfinite(v)))
-      fail(Status::invalid_argument, std::string(what) + " takes positive numbers, got '" + e + "'");
-    out.push_back(v);
-  }
-  return out;
-}
-
-}  // namespace
-
 int cmd_tune(int argc, char **argv) {
   std::set<std::string> valued = {"model", "file", "tag", "out", "prefix", "continuation", "windows", "offset", "budgets", "max-losses"};
   for (const auto &n : session_option_names())
@@ -45,14 +29,7 @@ int cmd_tune(int argc, char **argv) {
   const int64_t M = a.integer("continuation", 100, 1, 1 << 24);
   const int64_t windows = a.integer("windows", 8, 1, 10000);
   const int64_t offset = a.integer("offset", 0, 0, INT64_MAX / 4);
-  std::vector<double> budgets;
-  for (const auto &b : split_list(a.str("budgets", "0.25,0.125"))) {
-    double fr;
-    int32_t tk;
-    parse_budget(b, &fr, &tk);
-    if (tk > 0) fail(Status::invalid_argument, "tune budgets are fractions of the prefix (e.g. 0.25 or 25%)");
-    budgets.push_back(fr);
-  }
+  const std::vector<double> budgets = fraction_list(a.str("budgets", "0.25,0.125"), "tune");
   if (budgets.empty()) fail(Status::invalid_argument, "--budgets needs at least one fraction");
   const std::vector<double> max_losses = positive_list(a.str("max-losses", "0.005,0.01,0.02"), "--max-losses");
   if (a.has("policy") || a.has("budget") || a.has("max-loss"))
@@ -61,44 +38,20 @@ int cmd_tune(int argc, char **argv) {
   auto model = Model::load(path);
   const Tokenizer &tok = model->tokenizer();
   const int32_t V = model->hparams().n_vocab;
-  const std::vector<int32_t> all = tok.encode(text, false);
-  const int64_t extra = tok.bos() >= 0 ? 0 : 1;
-  const int64_t need = offset + windows * (N + M) + extra;
-  if (static_cast<int64_t>(all.size()) < need)
-    fail(Status::invalid_argument, "the text has " + std::to_string(all.size()) + " tokens; " + std::to_string(windows) +
-                                       " window(s) of prefix " + std::to_string(N) + " + continuation " + std::to_string(M) +
-                                       " from offset " + std::to_string(offset) + " need " + std::to_string(need));
-  if (base.kv_pool_blocks == 0 && base.kv_pool_bytes == 0) {
-    const int64_t per_seq = (N + M + 1 + base.block_size - 1) / base.block_size + 1;
-    base.kv_pool_blocks = per_seq * model->hparams().n_layer * 3;
-  }
+  const EvalWindows win = eval_windows(tok, text, N, M, windows, offset);
+  size_eval_pool(base, *model, N, M, 3);
   TuningProfile prof = TuningProfile::empty(model->weights_fingerprint(), tok.fingerprint(), model->hparams().n_layer);
   prof.tag = a.str("tag", "");
   const size_t slash = file.rfind('/');
   prof.tuned_file = slash == std::string::npos ? file : file.substr(slash + 1);
   prof.tuned_text_xxh3 = profile_text_hash(text);
   prof.tuned_begin = offset;
-  prof.tuned_end = need;
+  prof.tuned_end = win.need();
   std::vector<double> kl_budget(budgets.size(), 0.0), kl_target(max_losses.size(), 0.0);
   const bool progress = isatty(2) != 0;
   for (int64_t w = 0; w < windows; ++w) {
-    std::vector<int32_t> seq;
-    if (tok.bos() >= 0) seq.push_back(tok.bos());
-    const auto from = all.begin() + offset + w * (N + M);
-    seq.insert(seq.end(), from, from + (N + M + extra));
-    std::vector<float> full;
-    {
-      SessionOptions so = base;
-      so.compression = CompressionConfig{};
-      Session s(model, so);
-      const int32_t id = s.add_sequence();
-      std::vector<BatchToken> pre, cont;
-      for (int64_t i = 0; i < N; ++i) pre.push_back({id, seq[static_cast<size_t>(i)], false});
-      s.decode(pre);
-      for (int64_t i = N; i < N + M; ++i) cont.push_back({id, seq[static_cast<size_t>(i)], true});
-      s.decode(cont);
-      full = s.batch_logits();
-    }
+    const std::vector<int32_t> seq = win.window(w);
+    const std::vector<float> full = run_full_cache(model, base, seq, N, M).logits;
     SessionOptions so = base;
     so.compression.policy = PolicyKind::auto_;
     so.compression.budget_fraction = 1.0;
@@ -106,29 +59,14 @@ int cmd_tune(int argc, char **argv) {
     so.compression.max_loss = 0;
     so.compression.compress_after_prefill = false;
     Session s(model, so);
-    const int32_t id = s.add_sequence();
-    std::vector<BatchToken> pre;
-    for (int64_t i = 0; i < N; ++i) pre.push_back({id, seq[static_cast<size_t>(i)], false});
-    s.decode(pre);
-    // One fork per budget and per target; the continuation's KL against the full cache.
-    auto run = [&](int32_t budget_tokens, double max_loss) {
-      const int32_t f = s.fork_sequence(id);
-      s.compression().max_loss = max_loss;
-      s.compress(f, budget_tokens);
-      s.compression().max_loss = 0;
-      if (max_loss <= 0) prof.refine(s.seq_state(f).auto_report);
-      std::vector<BatchToken> cont;
-      for (int64_t i = N; i < N + M; ++i) cont.push_back({f, seq[static_cast<size_t>(i)], true});
-      s.decode(cont);
-      const std::vector<float> &lg = s.batch_logits();
-      double kl = 0;
-      for (int64_t t = 0; t < M; ++t) kl += kl_divergence(full.data() + t * V, lg.data() + t * V, V);
-      s.remove_sequence(f);
-      return kl / static_cast<double>(M);
-    };
+    const int32_t id = decode_prefix(s, seq, N);
+    // One fork per budget and per target; the continuation's KL against the full cache. Byte-budget compressions
+    // refine the profile.
+    auto refine = [&](int32_t f) { prof.refine(s.seq_state(f).auto_report); };
     for (size_t i = 0; i < budgets.size(); ++i)
-      kl_budget[i] += run(static_cast<int32_t>(std::max<int64_t>(1, std::llround(budgets[i] * static_cast<double>(N)))), 0.0) / windows;
-    for (size_t i = 0; i < max_losses.size(); ++i) kl_target[i] += run(0, max_losses[i]) / windows;
+      kl_budget[i] += mean_kl(full, run_compressed_fork(s, id, seq, N, M, budget_tokens(budgets[i], N), 0.0, nullptr, refine).logits, M, V) / windows;
+    for (size_t i = 0; i < max_losses.size(); ++i)
+      kl_target[i] += mean_kl(full, run_compressed_fork(s, id, seq, N, M, 0, max_losses[i]).logits, M, V) / windows;
     if (progress) std::fprintf(stderr, "\rtune: window %lld/%lld", static_cast<long long>(w + 1), static_cast<long long>(windows));
   }
   if (progress) std::fprintf(stderr, "\n");

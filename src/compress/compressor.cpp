@@ -15,6 +15,32 @@
 
 namespace infokv {
 
+namespace {
+
+// Memory is held in whole blocks: a budget that would leave its last block a quarter full or less drops those few
+// tokens instead of paying a whole block for them (at most block_size / 4 tokens per layer).
+int32_t whole_block_budget(int32_t b, int32_t bs) {
+  const int32_t r = b % bs;
+  return b > bs && r > 0 && r <= bs / 4 ? b - r : b;
+}
+
+// What a policy's scorer reads of layer l of sequence `seq` (window_probs unset: the caller adds the backend's).
+LayerScoreInput layer_score_input(KvCache &kv, int32_t seq, int32_t l, const Session::SeqState &st, const HParams &hp) {
+  const SeqCache &sc = kv.seq(seq);
+  LayerScoreInput in;
+  in.kv = kv.view(seq, l);
+  in.slots = &sc.layers[static_cast<size_t>(l)];
+  in.window_q = &sc.window_q[static_cast<size_t>(l)];
+  in.window_pos = &sc.window_pos;
+  in.n_heads = hp.n_head;
+  in.head_dim = hp.head_dim;
+  in.prefill = st.n_compressions == 0;
+  in.spans = &st.spans;
+  return in;
+}
+
+}  // namespace
+
 int32_t Session::budget_for(int32_t seq) const {
   const CompressionConfig &c = opts_.compression;
   if (c.budget_tokens > 0) return c.budget_tokens;
@@ -35,27 +61,14 @@ Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_t
   std::vector<int32_t> counts;
   for (const LayerSlots &L : sc.layers) counts.push_back(L.n());
   std::vector<int32_t> budgets = layer_budgets(c, counts, B);
-  // Memory is held in whole blocks: a budget that would leave its last block a quarter full or less drops those
-  // few tokens instead of paying a whole block for them (at most block_size / 4 tokens per layer).
   const int32_t bs = kv_->config().block_size;
-  for (int32_t &b : budgets) {
-    const int32_t r = b % bs;
-    if (b > bs && r > 0 && r <= bs / 4) b -= r;
-  }
+  for (int32_t &b : budgets) b = whole_block_budget(b, bs);
   CompressionPlan plan;
   plan.keep.resize(sc.layers.size());
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const LayerSlots &L = sc.layers[static_cast<size_t>(l)];
-    LayerScoreInput in;
-    in.kv = kv_->view(seq, l);
-    in.slots = &L;
-    in.window_q = &sc.window_q[static_cast<size_t>(l)];
-    in.window_pos = &sc.window_pos;
-    in.n_heads = hp.n_head;
-    in.head_dim = hp.head_dim;
-    in.prefill = st.n_compressions == 0;
-    in.spans = &st.spans;
-    in.window_probs = [this](float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
+    LayerScoreInput in = layer_score_input(*kv_, seq, l, st, hp);
+    in.window_probs = [this](float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads,
                              float scale) { device_->window_probs(out, q, vis, rows, kv, n_heads, scale); };
     double share = 0;
     std::vector<int32_t> &k = plan.keep[static_cast<size_t>(l)];
@@ -73,7 +86,7 @@ void Session::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, st
   kv_->store().read_blocks(L.blocks, raw.data());
   std::vector<int32_t> table(L.blocks.size());
   std::iota(table.begin(), table.end(), 0);
-  cpu::PagedKv view = kv_->view(seq, layer);
+  PagedKv view = kv_->view(seq, layer);
   view.pool = raw.data();
   view.block_table = table.data();
   const int32_t kvh = view.n_kv_heads, hd = view.head_dim, n = L.n();
@@ -99,9 +112,7 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
   // What a uniform budget holds (the fixed policies' block rule included): the blocks auto may spread.
   int64_t total_blocks = 0, uniform_tokens = 0;
   if (B > 0) {
-    int32_t b = B;
-    const int32_t r = b % bs;
-    if (b > bs && r > 0 && r <= bs / 4) b -= r;
+    const int32_t b = whole_block_budget(B, bs);
     for (const LayerSlots &Ls : sc.layers) {
       const int32_t keep = std::min(b, Ls.n());
       total_blocks += (keep + bs - 1) / bs;
@@ -110,15 +121,7 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
   }
   std::vector<AutoLayerInput> inputs(L);
   for (size_t l = 0; l < L; ++l) {
-    LayerScoreInput &in = inputs[l].score;
-    in.kv = kv_->view(seq, static_cast<int32_t>(l));
-    in.slots = &sc.layers[l];
-    in.window_q = &sc.window_q[l];
-    in.window_pos = &sc.window_pos;
-    in.n_heads = hp.n_head;
-    in.head_dim = hp.head_dim;
-    in.prefill = st.n_compressions == 0;
-    in.spans = &st.spans;
+    inputs[l].score = layer_score_input(*kv_, seq, static_cast<int32_t>(l), st, hp);
     inputs[l].n_kv_heads = hp.n_head_kv;
   }
   std::vector<AutoLayerCurves> curves(L);
@@ -152,9 +155,7 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
   std::vector<size_t> at = auto_spread(curves, bs, total_blocks, c.max_loss, floor_tokens);
   if (B > 0) {
     // The uniform spread (the same blocks per layer as the fixed policies) unless the chosen one is clearly better.
-    int32_t b = B;
-    const int32_t r = b % bs;
-    if (b > bs && r > 0 && r <= bs / 4) b -= r;
+    const int32_t b = whole_block_budget(B, bs);
     std::vector<size_t> uni(L);
     for (size_t l = 0; l < L; ++l) uni[l] = auto_uniform_index(curves[l], b, bs);
     if (!auto_clearly_better(curves, at, uni)) at = std::move(uni);

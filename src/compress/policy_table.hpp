@@ -2,33 +2,47 @@
 // C IKV_POLICY_* <-> schema enum value (config.fbs and snapshot.fbs `Policy`, which are offset by UNSPECIFIED = 0).
 // Every conversion goes through it; static_asserts in the C shim, the config reader and the snapshot converter
 // check each column against the constants they mirror. A new policy is one row here (appended: released C and
-// schema values never change).
+// schema values never change) and its scorer in its own file, compress/policy_<name>.cpp.
 #pragma once
 #include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "compress/policy.hpp"
 
 namespace infokv {
+
+struct LayerScoreInput;  // compress/scores.hpp
+
+// A fixed policy's score for each of the first n_cand slots of a layer (higher: keep), w being its observation
+// window (policy_window). One per file: compress/policy_<name>.cpp.
+using PolicyScorer = std::vector<float> (*)(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand,
+                                            int32_t w);
+std::vector<float> infokv_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
+std::vector<float> snapkv_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
+std::vector<float> h2o_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
+std::vector<float> streaming_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
+std::vector<float> tova_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
 
 struct PolicyInfo {
   PolicyKind kind;
   const char *name;      // the config/CLI spelling; the schema enum's value name in config.fbs
   int32_t c_value;       // IKV_POLICY_*
   int16_t schema_value;  // config.fbs / snapshot.fbs Policy
+  PolicyScorer scorer;   // nullptr: none (keeps everything) and auto (compress/auto_policy.cpp chooses per layer)
 };
 
 inline constexpr std::array<PolicyInfo, 8> kPolicyTable = {{
-    {PolicyKind::none, "none", 0, 1},
-    {PolicyKind::infokv, "infokv", 1, 2},
-    {PolicyKind::snapkv, "snapkv", 2, 3},
-    {PolicyKind::h2o, "h2o", 3, 4},
-    {PolicyKind::streaming, "streaming", 4, 5},
-    {PolicyKind::tova, "tova", 5, 6},
-    {PolicyKind::pyramidkv, "pyramidkv", 6, 7},
-    {PolicyKind::auto_, "auto", 7, 8},
+    {PolicyKind::none, "none", 0, 1, nullptr},
+    {PolicyKind::infokv, "infokv", 1, 2, &infokv_scores},
+    {PolicyKind::snapkv, "snapkv", 2, 3, &snapkv_scores},
+    {PolicyKind::h2o, "h2o", 3, 4, &h2o_scores},
+    {PolicyKind::streaming, "streaming", 4, 5, &streaming_scores},
+    {PolicyKind::tova, "tova", 5, 6, &tova_scores},
+    {PolicyKind::pyramidkv, "pyramidkv", 6, 7, &snapkv_scores},  // its own per-layer budgets, snapkv's scores
+    {PolicyKind::auto_, "auto", 7, 8, nullptr},
 }};
 
 // policy_row() indexes by the core value, and the schema values are the C values + 1 (UNSPECIFIED = 0 first):

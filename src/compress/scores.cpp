@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "compress/policy_table.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -73,7 +74,7 @@ std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, i
   if (in.window_probs) {
     in.window_probs(probs.data(), q, vis.data(), take, in.kv, in.n_heads, scale);
   } else {
-    cpu::PagedKv v = in.kv;
+    PagedKv v = in.kv;
     for (int32_t r = 0; r < take; ++r) {
       if (vis[static_cast<size_t>(r)] == 0) continue;
       v.n_slots = vis[static_cast<size_t>(r)];
@@ -128,34 +129,9 @@ int32_t policy_window(const CompressionConfig &c, int32_t budget, int32_t n) {
 }
 
 std::vector<float> policy_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w) {
-  const LayerSlots &S = *in.slots;
-  std::vector<float> score(static_cast<size_t>(n_cand), 0.0f);
-  switch (c.policy) {
-    case PolicyKind::streaming:
-      for (int32_t j = 0; j < n_cand; ++j) score[static_cast<size_t>(j)] = j < c.sink ? INFINITY : static_cast<float>(j);
-      break;
-    case PolicyKind::h2o:
-      for (int32_t j = 0; j < n_cand; ++j) {
-        const float cnt = S.imp[kImpAttnCount][static_cast<size_t>(j)];
-        score[static_cast<size_t>(j)] = cnt > 0 ? S.imp[kImpAttnAcc][static_cast<size_t>(j)] / cnt : 0.0f;
-      }
-      break;
-    case PolicyKind::tova: score = window_attention(in, n_cand, 1); break;
-    case PolicyKind::snapkv: case PolicyKind::pyramidkv: case PolicyKind::infokv: {
-      std::vector<float> a = window_attention(in, n_cand, std::max(w, 1));
-      a = pool_and_normalise(a, in.prefill ? c.pool_kernel_prefill : c.pool_kernel_decode);
-      if (c.policy == PolicyKind::infokv) {
-        std::vector<float> d(S.imp[kImpRepChange].begin(), S.imp[kImpRepChange].begin() + n_cand);
-        std::vector<float> h(S.imp[kImpEntropy].begin(), S.imp[kImpEntropy].begin() + n_cand);
-        a = infokv_mix(a, d, h, c.alpha, c.tau);
-      }
-      score = std::move(a);
-      break;
-    }
-    case PolicyKind::none: case PolicyKind::auto_:
-      fail(Status::internal, std::string("policy_scores: ") + policy_name(c.policy) + " has no score of its own");
-  }
-  return score;
+  const PolicyScorer scorer = policy_info(c.policy).scorer;
+  if (scorer == nullptr) fail(Status::internal, std::string("policy_scores: ") + policy_name(c.policy) + " has no score of its own");
+  return scorer(c, in, n_cand, w);
 }
 
 std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget,

@@ -13,11 +13,11 @@ namespace infokv {
 
 // Attention probabilities of window query rows over a layer's cached slots, with DeviceForward::window_probs's
 // contract (out[rows, kv.n_slots], row r over slots [0, vis[r])): how a backend scores its own KV pool.
-using WindowProbsFn = std::function<void(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv,
+using WindowProbsFn = std::function<void(float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv,
                                          int32_t n_heads, float scale)>;
 
 struct LayerScoreInput {
-  cpu::PagedKv kv{};
+  PagedKv kv{};
   const LayerSlots *slots = nullptr;
   const std::vector<float> *window_q = nullptr;   // rows of n_heads * head_dim, oldest first
   const std::vector<int32_t> *window_pos = nullptr;
@@ -48,8 +48,9 @@ std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<
 // The observation window a fixed policy always keeps (tova: the last token; streaming: none), at most n.
 int32_t policy_window(const CompressionConfig &c, int32_t budget, int32_t n);
 
-// A fixed policy's score for each of the first n_cand slots (higher: keep), w being its window. Throws
-// Error(internal) for none and auto, which have no score of their own.
+// A fixed policy's score for each of the first n_cand slots (higher: keep), w being its window: the scorer of its
+// row in the policy table (compress/policy_<name>.cpp). Throws Error(internal) for none and auto, which have no
+// score of their own.
 std::vector<float> policy_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
 
 // The selection every policy shares: keeps the last w slots, the never-evicted spans, and the best of the other

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <limits>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 #include "util/error.hpp"
 
 namespace infokv {

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "gguf/ggml_types.hpp"
-#include "snapshot/byte_io.hpp"
+#include "kernels/ggml_types.hpp"
+#include "util/byte_io.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -90,11 +90,11 @@ void GgufWriter::write(const std::string &path, const Fill &fill, const std::fun
   head.resize((head.size() + alignment_ - 1) / alignment_ * alignment_, 0);
 
   // Through a temporary renamed over `path` at the end: a failure never leaves a partial file under `path`.
-  snapshot::FileSink f(path);
+  FileSink f(path);
   f.write(head.data(), head.size());
   std::vector<std::pair<uint64_t, uint64_t>> sizes;
   for (const Tensor &t : tensors_) sizes.emplace_back(t.n_elements, elem_bytes(t.type));
-  snapshot::write_tensor_data(f, sizes, alignment_, fill, progress, data_bytes());
+  write_tensor_data(f, sizes, alignment_, fill, progress, data_bytes());
   f.commit();
 }
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "util/error.hpp"
-#include "util/fp16.hpp"
+#include "kernels/fp16.hpp"
 
 namespace infokv {
 
@@ -36,7 +36,7 @@ KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg
   if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 26))
     fail(Status::invalid_argument, "KV pool must hold between 1 and 2^26 blocks (got " + std::to_string(cfg.n_blocks) + ")");
   block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
-  geometry_ = cpu::PagedKv{};
+  geometry_ = PagedKv{};
   geometry_.block_stride = block_bytes_;
   geometry_.block_size = cfg.block_size;
   geometry_.n_kv_heads = cfg.n_kv_heads;
@@ -83,12 +83,6 @@ int64_t KvCache::seq_host_bytes(int32_t id) const {
   }
   for (const auto &w : c.window_q) n += heap_bytes(w);
   return n;
-}
-
-int64_t KvCache::seq_bytes(int32_t id) const {
-  int64_t n = 0;
-  for (const LayerSlots &L : seq(id).layers) n += static_cast<int64_t>(L.blocks.size());
-  return n * block_bytes_;
 }
 
 std::vector<int32_t> KvCache::sequence_ids() const {
@@ -456,9 +450,9 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
   insert_or_release(id, std::move(s));
 }
 
-cpu::PagedKv KvCache::view(int32_t id, int32_t layer) {
+PagedKv KvCache::view(int32_t id, int32_t layer) {
   LayerSlots &L = seq_mut(id).layers.at(static_cast<size_t>(layer));
-  cpu::PagedKv v = geometry_;
+  PagedKv v = geometry_;
   v.block_table = L.blocks.data();
   v.n_slots = L.n();
   return v;

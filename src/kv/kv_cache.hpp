@@ -74,7 +74,7 @@ struct KvStats {
 class KvCache {
  public:
   // Makes the pool of a KvCache: a store for this block geometry (pool and block table null) and block count.
-  using StoreFactory = std::function<std::unique_ptr<KvStore>(const cpu::PagedKv &geometry, int64_t n_blocks)>;
+  using StoreFactory = std::function<std::unique_ptr<KvStore>(const PagedKv &geometry, int64_t n_blocks)>;
   // The block pool is made by `make_store` once the config is checked (empty: a host store). Throws
   // Error(invalid_argument) for a bad config and Error(out_of_memory) when the pool cannot be reserved.
   explicit KvCache(const KvConfig &cfg, const StoreFactory &make_store = {});
@@ -87,8 +87,6 @@ class KvCache {
   KvStats stats() const;
   // Host bytes of one sequence's cache state (see KvStats::host_bytes), by vector capacity.
   int64_t seq_host_bytes(int32_t seq) const;
-  // Bytes that the kept tokens of `seq` occupy, block rounding included (shared blocks counted in full).
-  int64_t seq_bytes(int32_t seq) const;
 
   bool has(int32_t seq) const { return seqs_.count(seq) != 0; }
   std::vector<int32_t> sequence_ids() const;
@@ -131,7 +129,7 @@ class KvCache {
   // Throws invalid_argument if `id` exists or the tables do not fit the slots (the blocks are then released).
   void adopt(int32_t id, SeqCache &&s);
 
-  cpu::PagedKv view(int32_t id, int32_t layer);
+  PagedKv view(int32_t id, int32_t layer);
   KvStore &store() { return *store_; }
   const KvStore &store() const { return *store_; }
   int32_t refcount(int32_t block) const { return refcount_[static_cast<size_t>(block)]; }
@@ -154,7 +152,7 @@ class KvCache {
   KvConfig cfg_;
   int64_t block_bytes_ = 0;
   std::unique_ptr<KvStore> store_;
-  cpu::PagedKv geometry_{};  // the pool's base and block geometry; view() adds a table and slot count
+  PagedKv geometry_{};  // the pool's base and block geometry; view() adds a table and slot count
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
   std::vector<int32_t> freed_;  // freed since the last return_memory()

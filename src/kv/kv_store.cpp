@@ -14,7 +14,7 @@ namespace {
 
 class HostKvStore final : public KvStore {
  public:
-  HostKvStore(const cpu::PagedKv &g, int64_t n_blocks) : g_(g) {
+  HostKvStore(const PagedKv &g, int64_t n_blocks) : g_(g) {
     size_ = static_cast<size_t>(g.block_stride * n_blocks);
     void *p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) fail(Status::out_of_memory, "cannot reserve a KV pool of " + std::to_string(size_) + " bytes");
@@ -54,14 +54,14 @@ class HostKvStore final : public KvStore {
 
  private:
   uint8_t *at(int32_t b) const { return g_.pool + static_cast<int64_t>(b) * g_.block_stride; }
-  cpu::PagedKv g_;
+  PagedKv g_;
   size_t size_ = 0;
   std::vector<uint8_t> scratch_;
 };
 
 }  // namespace
 
-std::unique_ptr<KvStore> make_host_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) {
+std::unique_ptr<KvStore> make_host_kv_store(const PagedKv &geometry, int64_t n_blocks) {
   return std::make_unique<HostKvStore>(geometry, n_blocks);
 }
 

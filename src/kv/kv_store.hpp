@@ -36,6 +36,6 @@ class KvStore {
 
 // A pool of n_blocks blocks with `geometry` (pool and block table ignored) in anonymous, lazily committed host
 // memory: a large pool costs address space, not RAM, until blocks are written. Throws Error(out_of_memory).
-std::unique_ptr<KvStore> make_host_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks);
+std::unique_ptr<KvStore> make_host_kv_store(const PagedKv &geometry, int64_t n_blocks);
 
 }  // namespace infokv

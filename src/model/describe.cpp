@@ -6,7 +6,7 @@
 #include <map>
 #include <sstream>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 
 namespace infokv {
 

@@ -4,11 +4,11 @@
 #include <cstring>
 #include <filesystem>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 #include "model/weight_check.hpp"
 #include "util/error.hpp"
-#include "util/fp16.hpp"
 
 namespace infokv {
 

@@ -7,12 +7,12 @@
 #include <memory>
 #include <set>
 
-#include "gguf/ggml_types.hpp"
 #include "gguf/gguf.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
 #include "model/weight_check.hpp"
 #include "util/error.hpp"
-#include "util/fp16.hpp"
 #include "util/json_reader.hpp"
 
 namespace infokv {
@@ -67,6 +67,149 @@ uint32_t ggml_type_of(StDtype t) {
   }
 }
 
+// Refuses a config.json that is not a Llama model infokv can run (rope scaling, attention bias).
+void check_llama_config(const JsonValue &cfg) {
+  if (!cfg.is_object()) fail(Status::bad_model, "config.json is not an object");
+  bool llama = false;
+  if (const JsonValue *archs = cfg.find("architectures"); archs != nullptr && archs->is_array())
+    for (const JsonValue &a : archs->items()) llama |= a.is_string() && a.as_string() == "LlamaForCausalLM";
+  if (const JsonValue *mt = cfg.find("model_type"); !llama && mt != nullptr && mt->is_string()) llama = mt->as_string() == "llama";
+  if (!llama) fail(Status::unsupported, "config.json does not describe a LlamaForCausalLM (infokv runs Llama models)");
+  if (const JsonValue *rs = cfg.find("rope_scaling"); rs != nullptr && !rs->is_null()) {
+    const JsonValue *ty = rs->find("rope_type");
+    if (ty == nullptr) ty = rs->find("type");
+    const std::string kind = ty != nullptr && ty->is_string() ? ty->as_string() : "?";
+    if (kind != "default") fail(Status::unsupported, "rope_scaling '" + kind + "' is not supported yet");
+  }
+  if (const JsonValue *bias = cfg.find("attention_bias"); bias != nullptr && bias->is_bool() && bias->as_bool())
+    fail(Status::unsupported, "attention_bias is not supported");
+}
+
+// The hyperparameters config.json gives (n_vocab comes from the embedding).
+void read_hparams(const JsonValue &cfg, HParams &hp) {
+  hp.arch = "llama";
+  hp.n_embd = static_cast<int32_t>(cfg_int(cfg, "hidden_size", 1, 1 << 16, true, 0));
+  hp.n_layer = static_cast<int32_t>(cfg_int(cfg, "num_hidden_layers", 1, 1024, true, 0));
+  hp.n_head = static_cast<int32_t>(cfg_int(cfg, "num_attention_heads", 1, 1024, true, 0));
+  hp.n_head_kv = static_cast<int32_t>(cfg_int(cfg, "num_key_value_heads", 1, hp.n_head, false, hp.n_head));
+  hp.n_ff = static_cast<int32_t>(cfg_int(cfg, "intermediate_size", 1, 1 << 20, true, 0));
+  hp.n_ctx_train = static_cast<int32_t>(cfg_int(cfg, "max_position_embeddings", 1, 1 << 24, false, 2048));
+  if (hp.n_embd % hp.n_head != 0) fail(Status::bad_model, "hidden_size is not a multiple of num_attention_heads");
+  hp.head_dim = static_cast<int32_t>(cfg_int(cfg, "head_dim", 2, 1024, false, hp.n_embd / hp.n_head));
+  if (hp.head_dim % 2 != 0) fail(Status::bad_model, "head size must be even for RoPE");
+  if (hp.n_head % hp.n_head_kv != 0) fail(Status::bad_model, "num_attention_heads is not a multiple of num_key_value_heads");
+  const double eps = cfg_num(cfg, "rms_norm_eps", 1e-6), theta = cfg_num(cfg, "rope_theta", 10000.0);
+  if (!(eps > 0 && eps < 1)) fail(Status::bad_model, "rms_norm_eps out of range");
+  if (!(theta > 1 && theta < 1e12)) fail(Status::bad_model, "rope_theta out of range");
+  hp.rms_eps = static_cast<float>(eps);
+  hp.rope_theta = static_cast<float>(theta);
+}
+
+// Shards: model.safetensors.index.json's weight_map, else model.safetensors.
+std::vector<std::string> shard_files(const fs::path &dir) {
+  std::error_code ec;
+  std::vector<std::string> files;
+  if (!fs::exists(dir / "model.safetensors.index.json", ec)) return {"model.safetensors"};
+  const JsonValue idx = json_file(dir / "model.safetensors.index.json", "model.safetensors.index.json");
+  const JsonValue *wm = idx.find("weight_map");
+  if (wm == nullptr || !wm->is_object()) fail(Status::bad_model, "model.safetensors.index.json has no weight_map");
+  std::set<std::string> seen;
+  for (const auto &kv : wm->members()) {
+    if (!kv.second.is_string()) fail(Status::bad_model, "weight_map entry '" + kv.first + "' is not a file name");
+    const std::string &f = kv.second.as_string();
+    // A shard is a file of this directory, never a path that leaves it.
+    if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
+      fail(Status::bad_model, "weight_map names the shard '" + f + "', which is not a file name of the checkpoint");
+    if (seen.insert(f).second) files.push_back(f);
+  }
+  return files;
+}
+
+using TensorMap = std::map<std::string, const StTensor *>;
+
+const StTensor &require_tensor(const TensorMap &tensors, const std::string &name) {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) fail(Status::bad_model, "missing tensor '" + name + "'");
+  return *it->second;
+}
+
+// A [rows, cols] matrix, or (cols == 0) a [rows] vector.
+void check_shape(const StTensor &t, uint64_t rows, uint64_t cols) {
+  if ((cols == 0 && t.shape.size() == 1 && t.shape[0] == rows) || (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols)) return;
+  std::string s;
+  for (uint64_t d : t.shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  fail(Status::bad_model, "tensor '" + t.name + "' has shape [" + s + "], expected [" + std::to_string(rows) +
+                              (cols ? ", " + std::to_string(cols) : "") + "]");
+}
+
+// A weight matrix used in place from the mapping; head_rows > 0: each head's rows reordered from rotate-half to
+// adjacent pairs into a buffer appended to `owned`.
+Weight hf_matrix(const TensorMap &tensors, const std::string &name, uint64_t rows, uint64_t cols, int64_t head_rows,
+                 std::vector<std::vector<uint8_t>> &owned) {
+  const StTensor &t = require_tensor(tensors, name);
+  check_shape(t, rows, cols);
+  Weight w;
+  w.type = ggml_type_of(t.dtype);
+  if (w.type == UINT32_MAX) fail(Status::unsupported, std::string("unsupported dtype ") + st_dtype_name(t.dtype) + " in " + name);
+  w.rows = static_cast<int64_t>(rows);
+  w.cols = static_cast<int64_t>(cols);
+  w.name = name;
+  w.data = t.data;
+  if (head_rows > 0) {
+    const size_t row_bytes = static_cast<size_t>(cols) * st_dtype_size(t.dtype);
+    std::vector<uint8_t> out(t.n_bytes);
+    const int64_t half = head_rows / 2;
+    for (int64_t h = 0; h < static_cast<int64_t>(rows) / head_rows; ++h)
+      for (int64_t i = 0; i < half; ++i)
+        for (int64_t j = 0; j < 2; ++j) {
+          const int64_t dst = h * head_rows + 2 * i + j, src = h * head_rows + j * half + i;
+          std::memcpy(out.data() + static_cast<size_t>(dst) * row_bytes, t.data + static_cast<size_t>(src) * row_bytes, row_bytes);
+        }
+    owned.push_back(std::move(out));
+    w.data = owned.back().data();
+  }
+  return w;
+}
+
+// A norm vector as f32, checked finite.
+std::vector<float> hf_vec(const TensorMap &tensors, const std::string &name, uint64_t n) {
+  const StTensor &t = require_tensor(tensors, name);
+  check_shape(t, n, 0);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (uint64_t i = 0; i < n; ++i) {
+    switch (t.dtype) {
+      case StDtype::F32: std::memcpy(&v[i], t.data + 4 * i, 4); break;
+      case StDtype::F16: case StDtype::BF16: {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        v[i] = t.dtype == StDtype::F16 ? fp16_to_float(h) : bf16_to_float(h);
+        break;
+      }
+      default: fail(Status::unsupported, std::string("unsupported dtype ") + st_dtype_name(t.dtype) + " in " + name);
+    }
+  }
+  check_finite(v, name);
+  return v;
+}
+
+// FNV-1a over every tensor's name, dtype, shape and 64 sampled byte runs.
+uint64_t hf_fingerprint(const TensorMap &tensors) {
+  uint64_t h = 1469598103934665603ull;
+  auto fnv = [&h](const void *p, size_t n) {
+    const auto *b = static_cast<const uint8_t *>(p);
+    for (size_t i = 0; i < n; ++i) { h ^= b[i]; h *= 1099511628211ull; }
+  };
+  for (const auto &kv : tensors) {
+    const StTensor &t = *kv.second;
+    fnv(t.name.data(), t.name.size());
+    fnv(&t.dtype, sizeof(t.dtype));
+    for (uint64_t dim : t.shape) fnv(&dim, sizeof(dim));
+    const uint64_t step = t.n_bytes / 64 + 1;
+    for (uint64_t off = 0; off < t.n_bytes; off += step) fnv(t.data + off, static_cast<size_t>(std::min<uint64_t>(64, t.n_bytes - off)));
+  }
+  return h;
+}
+
 }  // namespace
 
 Tokenizer Model::load_tokenizer(const std::string &path) {
@@ -84,38 +227,9 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
   m->path_ = dir_str;
   m->format_ = "safetensors";
   const JsonValue cfg = json_file(dir / "config.json", "config.json");
-  if (!cfg.is_object()) fail(Status::bad_model, "config.json is not an object");
-  bool llama = false;
-  if (const JsonValue *archs = cfg.find("architectures"); archs != nullptr && archs->is_array())
-    for (const JsonValue &a : archs->items()) llama |= a.is_string() && a.as_string() == "LlamaForCausalLM";
-  if (const JsonValue *mt = cfg.find("model_type"); !llama && mt != nullptr && mt->is_string()) llama = mt->as_string() == "llama";
-  if (!llama) fail(Status::unsupported, "config.json does not describe a LlamaForCausalLM (infokv runs Llama models)");
-  if (const JsonValue *rs = cfg.find("rope_scaling"); rs != nullptr && !rs->is_null()) {
-    const JsonValue *ty = rs->find("rope_type");
-    if (ty == nullptr) ty = rs->find("type");
-    const std::string kind = ty != nullptr && ty->is_string() ? ty->as_string() : "?";
-    if (kind != "default") fail(Status::unsupported, "rope_scaling '" + kind + "' is not supported yet");
-  }
-  if (const JsonValue *bias = cfg.find("attention_bias"); bias != nullptr && bias->is_bool() && bias->as_bool())
-    fail(Status::unsupported, "attention_bias is not supported");
-
+  check_llama_config(cfg);
   HParams &hp = m->hp_;
-  hp.arch = "llama";
-  hp.n_embd = static_cast<int32_t>(cfg_int(cfg, "hidden_size", 1, 1 << 16, true, 0));
-  hp.n_layer = static_cast<int32_t>(cfg_int(cfg, "num_hidden_layers", 1, 1024, true, 0));
-  hp.n_head = static_cast<int32_t>(cfg_int(cfg, "num_attention_heads", 1, 1024, true, 0));
-  hp.n_head_kv = static_cast<int32_t>(cfg_int(cfg, "num_key_value_heads", 1, hp.n_head, false, hp.n_head));
-  hp.n_ff = static_cast<int32_t>(cfg_int(cfg, "intermediate_size", 1, 1 << 20, true, 0));
-  hp.n_ctx_train = static_cast<int32_t>(cfg_int(cfg, "max_position_embeddings", 1, 1 << 24, false, 2048));
-  if (hp.n_embd % hp.n_head != 0) fail(Status::bad_model, "hidden_size is not a multiple of num_attention_heads");
-  hp.head_dim = static_cast<int32_t>(cfg_int(cfg, "head_dim", 2, 1024, false, hp.n_embd / hp.n_head));
-  if (hp.head_dim % 2 != 0) fail(Status::bad_model, "head size must be even for RoPE");
-  if (hp.n_head % hp.n_head_kv != 0) fail(Status::bad_model, "num_attention_heads is not a multiple of num_key_value_heads");
-  const double eps = cfg_num(cfg, "rms_norm_eps", 1e-6), theta = cfg_num(cfg, "rope_theta", 10000.0);
-  if (!(eps > 0 && eps < 1)) fail(Status::bad_model, "rms_norm_eps out of range");
-  if (!(theta > 1 && theta < 1e12)) fail(Status::bad_model, "rope_theta out of range");
-  hp.rms_eps = static_cast<float>(eps);
-  hp.rope_theta = static_cast<float>(theta);
+  read_hparams(cfg, hp);
   const JsonValue *tie = cfg.find("tie_word_embeddings");
   const bool tie_cfg = tie != nullptr && tie->is_bool() && tie->as_bool();
 
@@ -127,26 +241,8 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
     if (const JsonValue *ct = tcfg->find("chat_template"); ct != nullptr && ct->is_string()) m->chat_template_ = ct->as_string();
   if (const JsonValue *nm = cfg.find("_name_or_path"); nm != nullptr && nm->is_string()) m->name_ = nm->as_string();
 
-  // Shards: model.safetensors.index.json's weight_map, else model.safetensors.
-  std::map<std::string, const StTensor *> tensors;
-  std::vector<std::string> files;
-  if (fs::exists(dir / "model.safetensors.index.json", ec)) {
-    const JsonValue idx = json_file(dir / "model.safetensors.index.json", "model.safetensors.index.json");
-    const JsonValue *wm = idx.find("weight_map");
-    if (wm == nullptr || !wm->is_object()) fail(Status::bad_model, "model.safetensors.index.json has no weight_map");
-    std::set<std::string> seen;
-    for (const auto &kv : wm->members()) {
-      if (!kv.second.is_string()) fail(Status::bad_model, "weight_map entry '" + kv.first + "' is not a file name");
-      const std::string &f = kv.second.as_string();
-      // A shard is a file of this directory, never a path that leaves it.
-      if (f.empty() || f.find('/') != std::string::npos || f.find('\\') != std::string::npos || f == "." || f == "..")
-        fail(Status::bad_model, "weight_map names the shard '" + f + "', which is not a file name of the checkpoint");
-      if (seen.insert(f).second) files.push_back(f);
-    }
-  } else {
-    files.push_back("model.safetensors");
-  }
-  for (const std::string &f : files) {
+  TensorMap tensors;
+  for (const std::string &f : shard_files(dir)) {
     m->shards_.push_back(std::make_unique<SafetensorsFile>((dir / f).string()));
     m->file_bytes_ += fs::file_size(dir / f, ec);
     for (const StTensor &t : m->shards_.back()->tensors()) {
@@ -157,66 +253,7 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
     }
   }
 
-  auto require = [&](const std::string &name) -> const StTensor & {
-    auto it = tensors.find(name);
-    if (it == tensors.end()) fail(Status::bad_model, "missing tensor '" + name + "'");
-    return *it->second;
-  };
-  auto shape_ok = [](const StTensor &t, uint64_t rows, uint64_t cols) {
-    return (cols == 0 && t.shape.size() == 1 && t.shape[0] == rows) || (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols);
-  };
-  auto shape_err = [](const StTensor &t, uint64_t rows, uint64_t cols) {
-    std::string s;
-    for (uint64_t d : t.shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
-    fail(Status::bad_model, "tensor '" + t.name + "' has shape [" + s + "], expected [" + std::to_string(rows) +
-                                (cols ? ", " + std::to_string(cols) : "") + "]");
-  };
-  // head_rows > 0: reorder each head's rows from rotate-half to adjacent pairs.
-  auto matrix = [&](const std::string &name, uint64_t rows, uint64_t cols, int64_t head_rows) {
-    const StTensor &t = require(name);
-    if (!shape_ok(t, rows, cols)) shape_err(t, rows, cols);
-    Weight w;
-    w.type = ggml_type_of(t.dtype);
-    if (w.type == UINT32_MAX) fail(Status::unsupported, std::string("unsupported dtype ") + st_dtype_name(t.dtype) + " in " + name);
-    w.rows = static_cast<int64_t>(rows);
-    w.cols = static_cast<int64_t>(cols);
-    w.name = name;
-    w.data = t.data;
-    if (head_rows > 0) {
-      const size_t row_bytes = static_cast<size_t>(cols) * st_dtype_size(t.dtype);
-      std::vector<uint8_t> out(t.n_bytes);
-      const int64_t half = head_rows / 2;
-      for (int64_t h = 0; h < static_cast<int64_t>(rows) / head_rows; ++h)
-        for (int64_t i = 0; i < half; ++i)
-          for (int64_t j = 0; j < 2; ++j) {
-            const int64_t dst = h * head_rows + 2 * i + j, src = h * head_rows + j * half + i;
-            std::memcpy(out.data() + static_cast<size_t>(dst) * row_bytes, t.data + static_cast<size_t>(src) * row_bytes, row_bytes);
-          }
-      m->owned_.push_back(std::move(out));
-      w.data = m->owned_.back().data();
-    }
-    return w;
-  };
-  auto vec = [&](const std::string &name, uint64_t n) {
-    const StTensor &t = require(name);
-    if (!shape_ok(t, n, 0)) shape_err(t, n, 0);
-    std::vector<float> v(static_cast<size_t>(n));
-    for (uint64_t i = 0; i < n; ++i) {
-      switch (t.dtype) {
-        case StDtype::F32: std::memcpy(&v[i], t.data + 4 * i, 4); break;
-        case StDtype::F16: case StDtype::BF16: {
-          uint16_t h;
-          std::memcpy(&h, t.data + 2 * i, 2);
-          v[i] = t.dtype == StDtype::F16 ? fp16_to_float(h) : bf16_to_float(h);
-          break;
-        }
-        default: fail(Status::unsupported, std::string("unsupported dtype ") + st_dtype_name(t.dtype) + " in " + name);
-      }
-    }
-    return v;
-  };
-
-  const StTensor &emb = require("model.embed_tokens.weight");
+  const StTensor &emb = require_tensor(tensors, "model.embed_tokens.weight");
   if (emb.shape.size() != 2 || emb.shape[1] != static_cast<uint64_t>(hp.n_embd) || emb.shape[0] == 0 || emb.shape[0] > (1u << 24))
     fail(Status::bad_model, "tensor 'model.embed_tokens.weight' must be [n_vocab, hidden_size]");
   hp.n_vocab = static_cast<int32_t>(emb.shape[0]);
@@ -226,48 +263,32 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
   const uint64_t d = static_cast<uint64_t>(hp.n_embd), hd = static_cast<uint64_t>(hp.head_dim);
   const uint64_t q_dim = hd * static_cast<uint64_t>(hp.n_head), kv_dim = hd * static_cast<uint64_t>(hp.n_head_kv);
   const uint64_t ff = static_cast<uint64_t>(hp.n_ff), nv = static_cast<uint64_t>(hp.n_vocab);
-  m->tok_embd_ = matrix("model.embed_tokens.weight", nv, d, 0);
+  std::vector<std::vector<uint8_t>> &owned = m->owned_;
+  m->tok_embd_ = hf_matrix(tensors, "model.embed_tokens.weight", nv, d, 0, owned);
   if (tensors.count("lm_head.weight") != 0 && !tie_cfg) {
-    m->output_ = matrix("lm_head.weight", nv, d, 0);
+    m->output_ = hf_matrix(tensors, "lm_head.weight", nv, d, 0, owned);
   } else {
     m->output_ = m->tok_embd_;
     m->tied_ = true;
   }
   check_finite_rows(m->tok_embd_);
   if (!m->tied_) check_finite_rows(m->output_);
-  m->out_norm_ = vec("model.norm.weight", d);
-  check_finite(m->out_norm_, "model.norm.weight");
+  m->out_norm_ = hf_vec(tensors, "model.norm.weight", d);
   m->layers_.resize(static_cast<size_t>(hp.n_layer));
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights &L = m->layers_[static_cast<size_t>(l)];
-    L.attn_norm = vec(p + "input_layernorm.weight", d);
-    check_finite(L.attn_norm, p + "input_layernorm.weight");
-    L.wq = matrix(p + "self_attn.q_proj.weight", q_dim, d, hp.head_dim);
-    L.wk = matrix(p + "self_attn.k_proj.weight", kv_dim, d, hp.head_dim);
-    L.wv = matrix(p + "self_attn.v_proj.weight", kv_dim, d, 0);
-    L.wo = matrix(p + "self_attn.o_proj.weight", d, q_dim, 0);
-    L.ffn_norm = vec(p + "post_attention_layernorm.weight", d);
-    check_finite(L.ffn_norm, p + "post_attention_layernorm.weight");
-    L.w_gate = matrix(p + "mlp.gate_proj.weight", ff, d, 0);
-    L.w_up = matrix(p + "mlp.up_proj.weight", ff, d, 0);
-    L.w_down = matrix(p + "mlp.down_proj.weight", d, ff, 0);
+    L.attn_norm = hf_vec(tensors, p + "input_layernorm.weight", d);
+    L.wq = hf_matrix(tensors, p + "self_attn.q_proj.weight", q_dim, d, hp.head_dim, owned);
+    L.wk = hf_matrix(tensors, p + "self_attn.k_proj.weight", kv_dim, d, hp.head_dim, owned);
+    L.wv = hf_matrix(tensors, p + "self_attn.v_proj.weight", kv_dim, d, 0, owned);
+    L.wo = hf_matrix(tensors, p + "self_attn.o_proj.weight", d, q_dim, 0, owned);
+    L.ffn_norm = hf_vec(tensors, p + "post_attention_layernorm.weight", d);
+    L.w_gate = hf_matrix(tensors, p + "mlp.gate_proj.weight", ff, d, 0, owned);
+    L.w_up = hf_matrix(tensors, p + "mlp.up_proj.weight", ff, d, 0, owned);
+    L.w_down = hf_matrix(tensors, p + "mlp.down_proj.weight", d, ff, 0, owned);
   }
-
-  uint64_t h = 1469598103934665603ull;
-  auto fnv = [&h](const void *p, size_t n) {
-    const auto *b = static_cast<const uint8_t *>(p);
-    for (size_t i = 0; i < n; ++i) { h ^= b[i]; h *= 1099511628211ull; }
-  };
-  for (const auto &kv : tensors) {
-    const StTensor &t = *kv.second;
-    fnv(t.name.data(), t.name.size());
-    fnv(&t.dtype, sizeof(t.dtype));
-    for (uint64_t dim : t.shape) fnv(&dim, sizeof(dim));
-    const uint64_t step = t.n_bytes / 64 + 1;
-    for (uint64_t off = 0; off < t.n_bytes; off += step) fnv(t.data + off, static_cast<size_t>(std::min<uint64_t>(64, t.n_bytes - off)));
-  }
-  m->weights_fp_ = h;
+  m->weights_fp_ = hf_fingerprint(tensors);
   return m;
 }
 

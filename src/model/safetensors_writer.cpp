@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 #include "util/error.hpp"
 #include "util/json_escape.hpp"
 
@@ -55,12 +55,12 @@ void SafetensorsWriter::write(const std::string &path, const Fill &fill, const s
   const std::string h = header();
   uint8_t len[8];
   for (int k = 0; k < 8; ++k) len[k] = static_cast<uint8_t>(static_cast<uint64_t>(h.size()) >> (8 * k));
-  snapshot::FileSink f(path);
+  FileSink f(path);
   f.write(len, 8);
   f.write(h.data(), h.size());
   std::vector<std::pair<uint64_t, uint64_t>> sizes;
   for (const Tensor &t : tensors_) sizes.emplace_back(t.n_elements, st_dtype_size(t.dtype));
-  snapshot::write_tensor_data(f, sizes, 1, fill, progress, data_bytes_);
+  write_tensor_data(f, sizes, 1, fill, progress, data_bytes_);
   f.commit();
 }
 

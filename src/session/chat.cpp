@@ -51,13 +51,13 @@ ChatSpan append(Session &session, int32_t seq, const std::vector<ChatPiece> &pie
   return {start, start + static_cast<int64_t>(ids.size())};
 }
 
-void check_role(const std::string &role) {
+}  // namespace
+
+void check_chat_role(const std::string &role) {
   bool ok = !role.empty() && role.size() <= 32;
   for (char c : role) ok = ok && ((c >= 'a' && c <= 'z') || c == '_');
   if (!ok) fail(Status::invalid_argument, "chat role must be a lower-case word (system, user, assistant, ...)");
 }
-
-}  // namespace
 
 const char *chat_protect_name(ChatProtect p) {
   switch (p) {
@@ -76,7 +76,7 @@ ChatTemplate chat_template_of(const Session &session) {
 }
 
 ChatSpan chat_add(Session &session, int32_t seq, const ChatMessage &m, ChatProtect protect) {
-  check_role(m.role);
+  check_chat_role(m.role);
   const ChatTemplate t = chat_template_of(session);
   const bool first = session.info(seq).length == 0;
   return append(session, seq, t.encode_pieces(session.model().tokenizer(), {m}, false, first), protect);

@@ -31,6 +31,9 @@ struct ChatSpan {
 // under system, system turns) never evicted; under fair, one fair span per message text.
 std::vector<ProtectedSpan> chat_spans(const std::vector<ChatPiece> &pieces, int64_t start, ChatProtect protect);
 
+// Throws Error(invalid_argument) unless `role` is a lower-case word of at most 32 letters or '_'.
+void check_chat_role(const std::string &role);
+
 // The session model's chat template; throws Error(unsupported) when infokv does not know its format.
 ChatTemplate chat_template_of(const Session &session);
 

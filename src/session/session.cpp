@@ -69,6 +69,7 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
     fail(Status::invalid_argument, "kv_pool_fraction must be in (0, 1], or 0 for the default");
   if (opts_.max_sequences < 1 || opts_.max_sequences > (1 << 20))
     fail(Status::invalid_argument, "max_sequences must be in [1, 2^20]");
+  if (opts_.protect_prefix < 0) fail(Status::invalid_argument, "protect_prefix must not be negative");
   opts_.compression.validate();
   const HParams &hp = model_->hparams();
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
@@ -87,7 +88,7 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   const int64_t device_bytes = device_->describe() == "cpu" ? physical_memory_bytes() : free_bytes;
   kc.n_blocks = default_pool_blocks(hp, opts_, free_bytes, device_->default_pool_fraction(), device_bytes);
   kv_ = std::make_unique<KvCache>(
-      kc, [this](const cpu::PagedKv &g, int64_t n_blocks) { return device_->make_kv_store(g, n_blocks); });
+      kc, [this](const PagedKv &g, int64_t n_blocks) { return device_->make_kv_store(g, n_blocks); });
 }
 
 Session::~Session() = default;
@@ -106,10 +107,12 @@ const Session::SeqState &Session::state(int32_t seq) const {
 
 int32_t Session::add_sequence() {
   check_room_for_sequences(1);
+  SeqState st;
+  if (opts_.protect_prefix > 0) add_span(st.spans, ProtectedSpan{0, opts_.protect_prefix, false});
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
   const int32_t id = next_id_++;
   kv_->add(id);
-  seqs_[id] = SeqState{};
+  seqs_[id] = std::move(st);
   return id;
 }
 

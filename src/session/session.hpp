@@ -12,9 +12,9 @@
 #include "compress/auto_policy.hpp"
 #include "compress/policy.hpp"
 #include "compress/profile.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/model.hpp"
-#include "util/thread_pool.hpp"
 
 namespace infokv {
 
@@ -34,6 +34,9 @@ struct SessionOptions {
   // callers bounds it; add_sequence, fork_sequence and restore beyond it throw out_of_range and change nothing.
   int32_t max_sequences = defaults::max_sequences;
   CompressionConfig compression;
+  // Positions [0, protect_prefix) of every sequence add_sequence() makes are protected from eviction (a system
+  // prompt, say); forks keep their source's spans and restored sequences the saved ones. 0: none.
+  int64_t protect_prefix = 0;
   // "cpu" (default), "cuda", "cuda:N" or "auto" (src/backend/device.hpp). "cuda" without a usable GPU fails with
   // Status::no_device; "auto" uses the CPU (see src/backend/README.md). C callers set it in
   // ikv_session_options.device.
@@ -96,9 +99,9 @@ class Session {
   // Logits of the flagged items of the last decode, in batch order: [n_flagged * n_vocab].
   const std::vector<float> &batch_logits() const { return batch_logits_; }
 
-  // Compression. protect() marks a span of positions; compress() runs the policy now (to `budget_tokens` per layer
-  // when > 0, otherwise the configured budget).
-  CompressionConfig &compression() { return opts_.compression; }
+  // Compression. set_compression() validates and replaces the configuration (options().compression reads it);
+  // protect() marks a span of positions; compress() runs the policy now (to `budget_tokens` per layer when > 0,
+  // otherwise the configured budget).
   void set_compression(const CompressionConfig &c);
   void protect(int32_t seq, const ProtectedSpan &span);
   const std::vector<ProtectedSpan> &protected_spans(int32_t seq) const;

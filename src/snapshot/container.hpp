@@ -8,7 +8,7 @@
 #include <xxhash.h>
 
 #include "infokv_fb/snapshot_generated.h"
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 
 namespace infokv {
 namespace snapshot {

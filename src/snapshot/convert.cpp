@@ -4,7 +4,7 @@
 
 #include "compress/policy_table.hpp"
 #include "util/error.hpp"
-#include "util/fp16.hpp"
+#include "kernels/fp16.hpp"
 
 namespace infokv {
 namespace snapshot {

@@ -8,10 +8,20 @@
 
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 
 namespace infokv {
 namespace snapshot {
+
+// The byte streams a snapshot is written to and read from (util/byte_io.hpp), by their snapshot:: names too.
+using ::infokv::ByteSink;
+using ::infokv::ByteSource;
+using ::infokv::CountingSink;
+using ::infokv::FileSink;
+using ::infokv::FileSource;
+using ::infokv::MemorySource;
+using ::infokv::SpanSink;
+using ::infokv::VectorSink;
 
 constexpr uint32_t kFormatVersion = 1;     // what this version writes
 constexpr uint32_t kMinReaderVersion = 1;  // the oldest reader that can read what this version writes
@@ -46,7 +56,11 @@ int64_t save_file(const Session &session, int32_t seq, const Sampler *sampler, c
 // hold the kept tokens, Error(io) for a failed read. The pool is checked as each sequence chunk gives its kept
 // counts, before that sequence's K/V chunks are read: a snapshot too large for the pool costs the reading of its
 // header and sequence chunks, not of its bulk (and may be refused as kv_full before damage further on is seen).
-std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in);
+// max_sequences: the most sequences the caller can take (a C caller's id buffer); a file announcing more restores
+// nothing, leaves the sampler as it was and throws Error(buffer_too_small), checked from the header it restores
+// from. *announced (may be null) receives the header's sequence count once the header is read.
+std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in, size_t max_sequences = SIZE_MAX,
+                             int64_t *announced = nullptr);
 std::vector<int32_t> restore_file(Session &session, Sampler *sampler, const std::string &path);
 
 struct SequenceSummary {

@@ -127,6 +127,8 @@ struct Capacity {
   int64_t free_blocks = 0;
   int32_t block_size = 1;
   const Session *session = nullptr;  // whose max_sequences the header's sequence count must fit
+  size_t max_sequences = SIZE_MAX;   // the most sequences the caller can take (see restore())
+  int64_t *announced = nullptr;      // receives the header's sequence count (may be null)
 };
 
 int64_t blocks_for(int64_t kept, int32_t block_size) { return (kept + block_size - 1) / block_size; }
@@ -233,179 +235,220 @@ int32_t read_header(ChunkReader &rd, const Model *model, Staged *staged, Summary
   return h->n_sequences();
 }
 
+// The byte geometry of one slot's K/V rows and of a window query row, from the header.
+struct RowLayout {
+  int64_t es, row, qd, slot_bytes;
+  explicit RowLayout(const Summary &sum)
+      : es(kv_dtype_size(sum.kv_dtype)), row(static_cast<int64_t>(sum.head_dim) * es),
+        qd(static_cast<int64_t>(sum.n_heads) * sum.head_dim), slot_bytes(2 * sum.n_kv_heads * row) {}
+};
+
+// Checks a sequence chunk and stages its state (*sq: the staged sequence, null when not staging). `need` adds the
+// pool blocks of its kept counts; `cap` (may be null) refuses a sequence that would not fit.
+SequenceSummary read_sequence(const fb::Sequence *s, int32_t si, const Summary &sum, Staged *staged, const Capacity *cap,
+                              int64_t &need, StagedSeq **sq_out) {
+  const std::string where = "sequence " + std::to_string(si);
+  if (s->index() != si) bad(where + ": out of order");
+  const int64_t len = s->length();
+  if (!in_range(len, 0, (int64_t{1} << 31) - 2)) bad(where + ": invalid length");
+  if (static_cast<int64_t>(vsize(s->tokens())) != len) bad(where + ": token count differs from the length");
+  check_hash(s->tokens(), s->tokens_xxh3(), where + " tokens");
+  if (s->tokens() != nullptr)
+    for (int32_t t : *s->tokens())
+      if (t < 0 || t >= sum.n_vocab) bad(where + ": token id outside the vocabulary");
+  if (s->has_logits() ? vsize(s->logits()) != static_cast<size_t>(sum.n_vocab) : vsize(s->logits()) != 0)
+    bad(where + ": logits size differs from the vocabulary");
+  check_hash(s->logits(), s->logits_xxh3(), where + " logits");
+  if (!all_finite(s->logits())) bad(where + ": logits are not all finite");
+  // Counters the session increments or compares: tokens since the last compression cannot exceed the length, and
+  // a compression count near the top of int64 would overflow on the next compression.
+  if (!in_range(s->since_compress(), 0, len) || !in_range(s->n_compressions(), 0, kMaxCounter) ||
+      !(std::isfinite(s->pending_entropy()) && s->pending_entropy() >= 0.0f))
+    bad(where + ": invalid counters (since_compress " + std::to_string(s->since_compress()) + ", compressions " +
+        std::to_string(s->n_compressions()) + ")");
+  if (vsize(s->kept_per_layer()) != static_cast<size_t>(sum.n_layer)) bad(where + ": kept counts do not match the layers");
+  const size_t n_wpos = vsize(s->window_pos());
+  if (n_wpos > 65536) bad(where + ": observation window too large");
+  for (size_t i = 0; i < n_wpos; ++i) {
+    const int32_t p = s->window_pos()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    if (p < 0 || p >= len || (i > 0 && p <= s->window_pos()->Get(static_cast<flatbuffers::uoffset_t>(i - 1))))
+      bad(where + ": window positions not ascending within the length");
+  }
+  SequenceSummary ss;
+  ss.auto_report = read_auto_report(s, sum.n_layer, len, where);
+  ss.saved_id = s->saved_id();
+  ss.length = len;
+  ss.n_compressions = s->n_compressions();
+  ss.has_logits = s->has_logits();
+  ss.window_rows = static_cast<int64_t>(n_wpos);
+  ss.layer_chunks = s->layer_chunks();
+  ss.n_spans = static_cast<int64_t>(vsize(s->spans()));
+  for (int32_t k : *s->kept_per_layer()) {
+    if (k < 0 || k > len) bad(where + ": kept count beyond the length");
+    ss.kept_per_layer.push_back(k);
+    if (cap != nullptr) need += blocks_for(k, cap->block_size);
+  }
+  if (cap != nullptr && need > cap->free_blocks) kv_full(need, cap->free_blocks);
+  StagedSeq *sq = nullptr;
+  if (staged != nullptr) {
+    staged->seqs.emplace_back();
+    sq = &staged->seqs.back();
+    sq->length = len;
+    sq->st.tokens.assign(s->tokens()->begin(), s->tokens()->end());
+    sq->st.has_logits = s->has_logits();
+    if (s->has_logits()) sq->st.logits.assign(s->logits()->begin(), s->logits()->end());
+    sq->st.pending_entropy = s->pending_entropy();
+    sq->st.since_compress = s->since_compress();
+    sq->st.prefilled = s->prefilled();
+    sq->st.n_compressions = s->n_compressions();
+    sq->st.auto_report = ss.auto_report;
+    if (s->window_pos() != nullptr) sq->window_pos.assign(s->window_pos()->begin(), s->window_pos()->end());
+    sq->layers.resize(static_cast<size_t>(sum.n_layer));
+  }
+  if (vsize(s->spans()) > static_cast<size_t>(kMaxProtectedSpans))
+    bad(where + ": " + std::to_string(vsize(s->spans())) + " protected spans (at most " + std::to_string(kMaxProtectedSpans) + ")");
+  if (s->spans() != nullptr)
+    for (const fb::Span *sp : *s->spans()) {
+      if (sp->begin() < 0 || sp->end() < sp->begin()) bad(where + ": invalid protected span");
+      if (sq != nullptr) add_span(sq->st.spans, ProtectedSpan{sp->begin(), sp->end(), sp->fair()});
+    }
+  if (s->layer_chunks() < sum.n_layer) bad(where + ": too few layer chunks");
+  *sq_out = sq;
+  return ss;
+}
+
+// Checks one layer chunk of sequence `si` against its sequence (kept counts, window rows) and the layout; returns
+// its number of importance channels.
+int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t first, int32_t &last_pos, const SequenceSummary &ss,
+                      size_t n_wpos, const Summary &sum, const RowLayout &lay, const std::string &lw) {
+  const int64_t len = ss.length, row = lay.row, qd = lay.qd, es = lay.es;
+  const int32_t kept = ss.kept_per_layer[static_cast<size_t>(layer)];
+  if (L->seq_index() != si || L->layer() != layer || L->first_slot() != first) bad(lw + ": out of order");
+  const int32_t n = L->n_slots();
+  if (n < 0 || n > kept - first || (n == 0 && kept != 0)) bad(lw + ": slot count does not add up to the kept count");
+  if (vsize(L->pos()) != static_cast<size_t>(n)) bad(lw + ": positions size");
+  const size_t kv_size = static_cast<size_t>(n) * static_cast<size_t>(sum.n_kv_heads) * static_cast<size_t>(row);
+  if (vsize(L->k()) != kv_size || vsize(L->v()) != kv_size) bad(lw + ": K/V size does not match the layout");
+  if ((L->imp_mask() & ~((1u << kImpChannels) - 1)) != 0) bad(lw + ": unknown importance channel");
+  int n_ch = 0;
+  for (int ch = 0; ch < kImpChannels; ++ch) n_ch += (L->imp_mask() >> ch) & 1;
+  if (vsize(L->imp()) != static_cast<size_t>(n_ch) * static_cast<size_t>(n)) bad(lw + ": importance size");
+  // Window rows come as f32 (v1) or, in a v2 file with a 16-bit KV dtype, in that dtype; never both.
+  const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(qd) : 0;
+  const bool wq_kv = vsize(L->window_q_kv()) != 0;
+  if (wq_kv && (sum.min_reader_version < kWindowKvVersion || sum.kv_dtype == KvDtype::f32))
+    bad(lw + ": 16-bit window queries in a v1 file or an f32 cache");
+  if (wq_kv ? vsize(L->window_q()) != 0 || vsize(L->window_q_kv()) != wq_size * static_cast<size_t>(es)
+            : vsize(L->window_q()) != wq_size)
+    bad(lw + ": window query size");
+  check_hash(L->pos(), L->pos_xxh3(), lw + " positions");
+  check_hash(L->k(), L->k_xxh3(), lw + " K");
+  check_hash(L->v(), L->v_xxh3(), lw + " V");
+  check_hash(L->imp(), L->imp_xxh3(), lw + " importance");
+  check_hash(L->window_q(), L->window_q_xxh3(), lw + " window queries");
+  if (wq_kv) check_hash(L->window_q_kv(), L->window_q_kv_xxh3(), lw + " window queries");  // v1: absent
+  // Non-finite K/V, queries or importance values would turn every later logit into NaN (token 0 forever).
+  if (!kv_rows_finite(L->k(), sum.kv_dtype) || !kv_rows_finite(L->v(), sum.kv_dtype)) bad(lw + ": K/V values are not all finite");
+  if (!all_finite(L->imp()) || !all_finite(L->window_q()) || !kv_rows_finite(L->window_q_kv(), sum.kv_dtype))
+    bad(lw + ": importance or window query values are not all finite");
+  for (int32_t j = 0; j < n; ++j) {
+    const int32_t p = L->pos()->Get(static_cast<flatbuffers::uoffset_t>(j));
+    if (p <= last_pos || p >= len) bad(lw + ": positions not ascending within the length");
+    last_pos = p;
+  }
+  return n_ch;
+}
+
+// Appends a checked layer chunk's slots (K/V transposed to [slot][kv head][head_dim], importance channels, and the
+// layer's window query rows with its first chunk) to the staged layer.
+void stage_layer_chunk(const fb::Layer *L, int32_t first, size_t n_wpos, const Summary &sum, const RowLayout &lay,
+                       StagedLayer &SL) {
+  const int32_t n = L->n_slots();
+  const int64_t row = lay.row;
+  const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(lay.qd) : 0;
+  const bool wq_kv = vsize(L->window_q_kv()) != 0;
+  SL.pos.insert(SL.pos.end(), L->pos()->begin(), L->pos()->end());
+  const size_t nh = static_cast<size_t>(sum.n_kv_heads), r = static_cast<size_t>(row);
+  SL.k.resize(static_cast<size_t>(first + n) * nh * r);
+  SL.v.resize(SL.k.size());
+  for (size_t hh = 0; hh < nh; ++hh)
+    for (int32_t j = 0; j < n; ++j) {
+      const size_t src = (hh * static_cast<size_t>(n) + static_cast<size_t>(j)) * r;
+      const size_t dst = ((static_cast<size_t>(first + j)) * nh + hh) * r;
+      std::memcpy(SL.k.data() + dst, L->k()->data() + src, r);
+      std::memcpy(SL.v.data() + dst, L->v()->data() + src, r);
+    }
+  int k = 0;
+  for (int ch = 0; ch < kImpChannels; ++ch) {
+    auto &dst = SL.imp[static_cast<size_t>(ch)];
+    if ((L->imp_mask() >> ch) & 1) {
+      const float *p = L->imp()->data() + static_cast<size_t>(k) * static_cast<size_t>(n);
+      dst.insert(dst.end(), p, p + n);
+      ++k;
+    } else {
+      dst.resize(static_cast<size_t>(first + n), 0.0f);
+    }
+  }
+  if (first == 0 && L->window_q() != nullptr) SL.window_q.assign(L->window_q()->begin(), L->window_q()->end());
+  if (first == 0 && wq_kv) {
+    SL.window_q.resize(wq_size);
+    convert_rows(reinterpret_cast<uint8_t *>(SL.window_q.data()), KvDtype::f32, L->window_q_kv()->data(), sum.kv_dtype,
+                 static_cast<int64_t>(wq_size));
+  }
+}
+
+// The layer chunks of sequence `si`, checked and (sq not null) staged; max_channels takes the most importance
+// channels a chunk has.
+void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const SequenceSummary &ss, size_t n_wpos,
+                       const Summary &sum, const RowLayout &lay, StagedSeq *sq, int &max_channels) {
+  const std::string where = "sequence " + std::to_string(si);
+  int32_t layer = 0, first = 0, last_pos = -1;
+  bool started = false;  // the current layer has had a chunk (a layer with nothing kept has one empty chunk)
+  for (int32_t ci = 0; ci < layer_chunks; ++ci) {
+    const fb::Chunk *c = rd.next();
+    const std::string lw = where + " chunk " + std::to_string(ci);
+    if (c == nullptr || c->kind() != fb::ChunkKind::LAYER || c->layer() == nullptr) bad(lw + ": layer chunk missing");
+    const fb::Layer *L = c->layer();
+    if (started && first == ss.kept_per_layer[static_cast<size_t>(layer)]) {  // previous layer complete: next one
+      ++layer;
+      first = 0;
+      last_pos = -1;
+      started = false;
+      if (layer >= sum.n_layer) bad(lw + ": more layer chunks than layers");
+    }
+    const int32_t kept = ss.kept_per_layer[static_cast<size_t>(layer)];
+    max_channels = std::max(max_channels, check_layer_chunk(L, si, layer, first, last_pos, ss, n_wpos, sum, lay, lw));
+    if (sq != nullptr) stage_layer_chunk(L, first, n_wpos, sum, lay, sq->layers[static_cast<size_t>(layer)]);
+    first += L->n_slots();
+    started = true;
+    if (ci + 1 == layer_chunks && (layer != sum.n_layer - 1 || first != kept)) bad(where + ": layer chunks do not cover every layer");
+  }
+}
+
 // Reads the whole snapshot. `model` (may be null) is checked against the header; `staged` (may be null) receives
 // the data; `cap` (may be null) is checked as each sequence chunk gives its kept counts, before that sequence's
 // layer chunks (the bulk of the file) are read or staged. Fills `sum` either way.
 void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity *cap, Summary &sum) {
   ChunkReader rd(in);
   const int32_t n_sequences = read_header(rd, model, staged, sum);
-  // Refused from the header, before any sequence is read or staged.
+  // Refused from the header, before any sequence is read or staged: more sequences than the caller can take, or
+  // than the session may hold.
+  if (cap != nullptr && cap->announced != nullptr) *cap->announced = n_sequences;
+  if (cap != nullptr && static_cast<size_t>(n_sequences) > cap->max_sequences)
+    fail(Status::buffer_too_small, "the snapshot holds " + std::to_string(n_sequences) + " sequences; the caller takes at most " +
+                                       std::to_string(cap->max_sequences));
   if (cap != nullptr && cap->session != nullptr) cap->session->check_room_for_sequences(n_sequences);
-  const fb::Chunk *c = nullptr;
   int64_t need = 0;  // pool blocks of the sequences read so far
-
-  const int64_t es = kv_dtype_size(sum.kv_dtype);
-  const int64_t row = static_cast<int64_t>(sum.head_dim) * es;
-  const int64_t qd = static_cast<int64_t>(sum.n_heads) * sum.head_dim;
-  const int64_t slot_bytes = 2 * sum.n_kv_heads * row;
+  const RowLayout lay(sum);
   int max_channels = 0;
   // The chunk buffer is reused: nothing read from one chunk may be used after the next is read.
   for (int32_t si = 0; si < n_sequences; ++si) {
-    const std::string where = "sequence " + std::to_string(si);
-    c = rd.next();
-    if (c == nullptr || c->kind() != fb::ChunkKind::SEQUENCE || c->sequence() == nullptr) bad(where + ": sequence chunk missing");
-    const fb::Sequence *s = c->sequence();
-    if (s->index() != si) bad(where + ": out of order");
-    const int64_t len = s->length();
-    if (!in_range(len, 0, (int64_t{1} << 31) - 2)) bad(where + ": invalid length");
-    if (static_cast<int64_t>(vsize(s->tokens())) != len) bad(where + ": token count differs from the length");
-    check_hash(s->tokens(), s->tokens_xxh3(), where + " tokens");
-    if (s->tokens() != nullptr)
-      for (int32_t t : *s->tokens())
-        if (t < 0 || t >= sum.n_vocab) bad(where + ": token id outside the vocabulary");
-    if (s->has_logits() ? vsize(s->logits()) != static_cast<size_t>(sum.n_vocab) : vsize(s->logits()) != 0)
-      bad(where + ": logits size differs from the vocabulary");
-    check_hash(s->logits(), s->logits_xxh3(), where + " logits");
-    if (!all_finite(s->logits())) bad(where + ": logits are not all finite");
-    // Counters the session increments or compares: tokens since the last compression cannot exceed the length, and
-    // a compression count near the top of int64 would overflow on the next compression.
-    if (!in_range(s->since_compress(), 0, len) || !in_range(s->n_compressions(), 0, kMaxCounter) ||
-        !(std::isfinite(s->pending_entropy()) && s->pending_entropy() >= 0.0f))
-      bad(where + ": invalid counters (since_compress " + std::to_string(s->since_compress()) + ", compressions " +
-          std::to_string(s->n_compressions()) + ")");
-    if (vsize(s->kept_per_layer()) != static_cast<size_t>(sum.n_layer)) bad(where + ": kept counts do not match the layers");
-    const size_t n_wpos = vsize(s->window_pos());
-    if (n_wpos > 65536) bad(where + ": observation window too large");
-    for (size_t i = 0; i < n_wpos; ++i) {
-      const int32_t p = s->window_pos()->Get(static_cast<flatbuffers::uoffset_t>(i));
-      if (p < 0 || p >= len || (i > 0 && p <= s->window_pos()->Get(static_cast<flatbuffers::uoffset_t>(i - 1))))
-        bad(where + ": window positions not ascending within the length");
-    }
-    SequenceSummary ss;
-    ss.auto_report = read_auto_report(s, sum.n_layer, len, where);
-    ss.saved_id = s->saved_id();
-    ss.length = len;
-    ss.n_compressions = s->n_compressions();
-    ss.has_logits = s->has_logits();
-    ss.window_rows = static_cast<int64_t>(n_wpos);
-    ss.layer_chunks = s->layer_chunks();
-    ss.n_spans = static_cast<int64_t>(vsize(s->spans()));
-    for (int32_t k : *s->kept_per_layer()) {
-      if (k < 0 || k > len) bad(where + ": kept count beyond the length");
-      ss.kept_per_layer.push_back(k);
-      if (cap != nullptr) need += blocks_for(k, cap->block_size);
-    }
-    if (cap != nullptr && need > cap->free_blocks) kv_full(need, cap->free_blocks);
+    const fb::Chunk *c = rd.next();
+    if (c == nullptr || c->kind() != fb::ChunkKind::SEQUENCE || c->sequence() == nullptr)
+      bad("sequence " + std::to_string(si) + ": sequence chunk missing");
     StagedSeq *sq = nullptr;
-    if (staged != nullptr) {
-      staged->seqs.emplace_back();
-      sq = &staged->seqs.back();
-      sq->length = len;
-      sq->st.tokens.assign(s->tokens()->begin(), s->tokens()->end());
-      sq->st.has_logits = s->has_logits();
-      if (s->has_logits()) sq->st.logits.assign(s->logits()->begin(), s->logits()->end());
-      sq->st.pending_entropy = s->pending_entropy();
-      sq->st.since_compress = s->since_compress();
-      sq->st.prefilled = s->prefilled();
-      sq->st.n_compressions = s->n_compressions();
-      sq->st.auto_report = ss.auto_report;
-      if (s->window_pos() != nullptr) sq->window_pos.assign(s->window_pos()->begin(), s->window_pos()->end());
-      sq->layers.resize(static_cast<size_t>(sum.n_layer));
-    }
-    if (vsize(s->spans()) > static_cast<size_t>(kMaxProtectedSpans))
-      bad(where + ": " + std::to_string(vsize(s->spans())) + " protected spans (at most " + std::to_string(kMaxProtectedSpans) + ")");
-    if (s->spans() != nullptr)
-      for (const fb::Span *sp : *s->spans()) {
-        if (sp->begin() < 0 || sp->end() < sp->begin()) bad(where + ": invalid protected span");
-        if (sq != nullptr) add_span(sq->st.spans, ProtectedSpan{sp->begin(), sp->end(), sp->fair()});
-      }
-    const int32_t layer_chunks = s->layer_chunks();
-    if (layer_chunks < sum.n_layer) bad(where + ": too few layer chunks");
-    s = nullptr;
-    int32_t layer = 0, first = 0, last_pos = -1;
-    bool started = false;  // the current layer has had a chunk (a layer with nothing kept has one empty chunk)
-    for (int32_t ci = 0; ci < layer_chunks; ++ci) {
-      c = rd.next();
-      const std::string lw = where + " chunk " + std::to_string(ci);
-      if (c == nullptr || c->kind() != fb::ChunkKind::LAYER || c->layer() == nullptr) bad(lw + ": layer chunk missing");
-      const fb::Layer *L = c->layer();
-      if (started && first == ss.kept_per_layer[static_cast<size_t>(layer)]) {  // previous layer complete: next one
-        ++layer;
-        first = 0;
-        last_pos = -1;
-        started = false;
-        if (layer >= sum.n_layer) bad(lw + ": more layer chunks than layers");
-      }
-      const int32_t kept = ss.kept_per_layer[static_cast<size_t>(layer)];
-      if (L->seq_index() != si || L->layer() != layer || L->first_slot() != first) bad(lw + ": out of order");
-      const int32_t n = L->n_slots();
-      if (n < 0 || n > kept - first || (n == 0 && kept != 0)) bad(lw + ": slot count does not add up to the kept count");
-      if (vsize(L->pos()) != static_cast<size_t>(n)) bad(lw + ": positions size");
-      const size_t kv_size = static_cast<size_t>(n) * static_cast<size_t>(sum.n_kv_heads) * static_cast<size_t>(row);
-      if (vsize(L->k()) != kv_size || vsize(L->v()) != kv_size) bad(lw + ": K/V size does not match the layout");
-      if ((L->imp_mask() & ~((1u << kImpChannels) - 1)) != 0) bad(lw + ": unknown importance channel");
-      int n_ch = 0;
-      for (int ch = 0; ch < kImpChannels; ++ch) n_ch += (L->imp_mask() >> ch) & 1;
-      max_channels = std::max(max_channels, n_ch);
-      if (vsize(L->imp()) != static_cast<size_t>(n_ch) * static_cast<size_t>(n)) bad(lw + ": importance size");
-      // Window rows come as f32 (v1) or, in a v2 file with a 16-bit KV dtype, in that dtype; never both.
-      const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(qd) : 0;
-      const bool wq_kv = vsize(L->window_q_kv()) != 0;
-      if (wq_kv && (sum.min_reader_version < kWindowKvVersion || sum.kv_dtype == KvDtype::f32))
-        bad(lw + ": 16-bit window queries in a v1 file or an f32 cache");
-      if (wq_kv ? vsize(L->window_q()) != 0 || vsize(L->window_q_kv()) != wq_size * static_cast<size_t>(es)
-                : vsize(L->window_q()) != wq_size)
-        bad(lw + ": window query size");
-      check_hash(L->pos(), L->pos_xxh3(), lw + " positions");
-      check_hash(L->k(), L->k_xxh3(), lw + " K");
-      check_hash(L->v(), L->v_xxh3(), lw + " V");
-      check_hash(L->imp(), L->imp_xxh3(), lw + " importance");
-      check_hash(L->window_q(), L->window_q_xxh3(), lw + " window queries");
-      if (wq_kv) check_hash(L->window_q_kv(), L->window_q_kv_xxh3(), lw + " window queries");  // v1: absent
-      // Non-finite K/V, queries or importance values would turn every later logit into NaN (token 0 forever).
-      if (!kv_rows_finite(L->k(), sum.kv_dtype) || !kv_rows_finite(L->v(), sum.kv_dtype)) bad(lw + ": K/V values are not all finite");
-      if (!all_finite(L->imp()) || !all_finite(L->window_q()) || !kv_rows_finite(L->window_q_kv(), sum.kv_dtype))
-        bad(lw + ": importance or window query values are not all finite");
-      for (int32_t j = 0; j < n; ++j) {
-        const int32_t p = L->pos()->Get(static_cast<flatbuffers::uoffset_t>(j));
-        if (p <= last_pos || p >= len) bad(lw + ": positions not ascending within the length");
-        last_pos = p;
-      }
-      if (sq != nullptr) {
-        StagedLayer &SL = sq->layers[static_cast<size_t>(layer)];
-        SL.pos.insert(SL.pos.end(), L->pos()->begin(), L->pos()->end());
-        const size_t nh = static_cast<size_t>(sum.n_kv_heads), r = static_cast<size_t>(row);
-        SL.k.resize(static_cast<size_t>(first + n) * nh * r);
-        SL.v.resize(SL.k.size());
-        for (size_t hh = 0; hh < nh; ++hh)
-          for (int32_t j = 0; j < n; ++j) {
-            const size_t src = (hh * static_cast<size_t>(n) + static_cast<size_t>(j)) * r;
-            const size_t dst = ((static_cast<size_t>(first + j)) * nh + hh) * r;
-            std::memcpy(SL.k.data() + dst, L->k()->data() + src, r);
-            std::memcpy(SL.v.data() + dst, L->v()->data() + src, r);
-          }
-        int k = 0;
-        for (int ch = 0; ch < kImpChannels; ++ch) {
-          auto &dst = SL.imp[static_cast<size_t>(ch)];
-          if ((L->imp_mask() >> ch) & 1) {
-            const float *p = L->imp()->data() + static_cast<size_t>(k) * static_cast<size_t>(n);
-            dst.insert(dst.end(), p, p + n);
-            ++k;
-          } else {
-            dst.resize(static_cast<size_t>(first + n), 0.0f);
-          }
-        }
-        if (first == 0 && L->window_q() != nullptr) SL.window_q.assign(L->window_q()->begin(), L->window_q()->end());
-        if (first == 0 && wq_kv) {
-          SL.window_q.resize(wq_size);
-          convert_rows(reinterpret_cast<uint8_t *>(SL.window_q.data()), KvDtype::f32, L->window_q_kv()->data(), sum.kv_dtype,
-                       static_cast<int64_t>(wq_size));
-        }
-      }
-      first += n;
-      started = true;
-      if (ci + 1 == layer_chunks && (layer != sum.n_layer - 1 || first != kept)) bad(where + ": layer chunks do not cover every layer");
-    }
+    SequenceSummary ss = read_sequence(c->sequence(), si, sum, staged, cap, need, &sq);
+    read_layer_chunks(rd, si, ss.layer_chunks, ss, static_cast<size_t>(ss.window_rows), sum, lay, sq, max_channels);
     sum.sequences.push_back(std::move(ss));
   }
   if (rd.next() != nullptr) bad("chunks after the last sequence");
@@ -417,18 +460,18 @@ void read_all(ByteSource &in, const Model *model, Staged *staged, const Capacity
     for (int32_t k : ss.kept_per_layer) kept += k;
     missing += ss.length * sum.n_layer - kept;
   }
-  sum.uncompressed_estimate_bytes = sum.file_bytes + missing * (slot_bytes + 4 + 4 * max_channels);
+  sum.uncompressed_estimate_bytes = sum.file_bytes + missing * (lay.slot_bytes + 4 + 4 * max_channels);
 }
 
 }  // namespace
 
-std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in) {
+std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in, size_t max_sequences, int64_t *announced) {
   Staged staged;
   Summary sum;
   KvCache &kv = session.kv();
   const KvConfig &kc = kv.config();
   const int32_t bs = kc.block_size;
-  const Capacity cap{kv.free_blocks(), bs, &session};
+  const Capacity cap{kv.free_blocks(), bs, &session, max_sequences, announced};
   read_all(in, &session.model(), &staged, &cap, sum);
   int64_t need = 0;  // checked again from what was staged: the commit below takes exactly this many
   for (const StagedSeq &s : staged.seqs)

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "backend/device.hpp"
-#include "gguf/ggml_types.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/runtime.hpp"
+#include "kernels/ggml_types.hpp"
 
 using namespace infokv;
 using cuda::DeviceBuffer;
@@ -100,7 +100,7 @@ struct Bench {
         CHECK(cuda::rope(q.as<float>(), pos.as<int32_t>(), T, sh.heads, hd, 500000.0f, st));
         CHECK(cuda::rope(k.as<float>(), pos.as<int32_t>(), T, sh.kv_heads, hd, 500000.0f, st));
         for (int64_t b = 0; b < batch; ++b) {
-          cpu::PagedKv kv{pool.as<uint8_t>(), stride, dtable.as<int32_t>() + (l * batch + b) * nb, slots + static_cast<int32_t>(n_q),
+          PagedKv kv{pool.as<uint8_t>(), stride, dtable.as<int32_t>() + (l * batch + b) * nb, slots + static_cast<int32_t>(n_q),
                           bs, static_cast<int32_t>(sh.kv_heads), static_cast<int32_t>(hd), KvDtype::f16};
           CHECK(cuda::kv_append(kv, slots, k.as<float>() + b * n_q * kvd, v.as<float>() + b * n_q * kvd, n_q, st));
           CHECK(cuda::paged_attention(att.as<float>() + b * n_q * qd, q.as<float>() + b * n_q * qd, n_q,

@@ -186,7 +186,7 @@ run_san() {  # tool, gtest filter, time limit (s)
 }
 if [ "$HAVE_GPU" = 1 ] && [ "${SANITIZER:-1}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
   run_san memcheck 'Gpu.*' 90
-  run_san racecheck 'Gpu.PagedAttention*:Gpu.Prefill*:Gpu.RepChange*:Gpu.SoftmaxAndTopk*:Gpu.RmsNorm*' 60
+  run_san racecheck 'Gpu.PagedAttention*:Gpu.Prefill*:Gpu.RepChange*:Gpu.TopkEntropy*:Gpu.RmsNorm*' 60
   summary+=("compute-sanitizer memcheck + racecheck: $san_ok")
 else
   echo "skipped (no GPU, compute-sanitizer missing, or SANITIZER=0)"

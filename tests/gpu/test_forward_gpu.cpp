@@ -17,7 +17,7 @@
 #include "backend/device.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
 #include "util/error.hpp"
 

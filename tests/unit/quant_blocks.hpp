@@ -5,8 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "gguf/ggml_types.hpp"
-#include "util/fp16.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 
 namespace infokv_test {
 

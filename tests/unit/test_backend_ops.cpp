@@ -9,13 +9,13 @@
 
 #include "backend/device_forward.hpp"
 #include "backend/device_ops.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
-#include "snapshot/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
 #include "test_paths.hpp"
+#include "util/byte_io.hpp"
 #include "util/error.hpp"
-#include "util/thread_pool.hpp"
 
 using namespace infokv;
 
@@ -139,8 +139,8 @@ class FailingForward final : public DeviceForward {
   std::string describe() const override { return inner_->describe(); }
   int64_t free_memory() const override { return inner_->free_memory(); }
   double default_pool_fraction() const override { return inner_->default_pool_fraction(); }
-  std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &g, int64_t n) override { return inner_->make_kv_store(g, n); }
-  void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const cpu::PagedKv &kv, int32_t n_heads,
+  std::unique_ptr<KvStore> make_kv_store(const PagedKv &g, int64_t n) override { return inner_->make_kv_store(g, n); }
+  void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads,
                     float scale) override {
     inner_->window_probs(out, q, vis, rows, kv, n_heads, scale);
   }

@@ -144,50 +144,6 @@ TEST(CapiConcurrency, LastErrorMessageIsNeverNullAndThreadLocal) {
   EXPECT_NE(std::string(ikv_last_error_message()).find("/nonexistent/x.gguf"), std::string::npos);
 }
 
-TEST(Capi, SessionOptionsInitMacroEqualsInitFunction) {
-  const ikv_session_options a = IKV_SESSION_OPTIONS_INIT;
-  ikv_session_options b;
-  std::memset(&b, 0xAB, sizeof b);
-  ASSERT_EQ(ikv_session_options_init(&b), IKV_OK);
-  EXPECT_EQ(a.struct_size, sizeof(ikv_session_options));
-  EXPECT_EQ(a.struct_size, b.struct_size);
-  EXPECT_EQ(a.version, b.version);
-  EXPECT_EQ(a.version, static_cast<uint32_t>(IKV_SESSION_OPTIONS_VERSION));
-  EXPECT_EQ(a.n_threads, b.n_threads);
-  EXPECT_EQ(a.kv_dtype, b.kv_dtype);
-  EXPECT_EQ(a.block_size, b.block_size);
-  EXPECT_EQ(a.ubatch, b.ubatch);
-  EXPECT_EQ(a.kv_pool_blocks, b.kv_pool_blocks);
-  EXPECT_EQ(a.kv_pool_bytes, b.kv_pool_bytes);
-  EXPECT_EQ(a.policy, b.policy);
-  EXPECT_EQ(a.budget_tokens, b.budget_tokens);
-  EXPECT_EQ(a.budget_fraction, b.budget_fraction);
-  EXPECT_EQ(a.window, b.window);
-  EXPECT_EQ(a.interval, b.interval);
-  EXPECT_EQ(a.alpha, b.alpha);
-  EXPECT_EQ(a.tau, b.tau);
-  EXPECT_EQ(a.entropy_top_k, b.entropy_top_k);
-  EXPECT_EQ(a.pool_kernel_prefill, b.pool_kernel_prefill);
-  EXPECT_EQ(a.pool_kernel_decode, b.pool_kernel_decode);
-  EXPECT_EQ(a.shape, b.shape);
-  EXPECT_EQ(a.beta, b.beta);
-  EXPECT_EQ(a.sink, b.sink);
-  EXPECT_EQ(a.compress_after_prefill, b.compress_after_prefill);
-  EXPECT_EQ(a.device, b.device);  // b was filled with 0xAB: init must have written NULL
-  EXPECT_EQ(a.max_sequences, b.max_sequences);
-  EXPECT_EQ(a.max_sequences, 0);  // the default, 4096
-  EXPECT_EQ(a.max_loss, b.max_loss);
-  EXPECT_EQ(a.max_loss, 0.0);  // a byte budget
-  // The documented defaults.
-  EXPECT_EQ(a.device, nullptr);
-  EXPECT_EQ(a.kv_dtype, IKV_KV_F16);
-  EXPECT_EQ(a.block_size, 16);
-  EXPECT_EQ(a.window, -1);
-  EXPECT_EQ(a.interval, 1024);
-  EXPECT_FLOAT_EQ(a.alpha, 0.9f);
-  EXPECT_EQ(ikv_session_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
-}
-
 // ---- device choice (ikv_session_options version 2) ----
 
 TEST(Capi, SessionDeviceCpuAutoAndDefaultRunOnTheCpu) {
@@ -405,23 +361,25 @@ TEST(Capi, HostBytesCountsWhatAForkCopies) {
   EXPECT_EQ(stat_of(g.s, IKV_KV_HOST_BYTES), before);
 }
 
-TEST(Capi, SamplerOptionsInitMacroEqualsInitFunction) {
-  const ikv_sampler_options a = IKV_SAMPLER_OPTIONS_INIT;
-  ikv_sampler_options b;
-  std::memset(&b, 0xCD, sizeof b);
-  ASSERT_EQ(ikv_sampler_options_init(&b), IKV_OK);
-  EXPECT_EQ(a.struct_size, sizeof(ikv_sampler_options));
-  EXPECT_EQ(a.struct_size, b.struct_size);
-  EXPECT_EQ(a.version, b.version);
-  EXPECT_EQ(a.version, static_cast<uint32_t>(IKV_SAMPLER_OPTIONS_VERSION));
-  EXPECT_EQ(a.temperature, b.temperature);
-  EXPECT_EQ(a.top_k, b.top_k);
-  EXPECT_EQ(a.top_p, b.top_p);
-  EXPECT_EQ(a.min_p, b.min_p);
-  EXPECT_EQ(a.repeat_penalty, b.repeat_penalty);
-  EXPECT_EQ(a.repeat_last_n, b.repeat_last_n);
-  EXPECT_EQ(a.seed, b.seed);
-  EXPECT_EQ(ikv_sampler_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
+// A caller built against a later header passes a larger ikv_sampler_options (its new fields after `seed`): accepted,
+// with the revision-1 fields read. One smaller than revision 1 is refused.
+TEST(Capi, SamplerOptionsFromALaterRevisionAreReadAndAShortOneIsRefused) {
+  struct Later {
+    ikv_sampler_options v1;
+    uint64_t added;
+  } later{};
+  later.v1 = IKV_SAMPLER_OPTIONS_INIT;
+  later.v1.struct_size = static_cast<uint32_t>(sizeof later);
+  later.v1.version = IKV_SAMPLER_OPTIONS_VERSION + 1;
+  later.added = 0xABABABABABABABABull;
+  ikv_sampler *sm = nullptr;
+  ASSERT_EQ(ikv_sampler_create(&sm, &later.v1), IKV_OK) << ikv_last_error_message();
+  ikv_sampler_free(sm);
+  ikv_sampler_options short_v1 = IKV_SAMPLER_OPTIONS_INIT;
+  short_v1.struct_size = static_cast<uint32_t>(offsetof(ikv_sampler_options, seed) + sizeof(uint64_t) - 1);
+  sm = reinterpret_cast<ikv_sampler *>(0x1);
+  EXPECT_EQ(ikv_sampler_create(&sm, &short_v1), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sm, nullptr);
 }
 
 // ---- NULL arguments and handles ----

@@ -61,7 +61,7 @@ RandomLayer make_layer(std::mt19937 &rng, int32_t n, int32_t w) {
 // Dense softmax attention from the window queries, averaged over queries and heads.
 std::vector<double> naive_window_attention(RandomLayer &r, int32_t n) {
   const int32_t w = static_cast<int32_t>(r.wpos.size());
-  cpu::PagedKv view = r.kv->view(0, 0);
+  PagedKv view = r.kv->view(0, 0);
   std::vector<double> acc(static_cast<size_t>(n), 0.0);
   std::vector<float> kbuf(4);
   for (int32_t t = 0; t < w; ++t) {
@@ -135,7 +135,7 @@ TEST(Scores, WindowAttentionMatchesDenseReference) {
 TEST(Scores, AccumulatedAttentionOfOneQueryEqualsItsMeanProbabilities) {
   std::mt19937 rng(std::random_device{}());
   RandomLayer r = make_layer(rng, 17, 1);
-  cpu::PagedKv view = r.kv->view(0, 0);
+  PagedKv view = r.kv->view(0, 0);
   std::vector<float> acc(17, 0.0f), cnt(17, 0.0f), out(16), probs(17);
   cpu::paged_attention(out.data(), r.wq.data(), 1, r.n_heads, view, 17, 0.5f, acc.data(), cnt.data(), nullptr);
   cpu::attention_probs_mean(probs.data(), r.wq.data(), 1, r.n_heads, view, 17, 0.5f);
@@ -368,4 +368,28 @@ TEST(Compression, FullPoolTriggersCompressionInsteadOfFailing) {
   const int32_t id2 = s2.add_sequence();
   Sampler smp2(SamplerParams{});
   EXPECT_THROW(generate(s2, id2, text_tokens(60), 100, smp2, nullptr), Error);
+}
+
+// SessionOptions::protect_prefix protects the start of every sequence add_sequence() makes; forks keep their
+// source's spans (no second one), and a negative prefix is refused when the session is made.
+TEST(Protection, ProtectPrefixCoversEveryAddedSequence) {
+  SessionOptions o;
+  o.protect_prefix = 5;
+  Session s(stories(), o);
+  const int32_t a = s.add_sequence(), b = s.add_sequence();
+  for (int32_t id : {a, b}) {
+    ASSERT_EQ(s.protected_spans(id).size(), 1u);
+    EXPECT_EQ(s.protected_spans(id)[0].begin, 0);
+    EXPECT_EQ(s.protected_spans(id)[0].end, 5);
+    EXPECT_FALSE(s.protected_spans(id)[0].fair);
+  }
+  s.protect(a, ProtectedSpan{10, 12, true});
+  const int32_t f = s.fork_sequence(a);
+  EXPECT_EQ(s.protected_spans(f).size(), 2u);
+  SessionOptions none;
+  Session plain(stories(), none);
+  EXPECT_TRUE(plain.protected_spans(plain.add_sequence()).empty());
+  SessionOptions bad;
+  bad.protect_prefix = -1;
+  EXPECT_THROW(Session(stories(), bad), Error);
 }

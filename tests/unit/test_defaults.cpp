@@ -44,6 +44,8 @@ void expect_session_options_match_core(const ikv_session_options &o, const char 
   EXPECT_EQ(o.sink, c.sink);
   EXPECT_EQ(o.compress_after_prefill != 0, c.compress_after_prefill);
   EXPECT_EQ(o.max_loss, c.max_loss);
+  EXPECT_EQ(o.max_sequences, 0);  // 0 means the core's default
+  EXPECT_EQ(s.max_sequences, defaults::max_sequences);
   EXPECT_EQ(o.device, nullptr);  // NULL means the core's default device
   EXPECT_EQ(s.device, "cpu");
 }
@@ -85,21 +87,29 @@ TEST(Defaults, SessionOptionsInitMacroMatchesTheCore) {
   expect_session_options_match_core(o, "IKV_SESSION_OPTIONS_INIT");
 }
 
+// The function is checked against the core on its own (not against the macro, which it may copy), over garbage.
 TEST(Defaults, SessionOptionsInitFunctionMatchesTheCore) {
   ikv_session_options o;
   std::memset(&o, 0x5A, sizeof o);
   ASSERT_EQ(ikv_session_options_init(&o), IKV_OK);
+  EXPECT_EQ(o.struct_size, sizeof(ikv_session_options));
+  EXPECT_EQ(o.version, static_cast<uint32_t>(IKV_SESSION_OPTIONS_VERSION));
   expect_session_options_match_core(o, "ikv_session_options_init");
+  EXPECT_EQ(ikv_session_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
 }
 
 TEST(Defaults, SamplerOptionsInitMacroAndFunctionMatchTheCore) {
   const ikv_sampler_options a = IKV_SAMPLER_OPTIONS_INIT;
   EXPECT_EQ(a.struct_size, sizeof(ikv_sampler_options));
+  EXPECT_EQ(a.version, static_cast<uint32_t>(IKV_SAMPLER_OPTIONS_VERSION));
   expect_sampler_options_match_core(a, "IKV_SAMPLER_OPTIONS_INIT");
   ikv_sampler_options b;
   std::memset(&b, 0x5A, sizeof b);
   ASSERT_EQ(ikv_sampler_options_init(&b), IKV_OK);
+  EXPECT_EQ(b.struct_size, sizeof(ikv_sampler_options));
+  EXPECT_EQ(b.version, static_cast<uint32_t>(IKV_SAMPLER_OPTIONS_VERSION));
   expect_sampler_options_match_core(b, "ikv_sampler_options_init");
+  EXPECT_EQ(ikv_sampler_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
 }
 
 // The schema's own default for a field (its `= value`, "0" when none), read from the schema compiled into the

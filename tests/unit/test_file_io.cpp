@@ -24,7 +24,7 @@
 
 #include "config/config.hpp"
 #include "infokv/infokv.h"
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
 #include "snapshot_test_util.hpp"
 #include "test_paths.hpp"

@@ -9,14 +9,14 @@
 #include <limits>
 #include <random>
 
-#include "gguf/ggml_types.hpp"
 #include "gguf/gguf.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "test_util.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
-#include "util/fp16.hpp"
 
 using infokv::Error;
 using infokv::GgufFile;

@@ -13,7 +13,7 @@
 
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
 #include "snapshot_test_util.hpp"
 #include "test_util.hpp"

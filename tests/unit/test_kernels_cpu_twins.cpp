@@ -1,5 +1,5 @@
-// CPU twins added for the CUDA backend: convert, get_rows, kv_move_slots, rep_change_rows, softmax_rows,
-// topk_entropy_rows.
+// CPU kernels whose CUDA twins run the forward pass on a GPU: convert, get_rows, kv_move_slots, rep_change_rows,
+// topk_entropy_rows (tests/gpu compares each pair).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "gguf/ggml_types.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 #include "random_inputs.hpp"
-#include "util/fp16.hpp"
 
 using namespace infokv;
 
@@ -65,7 +65,7 @@ TEST(CpuTwins, KvMoveSlotsReadsEverySourceBeforeWriting) {
     const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
     std::vector<int32_t> table = {5, 1, 3, 0};  // scattered blocks
     std::vector<uint8_t> pool(static_cast<size_t>(stride * 6));
-    cpu::PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
+    PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
     auto k = randn(static_cast<size_t>(n * nkv * hd), g), v = randn(static_cast<size_t>(n * nkv * hd), g);
     cpu::kv_append(kv, 0, k.data(), v.data(), n);
     // slot j <- src[j]: a compaction to {0, 2, 3, 7, 11, 12} followed by a swap of the last two kept slots
@@ -94,14 +94,14 @@ TEST(CpuTwins, AttentionRowsAndAppendRowsEqualPerSequenceCalls) {
   std::vector<int32_t> table(nb);
   for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 7) % nb;  // scattered
   std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
-  cpu::PagedKv kv{pool.data(), stride, table.data(), nb * bs, bs, nkv, hd, KvDtype::f16};
+  PagedKv kv{pool.data(), stride, table.data(), nb * bs, bs, nkv, hd, KvDtype::f16};
   auto k = randn(static_cast<size_t>(nb * bs * nkv * hd), g), v = randn(k.size(), g);
   cpu::kv_append(kv, 0, k.data(), v.data(), nb * bs);
   const std::vector<int32_t> off = {0, 5, 12, 30}, vis = {1, 17, 64, 40};
   auto q = randn(off.size() * nh * hd, g);
   std::vector<float> want(q.size()), got(q.size());
   for (size_t t = 0; t < off.size(); ++t) {
-    cpu::PagedKv s = kv;
+    PagedKv s = kv;
     s.block_table = table.data() + off[t];
     s.n_slots = vis[t];
     cpu::paged_attention(want.data() + t * nh * hd, q.data() + t * nh * hd, 1, nh, s, vis[t], 0.3f, nullptr, nullptr, nullptr);
@@ -110,7 +110,7 @@ TEST(CpuTwins, AttentionRowsAndAppendRowsEqualPerSequenceCalls) {
   EXPECT_EQ(got, want);
 
   std::vector<uint8_t> pool2 = pool;
-  cpu::PagedKv kv2 = kv;
+  PagedKv kv2 = kv;
   kv2.pool = pool2.data();
   auto nk = randn(3 * nkv * hd, g), nv = randn(nk.size(), g);
   const std::vector<int32_t> slots = {9, 70, 131};  // three positions of the table
@@ -143,21 +143,6 @@ TEST(CpuTwins, RepChangeIsOneMinusCosineAgainstTheLastLayer) {
   EXPECT_NEAR(out[0 * n + 3], 1.0 - ab / std::sqrt(aa * bb), 1e-6);
 }
 
-TEST(CpuTwins, SoftmaxRowsSumToOneAndPreserveOrder) {
-  std::mt19937 g(test_seed());
-  const int64_t r = 3, n = 100;
-  auto x = randn(static_cast<size_t>(r * n), g, 5.0f);
-  std::vector<float> p(x.size());
-  cpu::softmax_rows(p.data(), x.data(), r, n);
-  for (int64_t i = 0; i < r; ++i) {
-    double s = std::accumulate(p.begin() + i * n, p.begin() + (i + 1) * n, 0.0);
-    EXPECT_NEAR(s, 1.0, 1e-5);
-    for (int64_t j = 1; j < n; ++j)
-      EXPECT_EQ(x[i * n + j] > x[i * n], p[i * n + j] > p[i * n]);
-  }
-  cpu::softmax_rows(x.data(), x.data(), r, n);  // in place
-  EXPECT_EQ(x, p);
-}
 
 TEST(CpuTwins, TopkEntropyRowsMatchesPerRowEntropy) {
   std::mt19937 g(test_seed());

@@ -58,7 +58,7 @@ void expect_matches(KvCache &kv, const std::map<int32_t, ModelSeq> &model, const
       const auto &exp = ms.second.layers[static_cast<size_t>(l)];
       const LayerSlots &L = s.layers[static_cast<size_t>(l)];
       ASSERT_EQ(L.n(), static_cast<int32_t>(exp.size())) << where << " seq " << ms.first << " layer " << l;
-      cpu::PagedKv view = kv.view(ms.first, l);
+      PagedKv view = kv.view(ms.first, l);
       for (size_t j = 0; j < exp.size(); ++j) {
         ASSERT_EQ(L.pos[j], exp[j].first) << where;
         ASSERT_EQ(L.imp[kImpAttnAcc][j], exp[j].second) << where << ": importance channel not moved with its slot";

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "gguf/ggml_types.hpp"
 #include "gguf/gguf.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
 #include "model/weight_check.hpp"
 #include "quant_blocks.hpp"

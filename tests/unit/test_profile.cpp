@@ -219,9 +219,12 @@ TEST(Profile, AutoCompressionsRefineTheProfile) {
   }
   // A quality target has no uniform budget: it does not change the shares.
   const int32_t q = s.fork_sequence(id);
-  s.compression().max_loss = 0.05;
+  CompressionConfig target = s.options().compression;
+  target.max_loss = 0.05;
+  s.set_compression(target);
   s.compress(q, 0);
-  s.compression().max_loss = 0;
+  target.max_loss = 0;
+  s.set_compression(target);
   EXPECT_EQ(s.profile()->compressions, 2);
 }
 

@@ -12,16 +12,16 @@
 #include <set>
 #include <unistd.h>
 
-#include "gguf/ggml_types.hpp"
 #include "gguf_builder.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 #include "model/model.hpp"
-#include "session/session.hpp"
 #include "quant_blocks.hpp"
+#include "session/session.hpp"
 #include "test_paths.hpp"
 #include "util/error.hpp"
-#include "util/fp16.hpp"
-#include "util/thread_pool.hpp"
 
 using infokv::GgmlType;
 using infokv_test::GgufBuilder;

@@ -13,11 +13,11 @@
 #include <unistd.h>
 #include <vector>
 
+#include "kernels/fp16.hpp"
 #include "model/safetensors.hpp"
 #include "model/safetensors_writer.hpp"
 #include "util/error.hpp"
 #include "util/file_io.hpp"
-#include "util/fp16.hpp"
 #include "util/json_reader.hpp"
 
 using infokv::Error;

@@ -183,6 +183,37 @@ TEST(Snapshot, WholeSessionSavesEverySequence) {
   EXPECT_EQ(b.logits(ids[1]), a.logits(s1));
 }
 
+// A caller that can take fewer sequences than the file holds (a C caller's id buffer) gets buffer_too_small from
+// the header: nothing restored, the sampler as it was, the file's count reported.
+TEST(Snapshot, MoreSequencesThanTheCallerTakesRestoresNothing) {
+  auto m = stories_model();
+  Session a(m, session_opts());
+  const int32_t s0 = a.add_sequence();
+  prefill(a, s0, nullptr, story_prompt(*m));
+  a.fork_sequence(s0);
+  SamplerParams sp;
+  sp.seed = 7;
+  Sampler saved(sp);
+  const std::vector<uint8_t> snap = save_bytes(a, -1, &saved);
+  Session b(m, session_opts());
+  Sampler mine(SamplerParams{});
+  const uint64_t rng_before = mine.rng().state()[0];
+  snapshot::MemorySource src(snap.data(), snap.size());
+  int64_t announced = -1;
+  try {
+    snapshot::restore(b, &mine, src, 1, &announced);
+    FAIL() << "restored two sequences into a caller that takes one";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::buffer_too_small);
+  }
+  EXPECT_EQ(announced, 2);
+  EXPECT_EQ(b.sequence_count(), 0);
+  EXPECT_EQ(mine.params().seed, SamplerParams{}.seed);
+  EXPECT_EQ(mine.rng().state()[0], rng_before);
+  snapshot::MemorySource again(snap.data(), snap.size());
+  EXPECT_EQ(snapshot::restore(b, &mine, again, 2).size(), 2u);
+}
+
 TEST(Snapshot, EmptyAndTruncatedSequencesRoundTrip) {
   auto m = stories_model();
   Session a(m, session_opts());

@@ -1,6 +1,6 @@
 // Shared helpers of the unit tests: the stories260K paths, whole-file reads, self-deleting temp files, a GGUF
 // re-writer (copy a parsed file through gguf_builder, optionally changing tensors) and float -> F16/BF16
-// conversions written independently of src/util/fp16.hpp.
+// conversions written independently of kernels/fp16.hpp.
 #pragma once
 #include <gtest/gtest.h>
 

@@ -232,8 +232,8 @@ typedef struct ikv_session_options {
   int32_t sink;              /* streaming: sink tokens; default 4 */
   int32_t compress_after_prefill; /* non-zero (default): compress once right after the first decode */
   /* ---- version 2 ---- */
-  /* Where the session runs: NULL or "" (default) is "cpu"; "cuda" (device 0), "cuda:N", or "auto" (the CPU for now,
-   * until the CUDA path is verified on hardware). UTF-8, NUL-terminated, owned by the caller: ikv_session_create
+  /* Where the session runs: NULL or "" (default) is "cpu"; "cuda" (device 0), "cuda:N", or "auto" (the runtime's
+   * choice; the README says which device it picks). UTF-8, NUL-terminated, owned by the caller: ikv_session_create
    * copies what it needs, so the string only has to live until that call returns.
    * A string rather than an enum + index: the C++ core, the CLI's --device and configs name devices with the same
    * strings, one parser judges them all, a new device kind needs no new constant, and SWIG gives it to Python (str),
@@ -296,9 +296,11 @@ IKV_API int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session);
 /** Removes a sequence and returns its blocks to the pool. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_NOT_FOUND. */
 IKV_API int32_t ikv_seq_remove(ikv_session *session, int32_t seq);
 /**
- * Forks `src`: the new sequence shares its cache (copy-on-write) and logits. IKV_OK, IKV_ERR_NOT_FOUND,
- * IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT; IKV_ERR_OUT_OF_RANGE when the session already holds max_sequences
- * (nothing changed).
+ * Forks `src`: the new sequence shares its cache (copy-on-write), logits, protected spans and compression state;
+ * *out_seq receives its id (-1 on failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_seq); IKV_ERR_NOT_FOUND (no sequence `src`);
+ *         IKV_ERR_OUT_OF_RANGE (the session already holds max_sequences); IKV_ERR_OUT_OF_MEMORY (the copy of the
+ *         host-side state could not be allocated); IKV_ERR_BAD_HANDLE. On failure nothing changed.
  */
 IKV_API int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src);
 /** Drops positions >= length (logits are cleared; decode before sampling). IKV_ERR_OUT_OF_RANGE beyond the length. */
@@ -309,11 +311,22 @@ IKV_API int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t leng
  * IKV_ERR_KV_FULL when blocks shared with a fork would need copies and the pool has no room (nothing changes).
  */
 IKV_API int32_t ikv_seq_remove_range(ikv_session *session, int32_t seq, int64_t begin, int64_t end);
-/** The sequence's logical length (positions appended). */
+/**
+ * The sequence's logical length (positions appended) into *out (0 on failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
 IKV_API int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq);
-/** Tokens kept in `layer` (after compression this is below the length). */
+/**
+ * Tokens kept in `layer` (after compression this is below the length) into *out (0 on failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_OUT_OF_RANGE (layer < 0 or >= the model's layers);
+ *         IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
 IKV_API int32_t ikv_seq_kept(int64_t *out, const ikv_session *session, int32_t seq, int32_t layer);
-/** Bytes of KV blocks the sequence holds (block rounding included; shared blocks counted in full). */
+/**
+ * Bytes of KV blocks the sequence holds (block rounding included; shared blocks counted in full) into *out (0 on
+ * failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
 IKV_API int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32_t seq);
 
 /**
@@ -352,8 +365,8 @@ IKV_API int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, c
  * channels, observation window, token history and logits (a fork copies all but the blocks). */
 #define IKV_KV_HOST_BYTES 7
 /**
- * Reads one pool statistic (IKV_KV_*).
- * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out, an unknown stat: *out is then 0); IKV_ERR_BAD_HANDLE.
+ * Reads one pool statistic (IKV_KV_*) into *out (0 on failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out or an unknown stat); IKV_ERR_BAD_HANDLE.
  */
 IKV_API int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat);
 /**
@@ -373,7 +386,12 @@ IKV_API int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_
                                           int32_t seq);
 
 /* ---- compression ---- */
-/** Marks positions [begin, end) of `seq` as never evicted (fair == 0) or as a fair-share span (fair != 0). */
+/**
+ * Marks positions [begin, end) of `seq` as never evicted (fair == 0) or as a fair-share span (fair != 0). An empty
+ * span does nothing; never-evicted spans that overlap or touch merge into one.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (begin < 0 or end < begin); IKV_ERR_OUT_OF_RANGE (the sequence would
+ *         hold more than 4096 spans); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. On failure nothing changed.
+ */
 IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair);
 /**
  * Compresses `seq` now, to budget_tokens per layer (0: the session's configured budget). Freed blocks return

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "util/host_device.hpp"
+#include "kernels/host_device.hpp"
 
 namespace infokv {
 

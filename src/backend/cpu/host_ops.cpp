@@ -55,7 +55,7 @@ class HostOps final : public DeviceOps {
     return DevMatrix{w.data, w.type, w.rows, w.cols};
   }
   const float *vec(const std::vector<float> &v) override { return v.data(); }
-  std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
+  std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) override {
     return like_device_ ? make_ops_kv_store(*this, geometry, n_blocks) : make_host_kv_store(geometry, n_blocks);
   }
 
@@ -74,21 +74,21 @@ class HostOps final : public DeviceOps {
   }
   void swiglu(float *out, const float *gate, const float *up, int64_t n) override { cpu::swiglu(out, gate, up, n); }
   void add_inplace(float *x, const float *y, int64_t n) override { cpu::add_inplace(x, y, n); }
-  void kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) override {
+  void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) override {
     cpu::kv_append(kv, first_slot, k, v, n);
   }
-  void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv, int32_t visible0,
+  void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                        float scale, float *acc, float *acc_count) override {
     cpu::paged_attention(out, q, n_q, n_heads, kv, visible0, scale, acc, acc_count, pool_);
   }
-  void kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) override {
+  void kv_append_rows(const PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) override {
     cpu::kv_append_rows(kv, slot_addr, k, v, n);
   }
-  void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+  void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                             const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale) override {
     cpu::paged_attention_rows(out, q, n_q, n_heads, kv, table_off, vis, max_vis, scale, pool_);
   }
-  void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+  void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                             int32_t visible0, float scale) override {
     cpu::attention_probs_mean(probs, q, n_q, n_heads, kv, visible0, scale);
   }
@@ -98,7 +98,7 @@ class HostOps final : public DeviceOps {
   void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d) override {
     cpu::rep_change_rows(out, hidden, n_layer, n, d);
   }
-  void kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) override {
+  void kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) override {
     cpu::kv_move_slots(kv, moves, n, scratch);
   }
 

@@ -1,4 +1,4 @@
-#include "snapshot/byte_io.hpp"
+#include "util/byte_io.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -8,7 +8,6 @@
 #include "util/fault_injection.hpp"
 
 namespace infokv {
-namespace snapshot {
 
 void VectorSink::write(const void *p, size_t n) {
   const auto *b = static_cast<const uint8_t *>(p);
@@ -80,5 +79,4 @@ void write_tensor_data(ByteSink &out, const std::vector<std::pair<uint64_t, uint
   }
 }
 
-}  // namespace snapshot
 }  // namespace infokv

@@ -1,5 +1,6 @@
-// Byte streams for snapshots: a snapshot is written to and read from a stream one chunk at a time, so files of
-// any size never sit in memory twice. Files are owned by RAII objects; every failure throws Error(io).
+// Byte streams for the file writers and readers (snapshots, GGUF and safetensors writers): written and read one
+// piece at a time, so files of any size never sit in memory twice. Files are owned by RAII objects; every failure
+// throws Error(io).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,7 +13,6 @@
 #include "util/file_io.hpp"
 
 namespace infokv {
-namespace snapshot {
 
 class ByteSink {
  public:
@@ -114,5 +114,4 @@ class FileSource : public ByteSource {
   int64_t off_ = 0;
 };
 
-}  // namespace snapshot
 }  // namespace infokv

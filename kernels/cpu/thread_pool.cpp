@@ -1,4 +1,4 @@
-#include "util/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 
 #include <algorithm>
 #include <chrono>

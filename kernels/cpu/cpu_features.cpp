@@ -1,4 +1,4 @@
-#include "util/cpu_features.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

@@ -1,4 +1,4 @@
-#include "gguf/ggml_types.hpp"
+#include "kernels/ggml_types.hpp"
 
 namespace infokv {
 

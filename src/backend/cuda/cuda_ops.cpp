@@ -1,19 +1,18 @@
 // DeviceOps on a CUDA device: cudaMalloc'ed memory, one non-blocking stream per session (every call enqueues on
 // it), the kernels of kernels/cuda and cuBLAS (dlopen'ed) for the GEMMs. Weights are resident in 16 bits: f16/bf16
 // as stored, f32 and the quantised types uploaded as they are and converted to f16 on the device at load.
-//
-// NOT YET RUN ON A GPU: written and compiled on machines without one. The forward pass over these operations
-// (src/backend/ops_forward.cpp) is the one every CPU test runs; tests/gpu compares these kernels with their CPU
-// twins and whole-model logits with the CPU's. Until that has passed on hardware, "auto" does not pick CUDA.
+// The forward pass over these operations (src/backend/ops_forward.cpp) is the one every CPU test runs; tests/gpu
+// compares the kernels with their CPU twins and whole-model logits with the CPU's.
 #include <cuda_runtime.h>
 
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.hpp"
 #include "backend/device_ops.hpp"
-#include "gguf/ggml_types.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/runtime.hpp"
+#include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 
@@ -118,7 +117,7 @@ class CudaOps final : public DeviceOps {
     resident_.push_back(std::move(b));
     return resident_.back().as<float>();
   }
-  std::unique_ptr<KvStore> make_kv_store(const cpu::PagedKv &geometry, int64_t n_blocks) override {
+  std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) override {
     return make_ops_kv_store(*this, geometry, n_blocks);
   }
 
@@ -138,21 +137,21 @@ class CudaOps final : public DeviceOps {
     ok(cuda::swiglu(out, gate, up, n, s()), "swiglu");
   }
   void add_inplace(float *x, const float *y, int64_t n) override { ok(cuda::add_inplace(x, y, n, s()), "add"); }
-  void kv_append(const cpu::PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) override {
+  void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) override {
     ok(cuda::kv_append(kv, first_slot, k, v, n, s()), "kv_append");
   }
-  void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv, int32_t visible0,
+  void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                        float scale, float *acc, float *acc_count) override {
     ok(cuda::paged_attention(out, q, n_q, n_heads, kv, visible0, scale, acc, acc_count, s()), "paged_attention");
   }
-  void kv_append_rows(const cpu::PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) override {
+  void kv_append_rows(const PagedKv &kv, const int32_t *slot_addr, const float *k, const float *v, int64_t n) override {
     ok(cuda::kv_append_rows(kv, slot_addr, k, v, n, s()), "kv_append_rows");
   }
-  void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+  void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                             const int32_t *table_off, const int32_t *vis, int32_t max_vis, float scale) override {
     ok(cuda::paged_attention_rows(out, q, n_q, n_heads, kv, table_off, vis, max_vis, scale, s()), "paged_attention_rows");
   }
-  void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const cpu::PagedKv &kv,
+  void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                             int32_t visible0, float scale) override {
     ok(cuda::attention_probs_mean(probs, q, n_q, n_heads, kv, visible0, scale, s()), "attention_probs_mean");
   }
@@ -162,7 +161,7 @@ class CudaOps final : public DeviceOps {
   void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d) override {
     ok(cuda::rep_change_rows(out, hidden, n_layer, n, d, s()), "rep_change_rows");
   }
-  void kv_move_slots(const cpu::PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) override {
+  void kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) override {
     ok(cuda::kv_move_slots(kv, moves, n, scratch, s()), "kv_move_slots");
   }
 

@@ -9,9 +9,9 @@
 #include <mutex>
 #include <string>
 
-#include "gguf/ggml_types.hpp"
 #include "kernels/cuda/runtime.hpp"
-#include "util/error.hpp"
+#include "kernels/ggml_types.hpp"
+#include "kernels/status.hpp"
 
 namespace infokv {
 namespace cuda {

@@ -1,0 +1,74 @@
+// Slot addressing and row conversion of the paged KV layout, shared by the CPU KV-cache and attention kernels.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_features.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/paged_kv.hpp"
+
+namespace infokv {
+namespace cpu {
+
+// Address of slot `slot` of kv head h, K (which = 0) or V (which = 1), through the view's block table.
+inline uint8_t *slot_ptr(const PagedKv &kv, int32_t slot, int32_t h, int which) {
+  const int32_t b = kv.block_table[slot / kv.block_size];
+  const int32_t s = slot % kv.block_size;
+  const int64_t es = kv_dtype_size(kv.dtype);
+  const int64_t off = ((static_cast<int64_t>(which) * kv.n_kv_heads + h) * kv.block_size + s) * kv.head_dim * es;
+  return kv.pool + static_cast<int64_t>(b) * kv.block_stride + off;
+}
+
+// n floats stored as dtype t at dst (round to nearest even).
+inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
+  switch (t) {
+    case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case KvDtype::f16: {
+      auto *d = reinterpret_cast<uint16_t *>(dst);
+      for (int32_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
+      break;
+    }
+    case KvDtype::bf16: {
+      auto *d = reinterpret_cast<uint16_t *>(dst);
+      for (int32_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+      break;
+    }
+  }
+}
+
+__attribute__((target("avx2,f16c"))) inline void load_f16_hw(float *dst, const uint16_t *s, int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i))));
+  for (; i < n; ++i) dst[i] = fp16_to_float(s[i]);
+}
+
+inline bool have_f16c() {
+  static const bool ok = cpu_has_avx2_fma_f16c();
+  return ok;
+}
+
+// Row of n elements of dtype t at src, as f32.
+inline void load_row(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
+  switch (t) {
+    case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case KvDtype::f16: {
+      const auto *s = reinterpret_cast<const uint16_t *>(src);
+      if (have_f16c()) {
+        load_f16_hw(dst, s, n);
+        break;
+      }
+      for (int32_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
+      break;
+    }
+    case KvDtype::bf16: {
+      const auto *s = reinterpret_cast<const uint16_t *>(src);
+      for (int32_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+      break;
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace infokv
