@@ -158,6 +158,18 @@ infokv::SamplerParams to_sampler_params(const ikv_sampler_options *o) {
   return p;
 }
 
+// One int64 fact of a sequence's SeqInfo into *out (0 on any failure).
+template <typename F>
+int32_t seq_value(int64_t *out, const ikv_session *session, int32_t seq, F &&get) {
+  if (out != nullptr) *out = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(out != nullptr, "out must not be NULL");
+    *out = get(sess->session->info(seq));
+    return IKV_OK;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -338,36 +350,19 @@ int32_t ikv_seq_remove_range(ikv_session *session, int32_t seq, int64_t begin, i
 }
 
 int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq) {
-  if (out != nullptr) *out = 0;
-  return guard([&] {
-    const auto sess = infokv::capi::use(session, "session");
-    require(out != nullptr, "out must not be NULL");
-    *out = sess->session->info(seq).length;
-    return IKV_OK;
-  });
+  return seq_value(out, session, seq, [](const infokv::SeqInfo &i) { return i.length; });
 }
 
 int32_t ikv_seq_kept(int64_t *out, const ikv_session *session, int32_t seq, int32_t layer) {
-  if (out != nullptr) *out = 0;
-  return guard([&] {
-    const auto sess = infokv::capi::use(session, "session");
-    require(out != nullptr, "out must not be NULL");
-    infokv::SeqInfo info = sess->session->info(seq);
-    if (layer < 0 || static_cast<size_t>(layer) >= info.kept_per_layer.size())
+  return seq_value(out, session, seq, [layer](const infokv::SeqInfo &i) {
+    if (layer < 0 || static_cast<size_t>(layer) >= i.kept_per_layer.size())
       fail(Status::out_of_range, "layer " + std::to_string(layer) + " out of range");
-    *out = info.kept_per_layer[static_cast<size_t>(layer)];
-    return IKV_OK;
+    return static_cast<int64_t>(i.kept_per_layer[static_cast<size_t>(layer)]);
   });
 }
 
 int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32_t seq) {
-  if (out != nullptr) *out = 0;
-  return guard([&] {
-    const auto sess = infokv::capi::use(session, "session");
-    require(out != nullptr, "out must not be NULL");
-    *out = sess->session->info(seq).bytes;
-    return IKV_OK;
-  });
+  return seq_value(out, session, seq, [](const infokv::SeqInfo &i) { return i.bytes; });
 }
 
 int32_t ikv_decode(ikv_session *session, int32_t seq, const int32_t *tokens, size_t n_tokens) {
