@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -70,17 +71,9 @@ func parseEnum[T ~int32](names map[T]string, name string, what string) (T, error
 		}
 		known = append(known, n)
 	}
-	sortStrings(known)
+	sort.Strings(known)
 	return 0, &Error{Status: int32(capi.IKV_ERR_INVALID_ARGUMENT),
 		Message: fmt.Sprintf("unknown %s %q; one of %s", what, name, strings.Join(known, ", "))}
-}
-
-func sortStrings(a []string) {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,4 @@
 // The C ABI of chat (capi/include/infokv/chat.h): argument checks and calls into src/session/chat.
-#include <algorithm>
 #include <string>
 
 #include "handles.hpp"
@@ -110,26 +109,11 @@ int32_t ikv_chat_reply(int32_t *out_tokens, size_t capacity, size_t *out_count, 
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");
     const auto samp = infokv::capi::use(sampler, "sampler");
-    require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
-    require(max_tokens >= 0, "max_tokens must be >= 0");
     const infokv::ChatProtect p = protect_of(protect);
-    if (out_tokens != nullptr && capacity < static_cast<size_t>(max_tokens)) {
-      if (out_count != nullptr) *out_count = static_cast<size_t>(max_tokens);
-      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "out_tokens holds " + std::to_string(capacity) +
-                                                                     " ids but max_tokens is " + std::to_string(max_tokens) +
-                                                                     " (nothing was generated)");
-    }
-    infokv::TokenCallback cb;
-    if (callback != nullptr)
-      cb = [&](int32_t token, const std::string &t) { return callback(user_data, token, t.data(), t.size()) == 0; };
-    const infokv::GenerateResult r = infokv::chat_reply(*sess->session, seq, max_tokens, *samp->sampler, cb, p);
-    if (out_count != nullptr) *out_count = r.tokens.size();
-    for (size_t i = 0; i < r.tokens.size() && i < capacity; ++i) out_tokens[i] = r.tokens[i];
-    if (r.error != Status::ok)
-      return infokv::capi::fail_status(static_cast<int32_t>(r.error),
-                                       "after " + std::to_string(r.tokens.size()) + " generated tokens: " + r.error_message);
-    if (r.cancelled) return infokv::capi::fail_status(IKV_ERR_CANCELLED, "generation stopped by the callback");
-    return IKV_OK;
+    return infokv::capi::run_generation(out_tokens, capacity, out_count, max_tokens, callback, user_data,
+                                        [&](const infokv::TokenCallback &cb) {
+                                          return infokv::chat_reply(*sess->session, seq, max_tokens, *samp->sampler, cb, p);
+                                        });
   });
 }
 

@@ -90,6 +90,29 @@ int32_t copy_out_ids(int32_t *out_tokens, size_t capacity, size_t *out_count, co
   return IKV_OK;
 }
 
+int32_t run_generation(int32_t *out_tokens, size_t capacity, size_t *out_count, int32_t max_tokens,
+                       ikv_token_callback callback, void *user_data,
+                       const std::function<GenerateResult(const TokenCallback &)> &generate) {
+  require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
+  require(max_tokens >= 0, "max_tokens must be >= 0");
+  if (out_tokens != nullptr && capacity < static_cast<size_t>(max_tokens)) {
+    if (out_count != nullptr) *out_count = static_cast<size_t>(max_tokens);
+    return fail_status(IKV_ERR_BUFFER_TOO_SMALL, "out_tokens holds " + std::to_string(capacity) + " ids but max_tokens is " +
+                                                     std::to_string(max_tokens) + " (nothing was generated)");
+  }
+  TokenCallback cb;
+  if (callback != nullptr)
+    cb = [&](int32_t token, const std::string &text) { return callback(user_data, token, text.data(), text.size()) == 0; };
+  const GenerateResult r = generate(cb);
+  if (out_count != nullptr) *out_count = r.tokens.size();
+  for (size_t i = 0; i < r.tokens.size() && i < capacity; ++i) out_tokens[i] = r.tokens[i];
+  if (r.error != Status::ok)
+    return fail_status(static_cast<int32_t>(r.error),
+                       "after " + std::to_string(r.tokens.size()) + " generated tokens: " + r.error_message);
+  if (r.cancelled) return fail_status(IKV_ERR_CANCELLED, "generation stopped by the callback");
+  return IKV_OK;
+}
+
 int32_t copy_out_text(char *out, size_t capacity, size_t *out_len, const std::string &text) {
   check_out_buffer(out, capacity, out_len);
   *out_len = text.size();

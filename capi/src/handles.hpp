@@ -2,6 +2,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +15,7 @@
 #include "config/config.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
+#include "session/generate.hpp"
 #include "session/session.hpp"
 #include "util/error.hpp"
 
@@ -166,6 +168,13 @@ int32_t copy_out(void *out, size_t capacity, size_t *out_len, const void *data, 
 int32_t copy_out_text(char *out, size_t capacity, size_t *out_len, const std::string &text);
 // The same for token ids: capacity and *out_count count ids.
 int32_t copy_out_ids(int32_t *out_tokens, size_t capacity, size_t *out_count, const std::vector<int32_t> &ids);
+
+// The half that ikv_generate and ikv_chat_reply share: checks max_tokens and the id buffer (too small: nothing is
+// generated, *out_count = max_tokens), runs `generate` with the C callback behind a TokenCallback, stores the ids and
+// maps how it ended (a failed decode, a callback that stopped it) to a status. Call inside guard().
+int32_t run_generation(int32_t *out_tokens, size_t capacity, size_t *out_count, int32_t max_tokens,
+                       ikv_token_callback callback, void *user_data,
+                       const std::function<GenerateResult(const TokenCallback &)> &generate);
 
 // Runs body(), turning every exception into a status and message.
 template <typename F>

@@ -552,26 +552,11 @@ int32_t ikv_generate(int32_t *out_tokens, size_t capacity, size_t *out_count, ik
     const auto sess = infokv::capi::use(session, "session");
     const auto samp = infokv::capi::use(sampler, "sampler");
     require(prompt != nullptr || n_prompt == 0, "prompt is NULL");
-    require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
-    require(max_tokens >= 0, "max_tokens must be >= 0");
-    if (out_tokens != nullptr && capacity < static_cast<size_t>(max_tokens)) {
-      if (out_count != nullptr) *out_count = static_cast<size_t>(max_tokens);
-      return infokv::capi::fail_status(IKV_ERR_BUFFER_TOO_SMALL, "out_tokens holds " + std::to_string(capacity) +
-                                                                     " ids but max_tokens is " + std::to_string(max_tokens) +
-                                                                     " (nothing was generated)");
-    }
-    std::vector<int32_t> p(prompt, prompt + n_prompt);
-    infokv::TokenCallback cb;
-    if (callback != nullptr)
-      cb = [&](int32_t token, const std::string &text) { return callback(user_data, token, text.data(), text.size()) == 0; };
-    infokv::GenerateResult r = infokv::generate(*sess->session, seq, p, max_tokens, *samp->sampler, cb);
-    if (out_count != nullptr) *out_count = r.tokens.size();
-    for (size_t i = 0; i < r.tokens.size() && i < capacity; ++i) out_tokens[i] = r.tokens[i];
-    if (r.error != infokv::Status::ok)
-      return infokv::capi::fail_status(static_cast<int32_t>(r.error),
-                                       "after " + std::to_string(r.tokens.size()) + " generated tokens: " + r.error_message);
-    if (r.cancelled) return infokv::capi::fail_status(IKV_ERR_CANCELLED, "generation stopped by the callback");
-    return IKV_OK;
+    const std::vector<int32_t> p(prompt, prompt + n_prompt);
+    return infokv::capi::run_generation(out_tokens, capacity, out_count, max_tokens, callback, user_data,
+                                        [&](const infokv::TokenCallback &cb) {
+                                          return infokv::generate(*sess->session, seq, p, max_tokens, *samp->sampler, cb);
+                                        });
   });
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cli/eval_metrics.hpp"
 #include "cli/json.hpp"
 #include "compress/policy.hpp"
 #include "session/session.hpp"
@@ -83,13 +84,7 @@ BenchSpec spec_from(const Args &a) {
     if (d != "f32" && d != "f16" && d != "bf16") fail(Status::invalid_argument, "-ctk takes f32, f16, bf16");
   s.policies = split_list(a.str("policy", "none"));
   for (const std::string &p : s.policies) parse_policy(p);
-  for (const std::string &b : split_list(a.str("budget", "0.25"))) {
-    double f = 0;
-    int32_t t = 0;
-    parse_budget(b, &f, &t);
-    if (t > 0) fail(Status::invalid_argument, "bench --budget takes fractions of the depth (0.25 or 25%)");
-    s.budgets.push_back(f);
-  }
+  s.budgets = fraction_list(a.str("budget", "0.25"), "bench (of the depth, -d)");
   const std::string output = a.str("output", "md");
   if (output != "md" && output != "json") fail(Status::invalid_argument, "-o takes md or json");
   s.json = a.flag("json") || output == "json";
@@ -111,9 +106,7 @@ void run_test(Session &s, const BenchSpec &spec, Test &t, std::mt19937 &rng) {
     const int32_t seq = s.add_sequence();
     if (t.depth > 0) {
       s.prefill(seq, random_tokens(t.depth));
-      if (t.policy != "none") {
-        s.compress(seq, static_cast<int32_t>(std::max<int64_t>(1, std::llround(t.budget * static_cast<double>(t.depth)))));
-      }
+      if (t.policy != "none") s.compress(seq, budget_tokens(t.budget, t.depth));
     }
     t.kv_bytes = s.info(seq).bytes;
     const auto t0 = std::chrono::steady_clock::now();
@@ -216,21 +209,20 @@ int cmd_bench(int argc, char **argv) {
             so.n_threads = static_cast<int32_t>(th);
             so.kv_dtype = dtype_of(dt);
             if (spec.ubatch > 0) so.ubatch = static_cast<int32_t>(spec.ubatch);
-            so.compression.policy = parse_policy(pol);
-            so.compression.budget_fraction = 1.0;  // compressed once, after the depth fill, to the test's budget
-            so.compression.compress_after_prefill = false;
-            so.compression.interval = INT32_MAX;
-            Session s(model, so);
+            // compressed once per repetition, after the depth fill, to the test's budget
+            Session s(model, compress_on_demand(so, parse_policy(pol)));
             const int64_t threads = th > 0 ? th : static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
             for (int64_t d : spec.depths) {
+              std::vector<Test> here;
               for (int64_t p : spec.n_prompt)
-                if (p > 0) tests.push_back({path, dt, pol, b, threads, p, 0, d, {}, 0});
+                if (p > 0) here.push_back({path, dt, pol, b, threads, p, 0, d, {}, 0});
               for (int64_t g : spec.n_gen)
-                if (g > 0) tests.push_back({path, dt, pol, b, threads, 0, g, d, {}, 0});
-            }
-            for (Test &t : tests)
-              if (t.seconds.empty() && t.kv_dtype == dt && t.policy == pol && t.budget == b && t.threads == threads)
+                if (g > 0) here.push_back({path, dt, pol, b, threads, 0, g, d, {}, 0});
+              for (Test &t : here) {
                 run_test(s, spec, t, rng);
+                tests.push_back(std::move(t));
+              }
+            }
           }
     if (spec.json) print_json(tests, *model, spec);
     else print_table(tests, *model);

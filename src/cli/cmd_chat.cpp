@@ -32,11 +32,7 @@ int cmd_chat(int argc, char **argv) {
   sp.repeat_last_n = static_cast<int32_t>(a.integer("repeat-last-n", 64, 0, 1 << 20));
   sp.seed = static_cast<uint64_t>(a.integer("seed", 0, 0, INT64_MAX));
 
-  const std::string protect_name = a.str("protect", "system");
-  ChatProtect protect = ChatProtect::system;
-  if (protect_name == "none") protect = ChatProtect::none;
-  else if (protect_name == "fair") protect = ChatProtect::fair;
-  else if (protect_name != "system") fail(Status::invalid_argument, "--protect takes system, fair or none");
+  const ChatProtect protect = parse_chat_protect(a.str("protect", "system"));
 
   auto model = Model::load(path);
   Session session(model, session_options_from(a));

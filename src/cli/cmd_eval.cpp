@@ -198,12 +198,7 @@ class WindowEval {
   // One prefill per policy; each budget (and, for auto, each quality target) compresses a fork of it (forks share
   // the prefix blocks).
   void forks(const std::string &pname, std::vector<Row> &rows, size_t &ri) {
-    SessionOptions so = e_.base;
-    so.compression.policy = parse_policy(pname);
-    so.compression.budget_fraction = 1.0;
-    so.compression.budget_tokens = 0;
-    so.compression.compress_after_prefill = false;
-    Session s(model_, so);
+    Session s(model_, compress_on_demand(e_.base, parse_policy(pname)));
     apply_profile(e_.profile, s);
     const int32_t id = decode_prefix(s, seq_, e_.N);
     // Each budget's fork starts from the profile as loaded: the forks before did not refine it.

@@ -29,8 +29,6 @@ namespace cli {
 
 namespace {
 
-constexpr ChatProtect kModes[] = {ChatProtect::none, ChatProtect::system, ChatProtect::fair};
-
 struct Case {
   std::string system, user;
   std::vector<ChatMessage> history;  // empty: filler turns from the corpus
@@ -109,8 +107,8 @@ std::vector<ChatMessage> filler_history(const std::string &corpus, size_t offset
   return out;
 }
 
-// A conversation as ids: the prefix (system, history) with the spans each protection mode gives it, and the final
-// user turn with the generation prompt.
+// A conversation as ids: the prefix (system, history) with the spans each protection mode gives it (indexed by the
+// ChatProtect value), and the final user turn with the generation prompt.
 struct Prepared {
   std::vector<int32_t> prefix;
   std::array<std::vector<ProtectedSpan>, 3> spans;
@@ -124,9 +122,10 @@ Prepared prepare(const ChatTemplate &t, const Tokenizer &tok, const Case &c, con
   Prepared p;
   for (size_t i = 0; i < msgs.size(); ++i) {
     const std::vector<ChatPiece> pieces = t.encode_pieces(tok, {msgs[i]}, false, i == 0);
-    for (size_t m = 0; m < 3; ++m) {
-      std::vector<ProtectedSpan> s = chat_spans(pieces, static_cast<int64_t>(p.prefix.size()), kModes[m]);
-      p.spans[m].insert(p.spans[m].end(), s.begin(), s.end());
+    for (ChatProtect mode : {ChatProtect::system, ChatProtect::none, ChatProtect::fair}) {
+      std::vector<ProtectedSpan> &spans = p.spans[static_cast<size_t>(mode)];
+      const std::vector<ProtectedSpan> s = chat_spans(pieces, static_cast<int64_t>(p.prefix.size()), mode);
+      spans.insert(spans.end(), s.begin(), s.end());
     }
     for (const ChatPiece &pc : pieces) p.prefix.insert(p.prefix.end(), pc.ids.begin(), pc.ids.end());
   }
@@ -134,34 +133,30 @@ Prepared prepare(const ChatTemplate &t, const Tokenizer &tok, const Case &c, con
   return p;
 }
 
-// Greedy answer of `seq` from its current logits; `logits` (when not null) receives the distribution of each step.
-std::vector<int32_t> greedy_answer(Session &s, int32_t seq, int32_t max_answer, std::vector<std::vector<float>> *logits) {
+// Greedy answer of `seq` from its current logits; `logits` (when not null) receives the distribution that chose
+// each answer token, [answer size, V] (the end-of-generation step is not scored).
+std::vector<int32_t> greedy_answer(Session &s, int32_t seq, int32_t max_answer, std::vector<float> *logits) {
   const Tokenizer &tok = s.model().tokenizer();
   std::vector<int32_t> out;
   for (int32_t i = 0; i < max_answer; ++i) {
     const std::vector<float> &lg = s.logits(seq);
     const int32_t next = argmax(lg.data(), static_cast<int32_t>(lg.size()));
-    if (logits != nullptr) logits->push_back(lg);
     if (tok.is_eog(next)) break;
+    if (logits != nullptr) logits->insert(logits->end(), lg.begin(), lg.end());
     out.push_back(next);
     s.decode({{seq, next, false}});
   }
-  if (logits != nullptr && logits->size() > out.size()) logits->resize(out.size());  // the EOS step is not scored
   return out;
 }
 
-std::string text_of(const Tokenizer &tok, const std::vector<int32_t> &ids) {
-  std::string s;
-  for (int32_t id : ids) s += tok.token_bytes(id);
-  return s;
-}
-
+// The full cache's answer to one case, and what the checks make of it.
 struct Reference {
   std::vector<int32_t> answer;
-  std::vector<std::vector<float>> logits;  // [answer position] full-cache logits
+  std::vector<float> logits;  // [answer size, V]
   std::string text;
-  int64_t prefix_len = 0;
-  int64_t bytes = 0;
+  int64_t bytes = 0;  // the prefix's full cache
+  bool complies = false;
+  double leak = 0;
 };
 
 struct Cell {  // one policy x budget x protection, summed over cases
@@ -181,43 +176,38 @@ struct Options {
 
 // Scores the compressed sequence `f` (the prefix compressed, nothing after it) against the reference.
 void score(Session &s, int32_t f, const Prepared &p, const Reference &ref, const Case &c, int32_t max_answer, Cell &cell) {
-  const Tokenizer &tok = s.model().tokenizer();
   const int64_t bytes = s.info(f).bytes;
   s.prefill(f, p.final_turn);
   const int32_t g = s.fork_sequence(f);
   const std::vector<int32_t> answer = greedy_answer(s, g, max_answer, nullptr);
   s.remove_sequence(g);
-  const size_t M = ref.answer.size();
+  const auto M = static_cast<int64_t>(ref.answer.size());
   if (M > 0) {
-    std::vector<std::vector<float>> q{s.logits(f)};
+    // The distributions that would choose each reference token: the final turn's, then the teacher-forced answer's.
+    std::vector<float> q = s.logits(f);
+    const auto V = static_cast<int32_t>(q.size());
     if (M > 1) {
       std::vector<BatchToken> tf;
-      for (size_t i = 0; i + 1 < M; ++i) tf.push_back({f, ref.answer[i], true});
+      for (int64_t i = 0; i + 1 < M; ++i) tf.push_back({f, ref.answer[static_cast<size_t>(i)], true});
       s.decode(tf);
-      const std::vector<float> &bl = s.batch_logits();
-      const size_t V = q[0].size();
-      for (size_t i = 0; i + 1 < M; ++i) q.emplace_back(bl.begin() + static_cast<ptrdiff_t>(i * V), bl.begin() + static_cast<ptrdiff_t>((i + 1) * V));
+      q.insert(q.end(), s.batch_logits().begin(), s.batch_logits().end());
     }
-    double kl = 0, top1 = 0;
-    for (size_t i = 0; i < M; ++i) {
-      const int32_t n = static_cast<int32_t>(q[i].size());
-      kl += kl_divergence(ref.logits[i].data(), q[i].data(), n);
-      top1 += argmax(q[i].data(), n) == ref.answer[i] ? 1.0 : 0.0;
-    }
-    cell.kl += kl / static_cast<double>(M);
+    double top1 = 0;
+    for (int64_t i = 0; i < M; ++i) top1 += argmax(q.data() + i * V, V) == ref.answer[static_cast<size_t>(i)] ? 1.0 : 0.0;
+    cell.kl += mean_kl(ref.logits, q, M, V);
     cell.top1 += top1 / static_cast<double>(M);
     ++cell.n_scored;
   }
   cell.exact += answer == ref.answer ? 1.0 : 0.0;
-  const std::string text = text_of(tok, answer);
+  const std::string text = s.model().tokenizer().decode(answer);
   if (!c.check_kind.empty()) {
     cell.comply += check_answer(c.check_kind, c.check_value, text) ? 1.0 : 0.0;
-    cell.comply_full += check_answer(c.check_kind, c.check_value, ref.text) ? 1.0 : 0.0;
+    cell.comply_full += ref.complies ? 1.0 : 0.0;
     ++cell.n_checked;
   }
   if (c.leak_probe) {
     cell.leak += rouge_l_recall(c.system, text);
-    cell.leak_full += rouge_l_recall(c.system, ref.text);
+    cell.leak_full += ref.leak;
     ++cell.n_leak;
   }
   cell.bytes += static_cast<double>(bytes);
@@ -226,46 +216,36 @@ void score(Session &s, int32_t f, const Prepared &p, const Reference &ref, const
 }
 
 Reference reference_run(const std::shared_ptr<const Model> &model, const SessionOptions &base, const Prepared &p,
-                        int32_t max_answer) {
+                        const Case &c, int32_t max_answer) {
   SessionOptions so = base;
   so.compression = CompressionConfig{};
   Session s(model, so);
   const int32_t id = s.add_sequence();
   Reference r;
   if (!p.prefix.empty()) s.prefill(id, p.prefix);
-  r.prefix_len = s.info(id).length;
   r.bytes = s.info(id).bytes;
   s.prefill(id, p.final_turn);
   r.answer = greedy_answer(s, id, max_answer, &r.logits);
-  r.text = text_of(model->tokenizer(), r.answer);
+  r.text = model->tokenizer().decode(r.answer);
+  r.complies = !c.check_kind.empty() && check_answer(c.check_kind, c.check_value, r.text);
+  if (c.leak_probe) r.leak = rouge_l_recall(c.system, r.text);
   return r;
 }
 
 // One policy over every budget and protection mode of one case: the prefix is prefilled once; each run compresses
-// a fork of it with that mode's spans.
+// a fork of it with that mode's spans. `cells` are the policy's, budget-major as the rows are printed.
 void run_policy(const std::shared_ptr<const Model> &model, const SessionOptions &base, const std::string &policy,
-                const Options &o, const Prepared &p, const Reference &ref, const Case &c, std::map<std::string, Cell> &cells) {
-  SessionOptions so = base;
-  so.compression.policy = parse_policy(policy);
-  so.compression.budget_fraction = 1.0;
-  so.compression.budget_tokens = 0;
-  so.compression.compress_after_prefill = false;
-  so.compression.interval = INT32_MAX;  // compressed only where the protocol says
-  Session s(model, so);
+                const Options &o, const Prepared &p, const Reference &ref, const Case &c, Cell *cells) {
+  Session s(model, compress_on_demand(base, parse_policy(policy)));
   const int32_t id = s.add_sequence();
   if (!p.prefix.empty()) s.prefill(id, p.prefix);
   const int64_t N = s.info(id).length;
   for (double b : o.budgets)
     for (ChatProtect mode : o.modes) {
-      const std::string key = policy + "|" + std::to_string(b) + "|" + chat_protect_name(mode);
-      Cell &cell = cells[key];
-      cell.policy = policy;
-      cell.budget = b;
-      cell.protect = mode;
       const int32_t f = s.fork_sequence(id);
-      s.set_protected_spans(f, p.spans[static_cast<size_t>(mode == ChatProtect::none ? 0 : mode == ChatProtect::system ? 1 : 2)]);
-      if (N > 0) s.compress(f, static_cast<int32_t>(std::max<int64_t>(1, std::llround(b * static_cast<double>(N)))));
-      score(s, f, p, ref, c, o.max_answer, cell);
+      s.set_protected_spans(f, p.spans[static_cast<size_t>(mode)]);
+      if (N > 0) s.compress(f, budget_tokens(b, N));
+      score(s, f, p, ref, c, o.max_answer, *cells++);
       s.remove_sequence(f);
     }
 }
@@ -323,19 +303,8 @@ Options options_from(const Args &a) {
   Options o;
   o.policies = split_list(a.str("policies", "snapkv,h2o,streaming,tova,infokv,auto"));
   for (const std::string &p : o.policies) parse_policy(p);
-  for (const std::string &b : split_list(a.str("budgets", "0.5,0.25,0.125"))) {
-    double f = 0;
-    int32_t tokens = 0;
-    parse_budget(b, &f, &tokens);
-    if (tokens > 0 || !(f > 0 && f <= 1)) fail(Status::invalid_argument, "--budgets takes fractions in (0, 1]");
-    o.budgets.push_back(f);
-  }
-  for (const std::string &m : split_list(a.str("protect", "none,system,fair"))) {
-    if (m == "none") o.modes.push_back(ChatProtect::none);
-    else if (m == "system") o.modes.push_back(ChatProtect::system);
-    else if (m == "fair") o.modes.push_back(ChatProtect::fair);
-    else fail(Status::invalid_argument, "--protect takes none, system, fair");
-  }
+  o.budgets = fraction_list(a.str("budgets", "0.5,0.25,0.125"), "eval-chat");
+  for (const std::string &m : split_list(a.str("protect", "none,system,fair"))) o.modes.push_back(parse_chat_protect(m));
   o.max_answer = static_cast<int32_t>(a.integer("max-answer", 64, 1, 4096));
   return o;
 }
@@ -365,24 +334,30 @@ int cmd_eval_chat(int argc, char **argv) {
     }
   }
   auto model = Model::load(resolve_model_path(a.str("model", default_model_path())));
-  SessionOptions base = session_options_from(a);
-  Session probe(model, base);
-  const ChatTemplate tmpl = chat_template_of(probe);
-  std::map<std::string, Cell> cells;
+  const SessionOptions base = session_options_from(a);
+  const ChatTemplate tmpl = chat_template_of(*model);
+  // The rows as printed: policy-major, then budget, then protection.
+  std::vector<Cell> rows;
+  for (const std::string &policy : o.policies)
+    for (double b : o.budgets)
+      for (ChatProtect m : o.modes) {
+        rows.emplace_back();
+        rows.back().policy = policy;
+        rows.back().budget = b;
+        rows.back().protect = m;
+      }
+  const size_t per_policy = o.budgets.size() * o.modes.size();
   for (size_t i = 0; i < cases.size() && i < limit; ++i) {
     const Case &c = cases[i];
     const std::vector<ChatMessage> history =
         !c.history.empty() ? c.history : filler_history(corpus, 7919 * (i + 1), history_tokens, model->tokenizer());
     const Prepared p = prepare(tmpl, model->tokenizer(), c, history);
-    const Reference ref = reference_run(model, base, p, o.max_answer);
-    for (const std::string &policy : o.policies) run_policy(model, base, policy, o, p, ref, c, cells);
+    const Reference ref = reference_run(model, base, p, c, o.max_answer);
+    for (size_t k = 0; k < o.policies.size(); ++k)
+      run_policy(model, base, o.policies[k], o, p, ref, c, rows.data() + k * per_policy);
     std::fprintf(stderr, "\reval-chat: case %zu/%zu", i + 1, std::min(limit, cases.size()));
   }
   std::fprintf(stderr, "\n");
-  std::vector<Cell> rows;
-  for (const std::string &policy : o.policies)
-    for (double b : o.budgets)
-      for (ChatProtect m : o.modes) rows.push_back(cells[policy + "|" + std::to_string(b) + "|" + chat_protect_name(m)]);
   print_results(rows, a.flag("json"));
   if (a.has("plot")) plot_results(a.str("plot"), rows);
   return 0;

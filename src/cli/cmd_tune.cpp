@@ -52,12 +52,8 @@ int cmd_tune(int argc, char **argv) {
   for (int64_t w = 0; w < windows; ++w) {
     const std::vector<int32_t> seq = win.window(w);
     const std::vector<float> full = run_full_cache(model, base, seq, N, M).logits;
-    SessionOptions so = base;
-    so.compression.policy = PolicyKind::auto_;
-    so.compression.budget_fraction = 1.0;
-    so.compression.budget_tokens = 0;
+    SessionOptions so = compress_on_demand(base, PolicyKind::auto_);
     so.compression.max_loss = 0;
-    so.compression.compress_after_prefill = false;
     Session s(model, so);
     const int32_t id = decode_prefix(s, seq, N);
     // One fork per budget and per target; the continuation's KL against the full cache. Byte-budget compressions

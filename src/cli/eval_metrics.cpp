@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "cli/args.hpp"
@@ -66,6 +67,16 @@ std::vector<double> positive_list(const std::string &s, const char *what, const 
     out.push_back(v);
   }
   return out;
+}
+
+SessionOptions compress_on_demand(const SessionOptions &base, PolicyKind policy) {
+  SessionOptions so = base;
+  so.compression.policy = policy;
+  so.compression.budget_fraction = 1.0;
+  so.compression.budget_tokens = 0;
+  so.compression.compress_after_prefill = false;
+  so.compression.interval = INT32_MAX;
+  return so;
 }
 
 int32_t budget_tokens(double fraction, int64_t N) {

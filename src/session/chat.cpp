@@ -68,12 +68,20 @@ const char *chat_protect_name(ChatProtect p) {
   return "unknown";
 }
 
-ChatTemplate chat_template_of(const Session &session) {
-  const ChatTemplate t = ChatTemplate::detect(session.model().chat_template(), session.model().tokenizer());
+ChatProtect parse_chat_protect(const std::string &name) {
+  for (ChatProtect p : {ChatProtect::system, ChatProtect::none, ChatProtect::fair})
+    if (name == chat_protect_name(p)) return p;
+  fail(Status::invalid_argument, "chat protection '" + name + "' is not one of system, fair, none");
+}
+
+ChatTemplate chat_template_of(const Model &model) {
+  const ChatTemplate t = ChatTemplate::detect(model.chat_template(), model.tokenizer());
   if (t.format == ChatFormat::none)
     fail(Status::unsupported, "the model has no chat template infokv knows (ChatML or Llama 3)");
   return t;
 }
+
+ChatTemplate chat_template_of(const Session &session) { return chat_template_of(session.model()); }
 
 ChatSpan chat_add(Session &session, int32_t seq, const ChatMessage &m, ChatProtect protect) {
   check_chat_role(m.role);

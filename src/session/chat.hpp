@@ -21,6 +21,8 @@ enum class ChatProtect : int32_t {
                // same fraction of its tokens
 };
 const char *chat_protect_name(ChatProtect p);
+// "system", "none" or "fair"; throws Error(invalid_argument) naming them for anything else.
+ChatProtect parse_chat_protect(const std::string &name);
 
 struct ChatSpan {
   int64_t begin = 0;  // positions [begin, end) of the sequence
@@ -34,7 +36,8 @@ std::vector<ProtectedSpan> chat_spans(const std::vector<ChatPiece> &pieces, int6
 // Throws Error(invalid_argument) unless `role` is a lower-case word of at most 32 letters or '_'.
 void check_chat_role(const std::string &role);
 
-// The session model's chat template; throws Error(unsupported) when infokv does not know its format.
+// The model's chat template; throws Error(unsupported) when infokv does not know its format.
+ChatTemplate chat_template_of(const Model &model);
 ChatTemplate chat_template_of(const Session &session);
 
 // Appends message `m` to `seq` and decodes it (chunked with compression between chunks, as Session::prefill). An

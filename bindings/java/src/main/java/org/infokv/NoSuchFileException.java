@@ -20,10 +20,14 @@ public final class NoSuchFileException extends InfokvException {
   /** Throws for a failed status; an I/O failure about a path that does not exist as a NoSuchFileException. */
   static void check(int status, String path) {
     if (status >= 0) return;
-    String message = InfokvNative.ikv_last_error_message();
-    if (status == Status.IO.code() && path != null && !java.nio.file.Files.exists(java.nio.file.Paths.get(path),
-                                                                                    java.nio.file.LinkOption.NOFOLLOW_LINKS))
-      throw new NoSuchFileException(status, message, path);
-    throw new InfokvException(status, message);
+    throw about(new InfokvException(status, InfokvNative.ikv_last_error_message()), path);
+  }
+
+  /** `e` as a NoSuchFileException when it is an I/O failure about a path that does not exist; else `e`. */
+  static InfokvException about(InfokvException e, String path) {
+    if (e.status() == Status.IO.code() && path != null
+        && !java.nio.file.Files.exists(java.nio.file.Paths.get(path), java.nio.file.LinkOption.NOFOLLOW_LINKS))
+      return new NoSuchFileException(e.status(), e.detail(), path);
+    return e;
   }
 }

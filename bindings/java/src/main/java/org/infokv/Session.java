@@ -377,9 +377,7 @@ public final class Session implements AutoCloseable {
     try {
       return restoreWith((ids, n) -> InfokvNative.ikv_session_restore_file(ids, n, h(), smp, path));
     } catch (InfokvException e) {
-      if (e.status() == Status.IO.code() && !java.nio.file.Files.exists(java.nio.file.Paths.get(path)))
-        throw new NoSuchFileException(e.status(), e.detail(), path);
-      throw e;
+      throw NoSuchFileException.about(e, path);
     }
   }
 
