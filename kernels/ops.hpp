@@ -15,8 +15,10 @@ namespace cpu {
 // out[n, d] = x[n, d] / rms(x) * w[d]
 void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps);
 
-// In place on x[n, n_heads, head_dim]: rotates adjacent pairs (2i, 2i+1) of each head by pos[t] * theta^(-2i/head_dim).
-void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta);
+// In place on x[n, n_heads, head_dim]: rotates adjacent pairs (2i, 2i+1) of each head by the angle
+// pos[t] * inv_freq[i] (formed in double), i < head_dim / 2. inv_freq: [head_dim / 2], theta^(-2i/head_dim) for plain
+// RoPE, scaled for models stretched past their training context (src/model/rope.hpp makes it).
+void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq);
 
 // True for the weight types matmul, get_row and dequantize handle: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 // Q4_K, Q5_K, Q6_K.
@@ -40,6 +42,9 @@ void swiglu(float *out, const float *gate, const float *up, int64_t n);
 
 // x[i] += y[i]
 void add_inplace(float *x, const float *y, int64_t n);
+
+// x[t, i] += b[i] for t < n, i < d (a projection's bias). x: [n, d]; b: [d]
+void add_bias(float *x, const float *b, int64_t n, int64_t d);
 
 // Converts row `row` of an embedding table emb[rows, d] of ggml type `type` to f32. False for unsupported types.
 bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d);

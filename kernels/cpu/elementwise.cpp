@@ -42,6 +42,11 @@ void add_inplace(float *x, const float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void add_bias(float *x, const float *b, int64_t n, int64_t d) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < d; ++i) x[t * d + i] += b[i];
+}
+
 bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d) {
   const GgmlTypeTraits tr = ggml_type_traits(type);
   if (tr.name == nullptr || tr.block_elems == 0 || d % tr.block_elems != 0) return false;

@@ -17,14 +17,13 @@ void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, f
   }
 }
 
-void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta) {
+void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) {
   const int64_t half = head_dim / 2;
   for (int64_t t = 0; t < n; ++t) {
     const double p = pos[t];
     for (int64_t i = 0; i < half; ++i) {
       // the angle is formed in double: at positions in the tens of thousands float loses the low bits
-      double freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-      double ang = p * freq;
+      double ang = p * inv_freq[i];
       float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
       for (int64_t h = 0; h < n_heads; ++h) {
         float *v = x + (t * n_heads + h) * head_dim + 2 * i;

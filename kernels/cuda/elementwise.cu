@@ -22,6 +22,13 @@ Status add_inplace(float *x, const float *y, int64_t n, Stream *stream) {
   return launch_status();
 }
 
+Status add_bias(float *x, const float *b, int64_t n, int64_t d, Stream *stream) {
+  if (n < 0 || d <= 0) return Status::invalid_argument;
+  if (n == 0) return Status::ok;
+  add_bias_kernel<<<grid_for(n * d, kThreads), kThreads, 0, raw_stream(stream)>>>(x, b, n * d, d);
+  return launch_status();
+}
+
 Status convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int64_t n, Stream *stream) {
   if (n < 0) return Status::invalid_argument;
   if (n == 0) return Status::ok;

@@ -21,6 +21,11 @@ __global__ void add_kernel(float *x, const float *y, int64_t n) {
   IKV_GRID_STRIDE(i, n) x[i] += y[i];
 }
 
+// x: [total / d, d]; b: [d]
+__global__ void add_bias_kernel(float *x, const float *b, int64_t total, int64_t d) {
+  IKV_GRID_STRIDE(i, total) x[i] += b[i % d];
+}
+
 // dst: [n] of D; src: [n] of S
 template <typename D, typename S>
 __global__ void convert_kernel(D *dst, const S *src, int64_t n) {

@@ -14,13 +14,12 @@ Status rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d,
   return launch_status();
 }
 
-Status rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta, Stream *stream) {
-  if (n < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 || !(theta > 0)) return Status::invalid_argument;
+Status rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq,
+            Stream *stream) {
+  if (n < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 || inv_freq == nullptr) return Status::invalid_argument;
   if (n == 0) return Status::ok;
   const int threads = 256;
-  // pow(theta, -2i/d) == exp(-2i/d * log(theta)); log taken once on the host in double.
-  rope_kernel<<<grid_for(n * (head_dim / 2), threads), threads, 0, raw_stream(stream)>>>(x, pos, n, n_heads, head_dim,
-                                                                                         std::log(static_cast<double>(theta)));
+  rope_kernel<<<grid_for(n * (head_dim / 2), threads), threads, 0, raw_stream(stream)>>>(x, pos, n, n_heads, head_dim, inv_freq);
   return launch_status();
 }
 

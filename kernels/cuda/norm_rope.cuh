@@ -18,16 +18,15 @@ __global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int64
 }
 
 // One thread per (token, pair); the angle is formed in double as in the CPU twin: at positions in the tens of
-// thousands float loses the low bits. x: [n, n_heads, head_dim]; pos: [n].
-__global__ void rope_kernel(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, double log_theta) {
+// thousands float loses the low bits. x: [n, n_heads, head_dim]; pos: [n]; inv_freq: [head_dim / 2].
+__global__ void rope_kernel(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) {
   const int64_t half = head_dim / 2;
   const int64_t total = n * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = idx / half, i = idx % half;
-    const double freq = exp(-2.0 * static_cast<double>(i) / static_cast<double>(head_dim) * log_theta);
     double s, c;
-    sincos(static_cast<double>(pos[t]) * freq, &s, &c);
+    sincos(static_cast<double>(pos[t]) * inv_freq[i], &s, &c);
     const float cf = static_cast<float>(c), sf = static_cast<float>(s);
     for (int64_t h = 0; h < n_heads; ++h) {
       float *v = x + (t * n_heads + h) * head_dim + 2 * i;

@@ -21,13 +21,16 @@ struct Stream;
 // out[n, d] = x[n, d] / rms(x) * w[d]. x, out: [n, d]; w: [d].
 Status rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps, Stream *stream);
 // x[n, n_heads, head_dim] rotated in place (adjacent pairs); pos: [n]. Angles are formed in double.
-Status rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta, Stream *stream);
+Status rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq,
+            Stream *stream);
 
 // ---- elementwise.cu ----
 // out[n] = silu(gate[n]) * up[n]
 Status swiglu(float *out, const float *gate, const float *up, int64_t n, Stream *stream);
 // x[n] += y[n]
 Status add_inplace(float *x, const float *y, int64_t n, Stream *stream);
+// x[n, d] += b[d] on every row
+Status add_bias(float *x, const float *b, int64_t n, int64_t d, Stream *stream);
 // dst[n] (dst_type) = src[n] (src_type), any pair of f32/f16/bf16 (round to nearest even).
 Status convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int64_t n, Stream *stream);
 // out[n_rows, d] = rows rows[n_rows] (ids, device) of emb[*, d] of ggml type F32/F16/BF16, as f32.

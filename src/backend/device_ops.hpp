@@ -59,11 +59,13 @@ class DeviceOps {
   // ---- kernels: see the cpu:: twin of the same name for shapes and semantics ----
   virtual void get_rows(float *out, const DevMatrix &emb, const int32_t *ids, int64_t n, int64_t d) = 0;
   virtual void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps) = 0;
-  virtual void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta) = 0;
+  // inv_freq: device memory, [head_dim / 2] doubles
+  virtual void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) = 0;
   // out[n, w.rows] = x[n, w.cols] · W^T
   virtual void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) = 0;
   virtual void swiglu(float *out, const float *gate, const float *up, int64_t n) = 0;
   virtual void add_inplace(float *x, const float *y, int64_t n) = 0;
+  virtual void add_bias(float *x, const float *b, int64_t n, int64_t d) = 0;
   virtual void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) = 0;
   virtual void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                                int32_t visible0, float scale, float *acc, float *acc_count) = 0;

@@ -65,8 +65,12 @@ class OpsKvStore final : public KvStore {
 
 struct DevLayer {
   const float *attn_norm = nullptr, *ffn_norm = nullptr;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;  // null when the model has no such bias
   DevMatrix wq, wk, wv, wo, gate, up, down;
 };
+
+// A bias vector on the device, or null for an empty one.
+const float *optional_vec(DeviceOps &o, const std::vector<float> &v) { return v.empty() ? nullptr : o.vec(v); }
 
 // Contiguous runs (first, length) of an ascending index list.
 std::vector<std::pair<int64_t, int64_t>> runs_of(const std::vector<int64_t> &idx) {
@@ -93,6 +97,10 @@ class OpsForward final : public DeviceForward {
       D.wk = ops_->matrix(L.wk);
       D.wv = ops_->matrix(L.wv);
       D.wo = ops_->matrix(L.wo);
+      D.bq = optional_vec(*ops_, L.bq);
+      D.bk = optional_vec(*ops_, L.bk);
+      D.bv = optional_vec(*ops_, L.bv);
+      D.bo = optional_vec(*ops_, L.bo);
       D.gate = ops_->matrix(L.w_gate);
       D.up = ops_->matrix(L.w_up);
       D.down = ops_->matrix(L.w_down);
@@ -100,6 +108,7 @@ class OpsForward final : public DeviceForward {
     emb_ = ops_->matrix(m.token_embd());
     out_ = m.tied_output() ? emb_ : ops_->matrix(m.output());
     out_norm_ = ops_->vec(m.output_norm());
+    set_rope_freqs(0);
   }
 
   std::string describe() const override { return ops_->name(); }
@@ -140,6 +149,11 @@ class OpsForward final : public DeviceForward {
   void forward_chunk(const ForwardChunk &c, KvCache &kv, float *out) override {
     ops_->activate();
     const ChunkPlan p = plan_chunk(c, kv);
+    if (rope_depends_on_positions(model_.hparams().rope)) {
+      int64_t max_pos = 0;
+      for (int64_t t = 0; t < p.T; ++t) max_pos = std::max<int64_t>(max_pos, c.positions[t]);
+      set_rope_freqs(max_pos);
+    }
     stage(c, p);
     ops_->get_rows(x_.as<float>(), emb_, ids_.as<int32_t>(), p.T, p.d);
     for (int32_t l = 0; l < p.nl; ++l) run_layer(c, kv, p, l);
@@ -275,8 +289,11 @@ class OpsForward final : public DeviceForward {
     o.matmul(q, xn, L.wq, T);
     o.matmul(k, xn, L.wk, T);
     o.matmul(v, xn, L.wv, T);
-    o.rope(q, pos, T, p.nh, p.hd, hp.rope_theta);
-    o.rope(k, pos, T, p.nkv, p.hd, hp.rope_theta);
+    if (L.bq != nullptr) o.add_bias(q, L.bq, T, p.qd);
+    if (L.bk != nullptr) o.add_bias(k, L.bk, T, p.kvd);
+    if (L.bv != nullptr) o.add_bias(v, L.bv, T, p.kvd);
+    o.rope(q, pos, T, p.nh, p.hd, freq_.as<double>());
+    o.rope(k, pos, T, p.nkv, p.hd, freq_.as<double>());
     attend(c, kv, p, l);
     int64_t wi = 0;
     for (const auto &run : p.wruns) {
@@ -284,6 +301,7 @@ class OpsForward final : public DeviceForward {
       wi += run.second;
     }
     o.matmul(ob, att, L.wo, T);
+    if (L.bo != nullptr) o.add_bias(ob, L.bo, T, d);
     o.add_inplace(x, ob, T * d);
     o.rmsnorm(xn, x, L.ffn_norm, T, d, hp.rms_eps);
     o.matmul(gb, xn, L.gate, T);
@@ -433,6 +451,17 @@ class OpsForward final : public DeviceForward {
     keep_last(step.window_pos, static_cast<size_t>(c.window_rows));
   }
 
+  // The rope kernel's inverse frequencies for a forward pass whose longest position is max_pos (they depend on it
+  // only with dynamic NTK scaling, as in transformers: keys already cached keep the angles they were stored with).
+  void set_rope_freqs(int64_t max_pos) {
+    const HParams &hp = model_.hparams();
+    std::vector<double> f = rope_inv_freq(hp.rope_theta, hp.head_dim, hp.rope, max_pos);
+    if (f == freq_host_) return;
+    freq_.ensure(*ops_, f.size() * sizeof(double));
+    ops_->upload(freq_.as<double>(), f.data(), f.size() * sizeof(double));
+    freq_host_ = std::move(f);
+  }
+
   const Model &model_;
   std::unique_ptr<DeviceOps> ops_;
   std::vector<DevLayer> layers_;
@@ -442,6 +471,8 @@ class OpsForward final : public DeviceForward {
   std::vector<int32_t> table_host_, rows_host_;
   std::vector<float> acc_host_, wq_host_, rep_host_;
   std::vector<double> ent_host_;
+  DevBuf freq_;
+  std::vector<double> freq_host_;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// infokv synth --format safetensors: the synthetic model as a Hugging Face LlamaForCausalLM checkpoint directory
+// infokv synth --format safetensors: the synthetic model as a Hugging Face checkpoint directory
 // (model.safetensors, config.json, tokenizer.json, tokenizer_config.json), which Model::load_hf reads back as the
 // same model as the GGUF of the same (preset, dtype, seed).
 #include <cstdio>
@@ -88,27 +88,39 @@ std::string tokenizer_json(int32_t n) {
 
 std::string config_json(const Preset &p, StDtype dtype) {
   const char *torch_dtype = dtype == StDtype::F32 ? "float32" : dtype == StDtype::F16 ? "float16" : "bfloat16";
-  return JsonObject()
-             .raw("architectures", "[\"LlamaForCausalLM\"]")
-             .str("model_type", "llama")
-             .str("_name_or_path", std::string("synthetic ") + p.name)
-             .integer("vocab_size", p.n_vocab)
-             .integer("hidden_size", p.n_embd)
-             .integer("intermediate_size", p.n_ff)
-             .integer("num_hidden_layers", p.n_layer)
-             .integer("num_attention_heads", p.n_head)
-             .integer("num_key_value_heads", p.n_head_kv)
-             .integer("head_dim", p.n_embd / p.n_head)
-             .str("hidden_act", "silu")
-             .integer("max_position_embeddings", p.n_ctx)
-             .raw("rms_norm_eps", json_f32(p.rms_eps))
-             .raw("rope_theta", json_f32(p.rope_theta))
-             .raw("rope_scaling", "null")
-             .boolean("attention_bias", false)
-             .raw("attention_dropout", "0.0")
-             .boolean("mlp_bias", false)
+  const std::string arch = p.arch, type = p.model_type;
+  JsonObject c;
+  c.raw("architectures", std::string("[\"") + p.hf_class + "\"]")
+      .str("model_type", type)
+      .str("_name_or_path", std::string("synthetic ") + p.name)
+      .integer("vocab_size", p.n_vocab)
+      .integer("hidden_size", p.n_embd)
+      .integer("intermediate_size", p.n_ff)
+      .integer("num_hidden_layers", p.n_layer)
+      .integer("num_attention_heads", p.n_head)
+      .integer("num_key_value_heads", p.n_head_kv)
+      .integer("head_dim", p.n_embd / p.n_head)
+      .str("hidden_act", "silu")
+      .integer("max_position_embeddings", p.n_ctx)
+      .raw("rms_norm_eps", json_f32(p.rms_eps))
+      .raw("rope_theta", json_f32(p.rope_theta));
+  if (p.rope_factor > 0) {
+    c.raw("rope_scaling", JsonObject()
+                              .raw("factor", json_f32(p.rope_factor))
+                              .raw("low_freq_factor", json_f32(p.rope_low_freq))
+                              .raw("high_freq_factor", json_f32(p.rope_high_freq))
+                              .integer("original_max_position_embeddings", p.rope_original_ctx)
+                              .str("rope_type", "llama3")
+                              .dump());
+  } else {
+    c.raw("rope_scaling", "null");
+  }
+  if (type == "llama") c.boolean("attention_bias", false).boolean("mlp_bias", false).integer("pretraining_tp", 1);
+  // The published Qwen2.5 and Mistral v0.3 configs: no sliding window in use.
+  if (type == "qwen2") c.boolean("use_sliding_window", false).integer("sliding_window", p.n_ctx).integer("max_window_layers", p.n_layer);
+  if (type == "mistral") c.raw("sliding_window", "null");
+  return c.raw("attention_dropout", "0.0")
              .raw("initializer_range", "0.02")
-             .integer("pretraining_tp", 1)
              .boolean("tie_word_embeddings", p.tied)
              .str("torch_dtype", torch_dtype)
              .boolean("use_cache", true)
@@ -169,32 +181,25 @@ uint64_t write_hf_checkpoint(const std::string &dir_str, const Preset &p, StDtyp
   const fs::path dir(dir_str);
   prepare_dir(dir);
   const std::vector<Tensor> ts = tensors(p);
+  std::vector<size_t> written;  // indices into ts of the tensors a checkpoint holds, in file order
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (!ts[i].hf_name.empty()) written.push_back(i);
   SafetensorsWriter w;
   w.add_metadata("format", "pt");
   // Norm weights in the model's dtype, as transformers saves them (their value, 1, is exact in every dtype).
-  for (const Tensor &t : ts) w.add_tensor(t.hf_name, dtype, t.cols == 0 ? std::vector<uint64_t>{t.rows} : std::vector<uint64_t>{t.rows, t.cols});
+  for (size_t i : written) {
+    const Tensor &t = ts[i];
+    w.add_tensor(t.hf_name, dtype, t.cols == 0 ? std::vector<uint64_t>{t.rows} : std::vector<uint64_t>{t.rows, t.cols});
+  }
   write_text(dir / "config.json", config_json(p, dtype));
   write_text(dir / "tokenizer.json", tokenizer_json(p.n_vocab));
   write_text(dir / "tokenizer_config.json", tokenizer_config_json(p));
   const size_t es = st_dtype_size(dtype);
   w.write(
       (dir / "model.safetensors").string(),
-      [&](size_t i, uint64_t first, uint64_t cnt, uint8_t *buf) {
-        const Tensor &t = ts[i];
-        const uint64_t key = tensor_key(seed, i);
-        if (t.rope_head_dim == 0) {
-          for (uint64_t j = 0; j < cnt; ++j) store(weight(key, t.sd, first + j), dtype, buf + es * j);
-          return;
-        }
-        // Hugging Face keeps each q/k head's rows in rotate-half order: its row h*hd + j*hd/2 + i is the GGUF's
-        // row h*hd + 2i + j (the inverse of the reordering Model::load_hf applies).
-        const uint64_t hd = static_cast<uint64_t>(t.rope_head_dim), half = hd / 2;
-        for (uint64_t j = 0; j < cnt; ++j) {
-          const uint64_t e = first + j, r = e / t.cols, c = e % t.cols;
-          const uint64_t h = r / hd, rem = r % hd;
-          const uint64_t gr = h * hd + 2 * (rem % half) + rem / half;
-          store(weight(key, t.sd, gr * t.cols + c), dtype, buf + es * j);
-        }
+      [&](size_t k, uint64_t first, uint64_t cnt, uint8_t *buf) {
+        // Hugging Face keeps each q/k head's rows in rotate-half order (the inverse of what Model::load_hf undoes).
+        for (uint64_t j = 0; j < cnt; ++j) store(element(ts, written[k], seed, first + j, true), dtype, buf + es * j);
       },
       progress);
   return w.data_bytes();

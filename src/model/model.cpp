@@ -88,25 +88,41 @@ uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
-}  // namespace
 
-std::shared_ptr<const Model> Model::load(const std::string &path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return load_hf(path);
-  std::shared_ptr<Model> m(new Model());
-  m->path_ = path;
-  m->file_ = std::make_unique<GgufFile>(path);
-  const GgufFile &f = *m->file_;
-  m->name_ = f.get_string("general.name", "");
-  m->chat_template_ = f.get_string("tokenizer.chat_template", "");
-  m->file_bytes_ = f.file_size();
-  for (const GgufTensor &t : f.tensors()) {
-    const char *tn = ggml_type_name(t.type);
-    ++m->tensor_types_[tn != nullptr ? tn : "?"];
-  }
-  HParams &hp = m->hp_;
+// A vector tensor that may be absent (projection biases): empty when missing.
+std::vector<float> optional_vector_f32(const GgufFile &f, const std::string &name, uint64_t n) {
+  if (f.find_tensor(name) == nullptr) return {};
+  std::vector<float> v = vector_f32(f, name, n);
+  check_finite(v, name);
+  return v;
+}
+
+// llama.cpp runs qwen2 in NEOX mode: its GGUF keeps Q/K rows (and biases) in Hugging Face's rotate-half order.
+// infokv's kernels rotate adjacent pairs, so those rows are reordered into owned memory once at load.
+Weight rows_to_pairs(const Weight &w, int64_t head_dim, std::vector<std::vector<uint8_t>> &owned) {
+  const GgmlTypeTraits tr = ggml_type_traits(w.type);
+  const size_t row_bytes = static_cast<size_t>(w.cols / tr.block_elems) * tr.block_bytes;
+  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(w.rows));
+  rope_rows_to_pairs(static_cast<const uint8_t *>(w.data), out.data(), w.rows, row_bytes, head_dim);
+  owned.push_back(std::move(out));
+  Weight r = w;
+  r.data = owned.back().data();
+  return r;
+}
+
+std::vector<float> vec_to_pairs(const std::vector<float> &v, int64_t head_dim) {
+  if (v.empty()) return v;
+  std::vector<float> out(v.size());
+  rope_rows_to_pairs(reinterpret_cast<const uint8_t *>(v.data()), reinterpret_cast<uint8_t *>(out.data()),
+                     static_cast<int64_t>(v.size()), sizeof(float), head_dim);
+  return out;
+}
+
+// general.architecture and its hyperparameters.
+void read_gguf_hparams(const GgufFile &f, HParams &hp) {
   hp.arch = f.get_string_req("general.architecture");
-  if (hp.arch != "llama") fail(Status::unsupported, "unsupported architecture '" + hp.arch + "' (infokv runs 'llama')");
+  if (hp.arch != "llama" && hp.arch != "qwen2")
+    fail(Status::unsupported, "unsupported architecture '" + hp.arch + "' (infokv runs 'llama' and 'qwen2')");
   const std::string a = hp.arch + ".";
   hp.n_embd = hp_int(f, a + "embedding_length", 1, 1 << 16, true, 0);
   hp.n_layer = hp_int(f, a + "block_count", 1, 1024, true, 0);
@@ -126,8 +142,27 @@ std::shared_ptr<const Model> Model::load(const std::string &path) {
   if (!(theta > 1 && theta < 1e12)) fail(Status::bad_model, "rope.freq_base out of range");
   hp.rms_eps = static_cast<float>(eps);
   hp.rope_theta = static_cast<float>(theta);
-  if (f.find(a + "rope.scaling.type") != nullptr && f.get_string(a + "rope.scaling.type", "none") != "none")
-    fail(Status::unsupported, "RoPE scaling '" + f.get_string(a + "rope.scaling.type", "") + "' is not supported yet");
+  parse_gguf_rope(f, hp.arch, hp.head_dim, &hp.rope);
+}
+
+}  // namespace
+
+std::shared_ptr<const Model> Model::load(const std::string &path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return load_hf(path);
+  std::shared_ptr<Model> m(new Model());
+  m->path_ = path;
+  m->file_ = std::make_unique<GgufFile>(path);
+  const GgufFile &f = *m->file_;
+  m->name_ = f.get_string("general.name", "");
+  m->chat_template_ = f.get_string("tokenizer.chat_template", "");
+  m->file_bytes_ = f.file_size();
+  for (const GgufTensor &t : f.tensors()) {
+    const char *tn = ggml_type_name(t.type);
+    ++m->tensor_types_[tn != nullptr ? tn : "?"];
+  }
+  read_gguf_hparams(f, m->hp_);
+  HParams &hp = m->hp_;
 
   m->tok_ = Tokenizer::from_gguf(f);
 
@@ -154,6 +189,7 @@ std::shared_ptr<const Model> Model::load(const std::string &path) {
   const uint64_t d = static_cast<uint64_t>(hp.n_embd), hd = static_cast<uint64_t>(hp.head_dim);
   const uint64_t q_dim = hd * static_cast<uint64_t>(hp.n_head), kv_dim = hd * static_cast<uint64_t>(hp.n_head_kv);
   const uint64_t ff = static_cast<uint64_t>(hp.n_ff);
+  const bool neox = hp.arch == "qwen2";
   m->layers_.resize(static_cast<size_t>(hp.n_layer));
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -164,6 +200,16 @@ std::shared_ptr<const Model> Model::load(const std::string &path) {
     L.wk = matrix(f, p + "attn_k.weight", d, kv_dim);
     L.wv = matrix(f, p + "attn_v.weight", d, kv_dim);
     L.wo = matrix(f, p + "attn_output.weight", q_dim, d);
+    L.bq = optional_vector_f32(f, p + "attn_q.bias", q_dim);
+    L.bk = optional_vector_f32(f, p + "attn_k.bias", kv_dim);
+    L.bv = optional_vector_f32(f, p + "attn_v.bias", kv_dim);
+    L.bo = optional_vector_f32(f, p + "attn_output.bias", d);
+    if (neox) {
+      L.wq = rows_to_pairs(L.wq, hp.head_dim, m->owned_);
+      L.wk = rows_to_pairs(L.wk, hp.head_dim, m->owned_);
+      L.bq = vec_to_pairs(L.bq, hp.head_dim);
+      L.bk = vec_to_pairs(L.bk, hp.head_dim);
+    }
     L.ffn_norm = vector_f32(f, p + "ffn_norm.weight", d);
     check_finite(L.ffn_norm, p + "ffn_norm.weight");
     L.w_gate = matrix(f, p + "ffn_gate.weight", d, ff);

@@ -8,13 +8,14 @@
 #include <map>
 
 #include "gguf/gguf.hpp"
+#include "model/rope.hpp"
 #include "model/safetensors.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace infokv {
 
 struct HParams {
-  std::string arch;
+  std::string arch;  // "llama" or "qwen2" (GGUF general.architecture; Hugging Face checkpoints map to these)
   int32_t n_vocab = 0;
   int32_t n_embd = 0;
   int32_t n_layer = 0;
@@ -22,9 +23,11 @@ struct HParams {
   int32_t n_head_kv = 0;
   int32_t head_dim = 0;
   int32_t n_ff = 0;
-  int32_t n_ctx_train = 0;
+  int32_t n_ctx_train = 0;     // the context the model declares
+  int32_t sliding_window = 0;  // > 0: the model was trained to attend to this many recent tokens only (reported)
   float rms_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  RopeScaling rope;  // how positions beyond the training context are reached
 };
 
 // A weight matrix [rows, cols] (rows = outputs) in its file type; data points into the mapping.
@@ -39,13 +42,14 @@ struct Weight {
 struct LayerWeights {
   std::vector<float> attn_norm;  // [n_embd]
   Weight wq, wk, wv, wo;         // [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd]
+  std::vector<float> bq, bk, bv, bo;  // projection biases (qwen2: q, k, v); empty when the model has none
   std::vector<float> ffn_norm;   // [n_embd]
   Weight w_gate, w_up, w_down;   // [n_ff, n_embd] x2, [n_embd, n_ff]
 };
 
 class Model {
  public:
-  // Loads a GGUF file, or a Hugging Face checkpoint directory (config.json of a LlamaForCausalLM, model.safetensors
+  // Loads a GGUF file, or a Hugging Face checkpoint directory (config.json of a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM, model.safetensors
   // or sharded *.safetensors with model.safetensors.index.json, tokenizer.json; f32/f16/bf16 weights).
   // Throws Error(io|bad_model|unsupported) with a message naming the problem.
   static std::shared_ptr<const Model> load(const std::string &path);

@@ -1,7 +1,7 @@
-// Model::load_hf: a Hugging Face LlamaForCausalLM checkpoint directory. Weights stay in the safetensors mappings
-// except attn_q/attn_k, whose rows are reordered at load: Hugging Face rotates the two halves of each head
-// (rotate_half), infokv's RoPE rotates adjacent pairs (the GGUF convention), and the permutation below is the one
-// llama.cpp's converter applies, so both layouts compute the same model.
+// Model::load_hf: a Hugging Face Llama, Mistral or Qwen2 checkpoint directory. Weights stay in the safetensors
+// mappings except attn_q/attn_k (and their biases), whose rows are reordered at load: Hugging Face rotates the two
+// halves of each head (rotate_half), infokv's RoPE rotates adjacent pairs (the GGUF convention), and
+// rope_rows_to_pairs is the permutation llama.cpp's converter applies, so both layouts compute the same model.
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -11,6 +11,7 @@
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
+#include "model/rope.hpp"
 #include "model/weight_check.hpp"
 #include "util/error.hpp"
 #include "util/json_reader.hpp"
@@ -67,27 +68,37 @@ uint32_t ggml_type_of(StDtype t) {
   }
 }
 
-// Refuses a config.json that is not a Llama model infokv can run (rope scaling, attention bias).
-void check_llama_config(const JsonValue &cfg) {
+bool cfg_bool(const JsonValue &c, const char *key) {
+  const JsonValue *v = c.find(key);
+  return v != nullptr && v->is_bool() && v->as_bool();
+}
+
+// The architecture a config.json describes, as the GGUF name infokv uses for it: LlamaForCausalLM and
+// MistralForCausalLM are "llama" (the same decoder), Qwen2ForCausalLM "qwen2". Refuses anything else and the
+// Llama options infokv does not implement.
+std::string hf_architecture(const JsonValue &cfg) {
   if (!cfg.is_object()) fail(Status::bad_model, "config.json is not an object");
-  bool llama = false;
-  if (const JsonValue *archs = cfg.find("architectures"); archs != nullptr && archs->is_array())
-    for (const JsonValue &a : archs->items()) llama |= a.is_string() && a.as_string() == "LlamaForCausalLM";
-  if (const JsonValue *mt = cfg.find("model_type"); !llama && mt != nullptr && mt->is_string()) llama = mt->as_string() == "llama";
-  if (!llama) fail(Status::unsupported, "config.json does not describe a LlamaForCausalLM (infokv runs Llama models)");
-  if (const JsonValue *rs = cfg.find("rope_scaling"); rs != nullptr && !rs->is_null()) {
-    const JsonValue *ty = rs->find("rope_type");
-    if (ty == nullptr) ty = rs->find("type");
-    const std::string kind = ty != nullptr && ty->is_string() ? ty->as_string() : "?";
-    if (kind != "default") fail(Status::unsupported, "rope_scaling '" + kind + "' is not supported yet");
-  }
-  if (const JsonValue *bias = cfg.find("attention_bias"); bias != nullptr && bias->is_bool() && bias->as_bool())
-    fail(Status::unsupported, "attention_bias is not supported");
+  std::string named;
+  if (const JsonValue *archs = cfg.find("architectures"); archs != nullptr && archs->is_array() && !archs->items().empty() &&
+                                                           archs->items()[0].is_string())
+    named = archs->items()[0].as_string();
+  std::string type;
+  if (const JsonValue *mt = cfg.find("model_type"); mt != nullptr && mt->is_string()) type = mt->as_string();
+  std::string arch;
+  if (named == "LlamaForCausalLM" || named == "MistralForCausalLM" || (named.empty() && (type == "llama" || type == "mistral")))
+    arch = "llama";
+  else if (named == "Qwen2ForCausalLM" || (named.empty() && type == "qwen2"))
+    arch = "qwen2";
+  else
+    fail(Status::unsupported, "config.json describes " + (named.empty() ? "model_type '" + type + "'" : named) +
+                                  "; infokv runs LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM");
+  if (cfg_bool(cfg, "mlp_bias")) fail(Status::unsupported, "mlp_bias is not implemented");
+  return arch;
 }
 
 // The hyperparameters config.json gives (n_vocab comes from the embedding).
 void read_hparams(const JsonValue &cfg, HParams &hp) {
-  hp.arch = "llama";
+  hp.arch = hf_architecture(cfg);
   hp.n_embd = static_cast<int32_t>(cfg_int(cfg, "hidden_size", 1, 1 << 16, true, 0));
   hp.n_layer = static_cast<int32_t>(cfg_int(cfg, "num_hidden_layers", 1, 1024, true, 0));
   hp.n_head = static_cast<int32_t>(cfg_int(cfg, "num_attention_heads", 1, 1024, true, 0));
@@ -98,11 +109,23 @@ void read_hparams(const JsonValue &cfg, HParams &hp) {
   hp.head_dim = static_cast<int32_t>(cfg_int(cfg, "head_dim", 2, 1024, false, hp.n_embd / hp.n_head));
   if (hp.head_dim % 2 != 0) fail(Status::bad_model, "head size must be even for RoPE");
   if (hp.n_head % hp.n_head_kv != 0) fail(Status::bad_model, "num_attention_heads is not a multiple of num_key_value_heads");
-  const double eps = cfg_num(cfg, "rms_norm_eps", 1e-6), theta = cfg_num(cfg, "rope_theta", 10000.0);
+  double theta = 10000.0;
+  parse_hf_rope(cfg, hp.n_ctx_train, &theta, &hp.rope);
+  const double eps = cfg_num(cfg, "rms_norm_eps", 1e-6);
   if (!(eps > 0 && eps < 1)) fail(Status::bad_model, "rms_norm_eps out of range");
   if (!(theta > 1 && theta < 1e12)) fail(Status::bad_model, "rope_theta out of range");
   hp.rms_eps = static_cast<float>(eps);
   hp.rope_theta = static_cast<float>(theta);
+  // A sliding attention window (Mistral v0.1; Qwen2 with use_sliding_window) is recorded and reported: attention
+  // is exact up to the window's length, and beyond it infokv attends to the whole (compressed) cache instead.
+  const bool sliding = hp.arch == "qwen2" ? cfg_bool(cfg, "use_sliding_window") : true;
+  if (sliding) {
+    // transformers' MistralConfig defaults to a 4096-token window when config.json does not say.
+    const JsonValue *mt = cfg.find("model_type");
+    const bool mistral = mt != nullptr && mt->is_string() && mt->as_string() == "mistral";
+    const int64_t w = cfg_int(cfg, "sliding_window", 1, 1 << 24, false, mistral && cfg.find("sliding_window") == nullptr ? 4096 : 0);
+    if (w > 0 && w < hp.n_ctx_train) hp.sliding_window = static_cast<int32_t>(w);
+  }
 }
 
 // Shards: model.safetensors.index.json's weight_map, else model.safetensors.
@@ -156,15 +179,8 @@ Weight hf_matrix(const TensorMap &tensors, const std::string &name, uint64_t row
   w.name = name;
   w.data = t.data;
   if (head_rows > 0) {
-    const size_t row_bytes = static_cast<size_t>(cols) * st_dtype_size(t.dtype);
     std::vector<uint8_t> out(t.n_bytes);
-    const int64_t half = head_rows / 2;
-    for (int64_t h = 0; h < static_cast<int64_t>(rows) / head_rows; ++h)
-      for (int64_t i = 0; i < half; ++i)
-        for (int64_t j = 0; j < 2; ++j) {
-          const int64_t dst = h * head_rows + 2 * i + j, src = h * head_rows + j * half + i;
-          std::memcpy(out.data() + static_cast<size_t>(dst) * row_bytes, t.data + static_cast<size_t>(src) * row_bytes, row_bytes);
-        }
+    rope_rows_to_pairs(t.data, out.data(), static_cast<int64_t>(rows), static_cast<size_t>(cols) * st_dtype_size(t.dtype), head_rows);
     owned.push_back(std::move(out));
     w.data = owned.back().data();
   }
@@ -190,6 +206,17 @@ std::vector<float> hf_vec(const TensorMap &tensors, const std::string &name, uin
   }
   check_finite(v, name);
   return v;
+}
+
+// A projection bias if the checkpoint has one (empty otherwise), reordered like its matrix when head_dim > 0.
+std::vector<float> hf_bias(const TensorMap &tensors, const std::string &name, uint64_t n, int64_t head_dim) {
+  if (tensors.count(name) == 0) return {};
+  std::vector<float> v = hf_vec(tensors, name, n);
+  if (head_dim <= 0) return v;
+  std::vector<float> out(v.size());
+  rope_rows_to_pairs(reinterpret_cast<const uint8_t *>(v.data()), reinterpret_cast<uint8_t *>(out.data()),
+                     static_cast<int64_t>(n), sizeof(float), head_dim);
+  return out;
 }
 
 // FNV-1a over every tensor's name, dtype, shape and 64 sampled byte runs.
@@ -227,7 +254,6 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
   m->path_ = dir_str;
   m->format_ = "safetensors";
   const JsonValue cfg = json_file(dir / "config.json", "config.json");
-  check_llama_config(cfg);
   HParams &hp = m->hp_;
   read_hparams(cfg, hp);
   const JsonValue *tie = cfg.find("tie_word_embeddings");
@@ -274,6 +300,7 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
   check_finite_rows(m->tok_embd_);
   if (!m->tied_) check_finite_rows(m->output_);
   m->out_norm_ = hf_vec(tensors, "model.norm.weight", d);
+  const bool needs_bias = hp.arch == "qwen2" || cfg_bool(cfg, "attention_bias");
   m->layers_.resize(static_cast<size_t>(hp.n_layer));
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -283,6 +310,14 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
     L.wk = hf_matrix(tensors, p + "self_attn.k_proj.weight", kv_dim, d, hp.head_dim, owned);
     L.wv = hf_matrix(tensors, p + "self_attn.v_proj.weight", kv_dim, d, 0, owned);
     L.wo = hf_matrix(tensors, p + "self_attn.o_proj.weight", d, q_dim, 0, owned);
+    // Qwen2 always has q/k/v biases; Llama has q/k/v/o biases with attention_bias. Whatever the checkpoint holds is
+    // used, and a config that promises biases must hold them.
+    L.bq = hf_bias(tensors, p + "self_attn.q_proj.bias", q_dim, hp.head_dim);
+    L.bk = hf_bias(tensors, p + "self_attn.k_proj.bias", kv_dim, hp.head_dim);
+    L.bv = hf_bias(tensors, p + "self_attn.v_proj.bias", kv_dim, 0);
+    L.bo = hf_bias(tensors, p + "self_attn.o_proj.bias", d, 0);
+    if (needs_bias && (L.bq.empty() || L.bk.empty() || L.bv.empty()))
+      fail(Status::bad_model, "missing tensor '" + p + "self_attn." + (L.bq.empty() ? "q" : L.bk.empty() ? "k" : "v") + "_proj.bias'");
     L.ffn_norm = hf_vec(tensors, p + "post_attention_layernorm.weight", d);
     L.w_gate = hf_matrix(tensors, p + "mlp.gate_proj.weight", ff, d, 0, owned);
     L.w_up = hf_matrix(tensors, p + "mlp.up_proj.weight", ff, d, 0, owned);

@@ -82,6 +82,10 @@ struct Bench {
     DeviceBuffer x(T * sh.d * 4), xn(T * sh.d * 4), q(T * qd * 4), k(T * kvd * 4), v(T * kvd * 4), att(T * qd * 4),
         o(T * sh.d * 4), g(T * sh.ff * 4), u(T * sh.ff * 4), logits(std::min<int64_t>(T, batch) * sh.vocab * 4), pos(T * 4);
     for (DeviceBuffer *b : {&x, &q, &k, &v, &pos}) b->zero();
+    std::vector<double> freq_host(static_cast<size_t>(hd / 2));
+    for (int64_t i = 0; i < hd / 2; ++i) freq_host[static_cast<size_t>(i)] = std::pow(500000.0, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    DeviceBuffer freq(freq_host.size() * sizeof(double));
+    freq.upload(freq_host.data(), freq_host.size() * sizeof(double));
     // every sequence and layer gets its own blocks so that the KV bytes really come from memory
     DeviceBuffer pool(static_cast<size_t>(stride * nb * batch * sh.layers));
     pool.zero();
@@ -97,8 +101,8 @@ struct Bench {
         CHECK(cuda::matmul(q.as<float>(), xn.as<float>(), wq.get(), wtype, T, qd, sh.d, st));
         CHECK(cuda::matmul(k.as<float>(), xn.as<float>(), wk.get(), wtype, T, kvd, sh.d, st));
         CHECK(cuda::matmul(v.as<float>(), xn.as<float>(), wv.get(), wtype, T, kvd, sh.d, st));
-        CHECK(cuda::rope(q.as<float>(), pos.as<int32_t>(), T, sh.heads, hd, 500000.0f, st));
-        CHECK(cuda::rope(k.as<float>(), pos.as<int32_t>(), T, sh.kv_heads, hd, 500000.0f, st));
+        CHECK(cuda::rope(q.as<float>(), pos.as<int32_t>(), T, sh.heads, hd, freq.as<double>(), st));
+        CHECK(cuda::rope(k.as<float>(), pos.as<int32_t>(), T, sh.kv_heads, hd, freq.as<double>(), st));
         for (int64_t b = 0; b < batch; ++b) {
           PagedKv kv{pool.as<uint8_t>(), stride, dtable.as<int32_t>() + (l * batch + b) * nb, slots + static_cast<int32_t>(n_q),
                           bs, static_cast<int32_t>(sh.kv_heads), static_cast<int32_t>(hd), KvDtype::f16};

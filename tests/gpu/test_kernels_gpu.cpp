@@ -18,6 +18,7 @@
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
+#include "model/rope.hpp"
 #include "tests/unit/quant_blocks.hpp"
 #include "tests/unit/random_inputs.hpp"
 
@@ -90,16 +91,24 @@ TEST_F(Gpu, RmsNormMatchesCpu) {
 
 TEST_F(Gpu, RopeMatchesCpuAtLongPositions) {
   const int64_t n = 7, nh = 4;
-  for (int64_t hd : {8, 64, 128}) {
-    auto x = randn(static_cast<size_t>(n * nh * hd), g_);
-    std::vector<int32_t> pos = {0, 1, 17, 1000, 8191, 32767, 131071};
-    std::vector<float> want = x;
-    cpu::rope(want.data(), pos.data(), n, nh, hd, 500000.0f);
-    auto dx = up(x);
-    auto dp = up(pos);
-    ASSERT_EQ(cuda::rope(dx.as<float>(), dp.as<int32_t>(), n, nh, hd, 500000.0f, nullptr), Status::ok);
-    expect_close(down<float>(dx, x.size()), want, 1e-5, 1e-5, "rope hd=" + std::to_string(hd));
-  }
+  RopeScaling llama3;  // Llama 3.2's scaling, so stretched, kept and interpolated pairs are all exercised
+  llama3.type = RopeScalingType::llama3;
+  llama3.factor = 32;
+  llama3.original_ctx = 8192;
+  for (int64_t hd : {8, 64, 128})
+    for (const RopeScaling &sc : {RopeScaling(), llama3}) {
+      auto x = randn(static_cast<size_t>(n * nh * hd), g_);
+      std::vector<int32_t> pos = {0, 1, 17, 1000, 8191, 32767, 131071};
+      const std::vector<double> freq = rope_inv_freq(500000.0, static_cast<int32_t>(hd), sc, 131071);
+      std::vector<float> want = x;
+      cpu::rope(want.data(), pos.data(), n, nh, hd, freq.data());
+      auto dx = up(x);
+      auto dp = up(pos);
+      auto df = up(freq);
+      ASSERT_EQ(cuda::rope(dx.as<float>(), dp.as<int32_t>(), n, nh, hd, df.as<double>(), nullptr), Status::ok);
+      expect_close(down<float>(dx, x.size()), want, 1e-5, 1e-5,
+                   "rope hd=" + std::to_string(hd) + " scaling " + rope_scaling_name(sc.type));
+    }
 }
 
 TEST_F(Gpu, SwigluAndAddMatchCpu) {
@@ -115,6 +124,13 @@ TEST_F(Gpu, SwigluAndAddMatchCpu) {
   cpu::add_inplace(sum.data(), b.data(), n);
   ASSERT_EQ(cuda::add_inplace(da.as<float>(), db.as<float>(), n, nullptr), Status::ok);
   expect_close(down<float>(da, n), sum, 0, 0, "add_inplace");
+  const int64_t rows = 97, d = 1031;  // d not a multiple of any block size
+  auto xb = randn(static_cast<size_t>(rows * d), g_), bias = randn(static_cast<size_t>(d), g_);
+  std::vector<float> want_b = xb;
+  cpu::add_bias(want_b.data(), bias.data(), rows, d);
+  auto dxb = up(xb), dbias = up(bias);
+  ASSERT_EQ(cuda::add_bias(dxb.as<float>(), dbias.as<float>(), rows, d, nullptr), Status::ok);
+  expect_close(down<float>(dxb, xb.size()), want_b, 0, 0, "add_bias");
 }
 
 TEST_F(Gpu, ConvertIsBitExactForEveryPair) {

@@ -299,12 +299,18 @@ TEST(HfCheckpoint, RejectsBrokenDirectories) {
     fs::remove(d / "config.json");
     expect_load_error(d, infokv::Status::io, "config.json");
   }
+  expect_load_error(write_hf(t, base / "yarn", 1, ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}"),
+                    infokv::Status::unsupported, "RoPE scaling 'yarn'");
+  expect_load_error(write_hf(t, base / "longrope", 1, ",\"rope_scaling\":{\"type\":\"longrope\",\"factor\":4.0}"),
+                    infokv::Status::unsupported, "RoPE scaling 'longrope'");
   expect_load_error(write_hf(t, base / "scaling", 1, ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}"),
-                    infokv::Status::unsupported, "rope_scaling 'llama3'");
+                    infokv::Status::bad_model, "has no 'low_freq_factor'");
+  expect_load_error(write_hf(t, base / "factor", 1, ",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":-2}"),
+                    infokv::Status::bad_model, "factor must be in [1, 1e6]");
   {
     const fs::path d = write_hf(t, base / "arch", 1);
     std::ofstream(d / "config.json") << "{\"architectures\":[\"GPT2LMHeadModel\"]}";
-    expect_load_error(d, infokv::Status::unsupported, "LlamaForCausalLM");
+    expect_load_error(d, infokv::Status::unsupported, "GPT2LMHeadModel; infokv runs LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM");
   }
   {
     const fs::path d = write_hf(t, base / "escape", 2);

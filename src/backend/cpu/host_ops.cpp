@@ -66,14 +66,15 @@ class HostOps final : public DeviceOps {
   void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps) override {
     cpu::rmsnorm(out, x, w, n, d, eps);
   }
-  void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta) override {
-    cpu::rope(x, pos, n, n_heads, head_dim, theta);
+  void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) override {
+    cpu::rope(x, pos, n, n_heads, head_dim, inv_freq);
   }
   void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) override {
     if (!cpu::matmul(out, x, w.data, w.type, n, w.rows, w.cols, pool_)) fail(Status::unsupported, "unsupported weight type");
   }
   void swiglu(float *out, const float *gate, const float *up, int64_t n) override { cpu::swiglu(out, gate, up, n); }
   void add_inplace(float *x, const float *y, int64_t n) override { cpu::add_inplace(x, y, n); }
+  void add_bias(float *x, const float *b, int64_t n, int64_t d) override { cpu::add_bias(x, b, n, d); }
   void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) override {
     cpu::kv_append(kv, first_slot, k, v, n);
   }

@@ -127,8 +127,8 @@ class CudaOps final : public DeviceOps {
   void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps) override {
     ok(cuda::rmsnorm(out, x, w, n, d, eps, s()), "rmsnorm");
   }
-  void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, float theta) override {
-    ok(cuda::rope(x, pos, n, n_heads, head_dim, theta, s()), "rope");
+  void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) override {
+    ok(cuda::rope(x, pos, n, n_heads, head_dim, inv_freq, s()), "rope");
   }
   void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) override {
     ok(cuda::matmul(out, x, w.data, w.type, n, w.rows, w.cols, s()), "matmul");
@@ -137,6 +137,7 @@ class CudaOps final : public DeviceOps {
     ok(cuda::swiglu(out, gate, up, n, s()), "swiglu");
   }
   void add_inplace(float *x, const float *y, int64_t n) override { ok(cuda::add_inplace(x, y, n, s()), "add"); }
+  void add_bias(float *x, const float *b, int64_t n, int64_t d) override { ok(cuda::add_bias(x, b, n, d, s()), "add_bias"); }
   void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) override {
     ok(cuda::kv_append(kv, first_slot, k, v, n, s()), "kv_append");
   }

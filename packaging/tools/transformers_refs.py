@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Reference logits from Hugging Face transformers for the Llama-family architectures infokv runs.
+
+Not run in CI (it needs torch); its output is committed as tests/data/transformers_refs.json and read by
+tests/unit/test_model_families.cpp, which rebuilds the same checkpoints with `infokv synth` (the weights are a pure
+function of preset, dtype and seed) and compares its logits with these.
+
+Set-up (a venv outside the repository; about 5.5 GB with torch's CUDA wheels, only the CPU is used):
+  python3 -m venv /work/venv-ref/v && /work/venv-ref/v/bin/pip install torch transformers safetensors numpy
+  /work/venv-ref/v/bin/python packaging/tools/transformers_refs.py --infokv build/infokv \
+      --out tests/data/transformers_refs.json [--work /tmp/ikv-refs]
+
+For each case: `infokv synth --preset P --layers N --dtype D --format safetensors` writes a checkpoint; the case may
+patch its config.json (kept whole in the output; RoPE scaling variants, a shorter max_position_embeddings so that a few hundred tokens run past
+the original context); transformers loads it in float32 with eager attention (the f16/bf16 weights of a checkpoint
+widen exactly), runs the case's token ids (drawn from a seeded generator) in one forward pass, and the script keeps,
+at each probed position, the top-16 logits and the logits of 32 fixed random ids.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+# name, preset, layers, dtype, tokens, config patch (merged into config.json), probed positions (negative: from end)
+CASES = [
+    ("llama-3.2-1b", "llama-3.2-1b", 2, "f16", 40, None, [0, 7, -2, -1]),
+    ("llama-3.2-3b", "llama-3.2-3b", 1, "bf16", 24, None, [0, -1]),
+    ("qwen2.5-0.5b", "qwen2.5-0.5b", 2, "f16", 40, None, [0, 7, -2, -1]),
+    ("tinyllama-1.1b", "tinyllama-1.1b", 2, "f16", 40, None, [0, -1]),
+    ("mistral-7b", "mistral-7b", 1, "bf16", 24, None, [0, -1]),
+    # RoPE scaling at SmolLM2's widths (head size 64), 600 tokens: well past the original context each patch declares.
+    ("rope-llama3-long", "smollm2-135m", 2, "f32", 600,
+     {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 64}}, [0, 63, 64, 300, -1]),
+    ("rope-linear-long", "smollm2-135m", 2, "f32", 600,
+     {"rope_scaling": {"rope_type": "linear", "factor": 4.0}, "max_position_embeddings": 128}, [0, 127, 300, -1]),
+    ("rope-dynamic-long", "smollm2-135m", 2, "f32", 600,
+     {"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}, "max_position_embeddings": 128}, [0, 127, 300, -1]),
+    ("rope-theta-long", "smollm2-135m", 2, "f32", 600, {"rope_theta": 500000.0}, [0, 300, -1]),
+]
+SEED = 1234
+TOP = 16
+FIXED = 32
+
+
+def synth(infokv, preset, layers, dtype, out):
+    if not os.path.exists(os.path.join(out, "config.json")):
+        subprocess.run([infokv, "synth", "--preset", preset, "--layers", str(layers), "--dtype", dtype,
+                        "--format", "safetensors", "--seed", str(SEED), "--out", out, "--quiet"], check=True)
+
+
+def patch_config(path, patch):
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg.update(patch)
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--infokv", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default="/tmp/ikv-refs")
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    results = []
+    for name, preset, layers, dtype, n_tok, patch, probes in CASES:
+        if args.only and name not in args.only.split(","):
+            continue
+        d = os.path.join(args.work, name)
+        synth(args.infokv, preset, layers, dtype, d)
+        if patch:
+            patch_config(os.path.join(d, "config.json"), patch)
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+        model.eval()
+        vocab = model.config.vocab_size
+        rng = np.random.default_rng(SEED + len(name))
+        ids = rng.integers(3, vocab, size=n_tok).tolist()
+        fixed = sorted(rng.choice(vocab, size=FIXED, replace=False).tolist())
+        pos = sorted({p % n_tok for p in probes})
+        with torch.no_grad():
+            hidden = model.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+            logits = model.lm_head(hidden[pos]).double().numpy()
+        rows = []
+        for p, row in zip(pos, logits):
+            top = np.argsort(-row, kind="stable")[:TOP]
+            rows.append({"position": p, "top_ids": top.tolist(), "top_logits": [float(row[i]) for i in top],
+                         "fixed_logits": [float(row[i]) for i in fixed], "std": float(row.std())})
+        with open(os.path.join(d, "config.json")) as f:
+            config_text = f.read()
+        results.append({"name": name, "preset": preset, "layers": layers, "dtype": dtype, "seed": SEED,
+                        "config_json": config_text if patch else None, "ids": ids, "fixed_ids": fixed,
+                        "probes": rows})
+        print(f"{name}: {n_tok} tokens, logits std {rows[-1]['std']:.4f}", file=sys.stderr)
+        del model
+    import transformers
+    with open(args.out, "w") as f:
+        json.dump({"generator": "packaging/tools/transformers_refs.py", "transformers": transformers.__version__,
+                   "torch": torch.__version__, "cases": results}, f, separators=(",", ":"))
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
