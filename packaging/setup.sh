@@ -4,7 +4,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PKGS="cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev swig flatbuffers-compiler
-libflatbuffers-dev libxxhash-dev python3-dev python3-pytest python3-numpy python3-venv python3-pip
+libflatbuffers-dev libxxhash-dev libutf8proc-dev python3-dev python3-pytest python3-numpy python3-venv python3-pip
 default-jdk-headless junit5 golang-go clang libclang-rt-14-dev"
 missing=""
 for p in $PKGS; do

@@ -81,7 +81,8 @@ void split_gpt2(const Cps &c, std::vector<size_t> *ends) {
 
 // Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|
 //          \s+(?!\S)|\s+
-void split_llama3(const Cps &c, std::vector<size_t> *ends) {
+// Qwen2 is the same pattern with \p{N} in place of \p{N}{1,3}: max_digits 1 instead of 3.
+void split_llama3(const Cps &c, size_t max_digits, std::vector<size_t> *ends) {
   size_t pos = c.begin;
   while (pos < c.end) {
     const uint32_t cpt = c.at(pos);
@@ -106,7 +107,7 @@ void split_llama3(const Cps &c, std::vector<size_t> *ends) {
     if (c.number(pos)) {
       size_t ini = pos;
       while (c.number(pos)) {
-        if (++pos - ini >= 3) {
+        if (++pos - ini >= max_digits) {
           ends->push_back(pos);
           ini = pos;
         }
@@ -175,7 +176,11 @@ void Tokenizer::init_bpe(const std::string &pre, const std::vector<std::string_v
   if (pre == "gpt2" || pre == "gpt-2") pre_ = BpePre::gpt2;
   else if (pre == "smollm") pre_ = BpePre::smollm;
   else if (pre == "llama-bpe" || pre == "llama3") pre_ = BpePre::llama3;
-  else fail(Status::unsupported, "unsupported BPE pre-tokenizer '" + pre + "' (infokv knows gpt2, smollm, llama-bpe)");
+  else if (pre == "qwen2") pre_ = BpePre::qwen2;
+  else fail(Status::unsupported, "unsupported BPE pre-tokenizer '" + pre + "' (infokv knows gpt2, smollm, llama-bpe, qwen2)");
+  // llama.cpp skips the merges of a word that is already a token for Llama 3 only; tokenizer.json states it itself
+  // (from_hf overrides this).
+  ignore_merges_ = pre_ == BpePre::llama3;
 
   // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others for 256, 257, ...
   std::fill(std::begin(char_byte_), std::end(char_byte_), static_cast<int16_t>(-1));
@@ -200,11 +205,18 @@ void Tokenizer::init_bpe(const std::string &pre, const std::vector<std::string_v
     merge_rank_.emplace(merges_.back(), static_cast<int32_t>(k));  // the first (best) rank of a repeated merge wins
   }
 
+  std::vector<int32_t> specials;
   for (int32_t id = 0; id < n_vocab(); ++id) {
     const TokenType ty = types_[static_cast<size_t>(id)];
-    if ((ty == TokenType::control || ty == TokenType::user_defined) && !pieces_[static_cast<size_t>(id)].empty())
-      specials_.push_back(id);
+    if (ty == TokenType::control || ty == TokenType::user_defined) specials.push_back(id);
   }
+  init_specials(std::move(specials));
+}
+
+void Tokenizer::init_specials(std::vector<int32_t> ids) {
+  specials_.clear();
+  for (int32_t id : ids)
+    if (!pieces_[static_cast<size_t>(id)].empty()) specials_.push_back(id);
   std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
     return pieces_[static_cast<size_t>(a)].size() > pieces_[static_cast<size_t>(b)].size();
   });
@@ -219,7 +231,8 @@ std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
   std::vector<size_t> ends;
   auto run = [&](size_t b, size_t e) {
     Cps c{cps, b, e};
-    if (pre_ == BpePre::llama3) split_llama3(c, &ends);
+    if (pre_ == BpePre::llama3) split_llama3(c, 3, &ends);
+    else if (pre_ == BpePre::qwen2) split_llama3(c, 1, &ends);
     else split_gpt2(c, &ends);
   };
   if (pre_ == BpePre::smollm) {
@@ -243,12 +256,12 @@ std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
   return words;
 }
 
-void Tokenizer::encode_bpe(std::string_view text, bool parse_special, std::vector<int32_t> *out) const {
+void Tokenizer::split_specials(std::string_view text, bool parse_special, std::vector<int32_t> *out,
+                               const std::function<void(std::string_view, size_t)> &plain) const {
   // Leftmost-longest match of special-token texts; the stretches between them are ordinary text.
-  size_t plain = 0, i = 0;
+  size_t start = 0, i = 0;
   auto flush = [&](size_t upto) {
-    if (upto > plain)
-      for (const std::string &w : pre_tokenize(text.substr(plain, upto - plain))) bpe_word(w, out);
+    if (upto > start) plain(text.substr(start, upto - start), start);
   };
   if (parse_special && !specials_.empty()) {
     while (i < text.size()) {
@@ -267,10 +280,19 @@ void Tokenizer::encode_bpe(std::string_view text, bool parse_special, std::vecto
       flush(i);
       out->push_back(hit);
       i += pieces_[static_cast<size_t>(hit)].size();
-      plain = i;
+      start = i;
     }
   }
   flush(text.size());
+}
+
+void Tokenizer::encode_bpe(std::string_view text, bool parse_special, std::vector<int32_t> *out) const {
+  std::string normalized;
+  split_specials(text, parse_special, out, [&](std::string_view stretch, size_t) {
+    // tokenizer.json's normaliser runs on the text between added tokens (theirs are not normalised).
+    if (nfc_ && unicode::nfc(stretch, &normalized)) stretch = normalized;
+    for (const std::string &w : pre_tokenize(stretch)) bpe_word(w, out);
+  });
 }
 
 void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t> *out) const {
@@ -286,7 +308,7 @@ void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t> *out) const
   if (syms.empty()) return;
   syms.back().next = -1;
 
-  if (pre_ == BpePre::llama3) {
+  if (ignore_merges_) {
     auto it = piece_to_id_.find(mapped);
     if (it != piece_to_id_.end()) {
       out->push_back(it->second);

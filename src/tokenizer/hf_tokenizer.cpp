@@ -11,51 +11,142 @@ namespace infokv {
 namespace {
 
 [[noreturn]] void bad(const std::string &msg) { fail(Status::bad_model, "tokenizer.json: " + msg); }
+[[noreturn]] void unsupported(const std::string &msg) { fail(Status::unsupported, "tokenizer.json: " + msg); }
 
-// The pre-tokeniser: SmolLM's Sequence[Digits(individual), ByteLevel(regex)], Llama 3's Sequence[Split(regex with
-// \p{N}{1,3}), ByteLevel(no regex)], or GPT-2's ByteLevel(regex).
-std::string detect_pre(const JsonValue *pre) {
-  if (pre == nullptr || !pre->is_object()) fail(Status::unsupported, "tokenizer.json: no pre_tokenizer; infokv reads byte-level BPE only");
-  auto type_of = [](const JsonValue &v) {
-    const JsonValue *t = v.find("type");
-    return t != nullptr && t->is_string() ? t->as_string() : std::string();
-  };
+constexpr const char kSpaceEscape[] = "\xE2\x96\x81";  // U+2581 '▁'
+
+// The Split regexes infokv has hand-written splitters for (bpe.cpp), compared exactly: a regex that differs in any
+// character may cut words differently, so it is refused rather than guessed at.
+constexpr const char kLlama3Regex[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char kQwen2Regex[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+std::string type_of(const JsonValue &v) {
+  const JsonValue *t = v.is_object() ? v.find("type") : nullptr;
+  return t != nullptr && t->is_string() ? t->as_string() : std::string();
+}
+
+std::string string_of(const JsonValue &v, const char *key) {
+  const JsonValue *s = v.is_object() ? v.find(key) : nullptr;
+  return s != nullptr && s->is_string() ? s->as_string() : std::string();
+}
+
+bool absent(const JsonValue *v) { return v == nullptr || v->is_null(); }
+
+// A Sequence's parts (under `list_key`), or the value itself.
+std::vector<const JsonValue *> parts_of(const JsonValue &v, const char *list_key, const char *what) {
   std::vector<const JsonValue *> parts;
-  if (type_of(*pre) == "Sequence") {
-    const JsonValue *list = pre->find("pretokenizers");
-    if (list == nullptr || !list->is_array()) bad("Sequence pre_tokenizer without pretokenizers");
+  if (type_of(v) == "Sequence") {
+    const JsonValue *list = v.find(list_key);
+    if (list == nullptr || !list->is_array()) bad(std::string("Sequence ") + what + " without " + list_key);
     for (const JsonValue &p : list->items()) parts.push_back(&p);
   } else {
-    parts.push_back(pre);
+    parts.push_back(&v);
   }
-  bool digits = false, byte_level = false, byte_regex = false, llama3_split = false;
-  for (const JsonValue *p : parts) {
+  return parts;
+}
+
+// The pre-tokeniser of a byte-level BPE: SmolLM's Sequence[Digits(individual), ByteLevel(regex)], Llama 3's and
+// Qwen2's Sequence[Split(their regex, Isolated), ByteLevel(no regex)], or GPT-2's ByteLevel(regex).
+std::string detect_pre(const JsonValue *pre) {
+  if (absent(pre) || !pre->is_object())
+    unsupported("no pre_tokenizer and no SentencePiece normalizer; infokv reads byte-level BPE and SentencePiece-style BPE");
+  bool digits = false, byte_level = false, byte_regex = false;
+  std::string split;
+  for (const JsonValue *p : parts_of(*pre, "pretokenizers", "pre_tokenizer")) {
     const std::string t = type_of(*p);
     if (t == "Digits") {
       const JsonValue *ind = p->find("individual_digits");
       digits = ind != nullptr && ind->is_bool() && ind->as_bool();
-      if (!digits) fail(Status::unsupported, "tokenizer.json: Digits pre-tokenizer without individual_digits");
+      if (!digits) unsupported("Digits pre-tokenizer without individual_digits");
     } else if (t == "ByteLevel") {
       byte_level = true;
       const JsonValue *r = p->find("use_regex");
       byte_regex = r == nullptr || (r->is_bool() && r->as_bool());
       const JsonValue *ap = p->find("add_prefix_space");
-      if (ap != nullptr && ap->is_bool() && ap->as_bool())
-        fail(Status::unsupported, "tokenizer.json: ByteLevel with add_prefix_space is not supported");
+      if (ap != nullptr && ap->is_bool() && ap->as_bool()) unsupported("ByteLevel with add_prefix_space is not supported");
     } else if (t == "Split") {
       const JsonValue *pat = p->find("pattern");
-      const JsonValue *rx = pat != nullptr ? pat->find("Regex") : nullptr;
-      if (rx != nullptr && rx->is_string() && rx->as_string().find("\\p{N}{1,3}") != std::string::npos) llama3_split = true;
-      else fail(Status::unsupported, "tokenizer.json: a Split pre-tokenizer with a pattern infokv does not know");
+      const std::string rx = pat != nullptr ? string_of(*pat, "Regex") : std::string();
+      const JsonValue *invert = p->find("invert");
+      if (rx.empty()) unsupported("a Split pre-tokenizer without a Regex pattern is not supported");
+      if (string_of(*p, "behavior") != "Isolated" || (invert != nullptr && !(invert->is_bool() && !invert->as_bool())))
+        unsupported("a Split pre-tokenizer other than behavior Isolated, invert false is not supported");
+      if (!split.empty()) unsupported("more than one Split pre-tokenizer is not supported");
+      if (rx == kLlama3Regex) split = "llama-bpe";
+      else if (rx == kQwen2Regex) split = "qwen2";
+      else unsupported("a Split pre-tokenizer with a regex infokv does not know (it knows Llama 3's and Qwen2's): '" +
+                       rx.substr(0, 160) + (rx.size() > 160 ? "...'" : "'"));
     } else {
-      fail(Status::unsupported, "tokenizer.json: pre-tokenizer '" + t + "' is not supported");
+      unsupported("pre-tokenizer '" + t + "' is not supported");
     }
   }
-  if (!byte_level) fail(Status::unsupported, "tokenizer.json: not a byte-level BPE tokenizer");
-  if (llama3_split && !byte_regex && !digits) return "llama-bpe";
-  if (digits && byte_regex && !llama3_split) return "smollm";
-  if (!digits && byte_regex && !llama3_split) return "gpt2";
-  fail(Status::unsupported, "tokenizer.json: a combination of pre-tokenizers infokv does not know");
+  if (!byte_level) unsupported("not a byte-level BPE tokenizer (no ByteLevel pre-tokenizer) nor a SentencePiece-style one");
+  if (!split.empty() && !byte_regex && !digits) return split;
+  if (digits && byte_regex && split.empty()) return "smollm";
+  if (!digits && byte_regex && split.empty()) return "gpt2";
+  unsupported("a combination of pre-tokenizers infokv does not know");
+}
+
+// The normaliser of a byte-level BPE: none, or NFC (Qwen2). Returns whether it is NFC.
+bool detect_nfc(const JsonValue *norm) {
+  if (absent(norm)) return false;
+  bool nfc = false;
+  for (const JsonValue *p : parts_of(*norm, "normalizers", "normalizer")) {
+    const std::string t = type_of(*p);
+    if (t != "NFC") unsupported("normalizer '" + t + "' is not supported (infokv applies none or NFC to byte-level BPE)");
+    nfc = true;
+  }
+  return nfc;
+}
+
+// Whether normalizer + pre_tokenizer describe SentencePiece-style BPE, and where its "▁" prefix goes:
+//   normalizer Sequence[Prepend("▁"), Replace(" ", "▁")] with no pre-tokenizer (Llama 2, TinyLlama), or
+//   no normalizer with Metaspace("▁", prepend_scheme, split false) (newer conversions).
+bool detect_spm(const JsonValue *norm, const JsonValue *pre, SpmPrefix *prefix) {
+  if (!absent(pre) && type_of(*pre) == "Metaspace") {
+    if (!absent(norm)) unsupported("Metaspace pre-tokenizer with a normalizer ('" + type_of(*norm) + "') is not supported");
+    if (string_of(*pre, "replacement") != kSpaceEscape) unsupported("Metaspace replacement other than U+2581 is not supported");
+    const JsonValue *split = pre->find("split");
+    if (split == nullptr || !split->is_bool() || split->as_bool())
+      unsupported("Metaspace with split (or without split false) is not supported: SentencePiece merges across '▁'");
+    const JsonValue *scheme = pre->find("prepend_scheme");
+    const JsonValue *add_prefix = pre->find("add_prefix_space");  // before prepend_scheme existed
+    if (scheme != nullptr) {
+      const std::string s = scheme->is_string() ? scheme->as_string() : std::string();
+      if (s == "first") *prefix = SpmPrefix::first;
+      else if (s == "always") *prefix = SpmPrefix::always;
+      else if (s == "never") *prefix = SpmPrefix::never;
+      else unsupported("Metaspace prepend_scheme '" + s + "' is not supported");
+    } else {
+      *prefix = add_prefix != nullptr && add_prefix->is_bool() && !add_prefix->as_bool() ? SpmPrefix::never : SpmPrefix::always;
+    }
+    return true;
+  }
+  if (!absent(pre) || absent(norm)) return false;
+  const std::vector<const JsonValue *> parts = parts_of(*norm, "normalizers", "normalizer");
+  if (parts.empty() || type_of(*parts[0]) != "Prepend") return false;
+  const JsonValue *pattern = parts.size() == 2 ? parts[1]->find("pattern") : nullptr;
+  if (parts.size() != 2 || string_of(*parts[0], "prepend") != kSpaceEscape || type_of(*parts[1]) != "Replace" ||
+      pattern == nullptr || string_of(*pattern, "String") != " " || string_of(*parts[1], "content") != kSpaceEscape)
+    unsupported("a normalizer starting with Prepend other than Sequence[Prepend(\"▁\"), Replace(\" \", \"▁\")] is not supported");
+  *prefix = SpmPrefix::prepend;
+  return true;
+}
+
+// BPE model options that change the ids and that infokv does not implement.
+void check_model_options(const JsonValue &model) {
+  const JsonValue *dropout = model.find("dropout");
+  if (!absent(dropout) && !(dropout->is_number() && dropout->as_number() == 0.0))
+    unsupported("BPE dropout is not supported");
+  for (const char *key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const JsonValue *v = model.find(key);
+    if (!absent(v) && !(v->is_string() && v->as_string().empty()))
+      unsupported(std::string("BPE ") + key + " is not supported");
+  }
 }
 
 // "bos_token": "<s>" or {"content": "<s>", ...}
@@ -75,8 +166,12 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
   const JsonValue *mtype = model->find("type");
   if (mtype == nullptr || !mtype->is_string() || mtype->as_string() != "BPE")
     fail(Status::unsupported, "tokenizer.json: model type '" + (mtype && mtype->is_string() ? mtype->as_string() : "?") +
-                                  "' is not supported (infokv reads byte-level BPE)");
-  const std::string pre = detect_pre(tj.find("pre_tokenizer"));
+                                  "' is not supported (infokv reads BPE)");
+  check_model_options(*model);
+  SpmPrefix spm = SpmPrefix::gguf;
+  const bool is_spm = detect_spm(tj.find("normalizer"), tj.find("pre_tokenizer"), &spm);
+  const std::string pre = is_spm ? std::string() : detect_pre(tj.find("pre_tokenizer"));
+  const bool nfc = is_spm ? false : detect_nfc(tj.find("normalizer"));
   const JsonValue *vocab = model->find("vocab");
   const JsonValue *merges = model->find("merges");
   if (vocab == nullptr || !vocab->is_object() || vocab->members().empty()) bad("model.vocab is missing or empty");
@@ -96,8 +191,8 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
     for (const JsonValue &a : added->items()) check_id(a.find("id"), "an added token");
 
   Tokenizer t;
-  t.model_name_ = "gpt2";
-  t.kind_ = TokenizerKind::bpe;
+  t.model_name_ = is_spm ? "llama" : "gpt2";
+  t.kind_ = is_spm ? TokenizerKind::spm : TokenizerKind::bpe;
   t.pieces_.assign(static_cast<size_t>(n), std::string());
   t.scores_.assign(static_cast<size_t>(n), 0.0f);
   t.types_.assign(static_cast<size_t>(n), TokenType::unused);  // ids nothing names stay unused
@@ -109,6 +204,7 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
     t.pieces_[k] = piece;
     t.types_[k] = TokenType::normal;
   }
+  std::vector<int32_t> added_ids;
   if (added != nullptr)
     for (const JsonValue &a : added->items()) {
       const JsonValue *content = a.find("content"), *special = a.find("special");
@@ -118,6 +214,7 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
       seen[k] = 1;
       t.pieces_[k] = content->as_string();
       t.types_[k] = special != nullptr && special->is_bool() && special->as_bool() ? TokenType::control : TokenType::user_defined;
+      added_ids.push_back(static_cast<int32_t>(k));
     }
   for (size_t k = 0; k < t.pieces_.size(); ++k)
     if (!t.pieces_[k].empty()) t.piece_to_id_[t.pieces_[k]] = static_cast<int32_t>(k);
@@ -170,8 +267,19 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
       bad("merge " + std::to_string(merge_strings.size()) + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
   }
-  std::vector<std::string_view> views(merge_strings.begin(), merge_strings.end());
-  t.init_bpe(pre, views);
+  // Hugging Face's default when the key is absent (files older than the option) is false.
+  const JsonValue *ignore = model->find("ignore_merges");
+  const bool ignore_merges = ignore != nullptr && ignore->is_bool() && ignore->as_bool();
+  if (is_spm) {
+    t.init_hf_spm(*model, spm, merge_strings);
+  } else {
+    std::vector<std::string_view> views(merge_strings.begin(), merge_strings.end());
+    t.init_bpe(pre, views);
+    t.nfc_ = nfc;
+  }
+  t.ignore_merges_ = ignore_merges;
+  // Every added token is matched in the text before the model sees it (also <unk>, which is not a control token).
+  t.init_specials(std::move(added_ids));
   return t;
 }
 

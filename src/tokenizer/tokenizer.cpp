@@ -195,6 +195,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
     encode_bpe(text, parse_special, &out);
     return out;
   }
+  if (spm_prefix_ != SpmPrefix::gguf) {
+    encode_hf_spm(text, parse_special, &out);
+    return out;
+  }
   std::vector<int32_t> body = encode_spm(text);
   out.insert(out.end(), body.begin(), body.end());
   return out;
@@ -322,8 +326,15 @@ uint64_t Tokenizer::fingerprint() const {
   // These change the ids a text encodes to, so a snapshot made under other settings must not match.
   fnv_u64(h, add_bos_ ? 1 : 0);
   fnv_u64(h, add_space_prefix_ ? 1 : 0);
-  if (kind_ == TokenizerKind::bpe) {
-    fnv_u64(h, static_cast<uint64_t>(pre_));
+  // Settings only tokenizer.json gives (NFC, ignore_merges other than llama.cpp's, where "▁" goes): hashed only
+  // when set, so the fingerprints of GGUF vocabularies, and thus their snapshots, stay what they were.
+  const bool default_ignore = kind_ == TokenizerKind::bpe && pre_ == BpePre::llama3;
+  const uint64_t extra = (nfc_ ? 1u : 0u) | (ignore_merges_ != default_ignore ? 2u : 0u) |
+                         (spm_prefix_ != SpmPrefix::gguf ? 4u * (1u + static_cast<uint32_t>(spm_prefix_)) : 0u) |
+                         (spm_prefix_ != SpmPrefix::gguf && byte_fallback_ ? 64u : 0u) | (fuse_unk_ ? 128u : 0u);
+  if (extra != 0) fnv_u64(h, extra);
+  if (kind_ == TokenizerKind::bpe || !merges_.empty()) {
+    if (kind_ == TokenizerKind::bpe) fnv_u64(h, static_cast<uint64_t>(pre_));
     fnv_u64(h, merges_.size());
     for (const std::string &m : merges_) {
       fnv_u64(h, m.size());

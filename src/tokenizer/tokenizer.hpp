@@ -1,6 +1,7 @@
 // Tokenizers read from GGUF metadata, and a streaming detokenizer.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +24,17 @@ enum class BpePre {
   smollm,  // "smollm": every digit alone, then GPT-2's regex (SmolLM/SmolLM2, StarCoder-style vocabularies)
   llama3,  // "llama-bpe"/"llama3": Llama 3's regex (case-insensitive contractions, numbers in groups of 3);
            // a word that is itself in the vocabulary is not merged (ignore_merges)
+  qwen2,   // "qwen2": Llama 3's regex with every digit alone (\p{N} for \p{N}{1,3}); merges are never skipped
+};
+
+// Where a SentencePiece-style vocabulary read from tokenizer.json puts its word-start "▁" before a stretch of text
+// (the stretches are what lies between added tokens).
+enum class SpmPrefix : uint8_t {
+  gguf,      // GGUF "llama" (llama.cpp): one "▁" before the whole text when add_space_prefix, scores pick merges
+  prepend,   // normalizer Prepend("▁"): before every stretch, even one that starts with a space
+  always,    // Metaspace prepend_scheme "always": before every stretch that does not already start with "▁"
+  first,     // Metaspace prepend_scheme "first": the same, but only for a stretch at the start of the text
+  never,     // Metaspace prepend_scheme "never"
 };
 
 class Tokenizer {
@@ -32,9 +44,13 @@ class Tokenizer {
   static Tokenizer from_gguf(const GgufFile &file);
   // The same, with tokenizer.ggml.pre replaced by `pre` (a BPE vocabulary under another pre-tokeniser; tests).
   static Tokenizer from_gguf(const GgufFile &file, const std::string &pre);
-  // A Hugging Face tokenizer.json of a byte-level BPE model (GPT-2, SmolLM, Llama 3 pre-tokenisers), with the
-  // special ids and add_bos from tokenizer_config.json / config.json when given (null: absent).
-  // Throws Error(bad_model) for malformed content, Error(unsupported) for another tokenizer kind.
+  // A Hugging Face tokenizer.json of a BPE model, with the special ids and add_bos from tokenizer_config.json /
+  // config.json when given (null: absent). Two families: byte-level BPE (GPT-2, SmolLM, Llama 3, Qwen2
+  // pre-tokenisers; Qwen2's NFC normaliser is applied), and SentencePiece-style BPE with byte fallback (Llama 2,
+  // TinyLlama, Mistral: normalizer Prepend("▁") + Replace(" ", "▁"), or pre_tokenizer Metaspace), which becomes
+  // TokenizerKind::spm but merges by the file's ranks as the Hugging Face library does. Added tokens are matched in
+  // the text before anything else, as there. Throws Error(bad_model) for malformed content, Error(unsupported) for a
+  // tokenizer kind, normaliser or pre-tokeniser it does not implement (the message names it).
   static Tokenizer from_hf(const JsonValue &tokenizer_json, const JsonValue *tokenizer_config, const JsonValue *config);
 
   TokenizerKind kind() const { return kind_; }
@@ -56,13 +72,16 @@ class Tokenizer {
   float score(int32_t id) const { return scores_.at(static_cast<size_t>(id)); }
 
   // Text to ids. With add_bos, the model's BOS (if any) is prepended. Never throws on any byte sequence.
-  // BPE vocabularies: with parse_special, the text of control and user-defined tokens (e.g. "<|im_start|>") found
+  // BPE vocabularies and tokenizer.json SentencePiece ones: with parse_special, the text of control and user-defined tokens (e.g. "<|im_start|>") found
   // in `text` becomes those tokens, as the Hugging Face tokenizer does by default; without it, it is plain text
   // (use that for untrusted user input inside a chat template).
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special = true) const;
   // BPE: the words the pre-tokeniser cuts `text` into (no special-token handling). Empty for SPM.
   std::vector<std::string> pre_tokenize(std::string_view text) const;
   BpePre bpe_pre() const { return pre_; }
+  SpmPrefix spm_prefix() const { return spm_prefix_; }
+  // Whether text is put in Unicode normalisation form C before it is split (tokenizer.json's NFC normaliser).
+  bool normalizes_nfc() const { return nfc_; }
   // Looks a token up by its exact vocabulary text; -1 when absent.
   int32_t find_piece(const std::string &piece) const {
     auto it = piece_to_id_.find(piece);
@@ -83,7 +102,16 @@ class Tokenizer {
   void init_bpe(const GgufFile &file, const std::string &pre);
   void init_bpe(const std::string &pre, const std::vector<std::string_view> &merges);
   void init_eog();
+  void init_specials(std::vector<int32_t> ids);
+  void init_hf_spm(const JsonValue &model, SpmPrefix prefix, const std::vector<std::string> &merges);
+  void hf_spm_merge(std::vector<int32_t> *ids) const;
+  // Calls plain(stretch, offset) for each stretch of text between special-token matches (all of it without
+  // parse_special) and appends the specials' ids in between.
+  void split_specials(std::string_view text, bool parse_special, std::vector<int32_t> *out,
+                      const std::function<void(std::string_view, size_t)> &plain) const;
   void encode_bpe(std::string_view text, bool parse_special, std::vector<int32_t> *out) const;
+  void encode_hf_spm(std::string_view text, bool parse_special, std::vector<int32_t> *out) const;
+  void hf_spm_stretch(const std::string &normalized, std::vector<int32_t> *out) const;
   void bpe_word(std::string_view word, std::vector<int32_t> *out) const;
   std::string bpe_token_bytes(int32_t id) const;
 
@@ -100,11 +128,19 @@ class Tokenizer {
   bool add_bos_ = true;
   bool add_space_prefix_ = true;
   std::vector<int32_t> eog_;
-  // Byte-level BPE only.
-  BpePre pre_ = BpePre::gpt2;
+  bool nfc_ = false;
+  // Ranked merges: byte-level BPE, and SentencePiece vocabularies read from tokenizer.json (empty for GGUF "llama").
   std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank (lower merges first)
   std::vector<std::string> merges_;                       // as stored, for the fingerprint
-  std::vector<int32_t> specials_;                         // control + user-defined ids, longest text first
+  std::vector<int32_t> specials_;                         // texts matched before splitting, longest text first
+  // SentencePiece from tokenizer.json only.
+  SpmPrefix spm_prefix_ = SpmPrefix::gguf;
+  bool byte_fallback_ = true;
+  bool fuse_unk_ = false;
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> pair_merge_;  // left id << 32 | right id -> (rank, merged id)
+  // Byte-level BPE only.
+  BpePre pre_ = BpePre::gpt2;
+  bool ignore_merges_ = false;  // a word that is itself a token is not merged
   std::string byte_char_[256];                            // GPT-2's byte -> printable character (UTF-8)
   int16_t char_byte_[512];                                // inverse, indexed by code point; -1 when none
 };

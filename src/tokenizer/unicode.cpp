@@ -1,6 +1,11 @@
 #include "tokenizer/unicode.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+#include <utf8proc.h>
 
 namespace infokv {
 namespace unicode {
@@ -88,6 +93,40 @@ uint32_t byte_level_codepoint(uint8_t b) {
   uint32_t cp = 256;
   for (int c = 0; c < b; ++c) cp += printable(c) ? 0 : 1;
   return cp;
+}
+
+bool nfc(std::string_view text, std::string *out) {
+  // Below U+0300 nothing composes or decomposes under NFC, and ASCII is the common case: skip the copy.
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<uint8_t>(c) < 0x80; })) return false;
+  std::vector<uint32_t> cps;
+  std::vector<size_t> offs;
+  decode_utf8(text, &cps, &offs);
+  std::string result;
+  result.reserve(text.size());
+  size_t run = 0;  // first code point of the current valid stretch
+  auto flush = [&](size_t upto) {
+    if (upto == run) return;
+    const size_t b = offs[run], e = offs[upto];
+    utf8proc_uint8_t *dst = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t *>(text.data() + b),
+                                            static_cast<utf8proc_ssize_t>(e - b), &dst,
+                                            static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+    std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(dst, &std::free);
+    if (n == UTF8PROC_ERROR_NOMEM) throw std::bad_alloc();
+    // Any other error cannot happen on valid UTF-8; keeping the text unnormalised is the safe answer if it does.
+    if (n < 0) result.append(text.data() + b, e - b);
+    else result.append(reinterpret_cast<const char *>(dst), static_cast<size_t>(n));
+  };
+  for (size_t i = 0; i < cps.size(); ++i) {
+    if (cps[i] < kInvalidBase) continue;
+    flush(i);
+    result.append(text.data() + offs[i], offs[i + 1] - offs[i]);
+    run = i + 1;
+  }
+  flush(cps.size());
+  if (result == text) return false;
+  *out = std::move(result);
+  return true;
 }
 
 }  // namespace unicode

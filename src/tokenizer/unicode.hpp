@@ -33,6 +33,11 @@ bool is_whitespace(uint32_t cp);  // the Unicode White_Space property, as regex 
 
 void append_utf8(std::string *out, uint32_t cp);  // cp < 0x110000
 
+// Unicode normalisation form C of text (utf8proc), as tokenizer.json's NFC normaliser. Bytes that are not valid
+// UTF-8 are kept as they are and the valid stretches between them are normalised on their own. Returns false (and
+// leaves *out alone) when nothing would change, so callers keep their view of the input; throws only bad_alloc.
+bool nfc(std::string_view text, std::string *out);
+
 // GPT-2's bytes_to_unicode, which byte-level BPE vocabularies are written in: printable Latin-1 bytes stand for
 // themselves, the others for 256, 257, ... in byte order.
 uint32_t byte_level_codepoint(uint8_t b);

@@ -5,18 +5,19 @@
 #   tests/gpu/prepare_carry.sh [OUT_DIR]        (default <repo>/build-carry/deps, ignored by git through /build*/)
 #
 # Run it HERE, on Debian bookworm with apt (no root needed): it downloads the Debian packages of FlatBuffers (flatc,
-# headers, shared library, CMake config), xxHash (header, shared library) and GoogleTest (headers, static libraries,
-# CMake config), unpacks them with `dpkg-deb -x` into OUT_DIR as an install prefix (OUT_DIR/usr/...), drops their
+# headers, shared library, CMake config), xxHash (header, shared library), utf8proc (header, static library; the
+# shared one comes along so the -dev package's link resolves) and GoogleTest (headers, static libraries, CMake
+# config), unpacks them with `dpkg-deb -x` into OUT_DIR as an install prefix (OUT_DIR/usr/...), drops their
 # docs, and turns symbolic links into plain files (the copy to the lent machine keeps links only as links). It also
 # copies the small test data the GPU and unit tests read (stories260K and the corpora, about 6 MB) into
 # OUT_DIR/data/. Everything it needs from the C/C++ runtime (libc6, libstdc++6, libgcc-s1) is on any image with a
 # compiler, so it fetches none of that. run.sh picks OUT_DIR up by itself when it is <repo>/build-carry/deps, or
 # through INFOKV_DEPS=OUT_DIR. Versions are Debian bookworm's: FlatBuffers 2.0.8 (flatc and headers must match),
-# xxHash 0.8.1, GoogleTest 1.12.1.
+# xxHash 0.8.1, utf8proc 2.8.0, GoogleTest 1.12.1.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$ROOT/build-carry/deps}
-PKGS="flatbuffers-compiler flatbuffers-compiler-dev libflatbuffers-dev libflatbuffers2 libxxhash-dev libxxhash0 libgtest-dev"
+PKGS="flatbuffers-compiler flatbuffers-compiler-dev libflatbuffers-dev libflatbuffers2 libxxhash-dev libxxhash0 libutf8proc-dev libutf8proc2 libgtest-dev"
 MODELS=${INFOKV_MODELS_DIR:-$ROOT/../shared/models}
 CORPORA=${INFOKV_CORPORA_DIR:-$ROOT/../shared/corpora}
 
@@ -50,7 +51,7 @@ done
 L=$OUT/usr/lib/x86_64-linux-gnu
 for f in usr/bin/flatc usr/include/flatbuffers/flatbuffers.h usr/include/xxhash.h usr/include/gtest/gtest.h \
          "$L/libflatbuffers.so" "$L/libflatbuffers.so.2" "$L/libxxhash.so" "$L/libxxhash.so.0" "$L/libgtest.a" \
-         "$L/libgtest_main.a" "$L/cmake/flatbuffers/FlatBuffersConfig.cmake" "$L/cmake/GTest/GTestConfig.cmake"; do
+         "$L/libgtest_main.a" usr/include/utf8proc.h "$L/libutf8proc.a" "$L/cmake/flatbuffers/FlatBuffersConfig.cmake" "$L/cmake/GTest/GTestConfig.cmake"; do
   case $f in /*) p=$f ;; *) p=$OUT/$f ;; esac
   [ -f "$p" ] || { echo "missing after unpacking: $p"; exit 1; }
 done

@@ -62,7 +62,8 @@ if [ -n "$DEPS" ]; then
   # headers must be the same version.
   DEP_ARGS=("-DCMAKE_PREFIX_PATH=$DEPS/usr;$DL/cmake" "-DFlatBuffers_DIR=$DL/cmake/flatbuffers"
     "-DGTest_DIR=$DL/cmake/GTest" "-DINFOKV_FLATC=$DEPS/usr/bin/flatc" "-DXXHASH_INCLUDE_DIR=$DEPS/usr/include"
-    "-DXXHASH_LIBRARY=$DL/libxxhash.so")
+    "-DXXHASH_LIBRARY=$DL/libxxhash.so"
+    "-DUTF8PROC_INCLUDE_DIR=$DEPS/usr/include" "-DUTF8PROC_LIBRARY=$DL/libutf8proc.a")
   export LD_LIBRARY_PATH=$DL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "FlatBuffers, xxHash, GoogleTest from the prefix $DEPS ($("$DEPS/usr/bin/flatc" --version 2>&1))"
 else

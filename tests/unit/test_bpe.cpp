@@ -7,7 +7,6 @@
 #include <fstream>
 #include <memory>
 #include <random>
-#include <sstream>
 
 #include "gguf/gguf.hpp"
 #include "gguf_builder.hpp"
@@ -23,59 +22,12 @@ using infokv::GgufFile;
 using infokv::Status;
 using infokv::Tokenizer;
 using infokv_test::GgufBuilder;
+using infokv_test::expect_refs;
 using infokv_test::expect_tokenizer_status;
 using infokv_test::load_tokenizer;
+using infokv_test::RefCase;
+using infokv_test::read_refs;
 using infokv_test::smollm2_file;
-
-namespace {
-
-struct RefCase {
-  std::string text;
-  std::vector<int32_t> ids;
-};
-
-std::string unhex(const std::string &h) {
-  std::string out;
-  for (size_t k = 0; k + 1 < h.size(); k += 2) out.push_back(static_cast<char>(std::stoi(h.substr(k, 2), nullptr, 16)));
-  return out;
-}
-
-std::vector<RefCase> read_refs(const std::string &name) {
-  std::ifstream in(infokv_test::test_data_dir() + "/" + name);
-  std::vector<RefCase> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t tab = line.find('\t');
-    RefCase c;
-    c.text = unhex(line.substr(0, tab));
-    std::istringstream ids(line.substr(tab + 1));
-    int32_t id;
-    while (ids >> id) c.ids.push_back(id);
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
-std::string show(const std::vector<int32_t> &v) {
-  std::string s;
-  for (int32_t x : v) s += std::to_string(x) + " ";
-  return s;
-}
-
-void expect_refs(const Tokenizer &tok, const std::string &file) {
-  const std::vector<RefCase> cases = read_refs(file);
-  ASSERT_GT(cases.size(), 300u) << "reference file " << file << " missing or short";
-  int bad = 0;
-  for (const RefCase &c : cases) {
-    const std::vector<int32_t> got = tok.encode(c.text, false);
-    if (got != c.ids && ++bad <= 5)
-      ADD_FAILURE() << "text '" << c.text.substr(0, 200) << "'\n  expected " << show(c.ids) << "\n  got      " << show(got);
-  }
-  EXPECT_EQ(bad, 0);
-}
-
-}  // namespace
 
 TEST(BpeSmolLM2, ReadsVocabularyAndPreTokenizer) {
   REQUIRE_SMOLLM2(f);
@@ -100,9 +52,26 @@ TEST(BpeSmolLM2, Llama3PreTokenizerMatchesHuggingFaceExactly) {
   expect_refs(tok, "bpe_llama3pre_refs.txt");
 }
 
+// tokenizer.ggml.pre = "qwen2" (tests/reference/make_tok_refs.py). No NFC here: a GGUF does not say the model wants
+// it, and llama.cpp does not apply it.
+TEST(BpeSmolLM2, Qwen2PreTokenizerMatchesHuggingFaceExactly) {
+  REQUIRE_SMOLLM2(f);
+  Tokenizer tok = Tokenizer::from_gguf(*f, "qwen2");
+  EXPECT_EQ(tok.bpe_pre(), BpePre::qwen2);
+  EXPECT_FALSE(tok.normalizes_nfc());
+  expect_refs(tok, "bpe_qwen2pre_refs.txt");
+}
+
+TEST(BpeSmolLM2, Qwen2SplitsEveryDigitWhereLlama3KeepsThree) {
+  REQUIRE_SMOLLM2(f);
+  const Tokenizer q = Tokenizer::from_gguf(*f, "qwen2"), l = Tokenizer::from_gguf(*f, "llama-bpe");
+  EXPECT_EQ(q.pre_tokenize("x 12345 I'LL\n\n"), (std::vector<std::string>{"x", " ", "1", "2", "3", "4", "5", " I", "'LL", "\n\n"}));
+  EXPECT_EQ(l.pre_tokenize("x 12345 I'LL\n\n"), (std::vector<std::string>{"x", " ", "123", "45", " I", "'LL", "\n\n"}));
+}
+
 TEST(BpeSmolLM2, RoundTripsReferenceTextsAndArbitraryBytes) {
   REQUIRE_SMOLLM2(f);
-  for (const char *pre : {"smollm", "llama-bpe", "gpt2"}) {
+  for (const char *pre : {"smollm", "llama-bpe", "gpt2", "qwen2"}) {
     Tokenizer tok = Tokenizer::from_gguf(*f, pre);
     for (const RefCase &c : read_refs("bpe_smollm2_refs.txt")) {
       if (c.text.find("<|") != std::string::npos) continue;  // special tokens decode to nothing
@@ -163,6 +132,7 @@ TEST(BpeSmolLM2, FingerprintDependsOnPreTokenizer) {
   REQUIRE_SMOLLM2(f);
   EXPECT_EQ(Tokenizer::from_gguf(*f).fingerprint(), Tokenizer::from_gguf(*f, "smollm").fingerprint());
   EXPECT_NE(Tokenizer::from_gguf(*f).fingerprint(), Tokenizer::from_gguf(*f, "llama-bpe").fingerprint());
+  EXPECT_NE(Tokenizer::from_gguf(*f, "qwen2").fingerprint(), Tokenizer::from_gguf(*f, "llama-bpe").fingerprint());
 }
 
 // ---- synthetic vocabularies ----
@@ -198,7 +168,7 @@ TEST(BpeSynthetic, RejectsBrokenMetadataWithoutCrashing) {
   expect_tokenizer_status(tiny_bpe({"a b", "ab"}), Status::bad_model, "merges entry 1");
   expect_tokenizer_status(tiny_bpe({"a "}), Status::bad_model, "merges entry 0");
   expect_tokenizer_status(tiny_bpe({""}), Status::bad_model, "merges entry 0");
-  expect_tokenizer_status(tiny_bpe({"a b"}, "qwen2"), Status::unsupported, "'qwen2'");
+  expect_tokenizer_status(tiny_bpe({"a b"}, "deepseek-llm"), Status::unsupported, "'deepseek-llm'");
   GgufBuilder no_merges;
   no_merges.add_string("tokenizer.ggml.model", "gpt2").add_string_array("tokenizer.ggml.tokens", {"a"});
   expect_tokenizer_status(no_merges, Status::bad_model, "tokenizer.ggml.merges");
