@@ -32,7 +32,13 @@ int cmd_info(int argc, char **argv) {
               static_cast<unsigned long long>(m->weight_bytes()));
   std::printf("layers       %d, embedding %d, feed-forward %d\n", hp.n_layer, hp.n_embd, hp.n_ff);
   std::printf("heads        %d query, %d KV, head size %d\n", hp.n_head, hp.n_head_kv, hp.head_dim);
-  std::printf("context      %d (trained), RoPE theta %g, RMS eps %g\n", hp.n_ctx_train, hp.rope_theta, hp.rms_eps);
+  std::printf("context      %d (declared), RoPE theta %g, RMS eps %g\n", hp.n_ctx_train, hp.rope_theta, hp.rms_eps);
+  std::printf("RoPE scaling %s\n", rope_scaling_describe(hp.rope).c_str());
+  if (hp.sliding_window > 0)
+    std::printf("window       trained with a %d-token sliding attention window; infokv attends to the whole cache\n",
+                hp.sliding_window);
+  std::printf("biases       %s\n", m->layer(0).bq.empty() ? (m->layer(0).bo.empty() ? "none" : "attention output")
+                                                              : (m->layer(0).bo.empty() ? "q, k, v projections" : "q, k, v, o projections"));
   std::printf("tokenizer    %s, %d tokens, BOS %d, EOS %d\n", m->tokenizer().model_name().c_str(), m->tokenizer().n_vocab(),
               m->tokenizer().bos(), m->tokenizer().eos());
   std::printf("output       %s\n", m->tied_output() ? "tied to the token embedding" : "separate matrix");
