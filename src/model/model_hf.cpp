@@ -261,8 +261,9 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
 
   // Tokenizer and chat template.
   std::unique_ptr<JsonValue> tcfg = optional_json_file(dir / "tokenizer_config.json", "tokenizer_config.json");
-  m->tok_ = Tokenizer::from_hf(json_file(dir / "tokenizer.json", "tokenizer.json"), tcfg.get(), &cfg);
   std::error_code ec;
+  const bool has_tokenizer = fs::exists(dir / "tokenizer.json", ec);
+  if (has_tokenizer) m->tok_ = Tokenizer::from_hf(json_file(dir / "tokenizer.json", "tokenizer.json"), tcfg.get(), &cfg);
   if (tcfg != nullptr)
     if (const JsonValue *ct = tcfg->find("chat_template"); ct != nullptr && ct->is_string()) m->chat_template_ = ct->as_string();
   if (const JsonValue *nm = cfg.find("_name_or_path"); nm != nullptr && nm->is_string()) m->name_ = nm->as_string();
@@ -283,6 +284,15 @@ std::shared_ptr<const Model> Model::load_hf(const std::string &dir_str) {
   if (emb.shape.size() != 2 || emb.shape[1] != static_cast<uint64_t>(hp.n_embd) || emb.shape[0] == 0 || emb.shape[0] > (1u << 24))
     fail(Status::bad_model, "tensor 'model.embed_tokens.weight' must be [n_vocab, hidden_size]");
   hp.n_vocab = static_cast<int32_t>(emb.shape[0]);
+  // A checkpoint saved without its tokenizer (transformers' save_pretrained of a model alone) runs on token ids.
+  if (!has_tokenizer) {
+    auto special = [&](const char *key) {
+      const JsonValue *v = cfg.find(key);
+      if (v != nullptr && v->is_array() && !v->items().empty()) v = &v->items()[0];
+      return v != nullptr && v->is_integer() ? static_cast<int32_t>(v->as_int()) : -1;
+    };
+    m->tok_ = Tokenizer::without_vocabulary(hp.n_vocab, special("bos_token_id"), special("eos_token_id"));
+  }
   if (m->tok_.n_vocab() != hp.n_vocab)
     fail(Status::bad_model, "tokenizer has " + std::to_string(m->tok_.n_vocab()) + " tokens but the embedding has " +
                                 std::to_string(hp.n_vocab) + " rows");

@@ -191,6 +191,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
   std::vector<int32_t> out;
   if (add_bos && bos_ >= 0) out.push_back(bos_);
   if (text.empty()) return out;
+  if (kind_ == TokenizerKind::none)
+    fail(Status::unsupported, "the model has no tokenizer (its checkpoint has no tokenizer.json): give it token ids, not text");
   if (kind_ == TokenizerKind::bpe) {
     encode_bpe(text, parse_special, &out);
     return out;
@@ -271,6 +273,21 @@ std::vector<int32_t> Tokenizer::encode_spm(std::string_view raw) const {
     }
   }
   return out;
+}
+
+Tokenizer Tokenizer::without_vocabulary(int32_t n_vocab, int32_t bos, int32_t eos) {
+  Tokenizer t;
+  t.kind_ = TokenizerKind::none;
+  t.model_name_ = "none";
+  t.pieces_.assign(static_cast<size_t>(n_vocab), std::string());
+  t.scores_.assign(static_cast<size_t>(n_vocab), 0.0f);
+  t.types_.assign(static_cast<size_t>(n_vocab), TokenType::unused);
+  std::fill(std::begin(t.byte_to_id_), std::end(t.byte_to_id_), -1);
+  t.bos_ = bos >= 0 && bos < n_vocab ? bos : -1;
+  t.eos_ = eos >= 0 && eos < n_vocab ? eos : -1;
+  t.add_bos_ = false;
+  t.init_eog();
+  return t;
 }
 
 // Unknown tokens decode to nothing, like control tokens and like llama.cpp's token_to_piece without `special`:

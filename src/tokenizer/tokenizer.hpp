@@ -16,7 +16,7 @@ class JsonValue;
 // llama.cpp's token attribute numbering (tokenizer.ggml.token_type).
 enum class TokenType : int32_t { undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6 };
 
-enum class TokenizerKind { spm, bpe };
+enum class TokenizerKind { spm, bpe, none };  // none: a checkpoint without a tokenizer (ids only)
 
 // How a byte-level BPE tokenizer splits text into words before merging (tokenizer.ggml.pre).
 enum class BpePre {
@@ -52,6 +52,10 @@ class Tokenizer {
   // the text before anything else, as there. Throws Error(bad_model) for malformed content, Error(unsupported) for a
   // tokenizer kind, normaliser or pre-tokeniser it does not implement (the message names it).
   static Tokenizer from_hf(const JsonValue &tokenizer_json, const JsonValue *tokenizer_config, const JsonValue *config);
+  // The stand-in for a checkpoint saved without a tokenizer (transformers' save_pretrained of a model alone): n_vocab
+  // ids that decode to nothing, BOS/EOS as config.json gives them (-1: none). encode() of any non-empty text throws
+  // Error(unsupported) saying so; the model still runs on token ids.
+  static Tokenizer without_vocabulary(int32_t n_vocab, int32_t bos, int32_t eos);
 
   TokenizerKind kind() const { return kind_; }
   const std::string &model_name() const { return model_name_; }  // "llama", ...
@@ -71,7 +75,8 @@ class Tokenizer {
   TokenType type(int32_t id) const { return types_.at(static_cast<size_t>(id)); }
   float score(int32_t id) const { return scores_.at(static_cast<size_t>(id)); }
 
-  // Text to ids. With add_bos, the model's BOS (if any) is prepended. Never throws on any byte sequence.
+  // Text to ids. With add_bos, the model's BOS (if any) is prepended. Never throws on any byte sequence, except
+  // Error(unsupported) for a model without a tokenizer (kind() == none) and non-empty text.
   // BPE vocabularies and tokenizer.json SentencePiece ones: with parse_special, the text of control and user-defined tokens (e.g. "<|im_start|>") found
   // in `text` becomes those tokens, as the Hugging Face tokenizer does by default; without it, it is plain text
   // (use that for untrusted user input inside a chat template).
