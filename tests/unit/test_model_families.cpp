@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -116,6 +117,12 @@ TEST_P(Families, LogitsMatchTransformersAsSafetensorsAndAsGguf) {
   fs::create_directories(dir_);
   expect_matches_transformers(synth(c, "safetensors", dir_ / "hf"), c);
   if (c["config_json"].kind != json::Value::Kind::string) expect_matches_transformers(synth(c, "gguf", dir_ / "m.gguf"), c);
+  // GGUFs written from the same checkpoints by llama.cpp's convert_hf_to_gguf.py (not in CI: it needs torch and
+  // llama.cpp's sources; packaging/tools/convert_with_llamacpp.py makes them as <dir>/<case>.gguf).
+  if (const char *conv = std::getenv("INFOKV_CONVERTED_GGUF_DIR"); conv != nullptr) {
+    const fs::path p = fs::path(conv) / (std::string(GetParam()) + ".gguf");
+    if (fs::exists(p)) expect_matches_transformers(p.string(), c);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,
