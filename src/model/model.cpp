@@ -101,6 +101,8 @@ std::vector<float> optional_vector_f32(const GgufFile &f, const std::string &nam
 // infokv's kernels rotate adjacent pairs, so those rows are reordered into owned memory once at load.
 Weight rows_to_pairs(const Weight &w, int64_t head_dim, std::vector<std::vector<uint8_t>> &owned) {
   const GgmlTypeTraits tr = ggml_type_traits(w.type);
+  if (tr.block_elems == 0 || w.cols % tr.block_elems != 0)
+    fail(Status::bad_model, "tensor '" + w.name + "' has rows that are not whole blocks of its type");
   const size_t row_bytes = static_cast<size_t>(w.cols / tr.block_elems) * tr.block_bytes;
   std::vector<uint8_t> out(row_bytes * static_cast<size_t>(w.rows));
   rope_rows_to_pairs(static_cast<const uint8_t *>(w.data), out.data(), w.rows, row_bytes, head_dim);
