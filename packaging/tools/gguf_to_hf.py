@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Writes a Hugging Face style LlamaForCausalLM directory (config.json, model.safetensors, tokenizer.json,
-tokenizer_config.json) from a Llama GGUF with a byte-level BPE vocabulary, undoing the converter's q/k row
-permutation, for end-to-end checks of infokv's safetensors loader (not run in CI). Weights are dequantised by the
+"""Writes a Hugging Face style LlamaForCausalLM or Qwen2ForCausalLM directory (config.json, model.safetensors,
+tokenizer.json, tokenizer_config.json) from a llama or qwen2 GGUF with a byte-level BPE vocabulary, undoing the
+converter's q/k row permutation (llama; a qwen2 GGUF keeps Hugging Face's order) and keeping q/k/v biases, for end-to-end checks of infokv's safetensors loader (not run in CI). Weights are dequantised by the
 gguf package and stored as F32, F16 or BF16 (--dtype); BF16 is stored by truncation-free rounding to nearest even.
 
   PYTHONPATH=/tmp/refpy python3 packaging/tools/gguf_to_hf.py IN.gguf OUT_DIR [--dtype F32] [--shards 2]
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 from gguf import GGUFReader, dequantize
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'reference'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'tests', 'reference'))
 import make_refs  # noqa: E402  (its hf_tokenizer builds the tokenizers.Tokenizer from the GGUF vocabulary)
 
 
@@ -60,7 +60,10 @@ def main():
     a = ap.parse_args()
     r = GGUFReader(a.gguf)
     f = lambda k: r.fields[k].contents()
-    n_head, n_kv = int(f('llama.attention.head_count')), int(f('llama.attention.head_count_kv'))
+    arch = f('general.architecture')
+    if arch not in ('llama', 'qwen2'):
+        sys.exit('gguf_to_hf: architecture %s is neither llama nor qwen2' % arch)
+    n_head, n_kv = int(f(arch + '.attention.head_count')), int(f(arch + '.attention.head_count_kv'))
     names = {'token_embd.weight': 'model.embed_tokens.weight', 'output_norm.weight': 'model.norm.weight',
              'output.weight': 'lm_head.weight'}
     sub = {'attn_norm': 'input_layernorm', 'attn_q': 'self_attn.q_proj', 'attn_k': 'self_attn.k_proj',
@@ -72,11 +75,11 @@ def main():
         if t.name in names:
             name = names[t.name]
         else:
-            _, l, kind, _ = t.name.split('.')
-            name = 'model.layers.%s.%s.weight' % (l, sub[kind])
-            if kind == 'attn_q':
+            _, l, kind, suffix = t.name.split('.')
+            name = 'model.layers.%s.%s.%s' % (l, sub[kind], suffix)
+            if arch == 'llama' and kind == 'attn_q':
                 w = unpermute(w, n_head)
-            elif kind == 'attn_k':
+            elif arch == 'llama' and kind == 'attn_k':
                 w = unpermute(w, n_kv)
         out.append((name, w))
     os.makedirs(a.out, exist_ok=True)
@@ -91,13 +94,13 @@ def main():
             write_safetensors(os.path.join(a.out, fn), part, a.dtype)
             wm.update({n: fn for n, _ in part})
         json.dump({'metadata': {}, 'weight_map': wm}, open(os.path.join(a.out, 'model.safetensors.index.json'), 'w'))
-    cfg = {'architectures': ['LlamaForCausalLM'], 'model_type': 'llama',
-           'hidden_size': int(f('llama.embedding_length')), 'num_hidden_layers': int(f('llama.block_count')),
+    cfg = {'architectures': ['LlamaForCausalLM' if arch == 'llama' else 'Qwen2ForCausalLM'], 'model_type': arch,
+           'hidden_size': int(f(arch + '.embedding_length')), 'num_hidden_layers': int(f(arch + '.block_count')),
            'num_attention_heads': n_head, 'num_key_value_heads': n_kv,
-           'intermediate_size': int(f('llama.feed_forward_length')),
-           'max_position_embeddings': int(f('llama.context_length')),
-           'rms_norm_eps': float(f('llama.attention.layer_norm_rms_epsilon')),
-           'rope_theta': float(f('llama.rope.freq_base')), 'tie_word_embeddings': 'output.weight' not in [t.name for t in r.tensors],
+           'intermediate_size': int(f(arch + '.feed_forward_length')),
+           'max_position_embeddings': int(f(arch + '.context_length')),
+           'rms_norm_eps': float(f(arch + '.attention.layer_norm_rms_epsilon')),
+           'rope_theta': float(f(arch + '.rope.freq_base')), 'tie_word_embeddings': 'output.weight' not in [t.name for t in r.tensors],
            'vocab_size': len(f('tokenizer.ggml.tokens')), 'bos_token_id': int(f('tokenizer.ggml.bos_token_id')),
            'eos_token_id': int(f('tokenizer.ggml.eos_token_id'))}
     json.dump(cfg, open(os.path.join(a.out, 'config.json'), 'w'), indent=1)

@@ -8,7 +8,9 @@ function of preset, dtype and seed) and compares its logits with these.
 Set-up (a venv outside the repository; about 5.5 GB with torch's CUDA wheels, only the CPU is used):
   python3 -m venv /work/venv-ref/v && /work/venv-ref/v/bin/pip install torch transformers safetensors numpy
   /work/venv-ref/v/bin/python packaging/tools/transformers_refs.py --infokv build/infokv \
-      --out tests/data/transformers_refs.json --tf-made-dir tests/data/tf_made [--work /tmp/ikv-refs]
+      --out tests/data/transformers_refs.json --tf-made-dir tests/data/tf_made [--work /tmp/ikv-refs] \
+      --real qwen2.5-coder-0.5b=$(packaging/fetch_models.sh --model qwen2.5-coder-0.5b | tail -n 1)
+  (gguf_to_hf.py needs the gguf package: PYTHONPATH=<llama.cpp>/gguf-py, or pip install gguf)
 
 For each case: `infokv synth --preset P --layers N --dtype D --format safetensors` writes a checkpoint; the case may
 patch its config.json (kept whole in the output; RoPE scaling variants, a shorter max_position_embeddings so that a few hundred tokens run past
@@ -58,6 +60,12 @@ TF_MADE = [
                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                                tie_word_embeddings=False), 300, [0, 100, -1]),
 ]
+# Real published weights of a family (fetched by packaging/fetch_models.sh --model NAME): the GGUF is dequantised
+# to an F32 checkpoint by packaging/tools/gguf_to_hf.py (the gguf package's dequantisers), which transformers runs;
+# infokv runs the GGUF itself (its quantised rows expanded on the fly, activations in f32), so both compute with the
+# same weight values.
+REAL_TEXT = ("<|im_start|>user\nWrite a Python function that checks whether a string is a palindrome, ignoring case "
+             "and punctuation.<|im_end|>\n<|im_start|>assistant\nHere is a function:\n\n```python\ndef is_palindrome(s):")
 SEED = 1234
 TOP = 16
 FIXED = 32
@@ -116,6 +124,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default="/tmp/ikv-refs")
     ap.add_argument("--only", default="")
+    ap.add_argument("--real", action="append", default=[], metavar="NAME=GGUF",
+                    help="a real GGUF to compare (e.g. qwen2.5-coder-0.5b=~/.cache/infokv/models/...gguf)")
     ap.add_argument("--tf-made-dir", default="", help="where to save the transformers-made checkpoints "
                     "(tests/data/tf_made)")
     args = ap.parse_args()
@@ -155,6 +165,24 @@ def main():
         fixed, rows = probe(model, ids, probes, rng)
         results.append({"name": name, "dir": "tf_made/" + name, "ids": ids, "fixed_ids": fixed, "probes": rows})
         print(f"{name}: {n_tok} tokens, logits std {rows[-1]['std']:.4f}", file=sys.stderr)
+    for spec in args.real:
+        name, gguf_path = spec.split("=", 1)
+        d = os.path.join(args.work, "real-" + name)
+        if not os.path.exists(os.path.join(d, "config.json")):
+            here = os.path.dirname(os.path.abspath(__file__))
+            subprocess.run([sys.executable, os.path.join(here, "gguf_to_hf.py"), os.path.expanduser(gguf_path), d],
+                           check=True, stdout=subprocess.DEVNULL)
+        from tokenizers import Tokenizer
+        ids = Tokenizer.from_file(os.path.join(d, "tokenizer.json")).encode(REAL_TEXT).ids
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+        model.eval()
+        rng = np.random.default_rng(SEED + len(name))
+        fixed, rows = probe(model, ids, [0, len(ids) // 2, -2, -1], rng)
+        results.append({"name": "real-" + name, "real_model": name, "text": REAL_TEXT, "ids": ids,
+                        "fixed_ids": fixed, "probes": rows})
+        print(f"real-{name}: {len(ids)} tokens, logits std {rows[-1]['std']:.4f}, top-1 at the end "
+              f"{rows[-1]['top_ids'][0]}", file=sys.stderr)
+        del model
     import transformers
     with open(args.out, "w") as f:
         json.dump({"generator": "packaging/tools/transformers_refs.py", "transformers": transformers.__version__,

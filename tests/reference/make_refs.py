@@ -81,6 +81,15 @@ def hf_tokenizer(reader, pre):
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    elif pre == 'qwen2':  # Qwen2's tokenizer.json: Llama 3's regex with single digits, merges never skipped, NFC
+        from tokenizers import normalizers
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+        pat = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+               r"\s*[\r\n]+|\s+(?!\S)|\s+")
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pat), behavior='isolated', invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     else:  # Llama 3's tokenizer.json
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=True))
         pat = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"

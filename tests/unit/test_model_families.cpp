@@ -105,6 +105,19 @@ class Families : public ::testing::TestWithParam<const char *> {
 
 TEST_P(Families, LogitsMatchTransformersAsSafetensorsAndAsGguf) {
   const json::Value &c = ref_case(GetParam());
+  if (c.obj.count("real_model") != 0) {
+    // Real published weights (packaging/fetch_models.sh --model ...): the GGUF against transformers on its
+    // dequantised F32 checkpoint, and infokv's tokenisation of the text against the ids transformers ran.
+    const std::string path = infokv_test::qwen25_coder_path();
+    ASSERT_TRUE(fs::exists(path)) << "model file " << path << " is missing: run packaging/fetch_models.sh --model "
+                                  << c["real_model"].str << " (or set INFOKV_QWEN25_CODER)";
+    auto m = infokv::Model::load(path);
+    std::vector<int32_t> want;
+    for (const json::Value &v : c["ids"].arr) want.push_back(static_cast<int32_t>(v.num));
+    EXPECT_EQ(m->tokenizer().encode(c["text"].str, false), want);
+    expect_matches_transformers(path, c);
+    return;
+  }
   if (c.obj.count("dir") != 0) {
     // Saved by transformers itself (tests/data/tf_made): its config.json form, no tokenizer.json.
     const std::string dir = infokv_test::test_data_dir() + "/" + c["dir"].str;
@@ -128,7 +141,7 @@ TEST_P(Families, LogitsMatchTransformersAsSafetensorsAndAsGguf) {
 INSTANTIATE_TEST_SUITE_P(Transformers, Families,
                          ::testing::Values("llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b", "tinyllama-1.1b", "mistral-7b",
                                            "rope-llama3-long", "rope-linear-long", "rope-dynamic-long", "rope-theta-long",
-                                           "tf-llama3", "tf-qwen2"),
+                                           "tf-llama3", "tf-qwen2", "real-qwen2.5-coder-0.5b"),
                          [](const ::testing::TestParamInfo<const char *> &i) {
                            std::string n = i.param;
                            for (char &ch : n)
