@@ -2,7 +2,7 @@
 """Reference logits from Hugging Face transformers for the Llama-family architectures infokv runs.
 
 Not run in CI (it needs torch); its output is committed as tests/data/transformers_refs.json and read by
-tests/unit/test_model_families.cpp, which rebuilds the same checkpoints with `infokv synth` (the weights are a pure
+tests/unit/model/test_model_families.cpp, which rebuilds the same checkpoints with `infokv synth` (the weights are a pure
 function of preset, dtype and seed) and compares its logits with these.
 
 Set-up (a venv outside the repository; about 5.5 GB with torch's CUDA wheels, only the CPU is used):

@@ -65,7 +65,7 @@ flatbuffers::IDLOptions json_options() {
 
 // The system flatbuffers (2.0) parser is not exception-safe: a std::bad_alloc inside Parser::Parse (e.g. in
 // EnumValBuilder::AcceptEnumerator while it reads the schema) can leave a symbol owned twice or a dangling
-// pointer, and ~Parser then frees garbage (tests/unit/test_alloc_faults.cpp found it). A parser that an allocation
+// pointer, and ~Parser then frees garbage (tests/unit/util/test_alloc_faults.cpp found it). A parser that an allocation
 // failure went through is therefore abandoned, not destroyed: memory is short already, and a leak of one parser on
 // that path beats corrupting the heap. Any other exception comes from our own checks and destroys it as usual.
 template <typename F>

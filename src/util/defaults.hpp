@@ -1,7 +1,7 @@
 // The runtime's defaults, in one place. The core structs (SessionOptions, CompressionConfig, SamplerParams) take
 // their initial values from here; the C header (IKV_SESSION_OPTIONS_INIT, IKV_SAMPLER_OPTIONS_INIT) and
 // schemas/config.fbs must spell the same values as literals (C and the schema language cannot include this file),
-// and tests/unit/test_defaults.cpp checks that all of them agree with these.
+// and tests/unit/capi/test_defaults.cpp checks that all of them agree with these.
 #pragma once
 #include <cstdint>
 
