@@ -103,7 +103,7 @@ cmake --build "$BUILD" -j "$JOBS" --target infokv infokv_cli infokv_tests infokv
   >"$LOG.build.log" 2>&1 || { tail -40 "$LOG.build.log"; echo "build FAILED"; exit 1; }
 echo "built in $BUILD"
 [ -z "$DEPS" ] || ldd "$BUILD/libinfokv.so" | grep -E 'flatbuffers|xxhash' | sed 's/^[[:space:]]*/  /'
-if readelf -d "$BUILD/libinfokv.so" | grep NEEDED | grep -Eiq 'cuda|cublas'; then
+if readelf -d "$BUILD/libinfokv.so" | grep NEEDED | grep -Ei 'cuda|cublas' >/dev/null; then
   echo "FAIL: libinfokv.so needs a CUDA library at load time"; summary+=("load-time CUDA dependency: FAIL")
 else
   echo "libinfokv.so NEEDED: $(readelf -d "$BUILD/libinfokv.so" | awk '/NEEDED/{print $5}' | tr -d '[]' | tr '\n' ' ')"
