@@ -59,26 +59,26 @@ typedef long long swig_type_29;
 typedef long long swig_type_30;
 typedef _goslice_ swig_type_31;
 typedef _goslice_ swig_type_32;
-typedef _goslice_ swig_type_33;
-typedef _gostring_ swig_type_34;
-typedef _gostring_ swig_type_35;
-typedef _gostring_ swig_type_36;
-typedef _gostring_ swig_type_37;
-typedef _goslice_ swig_type_38;
+typedef _gostring_ swig_type_33;
+typedef _goslice_ swig_type_34;
+typedef _goslice_ swig_type_35;
+typedef _goslice_ swig_type_36;
+typedef _goslice_ swig_type_37;
+typedef _gostring_ swig_type_38;
 typedef _gostring_ swig_type_39;
 typedef _goslice_ swig_type_40;
 typedef _goslice_ swig_type_41;
-typedef _goslice_ swig_type_42;
+typedef _gostring_ swig_type_42;
 typedef _goslice_ swig_type_43;
-typedef _gostring_ swig_type_44;
-typedef _gostring_ swig_type_45;
-typedef _goslice_ swig_type_46;
+typedef _goslice_ swig_type_44;
+typedef _goslice_ swig_type_45;
+typedef _gostring_ swig_type_46;
 typedef _goslice_ swig_type_47;
 typedef _gostring_ swig_type_48;
-typedef _goslice_ swig_type_49;
-typedef _goslice_ swig_type_50;
-typedef _goslice_ swig_type_51;
-typedef _gostring_ swig_type_52;
+typedef _gostring_ swig_type_49;
+typedef _gostring_ swig_type_50;
+typedef _gostring_ swig_type_51;
+typedef _goslice_ swig_type_52;
 extern void _wrap_Swig_free_capi_6ea70338d980e943(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_6ea70338d980e943(swig_intgo arg1);
 extern swig_intgo _wrap_IKV_VERSION_NUMBER_capi_6ea70338d980e943(void);
@@ -215,28 +215,28 @@ extern swig_intgo _wrap_ikv_sampler_create_capi_6ea70338d980e943(swig_voidp arg1
 extern void _wrap_ikv_sampler_free_capi_6ea70338d980e943(uintptr_t arg1);
 extern swig_intgo _wrap_ikv_sample_capi_6ea70338d980e943(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3, swig_intgo arg4);
 extern swig_intgo _wrap_ikv_generate_capi_6ea70338d980e943(swig_type_31 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_32 arg5, swig_intgo arg6, uintptr_t arg7, uintptr_t arg8);
-extern swig_intgo _wrap_ikv_chat_format_capi_6ea70338d980e943(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_chat_tokenize_capi_6ea70338d980e943(swig_type_33 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_34 arg4, swig_type_35 arg5, swig_intgo arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_chat_add_capi_6ea70338d980e943(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_36 arg5, swig_type_37 arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_chat_reply_capi_6ea70338d980e943(swig_type_38 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, uintptr_t arg7, swig_intgo arg8);
-extern swig_intgo _wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_chat_end_reply_capi_6ea70338d980e943(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_config_create_capi_6ea70338d980e943(swig_voidp arg1);
-extern swig_intgo _wrap_ikv_config_from_json_capi_6ea70338d980e943(swig_voidp arg1, swig_type_39 arg2);
-extern swig_intgo _wrap_ikv_config_from_binary_capi_6ea70338d980e943(swig_voidp arg1, swig_type_40 arg2);
-extern swig_intgo _wrap_ikv_config_to_json_capi_6ea70338d980e943(swig_type_41 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_ikv_config_to_binary_capi_6ea70338d980e943(swig_type_42 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_config_from_json_capi_6ea70338d980e943(swig_voidp arg1, swig_type_33 arg2);
+extern swig_intgo _wrap_ikv_config_from_binary_capi_6ea70338d980e943(swig_voidp arg1, swig_type_34 arg2);
+extern swig_intgo _wrap_ikv_config_to_json_capi_6ea70338d980e943(swig_type_35 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_config_to_binary_capi_6ea70338d980e943(swig_type_36 arg1, swig_voidp arg2, uintptr_t arg3);
 extern void _wrap_ikv_config_free_capi_6ea70338d980e943(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_config_get_model_path_capi_6ea70338d980e943(swig_type_43 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_config_get_model_path_capi_6ea70338d980e943(swig_type_37 arg1, swig_voidp arg2, uintptr_t arg3);
 extern swig_intgo _wrap_ikv_model_load_with_config_capi_6ea70338d980e943(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_model_load_with_config_confined_capi_6ea70338d980e943(swig_voidp arg1, uintptr_t arg2, swig_type_44 arg3);
+extern swig_intgo _wrap_ikv_model_load_with_config_confined_capi_6ea70338d980e943(swig_voidp arg1, uintptr_t arg2, swig_type_38 arg3);
 extern swig_intgo _wrap_ikv_session_create_with_config_capi_6ea70338d980e943(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
 extern swig_intgo _wrap_ikv_sampler_create_with_config_capi_6ea70338d980e943(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_session_save_file_capi_6ea70338d980e943(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, swig_type_45 arg4);
-extern swig_intgo _wrap_ikv_session_save_buffer_capi_6ea70338d980e943(swig_type_46 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, uintptr_t arg5);
-extern swig_intgo _wrap_ikv_session_restore_file_capi_6ea70338d980e943(swig_type_47 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_48 arg5);
-extern swig_intgo _wrap_ikv_session_restore_buffer_capi_6ea70338d980e943(swig_type_49 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_50 arg5);
-extern swig_intgo _wrap_ikv_snapshot_inspect_capi_6ea70338d980e943(swig_type_51 arg1, swig_voidp arg2, swig_type_52 arg3);
+extern swig_intgo _wrap_ikv_session_save_file_capi_6ea70338d980e943(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, swig_type_39 arg4);
+extern swig_intgo _wrap_ikv_session_save_buffer_capi_6ea70338d980e943(swig_type_40 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, uintptr_t arg5);
+extern swig_intgo _wrap_ikv_session_restore_file_capi_6ea70338d980e943(swig_type_41 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_42 arg5);
+extern swig_intgo _wrap_ikv_session_restore_buffer_capi_6ea70338d980e943(swig_type_43 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_44 arg5);
+extern swig_intgo _wrap_ikv_snapshot_inspect_capi_6ea70338d980e943(swig_type_45 arg1, swig_voidp arg2, swig_type_46 arg3);
+extern swig_intgo _wrap_ikv_chat_format_capi_6ea70338d980e943(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_ikv_chat_tokenize_capi_6ea70338d980e943(swig_type_47 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_48 arg4, swig_type_49 arg5, swig_intgo arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_chat_add_capi_6ea70338d980e943(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_50 arg5, swig_type_51 arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_chat_reply_capi_6ea70338d980e943(swig_type_52 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, uintptr_t arg7, swig_intgo arg8);
+extern swig_intgo _wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_chat_end_reply_capi_6ea70338d980e943(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
 #undef intgo
 */
 import "C"
@@ -1467,96 +1467,6 @@ func Ikv_generate(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 i
 	return swig_r
 }
 
-const IKV_CHAT_FORMAT_NONE int = 0
-const IKV_CHAT_FORMAT_CHATML int = 1
-const IKV_CHAT_FORMAT_LLAMA3 int = 2
-const IKV_CHAT_PROTECT_SYSTEM int = 0
-const IKV_CHAT_PROTECT_NONE int = 1
-const IKV_CHAT_PROTECT_FAIR int = 2
-func Ikv_chat_format(arg1 *int32, arg2 Struct_SS_ikv_model) (_swig_ret int) {
-	var swig_r int
-	_swig_i_0 := arg1
-	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int)(C._wrap_ikv_chat_format_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
-	return swig_r
-}
-
-func Ikv_chat_tokenize(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 string, arg5 string, arg6 int, arg7 int) (_swig_ret int) {
-	var swig_r int
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	_swig_i_2 := getSwigcptr(arg3)
-	_swig_i_3 := arg4
-	_swig_i_4 := arg5
-	_swig_i_5 := arg6
-	_swig_i_6 := arg7
-	swig_r = (int)(C._wrap_ikv_chat_tokenize_capi_6ea70338d980e943(*(*C.swig_type_33)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_35)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
-	if Swig_escape_always_false {
-		Swig_escape_val = arg1
-	}
-	if Swig_escape_always_false {
-		Swig_escape_val = arg4
-	}
-	if Swig_escape_always_false {
-		Swig_escape_val = arg5
-	}
-	return swig_r
-}
-
-func Ikv_chat_add(arg1 *int64, arg2 *int64, arg3 Struct_SS_ikv_session, arg4 int, arg5 string, arg6 string, arg7 int) (_swig_ret int) {
-	var swig_r int
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	_swig_i_2 := getSwigcptr(arg3)
-	_swig_i_3 := arg4
-	_swig_i_4 := arg5
-	_swig_i_5 := arg6
-	_swig_i_6 := arg7
-	swig_r = (int)(C._wrap_ikv_chat_add_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_4)), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6)))
-	if Swig_escape_always_false {
-		Swig_escape_val = arg5
-	}
-	if Swig_escape_always_false {
-		Swig_escape_val = arg6
-	}
-	return swig_r
-}
-
-func Ikv_chat_reply(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 int, arg5 int, arg6 Struct_SS_ikv_sampler, arg7 uintptr, arg8 int) (_swig_ret int) {
-	var swig_r int
-	_swig_i_0 := arg1
-	_swig_i_1 := arg2
-	_swig_i_2 := getSwigcptr(arg3)
-	_swig_i_3 := arg4
-	_swig_i_4 := arg5
-	_swig_i_5 := getSwigcptr(arg6)
-	_swig_i_6 := arg7
-	_swig_i_7 := arg8
-	swig_r = (int)(C._wrap_ikv_chat_reply_capi_6ea70338d980e943(*(*C.swig_type_38)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.uintptr_t(_swig_i_6), C.swig_intgo(_swig_i_7)))
-	if Swig_escape_always_false {
-		Swig_escape_val = arg1
-	}
-	return swig_r
-}
-
-func Ikv_chat_begin_reply(arg1 Struct_SS_ikv_session, arg2 int, arg3 int) (_swig_ret int) {
-	var swig_r int
-	_swig_i_0 := getSwigcptr(arg1)
-	_swig_i_1 := arg2
-	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
-	return swig_r
-}
-
-func Ikv_chat_end_reply(arg1 Struct_SS_ikv_session, arg2 int, arg3 int) (_swig_ret int) {
-	var swig_r int
-	_swig_i_0 := getSwigcptr(arg1)
-	_swig_i_1 := arg2
-	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_chat_end_reply_capi_6ea70338d980e943(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
-	return swig_r
-}
-
 func Ikv_config_create(arg1 *uintptr) (_swig_ret int) {
 	var swig_r int
 	var _swig_i_0 *uintptr
@@ -1571,7 +1481,7 @@ func Ikv_config_from_json(arg1 *uintptr, arg2 string) (_swig_ret int) {
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_config_from_json_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_config_from_json_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_1))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1584,7 +1494,7 @@ func Ikv_config_from_binary(arg1 *uintptr, arg2 []byte) (_swig_ret int) {
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_config_from_binary_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), *(*C.swig_type_40)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_config_from_binary_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1597,7 +1507,7 @@ func Ikv_config_to_json(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_to_json_capi_6ea70338d980e943(*(*C.swig_type_41)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_to_json_capi_6ea70338d980e943(*(*C.swig_type_35)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1609,7 +1519,7 @@ func Ikv_config_to_binary(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_to_binary_capi_6ea70338d980e943(*(*C.swig_type_42)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_to_binary_capi_6ea70338d980e943(*(*C.swig_type_36)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1626,7 +1536,7 @@ func Ikv_config_get_model_path(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_con
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_get_model_path_capi_6ea70338d980e943(*(*C.swig_type_43)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_get_model_path_capi_6ea70338d980e943(*(*C.swig_type_37)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1649,7 +1559,7 @@ func Ikv_model_load_with_config_confined(arg1 *uintptr, arg2 Struct_SS_ikv_confi
 _swig_i_0 = arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_model_load_with_config_confined_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int)(C._wrap_ikv_model_load_with_config_confined_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_2))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
@@ -1684,7 +1594,7 @@ func Ikv_session_save_file(arg1 Struct_SS_ikv_session, arg2 int, arg3 Struct_SS_
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_session_save_file_capi_6ea70338d980e943(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_45)(unsafe.Pointer(&_swig_i_3))))
+	swig_r = (int)(C._wrap_ikv_session_save_file_capi_6ea70338d980e943(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_3))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1698,7 +1608,7 @@ func Ikv_session_save_buffer(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_sessi
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
 	_swig_i_4 := getSwigcptr(arg5)
-	swig_r = (int)(C._wrap_ikv_session_save_buffer_capi_6ea70338d980e943(*(*C.swig_type_46)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int)(C._wrap_ikv_session_save_buffer_capi_6ea70338d980e943(*(*C.swig_type_40)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1712,7 +1622,7 @@ func Ikv_session_restore_file(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_ses
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := getSwigcptr(arg4)
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_session_restore_file_capi_6ea70338d980e943(*(*C.swig_type_47)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_4))))
+	swig_r = (int)(C._wrap_ikv_session_restore_file_capi_6ea70338d980e943(*(*C.swig_type_41)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_4))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1729,7 +1639,7 @@ func Ikv_session_restore_buffer(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_s
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := getSwigcptr(arg4)
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_session_restore_buffer_capi_6ea70338d980e943(*(*C.swig_type_49)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_4))))
+	swig_r = (int)(C._wrap_ikv_session_restore_buffer_capi_6ea70338d980e943(*(*C.swig_type_43)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_4))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1744,13 +1654,103 @@ func Ikv_snapshot_inspect(arg1 []byte, arg2 *uint64, arg3 string) (_swig_ret int
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_snapshot_inspect_capi_6ea70338d980e943(*(*C.swig_type_51)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int)(C._wrap_ikv_snapshot_inspect_capi_6ea70338d980e943(*(*C.swig_type_45)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
+	return swig_r
+}
+
+const IKV_CHAT_FORMAT_NONE int = 0
+const IKV_CHAT_FORMAT_CHATML int = 1
+const IKV_CHAT_FORMAT_LLAMA3 int = 2
+const IKV_CHAT_PROTECT_SYSTEM int = 0
+const IKV_CHAT_PROTECT_NONE int = 1
+const IKV_CHAT_PROTECT_FAIR int = 2
+func Ikv_chat_format(arg1 *int32, arg2 Struct_SS_ikv_model) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := arg1
+	_swig_i_1 := getSwigcptr(arg2)
+	swig_r = (int)(C._wrap_ikv_chat_format_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	return swig_r
+}
+
+func Ikv_chat_tokenize(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 string, arg5 string, arg6 int, arg7 int) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := getSwigcptr(arg3)
+	_swig_i_3 := arg4
+	_swig_i_4 := arg5
+	_swig_i_5 := arg6
+	_swig_i_6 := arg7
+	swig_r = (int)(C._wrap_ikv_chat_tokenize_capi_6ea70338d980e943(*(*C.swig_type_47)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg1
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg4
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg5
+	}
+	return swig_r
+}
+
+func Ikv_chat_add(arg1 *int64, arg2 *int64, arg3 Struct_SS_ikv_session, arg4 int, arg5 string, arg6 string, arg7 int) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := getSwigcptr(arg3)
+	_swig_i_3 := arg4
+	_swig_i_4 := arg5
+	_swig_i_5 := arg6
+	_swig_i_6 := arg7
+	swig_r = (int)(C._wrap_ikv_chat_add_capi_6ea70338d980e943(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_4)), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6)))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg5
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg6
+	}
+	return swig_r
+}
+
+func Ikv_chat_reply(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 int, arg5 int, arg6 Struct_SS_ikv_sampler, arg7 uintptr, arg8 int) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := getSwigcptr(arg3)
+	_swig_i_3 := arg4
+	_swig_i_4 := arg5
+	_swig_i_5 := getSwigcptr(arg6)
+	_swig_i_6 := arg7
+	_swig_i_7 := arg8
+	swig_r = (int)(C._wrap_ikv_chat_reply_capi_6ea70338d980e943(*(*C.swig_type_52)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.uintptr_t(_swig_i_6), C.swig_intgo(_swig_i_7)))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg1
+	}
+	return swig_r
+}
+
+func Ikv_chat_begin_reply(arg1 Struct_SS_ikv_session, arg2 int, arg3 int) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := getSwigcptr(arg1)
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r = (int)(C._wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	return swig_r
+}
+
+func Ikv_chat_end_reply(arg1 Struct_SS_ikv_session, arg2 int, arg3 int) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := getSwigcptr(arg1)
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r = (int)(C._wrap_ikv_chat_end_reply_capi_6ea70338d980e943(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 

@@ -195,18 +195,27 @@ extern int32_t ikvGoTokenTrampoline(void *user_data, int32_t token, char *text, 
 
 #include "infokv/infokv.h"
 
+
+#include "infokv/model.h"
+
+
+#include "infokv/session.h"
+
 SWIGINTERN void delete_ikv_session_options(struct ikv_session_options *self){
     free((char *)self->device);
     free(self);
   }
 
-#include "infokv/chat.h"
+#include "infokv/sampler.h"
 
 
 #include "infokv/config.h"
 
 
 #include "infokv/snapshot.h"
+
+
+#include "infokv/chat.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -2148,159 +2157,6 @@ intgo _wrap_ikv_generate_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *
 }
 
 
-intgo _wrap_ikv_chat_format_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_model *_swig_go_1) {
-  int32_t *arg1 = (int32_t *) 0 ;
-  ikv_model *arg2 = (ikv_model *) 0 ;
-  int32_t result;
-  intgo _swig_go_result;
-  
-  arg1 = (int32_t *)_swig_go_0;
-  arg2 = *(ikv_model **)&_swig_go_1; 
-  
-  result = (int32_t)ikv_chat_format(arg1,(struct ikv_model const *)arg2);
-  _swig_go_result = result; 
-  
-  return _swig_go_result;
-}
-
-
-intgo _wrap_ikv_chat_tokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
-  int32_t *arg1 = (int32_t *) 0 ;
-  size_t arg2 ;
-  size_t *arg3 = (size_t *) 0 ;
-  ikv_model *arg4 = (ikv_model *) 0 ;
-  char *arg5 = (char *) 0 ;
-  char *arg6 = (char *) 0 ;
-  size_t arg7 ;
-  int32_t arg8 ;
-  int32_t arg9 ;
-  int32_t result;
-  intgo _swig_go_result;
-  
-  arg1 = (int32_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
-  arg2 = (size_t)_swig_go_0.len;
-  arg3 = (size_t *)_swig_go_1;
-  arg4 = *(ikv_model **)&_swig_go_2; 
-  
-  arg5 = (char *)malloc(_swig_go_3.n + 1);
-  memcpy(arg5, _swig_go_3.p, _swig_go_3.n);
-  arg5[_swig_go_3.n] = '\0';
-  
-  arg6 = (char *)_swig_go_4.p;
-  arg7 = (size_t)_swig_go_4.n;
-  arg8 = (int32_t)_swig_go_5; 
-  arg9 = (int32_t)_swig_go_6; 
-  
-  result = (int32_t)ikv_chat_tokenize(arg1,arg2,arg3,(struct ikv_model const *)arg4,(char const *)arg5,(char const *)arg6,arg7,arg8,arg9);
-  _swig_go_result = result; 
-  
-  
-  free(arg5); 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_ikv_chat_add_capi_6ea70338d980e943(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _gostring_ _swig_go_4, _gostring_ _swig_go_5, intgo _swig_go_6) {
-  int64_t *arg1 = (int64_t *) 0 ;
-  int64_t *arg2 = (int64_t *) 0 ;
-  ikv_session *arg3 = (ikv_session *) 0 ;
-  int32_t arg4 ;
-  char *arg5 = (char *) 0 ;
-  char *arg6 = (char *) 0 ;
-  size_t arg7 ;
-  int32_t arg8 ;
-  int32_t result;
-  intgo _swig_go_result;
-  
-  arg1 = (int64_t *)_swig_go_0;
-  arg2 = (int64_t *)_swig_go_1;
-  arg3 = *(ikv_session **)&_swig_go_2; 
-  arg4 = (int32_t)_swig_go_3; 
-  
-  arg5 = (char *)malloc(_swig_go_4.n + 1);
-  memcpy(arg5, _swig_go_4.p, _swig_go_4.n);
-  arg5[_swig_go_4.n] = '\0';
-  
-  arg6 = (char *)_swig_go_5.p;
-  arg7 = (size_t)_swig_go_5.n;
-  arg8 = (int32_t)_swig_go_6; 
-  
-  result = (int32_t)ikv_chat_add(arg1,arg2,arg3,arg4,(char const *)arg5,(char const *)arg6,arg7,arg8);
-  _swig_go_result = result; 
-  
-  
-  free(arg5); 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_ikv_chat_reply_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, struct ikv_sampler *_swig_go_5, ikv_token_callback _swig_go_6, intgo _swig_go_7) {
-  int32_t *arg1 = (int32_t *) 0 ;
-  size_t arg2 ;
-  size_t *arg3 = (size_t *) 0 ;
-  ikv_session *arg4 = (ikv_session *) 0 ;
-  int32_t arg5 ;
-  int32_t arg6 ;
-  ikv_sampler *arg7 = (ikv_sampler *) 0 ;
-  ikv_token_callback arg8 = (ikv_token_callback) 0 ;
-  void *arg9 = (void *) 0 ;
-  int32_t arg10 ;
-  int32_t result;
-  intgo _swig_go_result;
-  
-  arg1 = (int32_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
-  arg2 = (size_t)_swig_go_0.len;
-  arg3 = (size_t *)_swig_go_1;
-  arg4 = *(ikv_session **)&_swig_go_2; 
-  arg5 = (int32_t)_swig_go_3; 
-  arg6 = (int32_t)_swig_go_4; 
-  arg7 = *(ikv_sampler **)&_swig_go_5; 
-  arg8 = _swig_go_6 ? (ikv_token_callback)ikvGoTokenTrampoline : NULL;
-  arg9 = (void *)(uintptr_t)_swig_go_6;
-  arg10 = (int32_t)_swig_go_7; 
-  
-  result = (int32_t)ikv_chat_reply(arg1,arg2,arg3,arg4,arg5,arg6,arg7,arg8,arg9,arg10);
-  _swig_go_result = result; 
-  
-  
-  return _swig_go_result;
-}
-
-
-intgo _wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
-  ikv_session *arg1 = (ikv_session *) 0 ;
-  int32_t arg2 ;
-  int32_t arg3 ;
-  int32_t result;
-  intgo _swig_go_result;
-  
-  arg1 = *(ikv_session **)&_swig_go_0; 
-  arg2 = (int32_t)_swig_go_1; 
-  arg3 = (int32_t)_swig_go_2; 
-  
-  result = (int32_t)ikv_chat_begin_reply(arg1,arg2,arg3);
-  _swig_go_result = result; 
-  return _swig_go_result;
-}
-
-
-intgo _wrap_ikv_chat_end_reply_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
-  ikv_session *arg1 = (ikv_session *) 0 ;
-  int32_t arg2 ;
-  int32_t arg3 ;
-  int32_t result;
-  intgo _swig_go_result;
-  
-  arg1 = *(ikv_session **)&_swig_go_0; 
-  arg2 = (int32_t)_swig_go_1; 
-  arg3 = (int32_t)_swig_go_2; 
-  
-  result = (int32_t)ikv_chat_end_reply(arg1,arg2,arg3);
-  _swig_go_result = result; 
-  return _swig_go_result;
-}
-
-
 intgo _wrap_ikv_config_create_capi_6ea70338d980e943(ikv_config **_swig_go_0) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   int32_t result;
@@ -2627,6 +2483,159 @@ intgo _wrap_ikv_snapshot_inspect_capi_6ea70338d980e943(_goslice_ _swig_go_0, lon
   
   
   free(arg4); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_format_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_model *_swig_go_1) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  ikv_model *arg2 = (ikv_model *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)_swig_go_0;
+  arg2 = *(ikv_model **)&_swig_go_1; 
+  
+  result = (int32_t)ikv_chat_format(arg1,(struct ikv_model const *)arg2);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_tokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_model *arg4 = (ikv_model *) 0 ;
+  char *arg5 = (char *) 0 ;
+  char *arg6 = (char *) 0 ;
+  size_t arg7 ;
+  int32_t arg8 ;
+  int32_t arg9 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_model **)&_swig_go_2; 
+  
+  arg5 = (char *)malloc(_swig_go_3.n + 1);
+  memcpy(arg5, _swig_go_3.p, _swig_go_3.n);
+  arg5[_swig_go_3.n] = '\0';
+  
+  arg6 = (char *)_swig_go_4.p;
+  arg7 = (size_t)_swig_go_4.n;
+  arg8 = (int32_t)_swig_go_5; 
+  arg9 = (int32_t)_swig_go_6; 
+  
+  result = (int32_t)ikv_chat_tokenize(arg1,arg2,arg3,(struct ikv_model const *)arg4,(char const *)arg5,(char const *)arg6,arg7,arg8,arg9);
+  _swig_go_result = result; 
+  
+  
+  free(arg5); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_add_capi_6ea70338d980e943(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _gostring_ _swig_go_4, _gostring_ _swig_go_5, intgo _swig_go_6) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  ikv_session *arg3 = (ikv_session *) 0 ;
+  int32_t arg4 ;
+  char *arg5 = (char *) 0 ;
+  char *arg6 = (char *) 0 ;
+  size_t arg7 ;
+  int32_t arg8 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)_swig_go_0;
+  arg2 = (int64_t *)_swig_go_1;
+  arg3 = *(ikv_session **)&_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  arg5 = (char *)malloc(_swig_go_4.n + 1);
+  memcpy(arg5, _swig_go_4.p, _swig_go_4.n);
+  arg5[_swig_go_4.n] = '\0';
+  
+  arg6 = (char *)_swig_go_5.p;
+  arg7 = (size_t)_swig_go_5.n;
+  arg8 = (int32_t)_swig_go_6; 
+  
+  result = (int32_t)ikv_chat_add(arg1,arg2,arg3,arg4,(char const *)arg5,(char const *)arg6,arg7,arg8);
+  _swig_go_result = result; 
+  
+  
+  free(arg5); 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_reply_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, struct ikv_sampler *_swig_go_5, ikv_token_callback _swig_go_6, intgo _swig_go_7) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_session *arg4 = (ikv_session *) 0 ;
+  int32_t arg5 ;
+  int32_t arg6 ;
+  ikv_sampler *arg7 = (ikv_sampler *) 0 ;
+  ikv_token_callback arg8 = (ikv_token_callback) 0 ;
+  void *arg9 = (void *) 0 ;
+  int32_t arg10 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_session **)&_swig_go_2; 
+  arg5 = (int32_t)_swig_go_3; 
+  arg6 = (int32_t)_swig_go_4; 
+  arg7 = *(ikv_sampler **)&_swig_go_5; 
+  arg8 = _swig_go_6 ? (ikv_token_callback)ikvGoTokenTrampoline : NULL;
+  arg9 = (void *)(uintptr_t)_swig_go_6;
+  arg10 = (int32_t)_swig_go_7; 
+  
+  result = (int32_t)ikv_chat_reply(arg1,arg2,arg3,arg4,arg5,arg6,arg7,arg8,arg9,arg10);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+  ikv_session *arg1 = (ikv_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_session **)&_swig_go_0; 
+  arg2 = (int32_t)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_chat_begin_reply(arg1,arg2,arg3);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_chat_end_reply_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+  ikv_session *arg1 = (ikv_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_session **)&_swig_go_0; 
+  arg2 = (int32_t)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_chat_end_reply(arg1,arg2,arg3);
+  _swig_go_result = result; 
   return _swig_go_result;
 }
 

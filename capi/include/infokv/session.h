@@ -1,0 +1,346 @@
+/*
+ * infokv: sessions: sequences, decoding, logits, the compressed KV cache, what auto chose, tuning profiles.
+ * Part of the public C API: include <infokv/infokv.h>, which includes this header (conventions there).
+ */
+#ifndef INFOKV_SESSION_H
+#define INFOKV_SESSION_H
+
+#ifndef INFOKV_INFOKV_H
+#error "include <infokv/infokv.h>, not <infokv/session.h>"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- session ---- */
+
+/* KV cache element types. */
+#define IKV_KV_F32 1
+#define IKV_KV_F16 2
+#define IKV_KV_BF16 3
+
+/* Compression policies. */
+#define IKV_POLICY_NONE 0
+#define IKV_POLICY_INFOKV 1
+#define IKV_POLICY_SNAPKV 2
+#define IKV_POLICY_H2O 3
+#define IKV_POLICY_STREAMING 4
+#define IKV_POLICY_TOVA 5
+#define IKV_POLICY_PYRAMIDKV 6
+/* Chooses per sequence and per layer which evidence ranks the tokens and how the budget is spread across layers
+ * (README "auto"); with max_loss > 0 it needs no budget. */
+#define IKV_POLICY_AUTO 7
+
+/* Layer budget shapes. */
+#define IKV_SHAPE_UNIFORM 0
+#define IKV_SHAPE_PYRAMID 1
+
+/* Revisions (fields are only appended, never reordered or removed; defaults never change):
+ *   1: struct_size ... compress_after_prefill
+ *   2: device
+ *   3: max_sequences
+ *   4: max_loss */
+#define IKV_SESSION_OPTIONS_VERSION 4
+
+/**
+ * Session options: a versioned struct. Initialise with IKV_SESSION_OPTIONS_INIT or ikv_session_options_init()
+ * (the two agree), then change what you need. Zero means "default" for every size.
+ * Callers built against an older header pass their smaller struct_size and older version; the fields they do not
+ * have take their defaults (see ikv_session_create).
+ */
+typedef struct ikv_session_options {
+  uint32_t struct_size;      /* sizeof(ikv_session_options) as compiled by the caller */
+  uint32_t version;          /* IKV_SESSION_OPTIONS_VERSION */
+  int32_t n_threads;         /* 0: available cores */
+  int32_t kv_dtype;          /* IKV_KV_*; default IKV_KV_F16 */
+  int32_t block_size;        /* tokens per KV block; default 16 */
+  int32_t ubatch;            /* tokens per forward chunk; default 256 */
+  int64_t kv_pool_blocks;    /* pool size in blocks (all layers together); 0: use kv_pool_bytes */
+  int64_t kv_pool_bytes;     /* pool size in bytes; 0 and kv_pool_blocks 0: 4 x trained context, <= 1 GiB */
+  /* compression */
+  int32_t policy;            /* IKV_POLICY_*; default IKV_POLICY_NONE */
+  int32_t budget_tokens;     /* tokens kept per layer; 0: use budget_fraction */
+  double budget_fraction;    /* of the sequence's length at compression time, (0, 1] */
+  int32_t window;            /* observation window; -1: min(32, budget / 4) */
+  int32_t interval;          /* decode steps between compressions; default 1024 */
+  float alpha;               /* attention weight in the InfoKV mix; default 0.9 */
+  float tau;                 /* representation-change offset; default 1 */
+  int32_t entropy_top_k;     /* default 256 */
+  int32_t pool_kernel_prefill; /* default 5 */
+  int32_t pool_kernel_decode;  /* default 7 */
+  int32_t shape;             /* IKV_SHAPE_*; pyramidkv always uses the pyramid */
+  float beta;                /* pyramid steepness; default 20 */
+  int32_t sink;              /* streaming: sink tokens; default 4 */
+  int32_t compress_after_prefill; /* non-zero (default): compress once right after the first decode */
+  /* ---- version 2 ---- */
+  /* Where the session runs: NULL or "" (default) is "cpu"; "cuda" (device 0), "cuda:N", or "auto" (the runtime's
+   * choice; the README says which device it picks). UTF-8, NUL-terminated, owned by the caller: ikv_session_create
+   * copies what it needs, so the string only has to live until that call returns.
+   * A string rather than an enum + index: the C++ core, the CLI's --device and configs name devices with the same
+   * strings, one parser judges them all, a new device kind needs no new constant, and SWIG gives it to Python (str),
+   * Java (String) and Go (string) as it is, with no per-language parser of "cuda:N". */
+  const char *device;
+  /* ---- version 3 ---- */
+  /* Most sequences the session holds at once, in [1, 2^20]; 0: the default, 4096. Every sequence costs host memory
+   * outside the KV pool (block tables, its logits and, with a policy, an observation window of
+   * [layers x window x n_heads*head_dim] floats: 2.3 MiB for SmolLM2-135M; IKV_KV_HOST_BYTES counts it), so a server
+   * facing untrusted callers bounds it. ikv_seq_add, ikv_seq_fork and restores beyond it fail with
+   * IKV_ERR_OUT_OF_RANGE, changing nothing. */
+  int32_t max_sequences;
+  /* ---- version 4 ---- */
+  /* A quality target instead of a byte budget, for IKV_POLICY_AUTO only: 0 (default) compresses to the budget
+   * (budget_tokens / budget_fraction); > 0 keeps, at each compression and in each layer, as few tokens as hold auto's
+   * proxy loss (the relative error of the observation window's attention output, ikv_seq_auto_report) at or under
+   * max_loss, and then no budget is needed. Must be finite and >= 0; > 0 with another policy is
+   * IKV_ERR_INVALID_ARGUMENT. */
+  double max_loss;
+} ikv_session_options;
+
+#define IKV_SESSION_OPTIONS_INIT                                                                          \
+  { (uint32_t)sizeof(ikv_session_options), IKV_SESSION_OPTIONS_VERSION, 0, IKV_KV_F16, 16, 256, 0, 0,   \
+    IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1, NULL, 0, 0.0 }
+
+/** Fills `opts` with the defaults (same values as IKV_SESSION_OPTIONS_INIT). IKV_ERR_INVALID_ARGUMENT on NULL. */
+IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
+
+/**
+ * Creates a session over a model with one empty sequence, id 0.
+ * @param opts  NULL for defaults. Otherwise struct_size must be at least the version-1 size
+ *              (offsetof(ikv_session_options, device)) and version at least 1. `device` is read only when
+ *              version >= 2 (a version-1 struct from an older caller runs on the CPU), `max_sequences` only when
+ *              version >= 3 (older callers get 4096), `max_loss` only when version >= 4 (older callers get 0: a byte
+ *              budget); a struct of version >= 2 (>= 3, >= 4) must be large enough to hold `device`
+ *              (`max_sequences`, `max_loss`). opts and the device string are not used after the call returns.
+ * @return IKV_OK;
+ *         IKV_ERR_BAD_HANDLE (model);
+ *         IKV_ERR_INVALID_ARGUMENT (NULL out; struct_size or version too small; a bad option value, e.g. a policy
+ *           without a budget (IKV_POLICY_AUTO may have max_loss > 0 instead), max_loss > 0 with another policy, a
+ *           negative or non-finite max_loss; a malformed device string, anything but "", "cpu", "cuda", "cuda:N" or
+ *           "auto": the message names the option);
+ *         IKV_ERR_NO_DEVICE ("cuda" or "cuda:N" when there is no such usable CUDA device: always in a build without
+ *           CUDA; the message says why, e.g. no driver);
+ *         IKV_ERR_UNSUPPORTED (a CUDA device for a model whose weight types the CUDA path does not run);
+ *         IKV_ERR_OUT_OF_MEMORY (host or device memory; also an explicit kv_pool_blocks/kv_pool_bytes larger than
+ *           the device can hold: on the CPU the machine's physical memory, on a GPU its free memory; the message
+ *           gives both sizes).
+ * The model must outlive the session. Threads may create sessions over one model at the same time.
+ */
+IKV_API int32_t ikv_session_create(ikv_session **out, ikv_model *model, const ikv_session_options *opts);
+/** Frees a session and its KV cache; NULL is ignored. */
+IKV_API void ikv_session_free(ikv_session *session);
+
+/**
+ * Adds an empty sequence; *out_seq receives its id. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT;
+ * IKV_ERR_OUT_OF_RANGE when the session already holds max_sequences (nothing changed).
+ */
+IKV_API int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session);
+/** Removes a sequence and returns its blocks to the pool. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_NOT_FOUND. */
+IKV_API int32_t ikv_seq_remove(ikv_session *session, int32_t seq);
+/**
+ * Forks `src`: the new sequence shares its cache (copy-on-write), logits, protected spans and compression state;
+ * *out_seq receives its id (-1 on failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_seq); IKV_ERR_NOT_FOUND (no sequence `src`);
+ *         IKV_ERR_OUT_OF_RANGE (the session already holds max_sequences); IKV_ERR_OUT_OF_MEMORY (the copy of the
+ *         host-side state could not be allocated); IKV_ERR_BAD_HANDLE. On failure nothing changed.
+ */
+IKV_API int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src);
+/** Drops positions >= length (logits are cleared; decode before sampling). IKV_ERR_OUT_OF_RANGE beyond the length. */
+IKV_API int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t length);
+/**
+ * Drops the cached tokens at positions [begin, end) in every layer (the logical length is unchanged; later tokens
+ * keep their positions). Emptied blocks return to the pool. IKV_ERR_OUT_OF_RANGE for begin < 0 or end < begin;
+ * IKV_ERR_KV_FULL when blocks shared with a fork would need copies and the pool has no room (nothing changes).
+ */
+IKV_API int32_t ikv_seq_remove_range(ikv_session *session, int32_t seq, int64_t begin, int64_t end);
+/**
+ * The sequence's logical length (positions appended) into *out (0 on failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_seq_length(int64_t *out, const ikv_session *session, int32_t seq);
+/**
+ * Tokens kept in `layer` (after compression this is below the length) into *out (0 on failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_OUT_OF_RANGE (layer < 0 or >= the model's layers);
+ *         IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_seq_kept(int64_t *out, const ikv_session *session, int32_t seq, int32_t layer);
+/**
+ * Bytes of KV blocks the sequence holds (block rounding included; shared blocks counted in full) into *out (0 on
+ * failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32_t seq);
+
+/**
+ * Appends tokens to one sequence and runs the model; the logits of the last token become available.
+ * All or nothing: on failure nothing changes, in any sequence of the session. When the pool cannot hold the step and
+ * a compression policy is on, the sequences over their budget whose compression costs least per freed block (by
+ * the policy's own scores) are compressed, only as many as the step needs and only if the step then fits; when
+ * even compressing them all would not make room, the call fails with IKV_ERR_KV_FULL having compressed nothing.
+ * @return IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_INVALID_ARGUMENT (NULL tokens or n == 0), IKV_ERR_NOT_FOUND,
+ *         IKV_ERR_OUT_OF_RANGE (a token outside the vocabulary), IKV_ERR_KV_FULL, IKV_ERR_OUT_OF_MEMORY.
+ */
+IKV_API int32_t ikv_decode(ikv_session *session, int32_t seq, const int32_t *tokens, size_t n_tokens);
+
+/**
+ * Decodes a batch that may mix sequences: item i appends tokens[i] to seq_ids[i] (items of one sequence in order).
+ * Each sequence's last item gets logits (read with ikv_get_logits). Same statuses as ikv_decode.
+ */
+IKV_API int32_t ikv_decode_batch(ikv_session *session, const int32_t *seq_ids, const int32_t *tokens, size_t n_items);
+
+/**
+ * Copies the logits of the sequence's latest token.
+ * @param out       buffer of `capacity` floats; *out_count receives n_vocab.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL; IKV_ERR_BAD_STATE before the first decode (or after a truncate);
+ *         IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, const ikv_session *session, int32_t seq);
+
+/* ---- KV accounting ---- */
+#define IKV_KV_BLOCKS_TOTAL 1
+#define IKV_KV_BLOCKS_USED 2
+#define IKV_KV_BLOCKS_FREE 3
+#define IKV_KV_BLOCK_BYTES 4
+#define IKV_KV_BYTES_USED 5
+#define IKV_KV_BLOCK_SIZE 6
+/* Host memory outside the pool, in bytes: the pool's block bookkeeping and every sequence's block tables, importance
+ * channels, observation window, token history and logits (a fork copies all but the blocks). */
+#define IKV_KV_HOST_BYTES 7
+/**
+ * Reads one pool statistic (IKV_KV_*) into *out (0 on failure).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out or an unknown stat); IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat);
+/**
+ * The estimate memory pressure ranks sequences by (see ikv_decode): what compressing `seq` to its budget now would
+ * free, in whole KV blocks returned to the pool (*out_blocks), and the estimated loss per freed block
+ * (*out_cost_per_block: the share of the policy's own score mass the compression would evict, mean over layers, in
+ * 0..1, divided by *out_blocks). Under pressure the sequences with the lowest cost per block are compressed first.
+ * Both are 0 when the sequence is at or under its budget, when compressing it would free no block (e.g. blocks it
+ * shares with a fork), or when the session's policy is IKV_POLICY_NONE. A query: the compression is planned (the
+ * policy scores the cache, on the session's device) but not applied, and nothing in the session changes.
+ * Ownership: both outputs are plain values written by the call. Thread safety: as every session call.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_blocks or out_cost_per_block); IKV_ERR_NOT_FOUND (no such
+ *         sequence); IKV_ERR_BAD_HANDLE; IKV_ERR_OUT_OF_MEMORY (scoring's scratch could not be allocated).
+ *         On failure both outputs are 0.
+ */
+IKV_API int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_per_block, const ikv_session *session,
+                                          int32_t seq);
+
+/* ---- compression ---- */
+/**
+ * Marks positions [begin, end) of `seq` as never evicted (fair == 0) or as a fair-share span (fair != 0). An empty
+ * span does nothing; never-evicted spans that overlap or touch merge into one.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (begin < 0 or end < begin); IKV_ERR_OUT_OF_RANGE (the sequence would
+ *         hold more than 4096 spans); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. On failure nothing changed.
+ */
+IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair);
+/**
+ * Compresses `seq` now, to budget_tokens per layer (0: the session's configured budget). Freed blocks return
+ * to the pool. IKV_ERR_BAD_STATE when the session's policy is IKV_POLICY_NONE; IKV_ERR_KV_FULL (nothing changed)
+ * when the sequence shares blocks with a fork and the pool has no free blocks for the copies that compaction needs.
+ */
+IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens);
+
+/* ---- what IKV_POLICY_AUTO chose ---- */
+/* What ranked a layer's tokens (ikv_seq_auto_layer's *out_evidence). Stable values, only ever appended. */
+#define IKV_EVIDENCE_WINDOW_ATTENTION 0      /* attention from the observation window, pooled (as SnapKV) */
+#define IKV_EVIDENCE_INFOKV 1                /* window attention mixed with entropy and representation change */
+#define IKV_EVIDENCE_ACCUMULATED_ATTENTION 2 /* mean attention received from every later query (as H2O) */
+#define IKV_EVIDENCE_LAST_QUERY 3            /* attention from the latest query (as TOVA) */
+#define IKV_EVIDENCE_RECENCY 4               /* sink tokens and the most recent (as StreamingLLM) */
+#define IKV_EVIDENCE_KEY_NORM 5              /* keys of small norm first */
+
+/**
+ * The name of an IKV_EVIDENCE_* value: "window_attention", "infokv", "accumulated_attention", "last_query",
+ * "recency", "key_norm"; "unknown" for any other value. Static storage, never NULL. Thread-safe.
+ */
+IKV_API const char *ikv_evidence_name(int32_t evidence);
+
+/**
+ * What IKV_POLICY_AUTO chose at the sequence's latest compression, in sum (each layer: ikv_seq_auto_layer). Every
+ * compression replaces the report (one by another policy leaves it empty: *out_layers 0); it describes that
+ * compression (tokens appended since are not in it), a fork starts with its source's, and a snapshot saves it and
+ * restores it with the sequence.
+ * @param out_layers          receives the layers the report covers: the model's layer count, or 0 when the
+ *                            sequence's latest compression was not under IKV_POLICY_AUTO, or it has had none
+ *                            (then every output is 0; a restored snapshot brings the report it saved).
+ * @param out_kept_tokens     receives the tokens that compression kept, all layers together: the sum of the layers'
+ *                            budgets, or more where protected spans (ikv_seq_protect) held tokens beyond them.
+ * @param out_uniform_tokens  receives what a uniform budget would have kept, all layers together; 0 under a quality
+ *                            target.
+ * @param out_loss            receives the mean over layers of the proxy loss at the chosen budgets (the relative
+ *                            squared error of the observation window's attention output against the full cache).
+ * @param out_max_loss        receives the quality target that compression was held to; 0 when it compressed to a
+ *                            byte budget.
+ * Ownership: every output is a plain value written by the call. Thread safety: as every session call.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_NOT_FOUND (no such sequence);
+ *         IKV_ERR_BAD_HANDLE. On failure every output is 0.
+ */
+IKV_API int32_t ikv_seq_auto_report(int32_t *out_layers, int64_t *out_kept_tokens, int64_t *out_uniform_tokens,
+                                    double *out_loss, double *out_max_loss, const ikv_session *session, int32_t seq);
+
+/**
+ * One layer of the report ikv_seq_auto_report describes.
+ * @param out_evidence  receives the IKV_EVIDENCE_* value that ranked the layer's tokens.
+ * @param out_budget    receives the tokens the layer kept.
+ * @param out_alpha     receives the attention weight of the InfoKV mix (the session's alpha) when the evidence is
+ *                      IKV_EVIDENCE_INFOKV; 1 otherwise.
+ * @param out_loss      receives the layer's proxy loss at that budget.
+ * Ownership: every output is a plain value written by the call. Thread safety: as every session call.
+ * @return IKV_OK; IKV_ERR_OUT_OF_RANGE (layer < 0 or not below the report's *out_layers, which includes every layer
+ *         while the sequence has no report); IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_NOT_FOUND (no such
+ *         sequence); IKV_ERR_BAD_HANDLE. On failure *out_evidence is -1 and the other outputs are 0.
+ */
+IKV_API int32_t ikv_seq_auto_layer(int32_t *out_evidence, int32_t *out_budget, double *out_alpha, double *out_loss,
+                                   const ikv_session *session, int32_t seq, int32_t layer);
+
+/* ---- tuning profiles (what IKV_POLICY_AUTO learned on a workload; schemas/profile.fbs) ---- */
+
+/**
+ * Loads a tuning profile (written by `infokv tune` or ikv_session_save_profile) into the session. From then on each
+ * IKV_POLICY_AUTO compression under a byte budget starts from the profile's layer shape (a layer's floor is half
+ * the budget times its recorded share of the uniform budget, clamped to [0.5, 1.5]), and every such compression
+ * refines the profile (running mean of the shares, evidence counts, compressions).
+ * Ownership: the path is read during the call and not retained. Thread safety: as every session call.
+ * @return IKV_OK; IKV_ERR_IO (missing or not a regular file); IKV_ERR_BAD_CONFIG (not a profile, truncated,
+ *         corrupted or invalid values); IKV_ERR_VERSION (needs a newer reader); IKV_ERR_WRONG_MODEL (another
+ *         model's or tokenizer's fingerprint, or another layer count); IKV_ERR_INVALID_ARGUMENT (NULL path);
+ *         IKV_ERR_BAD_HANDLE. On failure the session is unchanged.
+ */
+IKV_API int32_t ikv_session_load_profile(ikv_session *session, const char *path);
+
+/**
+ * Writes the session's tuning profile to `path` atomically (readers see the old file or the whole new one). A
+ * session without a loaded profile starts an empty, record-only one at its first IKV_POLICY_AUTO compression under a
+ * byte budget, so this also saves what auto did in a session that never loaded one.
+ * @return IKV_OK; IKV_ERR_BAD_STATE (no profile: none loaded and no auto compression under a byte budget yet);
+ *         IKV_ERR_IO; IKV_ERR_INVALID_ARGUMENT (NULL path); IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_session_save_profile(const ikv_session *session, const char *path);
+
+/**
+ * The session's tuning profile in sum.
+ * @param out_compressions  receives the byte-budget auto compressions the profile has seen (0 without one).
+ * @param out_layers        receives its layer count: the model's, or 0 when the session has no profile.
+ * @param out_guides        receives 1 when the profile was loaded (it sets the floors), 0 when it only records or
+ *                          there is none.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_BAD_HANDLE. On failure every output is 0.
+ */
+IKV_API int32_t ikv_session_profile_info(int64_t *out_compressions, int32_t *out_layers, int32_t *out_guides,
+                                         const ikv_session *session);
+
+/**
+ * The profile's tag (NUL-terminated; empty when it has none), with the size-query protocol: *out_len receives its
+ * length without the NUL; a `capacity` under *out_len + 1 gives IKV_ERR_BUFFER_TOO_SMALL (out[0] = NUL if capacity
+ * > 0). out may be NULL with capacity 0.
+ * @return IKV_OK; IKV_ERR_BUFFER_TOO_SMALL; IKV_ERR_BAD_STATE (no profile); IKV_ERR_INVALID_ARGUMENT;
+ *         IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_session_profile_tag(char *out, size_t capacity, size_t *out_len, const ikv_session *session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFOKV_SESSION_H */
