@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "params.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
@@ -58,33 +59,36 @@ TEST(CpuTwins, GetRowsGathersRowsLikeGetRow) {
 
 // Slot moves read every source before writing any destination: an in-place compaction and a swap of two slots
 // (which a sequential copy would get wrong) both land the values that were there before the call.
-TEST(CpuTwins, KvMoveSlotsReadsEverySourceBeforeWriting) {
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
-    std::mt19937 g(test_seed());
-    const int32_t bs = 4, nkv = 2, hd = 8, n = 13;
-    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
-    std::vector<int32_t> table = {5, 1, 3, 0};  // scattered blocks
-    std::vector<uint8_t> pool(static_cast<size_t>(stride * 6));
-    PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
-    auto k = randn(static_cast<size_t>(n * nkv * hd), g), v = randn(static_cast<size_t>(n * nkv * hd), g);
-    cpu::kv_append(kv, 0, k.data(), v.data(), n);
-    // slot j <- src[j]: a compaction to {0, 2, 3, 7, 11, 12} followed by a swap of the last two kept slots
-    const std::vector<int32_t> src = {0, 2, 3, 7, 12, 11};
-    std::vector<float> want(src.size() * 2 * nkv * hd), got(want.size());
-    for (size_t j = 0; j < src.size(); ++j)
-      for (int w = 0; w < 2; ++w)
-        for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(want.data() + ((j * 2 + w) * nkv + h) * hd, kv, src[j], h, w);
-    std::vector<int32_t> moves;
-    for (size_t j = 0; j < src.size(); ++j)
-      moves.insert(moves.end(), {table[static_cast<size_t>(src[j] / bs)], src[j] % bs, table[j / bs], static_cast<int32_t>(j % bs)});
-    std::vector<uint8_t> scratch(src.size() * 2 * nkv * hd * static_cast<size_t>(kv_dtype_size(dt)));
-    cpu::kv_move_slots(kv, moves.data(), static_cast<int64_t>(src.size()), scratch.data());
-    for (size_t j = 0; j < src.size(); ++j)
-      for (int w = 0; w < 2; ++w)
-        for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(got.data() + ((j * 2 + w) * nkv + h) * hd, kv, static_cast<int32_t>(j), h, w);
-    EXPECT_EQ(got, want) << kv_dtype_name(dt);
-  }
+class CpuTwinsDtype : public ::testing::TestWithParam<KvDtype> {};
+
+TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
+  const KvDtype dt = GetParam();
+  std::mt19937 g(test_seed());
+  const int32_t bs = 4, nkv = 2, hd = 8, n = 13;
+  const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+  std::vector<int32_t> table = {5, 1, 3, 0};  // scattered blocks
+  std::vector<uint8_t> pool(static_cast<size_t>(stride * 6));
+  PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
+  auto k = randn(static_cast<size_t>(n * nkv * hd), g), v = randn(static_cast<size_t>(n * nkv * hd), g);
+  cpu::kv_append(kv, 0, k.data(), v.data(), n);
+  // slot j <- src[j]: a compaction to {0, 2, 3, 7, 11, 12} followed by a swap of the last two kept slots
+  const std::vector<int32_t> src = {0, 2, 3, 7, 12, 11};
+  std::vector<float> want(src.size() * 2 * nkv * hd), got(want.size());
+  for (size_t j = 0; j < src.size(); ++j)
+    for (int w = 0; w < 2; ++w)
+      for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(want.data() + ((j * 2 + w) * nkv + h) * hd, kv, src[j], h, w);
+  std::vector<int32_t> moves;
+  for (size_t j = 0; j < src.size(); ++j)
+    moves.insert(moves.end(), {table[static_cast<size_t>(src[j] / bs)], src[j] % bs, table[j / bs], static_cast<int32_t>(j % bs)});
+  std::vector<uint8_t> scratch(src.size() * 2 * nkv * hd * static_cast<size_t>(kv_dtype_size(dt)));
+  cpu::kv_move_slots(kv, moves.data(), static_cast<int64_t>(src.size()), scratch.data());
+  for (size_t j = 0; j < src.size(); ++j)
+    for (int w = 0; w < 2; ++w)
+      for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(got.data() + ((j * 2 + w) * nkv + h) * hd, kv, static_cast<int32_t>(j), h, w);
+  EXPECT_EQ(got, want) << kv_dtype_name(dt);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, CpuTwinsDtype, infokv_test::all_kv_dtypes(), infokv_test::kv_dtype_param_name);
 
 // The batch forms equal the per-sequence calls they replace, bit for bit.
 TEST(CpuTwins, AttentionRowsAndAppendRowsEqualPerSequenceCalls) {

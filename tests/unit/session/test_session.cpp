@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "params.hpp"
 #include "model/model.hpp"
 #include "random_inputs.hpp"
 #include "sampling/sampler.hpp"
@@ -191,22 +192,25 @@ TEST(Session, KvDtypesStayCloseToF32) {
   }
 }
 
-TEST(Session, AccountingMatchesTheFormula) {
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
-    for (int32_t bs : {1, 16, 7}) {
-      Session s(stories(), opts(dt, bs));
-      const int32_t id = s.add_sequence();
-      std::vector<BatchToken> b;
-      for (int i = 0; i < 45; ++i) b.push_back({id, 1 + i, false});
-      s.decode(b);
-      const HParams &hp = stories()->hparams();
-      const int64_t rounded = (45 + bs - 1) / bs * bs;
-      const int64_t expect = 2LL * hp.n_layer * hp.n_head_kv * hp.head_dim * kv_dtype_size(dt) * rounded;
-      EXPECT_EQ(s.info(id).bytes, expect) << kv_dtype_name(dt) << " block " << bs;
-      EXPECT_EQ(s.kv().stats().bytes_used, expect);
-    }
+class SessionDtype : public ::testing::TestWithParam<KvDtype> {};
+
+TEST_P(SessionDtype, AccountingMatchesTheFormula) {
+  const KvDtype dt = GetParam();
+  for (int32_t bs : {1, 16, 7}) {
+    Session s(stories(), opts(dt, bs));
+    const int32_t id = s.add_sequence();
+    std::vector<BatchToken> b;
+    for (int i = 0; i < 45; ++i) b.push_back({id, 1 + i, false});
+    s.decode(b);
+    const HParams &hp = stories()->hparams();
+    const int64_t rounded = (45 + bs - 1) / bs * bs;
+    const int64_t expect = 2LL * hp.n_layer * hp.n_head_kv * hp.head_dim * kv_dtype_size(dt) * rounded;
+    EXPECT_EQ(s.info(id).bytes, expect) << kv_dtype_name(dt) << " block " << bs;
+    EXPECT_EQ(s.kv().stats().bytes_used, expect);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, SessionDtype, infokv_test::all_kv_dtypes(), infokv_test::kv_dtype_param_name);
 
 TEST(Session, RemovingSequencesReturnsMemory) {
   Session s(stories(), opts(KvDtype::f16, 8));
