@@ -82,6 +82,48 @@ __attribute__((target("avx2,fma"))) void softmax_avx2(float *p, int32_t n) {
   for (; j < n; ++j) p[j] *= invs;
 }
 
+// p[j] = exp(p[j] - max p) for j < n; returns the sum and stores the max in *mx (n >= 1).
+__attribute__((target("avx2,fma"))) double exp_shifted_avx2(float *p, int32_t n, float *mx_out) {
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(p + j));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mv);
+  float mx = lanes[0];
+  for (int k = 1; k < 8; ++k) mx = std::max(mx, lanes[k]);
+  for (int32_t k = j; k < n; ++k) mx = std::max(mx, p[k]);
+  const __m256 mb = _mm256_set1_ps(mx);
+  __m256 sv = _mm256_setzero_ps();
+  j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p + j), mb));
+    _mm256_storeu_ps(p + j, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  _mm256_storeu_ps(lanes, sv);
+  double sum = 0;
+  for (int k = 0; k < 8; ++k) sum += lanes[k];
+  for (; j < n; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  *mx_out = mx;
+  return sum;
+}
+
+double exp_shifted(float *p, int32_t n, float *mx_out) {
+  if (have_f16c()) return exp_shifted_avx2(p, n, mx_out);
+  float mx = -INFINITY;
+  for (int32_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
+  double sum = 0;
+  for (int32_t j = 0; j < n; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  *mx_out = mx;
+  return sum;
+}
+
 void softmax_inplace(float *p, int32_t n) {
   if (have_f16c()) {
     softmax_avx2(p, n);
@@ -171,9 +213,128 @@ void attend_generic(float *og, const float *qg, const PagedKv &kv, int32_t g, in
 
 #undef IKV_ATTEND_BODY
 
+// One query, one KV head, slots [b0, b1): per query head of the group, the chunk's max score m[hh], the sum of
+// exp(s - m) l[hh] and the unnormalised exp(s - m)-weighted sum of V o[hh][head_dim] (merged by merge_chunks).
+// p: [group][b1 - b0] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
+#define IKV_PARTIAL_BODY(DOT, AXPY)                                                                             \
+  const int32_t hd = kv.head_dim, n = b1 - b0;                                                                \
+  for (int32_t s0 = b0; s0 < b1; s0 += kv.block_size) {                                                       \
+    const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                     \
+    load_row(kvbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);                                              \
+    for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
+      const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                   \
+      float *ph = p + static_cast<int64_t>(hh) * n + (s0 - b0);                                               \
+      for (int32_t j = 0; j < cnt; ++j) ph[j] = DOT(qh, kvbuf + static_cast<int64_t>(j) * hd, hd) * scale;  \
+    }                                                                                                         \
+  }                                                                                                           \
+  for (int32_t hh = 0; hh < group; ++hh) l[hh] = exp_shifted(p + static_cast<int64_t>(hh) * n, n, &m[hh]);    \
+  std::fill(o, o + static_cast<int64_t>(group) * hd, 0.0f);                                                   \
+  for (int32_t s0 = b0; s0 < b1; s0 += kv.block_size) {                                                       \
+    const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                     \
+    load_row(kvbuf, slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);                                              \
+    for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
+      const float *ph = p + static_cast<int64_t>(hh) * n + (s0 - b0);                                         \
+      float *oh = o + static_cast<int64_t>(hh) * hd;                                                          \
+      for (int32_t j = 0; j < cnt; ++j) AXPY(oh, ph[j], kvbuf + static_cast<int64_t>(j) * hd, hd);           \
+    }                                                                                                         \
+  }
+
+IKV_AVX2 void attend_chunk_avx2(float *o, float *m, double *l, const float *qg, const PagedKv &kv, int32_t g,
+                                int32_t group, int32_t b0, int32_t b1, float scale, float *p, float *kvbuf) {
+  IKV_PARTIAL_BODY(dot_v, axpy_v)
+}
+
+void attend_chunk_generic(float *o, float *m, double *l, const float *qg, const PagedKv &kv, int32_t g, int32_t group,
+                          int32_t b0, int32_t b1, float scale, float *p, float *kvbuf) {
+  IKV_PARTIAL_BODY(dot_s, axpy_s)
+}
+
+#undef IKV_PARTIAL_BODY
+
+// og[group][head_dim] = the attention output from n_chunks partial results (o, m, l as attend_chunk_* writes them,
+// chunk c at o + c * group * hd, m/l + c * group), rescaled to the common max and normalised. Chunks in order.
+void merge_chunks(float *og, const float *o, const float *m, const double *l, int32_t n_chunks, int32_t group, int32_t hd) {
+  for (int32_t hh = 0; hh < group; ++hh) {
+    float mx = -INFINITY;
+    for (int32_t c = 0; c < n_chunks; ++c) mx = std::max(mx, m[c * group + hh]);
+    double sum = 0;
+    float *out = og + static_cast<int64_t>(hh) * hd;
+    std::fill(out, out + hd, 0.0f);
+    for (int32_t c = 0; c < n_chunks; ++c) {
+      const double w = std::exp(static_cast<double>(m[c * group + hh]) - mx);
+      sum += w * l[c * group + hh];
+      const float wf = static_cast<float>(w);
+      const float *oc = o + (static_cast<int64_t>(c) * group + hh) * hd;
+      for (int32_t i = 0; i < hd; ++i) out[i] += wf * oc[i];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int32_t i = 0; i < hd; ++i) out[i] *= inv;
+  }
+}
+
 }  // namespace
 
 namespace {
+
+// Long contexts without H2O sums are cut into chunks of kSplitChunk slots (whole blocks), so a decode step of one
+// sequence, which has only one item per KV head (3 for SmolLM2), still spreads over every thread, and each chunk's
+// scores stay in cache (flash-decoding). The chunking depends only on each query's visible count, never on the
+// thread count or on what else is in the batch, so results are the same for any number of threads and batch.
+constexpr int32_t kSplitMinSlots = 1024;
+constexpr int32_t kSplitChunk = 512;
+
+template <typename ViewFor>
+void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, float scale, ThreadPool *pool,
+                  ViewFor view_for) {
+  const int32_t hd = kv.head_dim, G = kv.n_kv_heads, group = n_heads / G;
+  const int32_t chunk = std::max(kv.block_size, (kSplitChunk + kv.block_size - 1) / kv.block_size * kv.block_size);
+  const bool avx2 = have_f16c();
+  // Units: (query t, KV head g, chunk c), listed query by query; first_unit[t] is query t's first.
+  std::vector<int64_t> first_unit(static_cast<size_t>(n_q) + 1, 0);
+  std::vector<int32_t> n_chunks(static_cast<size_t>(n_q));
+  for (int64_t t = 0; t < n_q; ++t) {
+    const int32_t vis = view_for(t).second;
+    n_chunks[static_cast<size_t>(t)] = std::max(1, (vis + chunk - 1) / chunk);
+    first_unit[static_cast<size_t>(t) + 1] = first_unit[static_cast<size_t>(t)] + static_cast<int64_t>(G) * n_chunks[static_cast<size_t>(t)];
+  }
+  const int64_t units = first_unit.back();
+  std::vector<float> o(static_cast<size_t>(units) * group * hd), m(static_cast<size_t>(units) * group);
+  std::vector<double> l(static_cast<size_t>(units) * group);
+  auto body = [&](int64_t u0, int64_t u1) {
+    std::vector<float> p(static_cast<size_t>(group) * chunk), kvbuf(static_cast<size_t>(kv.block_size) * hd);
+    int64_t t = std::upper_bound(first_unit.begin(), first_unit.end(), u0) - first_unit.begin() - 1;
+    for (int64_t u = u0; u < u1; ++u) {
+      while (u >= first_unit[static_cast<size_t>(t) + 1]) ++t;
+      const int32_t nc = n_chunks[static_cast<size_t>(t)];
+      const int64_t k = u - first_unit[static_cast<size_t>(t)];
+      const int32_t g = static_cast<int32_t>(k / nc), c = static_cast<int32_t>(k % nc);
+      const std::pair<PagedKv, int32_t> vv = view_for(t);
+      const int32_t b0 = c * chunk, b1 = std::min(vv.second, b0 + chunk);
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      float *ou = o.data() + static_cast<size_t>(u) * group * hd;
+      float *mu = m.data() + static_cast<size_t>(u) * group;
+      double *lu = l.data() + static_cast<size_t>(u) * group;
+      if (b1 <= b0) {  // nothing visible in this chunk: it adds nothing
+        std::fill(ou, ou + static_cast<int64_t>(group) * hd, 0.0f);
+        std::fill(mu, mu + group, -INFINITY);
+        std::fill(lu, lu + group, 0.0);
+      } else if (avx2) {
+        attend_chunk_avx2(ou, mu, lu, qg, vv.first, g, group, b0, b1, scale, p.data(), kvbuf.data());
+      } else {
+        attend_chunk_generic(ou, mu, lu, qg, vv.first, g, group, b0, b1, scale, p.data(), kvbuf.data());
+      }
+    }
+  };
+  if (pool == nullptr) body(0, units);
+  else pool->parallel_for(units, 1, body);
+  for (int64_t t = 0; t < n_q; ++t)
+    for (int32_t g = 0; g < G; ++g) {
+      const int32_t nc = n_chunks[static_cast<size_t>(t)];
+      const size_t u = static_cast<size_t>(first_unit[static_cast<size_t>(t)] + static_cast<int64_t>(g) * nc);
+      merge_chunks(out + (t * n_heads + static_cast<int64_t>(g) * group) * hd, o.data() + u * group * hd, m.data() + u * group,
+                   l.data() + u * group, nc, group, hd);
+    }
+}
 
 // The attention of n_q queries, query t over the view and visible count view_for(t) returns. A work item is one
 // query and one KV head: each K/V block is converted to f32 once and used by every query head of the group. acc
@@ -210,6 +371,10 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
     for (int64_t it = i0; it < i1; ++it) run(it, acc, acc_count, p, kvbuf);
   };
   const int64_t items = n_q * kv.n_kv_heads;
+  if (acc == nullptr && max_vis >= kSplitMinSlots) {
+    attend_split(out, q, n_q, n_heads, kv, scale, pool, view_for);
+    return;
+  }
   const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
   if (pool == nullptr || work < (int64_t{1} << 16)) {
     body(0, items);

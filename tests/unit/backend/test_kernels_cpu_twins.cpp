@@ -4,13 +4,16 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <numeric>
+#include <utility>
 #include <random>
 #include <vector>
 
 #include "params.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/ops.hpp"
 #include "random_inputs.hpp"
 
@@ -86,6 +89,63 @@ TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
     for (int w = 0; w < 2; ++w)
       for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(got.data() + ((j * 2 + w) * nkv + h) * hd, kv, static_cast<int32_t>(j), h, w);
   EXPECT_EQ(got, want) << kv_dtype_name(dt);
+}
+
+// Long contexts are attended in 512-slot chunks merged by their maxima (flash-decoding): the result equals a plain
+// double-precision softmax attention over what the cache holds, and is the same bits for any thread count (the
+// chunking depends on the visible count alone). A batch of a decode step (one query, 3000 slots) and of a prefill
+// tail (three queries, 1030..1032 slots, across the 1024-slot threshold's chunk edge).
+TEST_P(CpuTwinsDtype, LongContextAttentionMatchesPlainSoftmaxForAnyThreadCount) {
+  const KvDtype dt = GetParam();
+  std::mt19937 g(test_seed());
+  const int32_t bs = 16, nkv = 3, hd = 64, nh = 9, group = nh / nkv;
+  for (const std::pair<int32_t, int32_t> &shape : {std::make_pair(3000, 1), std::make_pair(1030, 3)}) {
+    const int32_t visible0 = shape.first, n_q = shape.second, n = visible0 + n_q - 1;
+    const int32_t nb = (n + bs - 1) / bs;
+    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+    std::vector<int32_t> table(static_cast<size_t>(nb));
+    for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 5 + 3) % nb;  // scattered, a permutation
+    std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
+    PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
+    auto k = randn(static_cast<size_t>(n) * nkv * hd, g, 2.0f), v = randn(k.size(), g);
+    cpu::kv_append(kv, 0, k.data(), v.data(), n);
+    auto q = randn(static_cast<size_t>(n_q) * nh * hd, g);
+    const float scale = 0.125f;
+    std::vector<float> one(q.size()), two(q.size());
+    cpu::paged_attention(one.data(), q.data(), n_q, nh, kv, visible0, scale, nullptr, nullptr, nullptr);
+    ThreadPool tp(2);
+    cpu::paged_attention(two.data(), q.data(), n_q, nh, kv, visible0, scale, nullptr, nullptr, &tp);
+    EXPECT_EQ(one, two) << kv_dtype_name(dt) << ": one thread and two differ";
+    // The reference reads the cache back as stored (f16/bf16 rounding included) and works in double.
+    std::vector<float> kr(static_cast<size_t>(hd)), vr(static_cast<size_t>(hd));
+    double worst = 0;
+    for (int32_t t = 0; t < n_q; ++t) {
+      const int32_t vis = visible0 + t;
+      for (int32_t h = 0; h < nh; ++h) {
+        const float *qh = q.data() + (static_cast<size_t>(t) * nh + h) * hd;
+        std::vector<double> sc(static_cast<size_t>(vis));
+        double mx = -INFINITY;
+        for (int32_t j = 0; j < vis; ++j) {
+          cpu::kv_read(kr.data(), kv, j, h / group, 0);
+          double d = 0;
+          for (int32_t i = 0; i < hd; ++i) d += static_cast<double>(qh[i]) * kr[static_cast<size_t>(i)];
+          sc[static_cast<size_t>(j)] = d * scale;
+          mx = std::max(mx, sc[static_cast<size_t>(j)]);
+        }
+        std::vector<double> acc(static_cast<size_t>(hd), 0.0);
+        double sum = 0;
+        for (int32_t j = 0; j < vis; ++j) {
+          const double w = std::exp(sc[static_cast<size_t>(j)] - mx);
+          sum += w;
+          cpu::kv_read(vr.data(), kv, j, h / group, 1);
+          for (int32_t i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += w * vr[static_cast<size_t>(i)];
+        }
+        const float *got = one.data() + (static_cast<size_t>(t) * nh + h) * hd;
+        for (int32_t i = 0; i < hd; ++i) worst = std::max(worst, std::fabs(got[i] - acc[static_cast<size_t>(i)] / sum));
+      }
+    }
+    EXPECT_LT(worst, 2e-5) << kv_dtype_name(dt) << " visible " << visible0 << ", " << n_q << " queries";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtypes, CpuTwinsDtype, infokv_test::all_kv_dtypes(), infokv_test::kv_dtype_param_name);
