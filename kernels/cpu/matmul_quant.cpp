@@ -1,7 +1,7 @@
 // Dequantisation entry points and the quantised-weight matmul: out[n, m] = x[n, k] · W[m, k]^T where W is stored in
-// ggml blocks. A weight row is expanded into a per-thread f32 buffer (at most k floats, which stays in L1/L2) and
-// dotted with every token row; the model's weights are never expanded in memory. The AVX2 build of the same code
-// lets the compiler vectorise the block expansion and uses FMA for the dots.
+// ggml blocks. A few weight rows at a time are expanded into a per-thread f32 buffer (at most 8 * k floats, which
+// stays in L1/L2) and multiplied with the tokens by the register-blocked tiles of gemm_tile.hpp; the model's weights
+// are never expanded in memory. Decode-sized products of the common types skip the expansion (rows_fused).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
+#include "kernels/cpu/gemm_tile.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
@@ -146,42 +147,22 @@ __attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const u
   }
 }
 
+// A few rows at a time are expanded into a per-thread f32 buffer (at most 8 * k floats, in L1/L2) and run through
+// the register-blocked f32 tiles (gemm_tile.hpp) over a chunk of tokens: the expansion is paid once per row and
+// token chunk, and each activation load serves four rows.
 template <BlockFn F, int64_t QK, int64_t BB>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const uint8_t *w, int64_t n,
                                                         int64_t m0, int64_t m1, int64_t m, int64_t k) {
+  const int64_t rows_per = n == 1 ? 8 : 4, nb = k / QK;
   static thread_local std::vector<float> buf;
-  if (static_cast<int64_t>(buf.size()) < k) buf.resize(static_cast<size_t>(k));
-  float *y = buf.data();
-  const int64_t nb = k / QK;
-  for (int64_t r = m0; r < m1; ++r) {
-    expand_row<F, QK, BB>(y, w + r * nb * BB, nb);
-    int64_t t = 0;
-    for (; t + 4 <= n; t += 4) {
-      const float *x0 = x + t * k, *x1 = x0 + k, *x2 = x1 + k, *x3 = x2 + k;
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-      for (int64_t i = 0; i < k; i += 8) {
-        __m256 wv = _mm256_loadu_ps(y + i);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x0 + i), wv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x1 + i), wv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x2 + i), wv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x3 + i), wv, a3);
-      }
-      out[t * m + r] = hsum8(a0);
-      out[(t + 1) * m + r] = hsum8(a1);
-      out[(t + 2) * m + r] = hsum8(a2);
-      out[(t + 3) * m + r] = hsum8(a3);
-    }
-    for (; t < n; ++t) {
-      const float *xr = x + t * k;
-      // Four independent chains hide the FMA latency; k is a multiple of 32.
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-      for (int64_t i = 0; i < k; i += 32) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), _mm256_loadu_ps(y + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 8), _mm256_loadu_ps(y + i + 8), a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 16), _mm256_loadu_ps(y + i + 16), a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i + 24), _mm256_loadu_ps(y + i + 24), a3);
-      }
-      out[t * m + r] = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  if (static_cast<int64_t>(buf.size()) < rows_per * k) buf.resize(static_cast<size_t>(rows_per * k));
+  const auto *wb = reinterpret_cast<const uint8_t *>(buf.data());
+  for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk) {
+    const int64_t te = std::min(n, tc + tile::kTokenChunk);
+    for (int64_t r = m0; r < m1; r += rows_per) {
+      const int64_t re = std::min(m1, r + rows_per);
+      for (int64_t i = r; i < re; ++i) expand_row<F, QK, BB>(buf.data() + (i - r) * k, w + i * nb * BB, nb);
+      tile::run<tile::WKind::f32>(out, x, wb, k * 4, r, re, tc, te, m, k);
     }
   }
 }

@@ -1,0 +1,128 @@
+// The register-blocked f32 tile shared by the CPU matrix products (matmul.cpp for f32/f16/bf16 weights read in
+// place, matmul_quant.cpp for quantised rows expanded into an f32 buffer). Internal to kernels/cpu.
+//
+// Every output is one chain of FMAs over its 8-wide chunks in order, summed across lanes, then the scalar tail: the
+// same order whatever tile it falls in, so a token's result does not depend on what it was batched with or on how
+// rows were shared among threads. A tile of RM weight rows x RN tokens keeps RM*RN accumulators in registers: each
+// 8-wide chunk loads RN activation vectors and RM weight vectors for RM*RN FMAs (4 x 3 fills AVX2's sixteen
+// registers), so activations are read from cache once per four rows instead of once per row.
+#pragma once
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/fp16.hpp"
+
+namespace infokv {
+namespace cpu {
+namespace tile {
+
+enum class WKind { f32, f16, bf16 };
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const void *w, int64_t i, WKind kind) {
+  switch (kind) {
+    case WKind::f32: return _mm256_loadu_ps(static_cast<const float *>(w) + i);
+    case WKind::f16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i)));
+    case WKind::bf16: {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+  }
+  return _mm256_setzero_ps();
+}
+
+inline float load1(const void *w, int64_t i, WKind kind) {
+  switch (kind) {
+    case WKind::f32: return static_cast<const float *>(w)[i];
+    case WKind::f16: return fp16_to_float(static_cast<const uint16_t *>(w)[i]);
+    case WKind::bf16: return bf16_to_float(static_cast<const uint16_t *>(w)[i]);
+  }
+  return 0;
+}
+
+__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo);
+  __m128 s = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, s);
+  s = _mm_add_ss(s, sh);
+  return _mm_cvtss_f32(s);
+}
+
+// Rows r0 .. r0+RM-1 of the output (their weights at wbase, wstride bytes apart) for tokens t0 .. t0+RN-1.
+template <WKind K, int RM, int RN>
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(float *out, const float *x, const uint8_t *wbase, int64_t wstride,
+                                                        int64_t r0, int64_t t0, int64_t m, int64_t k) {
+  const int64_t k8 = k & ~int64_t{7};
+  const uint8_t *wr[RM];
+  const float *xs[RN];
+  for (int r = 0; r < RM; ++r) wr[r] = wbase + r * wstride;
+  for (int t = 0; t < RN; ++t) xs[t] = x + (t0 + t) * k;
+  __m256 acc[RM][RN];
+  for (int r = 0; r < RM; ++r)
+    for (int t = 0; t < RN; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k8; i += 8) {
+    __m256 xv[RN];
+    for (int t = 0; t < RN; ++t) xv[t] = _mm256_loadu_ps(xs[t] + i);
+    for (int r = 0; r < RM; ++r) {
+      const __m256 wv = load8(wr[r], i, K);
+      for (int t = 0; t < RN; ++t) acc[r][t] = _mm256_fmadd_ps(xv[t], wv, acc[r][t]);
+    }
+  }
+  for (int r = 0; r < RM; ++r)
+    for (int t = 0; t < RN; ++t) {
+      float s = hsum(acc[r][t]);
+      for (int64_t i = k8; i < k; ++i) s = __builtin_fmaf(xs[t][i], load1(wr[r], i, K), s);
+      out[(t0 + t) * m + r0 + r] = s;
+    }
+}
+
+using TileFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+template <WKind K, int RM>
+TileFn tile_for(int rn) {
+  return rn == 1 ? tile_avx2<K, RM, 1> : rn == 2 ? tile_avx2<K, RM, 2> : tile_avx2<K, RM, 3>;
+}
+
+template <WKind K>
+TileFn pick(int rm, int rn) {
+  if (rm == 8 && rn == 1) return tile_avx2<K, 8, 1>;
+  switch (rm) {
+    case 1: return tile_for<K, 1>(rn);
+    case 2: return tile_for<K, 2>(rn);
+    case 3: return tile_for<K, 3>(rn);
+    default: return tile_for<K, 4>(rn);
+  }
+}
+
+// Output rows r0 .. r1-1 (row r's weights at wbase + (r - r0) * wstride) for tokens t0 .. t1-1, in tiles of up to
+// 4 rows x 3 tokens; a lone token takes 8 rows a tile, so eight independent FMA chains hide the FMA latency.
+template <WKind K>
+void run(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int64_t r0, int64_t r1, int64_t t0,
+         int64_t t1, int64_t m, int64_t k) {
+  const int64_t rows_per = t1 - t0 == 1 ? 8 : 4;
+  for (int64_t r = r0; r < r1; r += rows_per) {
+    const int64_t rm = std::min(rows_per, r1 - r);
+    const uint8_t *wb = wbase + (r - r0) * wstride;
+    for (int64_t t = t0; t < t1; t += 3) {
+      const int rn = static_cast<int>(std::min<int64_t>(3, t1 - t));
+      if (rm == 8 || rm <= 4) {
+        pick<K>(static_cast<int>(rm), rn)(out, x, wb, wstride, r, t, m, k);
+      } else {  // 5..7 rows left of a lone token
+        pick<K>(4, rn)(out, x, wb, wstride, r, t, m, k);
+        pick<K>(static_cast<int>(rm - 4), rn)(out, x, wb + 4 * wstride, wstride, r + 4, t, m, k);
+      }
+    }
+  }
+}
+
+// Tokens are taken this many at a time: their activations stay in L2 while the rows pass over them.
+constexpr int64_t kTokenChunk = 64;
+
+}  // namespace tile
+}  // namespace cpu
+}  // namespace infokv
