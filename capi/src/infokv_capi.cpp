@@ -60,6 +60,21 @@ static_assert(infokv::kEvidenceKinds == 6, "a new kind of evidence needs its IKV
 
 namespace {
 
+// An options struct covers revision `rev` (> 1) when its version says so, and its struct_size must then reach that
+// revision's end; revision 1 (and version >= 1) is required of every caller.
+bool has_revision(const char *name, const char *init, uint32_t struct_size, uint32_t version, uint32_t rev,
+                  size_t rev_size) {
+  const std::string n(name), how = " (initialise with " + std::string(init) + ")";
+  if (rev == 1) {
+    require(struct_size >= rev_size, (n + ".struct_size is too small" + how).c_str());
+    require(version >= 1, (n + ".version must be >= 1").c_str());
+    return true;
+  }
+  if (version < rev) return false;
+  require(struct_size >= rev_size, (n + ".struct_size is too small for version " + std::to_string(rev) + how).c_str());
+  return true;
+}
+
 // Sizes of the ikv_session_options revisions: a caller built against an older header passes its own (smaller)
 // struct_size and version, and the fields it lacks keep their defaults. Each revision ends where the next one's
 // first field begins (not at sizeof: trailing padding may differ by platform).
@@ -72,22 +87,12 @@ static_assert(IKV_SESSION_OPTIONS_VERSION == 4, "a new ikv_session_options revis
 infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   infokv::SessionOptions so;
   if (o == nullptr) return so;
-  require(o->struct_size >= kSessionOptionsV1Size, "ikv_session_options.struct_size is too small (initialise with IKV_SESSION_OPTIONS_INIT)");
-  require(o->version >= 1, "ikv_session_options.version must be >= 1");
+  has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 1, kSessionOptionsV1Size);
   // The version, not struct_size alone, says whether `device` is there: on some ABIs (32-bit ARM) a version-1
   // struct's trailing padding covers where the pointer now sits.
-  const bool has_v2 = o->version >= 2;
-  if (has_v2)
-    require(o->struct_size >= kSessionOptionsV2Size,
-            "ikv_session_options.struct_size is too small for version 2 (initialise with IKV_SESSION_OPTIONS_INIT)");
-  const bool has_v3 = o->version >= 3;
-  if (has_v3)
-    require(o->struct_size >= kSessionOptionsV3Size,
-            "ikv_session_options.struct_size is too small for version 3 (initialise with IKV_SESSION_OPTIONS_INIT)");
-  const bool has_v4 = o->version >= 4;
-  if (has_v4)
-    require(o->struct_size >= kSessionOptionsV4Size,
-            "ikv_session_options.struct_size is too small for version 4 (initialise with IKV_SESSION_OPTIONS_INIT)");
+  const bool has_v2 = has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 2, kSessionOptionsV2Size);
+  const bool has_v3 = has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 3, kSessionOptionsV3Size);
+  const bool has_v4 = has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 4, kSessionOptionsV4Size);
   require(o->n_threads >= 0, "n_threads must be >= 0");
   // Messages name values as every language spells them (the bindings have their own constant names).
   if (o->kv_dtype < 1 || o->kv_dtype > 3)
@@ -146,8 +151,7 @@ static_assert(IKV_SAMPLER_OPTIONS_VERSION == 1, "a new ikv_sampler_options revis
 infokv::SamplerParams to_sampler_params(const ikv_sampler_options *o) {
   infokv::SamplerParams p;
   if (o == nullptr) return p;
-  require(o->struct_size >= kSamplerOptionsV1Size, "ikv_sampler_options.struct_size is too small (initialise with IKV_SAMPLER_OPTIONS_INIT)");
-  require(o->version >= 1, "ikv_sampler_options.version must be >= 1");
+  has_revision("ikv_sampler_options", "IKV_SAMPLER_OPTIONS_INIT", o->struct_size, o->version, 1, kSamplerOptionsV1Size);
   p.temperature = o->temperature;
   p.top_k = o->top_k;
   p.top_p = o->top_p;

@@ -51,37 +51,6 @@ __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-__attribute__((target("avx2,fma"))) void softmax_avx2(float *p, int32_t n) {
-  __m256 mv = _mm256_set1_ps(-INFINITY);
-  int32_t j = 0;
-  for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(p + j));
-  float lanes[8];
-  _mm256_storeu_ps(lanes, mv);
-  float mx = lanes[0];
-  for (int k = 1; k < 8; ++k) mx = std::max(mx, lanes[k]);
-  for (int32_t k = j; k < n; ++k) mx = std::max(mx, p[k]);
-  const __m256 mb = _mm256_set1_ps(mx);
-  __m256 sv = _mm256_setzero_ps();
-  j = 0;
-  for (; j + 8 <= n; j += 8) {
-    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p + j), mb));
-    _mm256_storeu_ps(p + j, e);
-    sv = _mm256_add_ps(sv, e);
-  }
-  _mm256_storeu_ps(lanes, sv);
-  double sum = 0;
-  for (int k = 0; k < 8; ++k) sum += lanes[k];
-  for (; j < n; ++j) {
-    p[j] = std::exp(p[j] - mx);
-    sum += p[j];
-  }
-  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
-  j = 0;
-  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(p + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), inv));
-  const float invs = static_cast<float>(1.0 / sum);
-  for (; j < n; ++j) p[j] *= invs;
-}
-
 // p[j] = exp(p[j] - max p) for j < n; returns the sum and stores the max in *mx (n >= 1).
 __attribute__((target("avx2,fma"))) double exp_shifted_avx2(float *p, int32_t n, float *mx_out) {
   __m256 mv = _mm256_set1_ps(-INFINITY);
@@ -124,19 +93,20 @@ double exp_shifted(float *p, int32_t n, float *mx_out) {
   return sum;
 }
 
+__attribute__((target("avx2,fma"))) void scale_avx2(float *p, int32_t n, float f) {
+  const __m256 fv = _mm256_set1_ps(f);
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(p + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), fv));
+  for (; j < n; ++j) p[j] *= f;
+}
+
 void softmax_inplace(float *p, int32_t n) {
+  float mx;
+  const float inv = static_cast<float>(1.0 / exp_shifted(p, n, &mx));
   if (have_f16c()) {
-    softmax_avx2(p, n);
+    scale_avx2(p, n, inv);
     return;
   }
-  float mx = -INFINITY;
-  for (int32_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
-  double sum = 0;
-  for (int32_t j = 0; j < n; ++j) {
-    p[j] = std::exp(p[j] - mx);
-    sum += p[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
   for (int32_t j = 0; j < n; ++j) p[j] *= inv;
 }
 

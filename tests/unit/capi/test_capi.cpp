@@ -44,6 +44,20 @@ struct SessionGuard {
   ~SessionGuard() { ikv_session_free(s); }
 };
 
+int64_t layers_of(ikv_model *m) {
+  int64_t n = 0;
+  EXPECT_EQ(ikv_model_get_int(&n, m, IKV_MODEL_N_LAYER), IKV_OK);
+  return n;
+}
+
+// A one-thread f32 session whose pool holds blocks_per_layer blocks of block_size tokens for each layer.
+int32_t create_small_pool(ikv_session **s, ikv_model *m, int32_t block_size, int64_t blocks_per_layer) {
+  ikv_session_options o = f32_options();
+  o.block_size = block_size;
+  o.kv_pool_blocks = layers_of(m) * blocks_per_layer;
+  return ikv_session_create(s, m, &o);
+}
+
 std::vector<float> logits_of(ikv_session *s, int32_t seq) {
   std::vector<float> lg(512);
   size_t n = 0;
@@ -603,8 +617,7 @@ struct SessionState {
 
 SessionState state_of(ikv_model *m, ikv_session *s, const std::vector<int32_t> &seqs) {
   SessionState st;
-  int64_t n_layer = 0;
-  EXPECT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  const int64_t n_layer = layers_of(m);
   for (int32_t seq : seqs) {
     st.values.push_back(length_of(s, seq));
     for (int32_t l = 0; l < n_layer; ++l) {
@@ -725,8 +738,7 @@ TEST(Capi, EvidenceNamesAreStaticAndNeverNull) {
 
 TEST(Capi, AutoReportDescribesEachLayersChoice) {
   REQUIRE_MODEL();
-  int64_t n_layer = 0;
-  ASSERT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  const int64_t n_layer = layers_of(m);
   ikv_session_options o = f32_options();
   o.policy = IKV_POLICY_AUTO;
   o.budget_fraction = 0.5;
@@ -815,8 +827,7 @@ TEST(Capi, AutoReportDescribesEachLayersChoice) {
 
 TEST(Capi, AutoReportUnderAQualityTargetAndUnderAFixedPolicy) {
   REQUIRE_MODEL();
-  int64_t n_layer = 0;
-  ASSERT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  const int64_t n_layer = layers_of(m);
   const std::vector<int32_t> toks = story_tokens(m, 5);
   ikv_session_options o = f32_options();
   o.policy = IKV_POLICY_AUTO;
@@ -909,13 +920,9 @@ TEST(Capi, OutOfRangeTokensLeaveStateUnchanged) {
 
 TEST(Capi, KvFullWithATinyPoolLeavesLengthsUnchanged) {
   REQUIRE_MODEL();
-  int64_t n_layer = 0;
-  ASSERT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
+  const int64_t n_layer = layers_of(m);
   SessionGuard g;
-  ikv_session_options o = f32_options();
-  o.block_size = 4;
-  o.kv_pool_blocks = n_layer * 2;  // 8 tokens per layer
-  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK);
+  ASSERT_EQ(create_small_pool(&g.s, m, 4, 2), IKV_OK);  // 8 tokens per layer
   EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCKS_TOTAL), n_layer * 2);
   EXPECT_EQ(stat_of(g.s, IKV_KV_BLOCK_SIZE), 4);
 
@@ -1113,13 +1120,8 @@ TEST(CapiConcurrency, ThreadsWithTheirOwnSessionsShareOneModel) {
 // (out_count was 0 while 60 tokens stayed in the sequence), and those tokens are exactly what the sequence gained.
 TEST(Capi, GenerateIntoAFullPoolReportsWhatItDecoded) {
   REQUIRE_MODEL();
-  int64_t n_layer = 0;
-  ASSERT_EQ(ikv_model_get_int(&n_layer, m, IKV_MODEL_N_LAYER), IKV_OK);
   SessionGuard g;
-  ikv_session_options o = f32_options();
-  o.block_size = 16;
-  o.kv_pool_blocks = n_layer * 10;  // 160 tokens per layer
-  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK);
+  ASSERT_EQ(create_small_pool(&g.s, m, 16, 10), IKV_OK);  // 160 tokens per layer
   ikv_sampler_options so = IKV_SAMPLER_OPTIONS_INIT;
   so.temperature = 0.0f;
   ikv_sampler *sm = nullptr;

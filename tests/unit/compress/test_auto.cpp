@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 
@@ -14,6 +15,7 @@
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "session/session.hpp"
+#include "story_text.hpp"
 #include "test_paths.hpp"
 #include "random_inputs.hpp"
 
@@ -258,17 +260,22 @@ TEST(AutoPolicy, AnotherEvidenceMustBeatWindowAttentionByTheMargin) {
 
 namespace {
 
-std::vector<int32_t> story_tokens(size_t n) {
-  std::vector<int32_t> t = stories()->tokenizer().encode(
-      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
-      "a big, red ball. She wanted to play with it, but it was too high. She asked her mom to help her. Her mom said, "
-      "\"Let's get a stick and knock it down.\" They found a long stick and Lily tried to reach the ball. She jumped "
-      "and jumped, and finally the ball fell down. Lily was so happy. She thanked her mom and they played together. "
-      "The next day, Lily and her friend Tom went to the beach. They built a big sand castle with a tall tower. A "
-      "wave came and took the tower away, but they laughed and built it again, higher than before.",
-      true);
-  t.resize(std::min(n, t.size()));
-  return t;
+std::vector<int32_t> story_tokens(size_t n) { return infokv_test::story_tokens(stories()->tokenizer(), n); }
+
+// A two-thread stories260K session with auto compression (c's other fields as given) whose one sequence (*id) has
+// read `toks` and been compressed once.
+std::unique_ptr<Session> auto_session(CompressionConfig c, const std::vector<int32_t> &toks, int32_t *id) {
+  SessionOptions o;
+  o.n_threads = 2;
+  c.policy = PolicyKind::auto_;
+  o.compression = c;
+  auto s = std::make_unique<Session>(stories(), o);
+  *id = s->add_sequence();
+  std::vector<BatchToken> b;
+  for (int32_t t : toks) b.push_back({*id, t, false});
+  s->decode(b);
+  EXPECT_EQ(s->compressions(*id), 1);
+  return s;
 }
 
 }  // namespace
@@ -277,15 +284,11 @@ TEST(AutoPolicy, HoldsTheBlocksOfAUniformBudgetAndReportsItsChoice) {
   const std::vector<int32_t> toks = story_tokens(200);
   ASSERT_GE(toks.size(), 150u);
   for (int32_t budget : {24, 40, 64}) {
-    SessionOptions o;
-    o.n_threads = 2;
-    o.compression.policy = PolicyKind::auto_;
-    o.compression.budget_tokens = budget;
-    Session s(stories(), o);
-    const int32_t id = s.add_sequence();
-    std::vector<BatchToken> b;
-    for (int32_t t : toks) b.push_back({id, t, false});
-    s.decode(b);
+    CompressionConfig cc;
+    cc.budget_tokens = budget;
+    int32_t id = -1;
+    const std::unique_ptr<Session> sp = auto_session(cc, toks, &id);
+    Session &s = *sp;
     ASSERT_EQ(s.compressions(id), 1);
     const AutoReport &r = s.seq_state(id).auto_report;
     const SeqCache &c = s.kv().seq(id);
@@ -320,15 +323,11 @@ TEST(AutoPolicy, QualityTargetKeepsTheLossUnderItAndALooserTargetKeepsLess) {
   const std::vector<int32_t> toks = story_tokens(200);
   int64_t prev_tokens = INT64_MAX;
   for (double target : {0.002, 0.02, 0.2}) {
-    SessionOptions o;
-    o.n_threads = 2;
-    o.compression.policy = PolicyKind::auto_;
-    o.compression.max_loss = target;
-    Session s(stories(), o);
-    const int32_t id = s.add_sequence();
-    std::vector<BatchToken> b;
-    for (int32_t t : toks) b.push_back({id, t, false});
-    s.decode(b);
+    CompressionConfig c;
+    c.max_loss = target;
+    int32_t id = -1;
+    const std::unique_ptr<Session> sp = auto_session(c, toks, &id);
+    Session &s = *sp;
     ASSERT_EQ(s.compressions(id), 1);
     const AutoReport &r = s.seq_state(id).auto_report;
     EXPECT_LE(r.loss, target + 1e-9) << "target " << target;

@@ -12,6 +12,7 @@
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "session/session.hpp"
+#include "story_text.hpp"
 #include "test_paths.hpp"
 #include "util/error.hpp"
 
@@ -270,16 +271,7 @@ std::vector<float> run_with(const CompressionConfig &c, const std::vector<int32_
   return s.batch_logits();
 }
 
-std::vector<int32_t> text_tokens(size_t n) {
-  std::vector<int32_t> t = stories()->tokenizer().encode(
-      "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
-      "a big, red ball. She wanted to play with it, but it was too high. She asked her mom to help her. Her mom said, "
-      "\"Let's get a stick and knock it down.\" They found a long stick and Lily tried to reach the ball. She jumped "
-      "and jumped, and finally the ball fell down. Lily was so happy. She thanked her mom and they played together.",
-      true);
-  t.resize(std::min(n, t.size()));
-  return t;
-}
+std::vector<int32_t> text_tokens(size_t n) { return infokv_test::story_tokens(stories()->tokenizer(), n); }
 
 }  // namespace
 
