@@ -183,6 +183,56 @@ void attend_generic(float *og, const float *qg, const PagedKv &kv, int32_t g, in
 
 #undef IKV_ATTEND_BODY
 
+// Queries t0 .. t1-1 of one KV head g over one view, query t seeing vis0 + t slots: each K and V block is converted
+// once for the whole tile instead of once per query. Every query's arithmetic is that of IKV_ATTEND_BODY (the same
+// dots, softmax and V accumulation in the same order), so the results are the same bits as one query at a time.
+// p: [t1 - t0][group][vis0 + t1 - 1] scratch, kvbuf: [block_size][head_dim] scratch.
+#define IKV_ATTEND_TILE_BODY(DOT, AXPY)                                                                         \
+  const int32_t hd = kv.head_dim;                                                                             \
+  const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                \
+  const int64_t qstride = static_cast<int64_t>(group) * max_vis;                                              \
+  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                   \
+    load_row(kvbuf, slot_ptr(kv, s0, g, 0), std::min(kv.block_size, max_vis - s0) * hd, kv.dtype);            \
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                     \
+      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);            \
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                             \
+      for (int32_t hh = 0; hh < group; ++hh) {                                                                \
+        const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                 \
+        float *ph = p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0;                             \
+        for (int32_t j = 0; j < cnt; ++j) ph[j] = DOT(qh, kvbuf + static_cast<int64_t>(j) * hd, hd) * scale;  \
+      }                                                                                                       \
+    }                                                                                                         \
+  }                                                                                                           \
+  for (int64_t t = t0; t < t1; ++t) {                                                                         \
+    const int32_t vis = vis0 + static_cast<int32_t>(t);                                                       \
+    for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis, vis); \
+    float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                   \
+    std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);                                               \
+  }                                                                                                           \
+  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                   \
+    load_row(kvbuf, slot_ptr(kv, s0, g, 1), std::min(kv.block_size, max_vis - s0) * hd, kv.dtype);            \
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                     \
+      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);            \
+      for (int32_t hh = 0; hh < group; ++hh) {                                                                \
+        const float *ph = p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0;                       \
+        float *o = out + (t * n_heads + static_cast<int64_t>(g) * group + hh) * hd;                           \
+        for (int32_t j = 0; j < cnt; ++j) AXPY(o, ph[j], kvbuf + static_cast<int64_t>(j) * hd, hd);          \
+      }                                                                                                       \
+    }                                                                                                         \
+  }
+
+IKV_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
+                               int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
+  IKV_ATTEND_TILE_BODY(dot_v, axpy_v)
+}
+
+void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
+                         int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
+  IKV_ATTEND_TILE_BODY(dot_s, axpy_s)
+}
+
+#undef IKV_ATTEND_TILE_BODY
+
 // One query, one KV head, slots [b0, b1): per query head of the group, the chunk's max score m[hh], the sum of
 // exp(s - m) l[hh] and the unnormalised exp(s - m)-weighted sum of V o[hh][head_dim] (merged by merge_chunks).
 // p: [group][b1 - b0] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
@@ -367,10 +417,39 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
   }
 }
 
+// Prefill of n_q queries of one sequence (query t sees visible0 + t slots) in work items of kQueryTile queries and
+// one KV head (attend_tile_*): K/V blocks are converted once per tile, not once per query.
+constexpr int64_t kQueryTile = 8;
+
+void attend_tiles(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
+                  float scale, ThreadPool *pool) {
+  const int32_t G = kv.n_kv_heads, group = n_heads / G, hd = kv.head_dim;
+  const int32_t max_vis = visible0 + static_cast<int32_t>(n_q) - 1;
+  const bool avx2 = have_f16c();
+  const int64_t n_tiles = (n_q + kQueryTile - 1) / kQueryTile;
+  auto body = [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(static_cast<size_t>(kQueryTile * group) * static_cast<size_t>(max_vis));
+    std::vector<float> kvbuf(static_cast<size_t>(kv.block_size) * hd);
+    for (int64_t it = i0; it < i1; ++it) {
+      const int64_t t0 = it / G * kQueryTile, t1 = std::min(n_q, t0 + kQueryTile);
+      const int32_t g = static_cast<int32_t>(it % G);
+      if (avx2) attend_tile_avx2(out, q, t0, t1, n_heads, kv, g, group, visible0, scale, p.data(), kvbuf.data());
+      else attend_tile_generic(out, q, t0, t1, n_heads, kv, g, group, visible0, scale, p.data(), kvbuf.data());
+    }
+  };
+  const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
+  if (pool == nullptr || work < (int64_t{1} << 16)) body(0, n_tiles * G);
+  else pool->parallel_for(n_tiles * G, 1, body);
+}
+
 }  // namespace
 
 void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                      float scale, float *acc, float *acc_count, ThreadPool *pool) {
+  if (acc == nullptr && n_q > 1 && visible0 + n_q - 1 < kSplitMinSlots) {
+    attend_tiles(out, q, n_q, n_heads, kv, visible0, scale, pool);
+    return;
+  }
   attend_queries(out, q, n_q, n_heads, kv, visible0 + static_cast<int32_t>(n_q) - 1, scale, acc, acc_count, pool,
                  [&](int64_t t) { return std::make_pair(kv, visible0 + static_cast<int32_t>(t)); });
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <algorithm>
 #include <numeric>
@@ -89,6 +90,36 @@ TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
     for (int w = 0; w < 2; ++w)
       for (int32_t h = 0; h < nkv; ++h) cpu::kv_read(got.data() + ((j * 2 + w) * nkv + h) * hd, kv, static_cast<int32_t>(j), h, w);
   EXPECT_EQ(got, want) << kv_dtype_name(dt);
+}
+
+// A prefill's queries are attended in tiles of several queries per KV head (each K/V block converted once per
+// tile): every query's output is the same bits as attending it alone, on one thread or two, with queries that
+// start mid-block and tiles that end past the last query.
+TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATime) {
+  const KvDtype dt = GetParam();
+  std::mt19937 g(test_seed());
+  const int32_t bs = 16, nkv = 3, hd = 64, nh = 9;
+  for (const std::pair<int32_t, int32_t> &shape : {std::make_pair(7, 45), std::make_pair(1, 3), std::make_pair(200, 21)}) {
+    const int32_t visible0 = shape.first, n_q = shape.second, n = visible0 + n_q - 1;
+    const int32_t nb = (n + bs - 1) / bs;
+    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+    std::vector<int32_t> table(static_cast<size_t>(nb));
+    for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 5 + 3) % nb;
+    std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
+    PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
+    auto k = randn(static_cast<size_t>(n) * nkv * hd, g, 2.0f), v = randn(k.size(), g);
+    cpu::kv_append(kv, 0, k.data(), v.data(), n);
+    auto q = randn(static_cast<size_t>(n_q) * nh * hd, g);
+    std::vector<float> one(q.size(), NAN), two(q.size(), NAN), alone(q.size(), NAN);
+    ThreadPool tp(2);
+    cpu::paged_attention(one.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, nullptr);
+    cpu::paged_attention(two.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, &tp);
+    for (int32_t t = 0; t < n_q; ++t)
+      cpu::paged_attention(alone.data() + static_cast<size_t>(t) * nh * hd, q.data() + static_cast<size_t>(t) * nh * hd, 1,
+                           nh, kv, visible0 + t, 0.125f, nullptr, nullptr, nullptr);
+    EXPECT_EQ(0, std::memcmp(one.data(), alone.data(), one.size() * 4)) << kv_dtype_name(dt) << " visible0 " << visible0;
+    EXPECT_EQ(0, std::memcmp(two.data(), alone.data(), two.size() * 4)) << kv_dtype_name(dt) << " visible0 " << visible0;
+  }
 }
 
 // Long contexts are attended in 512-slot chunks merged by their maxima (flash-decoding): the result equals a plain
