@@ -271,6 +271,64 @@ void attend_chunk_generic(float *o, float *m, double *l, const float *qg, const 
 
 #undef IKV_PARTIAL_BODY
 
+// Chunk [b0, b0 + chunk) of one KV head g for the queries t0 .. t1-1 of a prefill (query t sees vis0 + t slots):
+// IKV_PARTIAL_BODY for each query that sees into the chunk, with every K/V block converted once for the tile.
+// Query t's partial result goes to unit unit_of(t) (o, m, l as attend_chunk_* writes them).
+// p: [t1 - t0][group][chunk] scratch, kvbuf: [block_size][head_dim] scratch.
+#define IKV_PARTIAL_TILE_BODY(DOT, AXPY)                                                                        \
+  const int32_t hd = kv.head_dim;                                                                             \
+  const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                            \
+  const int64_t qstride = static_cast<int64_t>(group) * chunk;                                                \
+  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                    \
+    load_row(kvbuf, slot_ptr(kv, s0, g, 0), std::min(kv.block_size, b_end - s0) * hd, kv.dtype);              \
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                     \
+      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                  \
+      const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                   \
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                             \
+      for (int32_t hh = 0; hh < group; ++hh) {                                                                \
+        const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                 \
+        float *ph = p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0);                        \
+        for (int32_t j = 0; j < cnt; ++j) ph[j] = DOT(qh, kvbuf + static_cast<int64_t>(j) * hd, hd) * scale;  \
+      }                                                                                                       \
+    }                                                                                                         \
+  }                                                                                                           \
+  for (int64_t t = std::max<int64_t>(t0, b0 - vis0 + 1); t < t1; ++t) {                                       \
+    const int32_t n = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk) - b0;                              \
+    const int64_t u = unit_of(t);                                                                             \
+    for (int32_t hh = 0; hh < group; ++hh)                                                                    \
+      l[u * group + hh] = exp_shifted(p + (t - t0) * qstride + static_cast<int64_t>(hh) * n, n, &m[u * group + hh]); \
+    std::fill(o + u * group * hd, o + (u + 1) * group * hd, 0.0f);                                            \
+  }                                                                                                           \
+  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                    \
+    load_row(kvbuf, slot_ptr(kv, s0, g, 1), std::min(kv.block_size, b_end - s0) * hd, kv.dtype);              \
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                     \
+      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                  \
+      const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                   \
+      const int64_t u = unit_of(t);                                                                           \
+      for (int32_t hh = 0; hh < group; ++hh) {                                                                \
+        const float *ph = p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0);                  \
+        float *oh = o + (u * group + hh) * hd;                                                                \
+        for (int32_t j = 0; j < cnt; ++j) AXPY(oh, ph[j], kvbuf + static_cast<int64_t>(j) * hd, hd);         \
+      }                                                                                                       \
+    }                                                                                                         \
+  }
+
+template <typename UnitOf>
+IKV_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
+                                     const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
+                                     float scale, float *p, float *kvbuf, UnitOf unit_of) {
+  IKV_PARTIAL_TILE_BODY(dot_v, axpy_v)
+}
+
+template <typename UnitOf>
+void attend_chunk_tile_generic(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
+                               const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
+                               float scale, float *p, float *kvbuf, UnitOf unit_of) {
+  IKV_PARTIAL_TILE_BODY(dot_s, axpy_s)
+}
+
+#undef IKV_PARTIAL_TILE_BODY
+
 // og[group][head_dim] = the attention output from n_chunks partial results (o, m, l as attend_chunk_* writes them,
 // chunk c at o + c * group * hd, m/l + c * group), rescaled to the common max and normalised. Chunks in order.
 void merge_chunks(float *og, const float *o, const float *m, const double *l, int32_t n_chunks, int32_t group, int32_t hd) {
@@ -302,10 +360,14 @@ namespace {
 // thread count or on what else is in the batch, so results are the same for any number of threads and batch.
 constexpr int32_t kSplitMinSlots = 1024;
 constexpr int32_t kSplitChunk = 512;
+// Queries of one prefill attended together, so each K/V block they share is converted once for all of them.
+constexpr int64_t kQueryTile = 8;
 
+// prefill_vis0 > 0: the queries are a prefill of one view, query t seeing prefill_vis0 + t slots; work items are
+// then (kQueryTile queries, KV head, chunk) and each K/V block is converted once per tile (the same bits).
 template <typename ViewFor>
 void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, float scale, ThreadPool *pool,
-                  ViewFor view_for) {
+                  ViewFor view_for, int32_t prefill_vis0 = 0) {
   const int32_t hd = kv.head_dim, G = kv.n_kv_heads, group = n_heads / G;
   const int32_t chunk = std::max(kv.block_size, (kSplitChunk + kv.block_size - 1) / kv.block_size * kv.block_size);
   const bool avx2 = have_f16c();
@@ -345,8 +407,41 @@ void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
       }
     }
   };
-  if (pool == nullptr) body(0, units);
-  else pool->parallel_for(units, 1, body);
+  // Tiles: units (tile, g, c) for the chunks of the tile's last query; query t's result goes to its own unit.
+  const int64_t n_tiles = (n_q + kQueryTile - 1) / kQueryTile;
+  std::vector<int64_t> first_tile_unit(static_cast<size_t>(n_tiles) + 1, 0);
+  for (int64_t T = 0; T < n_tiles && prefill_vis0 > 0; ++T) {
+    const int64_t last = std::min(n_q, (T + 1) * kQueryTile) - 1;
+    first_tile_unit[static_cast<size_t>(T) + 1] =
+        first_tile_unit[static_cast<size_t>(T)] + static_cast<int64_t>(G) * n_chunks[static_cast<size_t>(last)];
+  }
+  auto tile_body = [&](int64_t u0, int64_t u1) {
+    std::vector<float> p(static_cast<size_t>(kQueryTile * group) * chunk), kvbuf(static_cast<size_t>(kv.block_size) * hd);
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t T = std::upper_bound(first_tile_unit.begin(), first_tile_unit.end(), u) - first_tile_unit.begin() - 1;
+      const int64_t t0 = T * kQueryTile, t1 = std::min(n_q, t0 + kQueryTile);
+      const int32_t nc = n_chunks[static_cast<size_t>(t1 - 1)];
+      const int64_t k = u - first_tile_unit[static_cast<size_t>(T)];
+      const int32_t g = static_cast<int32_t>(k / nc), c = static_cast<int32_t>(k % nc);
+      auto unit_of = [&](int64_t t) {
+        return first_unit[static_cast<size_t>(t)] + static_cast<int64_t>(g) * n_chunks[static_cast<size_t>(t)] + c;
+      };
+      if (avx2)
+        attend_chunk_tile_avx2(o.data(), m.data(), l.data(), q, t0, t1, n_heads, kv, g, group, prefill_vis0, c * chunk,
+                               chunk, scale, p.data(), kvbuf.data(), unit_of);
+      else
+        attend_chunk_tile_generic(o.data(), m.data(), l.data(), q, t0, t1, n_heads, kv, g, group, prefill_vis0, c * chunk,
+                                  chunk, scale, p.data(), kvbuf.data(), unit_of);
+    }
+  };
+  if (prefill_vis0 > 0) {
+    if (pool == nullptr) tile_body(0, first_tile_unit.back());
+    else pool->parallel_for(first_tile_unit.back(), 1, tile_body);
+  } else if (pool == nullptr) {
+    body(0, units);
+  } else {
+    pool->parallel_for(units, 1, body);
+  }
   for (int64_t t = 0; t < n_q; ++t)
     for (int32_t g = 0; g < G; ++g) {
       const int32_t nc = n_chunks[static_cast<size_t>(t)];
@@ -419,7 +514,6 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
 
 // Prefill of n_q queries of one sequence (query t sees visible0 + t slots) in work items of kQueryTile queries and
 // one KV head (attend_tile_*): K/V blocks are converted once per tile, not once per query.
-constexpr int64_t kQueryTile = 8;
 
 void attend_tiles(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                   float scale, ThreadPool *pool) {
@@ -446,8 +540,12 @@ void attend_tiles(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
 
 void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                      float scale, float *acc, float *acc_count, ThreadPool *pool) {
-  if (acc == nullptr && n_q > 1 && visible0 + n_q - 1 < kSplitMinSlots) {
-    attend_tiles(out, q, n_q, n_heads, kv, visible0, scale, pool);
+  if (acc == nullptr && n_q > 1 && visible0 >= 1) {
+    if (visible0 + n_q - 1 < kSplitMinSlots)
+      attend_tiles(out, q, n_q, n_heads, kv, visible0, scale, pool);
+    else
+      attend_split(out, q, n_q, n_heads, kv, scale, pool, [&](int64_t t) { return std::make_pair(kv, visible0 + static_cast<int32_t>(t)); },
+                   visible0);
     return;
   }
   attend_queries(out, q, n_q, n_heads, kv, visible0 + static_cast<int32_t>(n_q) - 1, scale, acc, acc_count, pool,

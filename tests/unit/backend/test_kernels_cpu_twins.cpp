@@ -122,6 +122,36 @@ TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATime) {
   }
 }
 
+// Past the split threshold a prefill's tiles are attended chunk by chunk (flash-decoding) with each K/V block
+// converted once per tile: the same bits as the batch form, which attends every query on its own, for queries that
+// straddle the 512-slot chunk edges and the 1024-slot threshold.
+TEST_P(CpuTwinsDtype, LongPrefillTilesEqualTheBatchFormBitForBit) {
+  const KvDtype dt = GetParam();
+  std::mt19937 g(test_seed());
+  const int32_t bs = 16, nkv = 3, hd = 64, nh = 9;
+  for (const std::pair<int32_t, int32_t> &shape : {std::make_pair(1000, 40), std::make_pair(1500, 17), std::make_pair(1, 1100)}) {
+    const int32_t visible0 = shape.first, n_q = shape.second, n = visible0 + n_q - 1;
+    const int32_t nb = (n + bs - 1) / bs;
+    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+    std::vector<int32_t> table(static_cast<size_t>(nb));
+    for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 7 + 2) % nb;
+    std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
+    PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
+    auto k = randn(static_cast<size_t>(n) * nkv * hd, g, 2.0f), v = randn(k.size(), g);
+    cpu::kv_append(kv, 0, k.data(), v.data(), n);
+    auto q = randn(static_cast<size_t>(n_q) * nh * hd, g);
+    std::vector<float> tiled(q.size(), NAN), tiled2(q.size(), NAN), rows(q.size(), NAN);
+    ThreadPool tp(2);
+    cpu::paged_attention(tiled.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, nullptr);
+    cpu::paged_attention(tiled2.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, &tp);
+    std::vector<int32_t> off(static_cast<size_t>(n_q), 0), vis(static_cast<size_t>(n_q));
+    for (int32_t t = 0; t < n_q; ++t) vis[static_cast<size_t>(t)] = visible0 + t;
+    cpu::paged_attention_rows(rows.data(), q.data(), n_q, nh, kv, off.data(), vis.data(), n, 0.125f, &tp);
+    EXPECT_EQ(0, std::memcmp(tiled.data(), rows.data(), rows.size() * 4)) << kv_dtype_name(dt) << " visible0 " << visible0;
+    EXPECT_EQ(0, std::memcmp(tiled2.data(), rows.data(), rows.size() * 4)) << kv_dtype_name(dt) << " visible0 " << visible0;
+  }
+}
+
 // Long contexts are attended in 512-slot chunks merged by their maxima (flash-decoding): the result equals a plain
 // double-precision softmax attention over what the cache holds, and is the same bits for any thread count (the
 // chunking depends on the visible count alone). A batch of a decode step (one query, 3000 slots) and of a prefill
