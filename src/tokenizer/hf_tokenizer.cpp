@@ -157,6 +157,107 @@ std::string token_text(const JsonValue *v) {
   return c != nullptr && c->is_string() ? c->as_string() : std::string();
 }
 
+// The vocabulary: model.vocab and added_tokens, every id checked; ids nothing names stay unused.
+struct HfVocab {
+  std::vector<std::string> pieces;
+  std::vector<TokenType> types;
+  std::vector<int32_t> added_ids;  // in the file's order
+};
+
+HfVocab read_vocab(const JsonValue &vocab, const JsonValue *added) {
+  constexpr int64_t kMaxVocab = int64_t{1} << 24;
+  int64_t n = 0;
+  auto check_id = [&](const JsonValue *id, const std::string &what) {
+    if (id == nullptr || !id->is_integer() || id->as_int() < 0 || id->as_int() >= kMaxVocab) bad("bad id for " + what);
+    n = std::max(n, id->as_int() + 1);
+  };
+  for (const auto &[piece, id] : vocab.members()) check_id(&id, "'" + piece + "'");
+  if (added != nullptr)
+    for (const JsonValue &a : added->items()) check_id(a.find("id"), "an added token");
+
+  HfVocab v;
+  v.pieces.assign(static_cast<size_t>(n), std::string());
+  v.types.assign(static_cast<size_t>(n), TokenType::unused);
+  std::vector<char> seen(static_cast<size_t>(n), 0);
+  for (const auto &[piece, id] : vocab.members()) {
+    const auto k = static_cast<size_t>(id.as_int());
+    if (seen[k]) bad("id " + std::to_string(k) + " appears twice in the vocabulary");
+    seen[k] = 1;
+    v.pieces[k] = piece;
+    v.types[k] = TokenType::normal;
+  }
+  if (added == nullptr) return v;
+  for (const JsonValue &a : added->items()) {
+    const JsonValue *content = a.find("content"), *special = a.find("special");
+    if (content == nullptr || !content->is_string()) bad("an added token has no content");
+    const auto k = static_cast<size_t>(a.find("id")->as_int());
+    if (seen[k] && v.pieces[k] != content->as_string()) bad("added token id " + std::to_string(k) + " is also another token");
+    seen[k] = 1;
+    v.pieces[k] = content->as_string();
+    v.types[k] = special != nullptr && special->is_bool() && special->as_bool() ? TokenType::control : TokenType::user_defined;
+    v.added_ids.push_back(static_cast<int32_t>(k));
+  }
+  return v;
+}
+
+struct HfSpecials {
+  int32_t bos = -1, eos = -1;
+  bool add_bos = false;
+  std::vector<int32_t> eog;  // config.json's list of end ids, when it is a list
+};
+
+// Special ids: tokenizer_config.json's token texts, else config.json's ids; whether BOS is added.
+HfSpecials read_specials(const Tokenizer &t, const JsonValue &tj, const JsonValue *tcfg, const JsonValue *cfg) {
+  const int64_t n = t.n_vocab();
+  auto id_of_text = [&](const std::string &s) { return s.empty() ? -1 : t.find_piece(s); };
+  auto cfg_id = [&](const char *key) -> int32_t {
+    const JsonValue *v = cfg != nullptr ? cfg->find(key) : nullptr;
+    if (v != nullptr && v->is_array() && !v->items().empty()) v = &v->items()[0];
+    if (v == nullptr || !v->is_integer() || v->as_int() < 0 || v->as_int() >= n) return -1;
+    return static_cast<int32_t>(v->as_int());
+  };
+  HfSpecials s;
+  s.bos = tcfg != nullptr ? id_of_text(token_text(tcfg->find("bos_token"))) : -1;
+  if (s.bos < 0) s.bos = cfg_id("bos_token_id");
+  s.eos = tcfg != nullptr ? id_of_text(token_text(tcfg->find("eos_token"))) : -1;
+  if (s.eos < 0) s.eos = cfg_id("eos_token_id");
+  const JsonValue *ab = tcfg != nullptr ? tcfg->find("add_bos_token") : nullptr;
+  if (ab != nullptr && ab->is_bool()) {
+    s.add_bos = ab->as_bool();
+  } else {
+    // Llama 3 adds BOS through its post-processor (TemplateProcessing naming the BOS text).
+    const JsonValue *pp = tj.find("post_processor");
+    const JsonValue *single = pp != nullptr ? pp->find("single") : nullptr;
+    if (single != nullptr && single->is_array() && s.bos >= 0)
+      for (const JsonValue &item : single->items()) {
+        const JsonValue *st = item.find("SpecialToken");
+        const JsonValue *id = st != nullptr ? st->find("id") : nullptr;
+        if (id != nullptr && id->is_string() && id->as_string() == t.piece(s.bos)) s.add_bos = true;
+      }
+  }
+  const JsonValue *eos = cfg != nullptr ? cfg->find("eos_token_id") : nullptr;
+  if (eos != nullptr && eos->is_array())
+    for (const JsonValue &e : eos->items())
+      if (e.is_integer() && e.as_int() >= 0 && e.as_int() < n) s.eog.push_back(static_cast<int32_t>(e.as_int()));
+  return s;
+}
+
+// model.merges as "a b" strings (the file holds "a b" or ["a", "b"]).
+std::vector<std::string> read_merges(const JsonValue &merges) {
+  std::vector<std::string> out;
+  out.reserve(merges.items().size());
+  for (const JsonValue &m : merges.items()) {
+    if (m.is_string()) {
+      out.push_back(m.as_string());
+    } else if (m.is_array() && m.items().size() == 2 && m.items()[0].is_string() && m.items()[1].is_string()) {
+      out.push_back(m.items()[0].as_string() + " " + m.items()[1].as_string());
+    } else {
+      bad("merge " + std::to_string(out.size()) + " is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const JsonValue *cfg) {
@@ -179,97 +280,26 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
   const JsonValue *added = tj.find("added_tokens");
   if (added != nullptr && !added->is_array()) bad("added_tokens is not an array");
 
-  constexpr int64_t kMaxVocab = int64_t{1} << 24;
-  int64_t n = 0;
-  auto check_id = [&](const JsonValue *id, const std::string &what) {
-    if (id == nullptr || !id->is_integer() || id->as_int() < 0 || id->as_int() >= kMaxVocab) bad("bad id for " + what);
-    n = std::max(n, id->as_int() + 1);
-    return static_cast<int32_t>(id->as_int());
-  };
-  for (const auto &[piece, id] : vocab->members()) check_id(&id, "'" + piece + "'");
-  if (added != nullptr)
-    for (const JsonValue &a : added->items()) check_id(a.find("id"), "an added token");
-
+  HfVocab v = read_vocab(*vocab, added);
   Tokenizer t;
   t.model_name_ = is_spm ? "llama" : "gpt2";
   t.kind_ = is_spm ? TokenizerKind::spm : TokenizerKind::bpe;
-  t.pieces_.assign(static_cast<size_t>(n), std::string());
-  t.scores_.assign(static_cast<size_t>(n), 0.0f);
-  t.types_.assign(static_cast<size_t>(n), TokenType::unused);  // ids nothing names stay unused
-  std::vector<char> seen(static_cast<size_t>(n), 0);
-  for (const auto &[piece, id] : vocab->members()) {
-    const auto k = static_cast<size_t>(id.as_int());
-    if (seen[k]) bad("id " + std::to_string(k) + " appears twice in the vocabulary");
-    seen[k] = 1;
-    t.pieces_[k] = piece;
-    t.types_[k] = TokenType::normal;
-  }
-  std::vector<int32_t> added_ids;
-  if (added != nullptr)
-    for (const JsonValue &a : added->items()) {
-      const JsonValue *content = a.find("content"), *special = a.find("special");
-      if (content == nullptr || !content->is_string()) bad("an added token has no content");
-      const auto k = static_cast<size_t>(a.find("id")->as_int());
-      if (seen[k] && t.pieces_[k] != content->as_string()) bad("added token id " + std::to_string(k) + " is also another token");
-      seen[k] = 1;
-      t.pieces_[k] = content->as_string();
-      t.types_[k] = special != nullptr && special->is_bool() && special->as_bool() ? TokenType::control : TokenType::user_defined;
-      added_ids.push_back(static_cast<int32_t>(k));
-    }
+  t.pieces_ = std::move(v.pieces);
+  t.scores_.assign(t.pieces_.size(), 0.0f);
+  t.types_ = std::move(v.types);
   for (size_t k = 0; k < t.pieces_.size(); ++k)
     if (!t.pieces_[k].empty()) t.piece_to_id_[t.pieces_[k]] = static_cast<int32_t>(k);
 
-  // Special ids: tokenizer_config.json's token texts, else config.json's ids.
-  auto id_of_text = [&](const std::string &s) { return s.empty() ? -1 : t.find_piece(s); };
-  auto cfg_id = [&](const char *key) -> int32_t {
-    const JsonValue *v = cfg != nullptr ? cfg->find(key) : nullptr;
-    if (v != nullptr && v->is_array() && !v->items().empty()) v = &v->items()[0];
-    if (v == nullptr || !v->is_integer() || v->as_int() < 0 || v->as_int() >= n) return -1;
-    return static_cast<int32_t>(v->as_int());
-  };
-  t.bos_ = tcfg != nullptr ? id_of_text(token_text(tcfg->find("bos_token"))) : -1;
-  if (t.bos_ < 0) t.bos_ = cfg_id("bos_token_id");
-  t.eos_ = tcfg != nullptr ? id_of_text(token_text(tcfg->find("eos_token"))) : -1;
-  if (t.eos_ < 0) t.eos_ = cfg_id("eos_token_id");
+  HfSpecials s = read_specials(t, tj, tcfg, cfg);
+  t.bos_ = s.bos;
+  t.eos_ = s.eos;
+  t.add_bos_ = s.add_bos;
+  t.eog_ = std::move(s.eog);
   t.unk_ = -1;
   t.add_space_prefix_ = false;
-  const JsonValue *ab = tcfg != nullptr ? tcfg->find("add_bos_token") : nullptr;
-  if (ab != nullptr && ab->is_bool()) {
-    t.add_bos_ = ab->as_bool();
-  } else {
-    // Llama 3 adds BOS through its post-processor (TemplateProcessing naming the BOS text).
-    const JsonValue *pp = tj.find("post_processor");
-    const JsonValue *single = pp != nullptr ? pp->find("single") : nullptr;
-    t.add_bos_ = false;
-    if (single != nullptr && single->is_array() && t.bos_ >= 0)
-      for (const JsonValue &item : single->items()) {
-        const JsonValue *st = item.find("SpecialToken");
-        const JsonValue *id = st != nullptr ? st->find("id") : nullptr;
-        if (id != nullptr && id->is_string() && id->as_string() == t.pieces_[static_cast<size_t>(t.bos_)]) t.add_bos_ = true;
-      }
-  }
-  if (cfg != nullptr) {
-    const JsonValue *eos = cfg->find("eos_token_id");
-    if (eos != nullptr && eos->is_array())
-      for (const JsonValue &e : eos->items())
-        if (e.is_integer() && e.as_int() >= 0 && e.as_int() < n) t.eog_.push_back(static_cast<int32_t>(e.as_int()));
-  }
   t.init_eog();
 
-  std::vector<std::string> merge_strings;
-  merge_strings.reserve(merges->items().size());
-  for (const JsonValue &m : merges->items()) {
-    if (m.is_string()) {
-      merge_strings.push_back(m.as_string());
-    } else if (m.is_array() && m.items().size() == 2 && m.items()[0].is_string() && m.items()[1].is_string()) {
-      merge_strings.push_back(m.items()[0].as_string() + " " + m.items()[1].as_string());
-    } else {
-      bad("merge " + std::to_string(merge_strings.size()) + " is neither \"a b\" nor [\"a\", \"b\"]");
-    }
-  }
-  // Hugging Face's default when the key is absent (files older than the option) is false.
-  const JsonValue *ignore = model->find("ignore_merges");
-  const bool ignore_merges = ignore != nullptr && ignore->is_bool() && ignore->as_bool();
+  const std::vector<std::string> merge_strings = read_merges(*merges);
   if (is_spm) {
     t.init_hf_spm(*model, spm, merge_strings);
   } else {
@@ -277,9 +307,11 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
     t.init_bpe(pre, views);
     t.nfc_ = nfc;
   }
-  t.ignore_merges_ = ignore_merges;
+  // Hugging Face's default when the key is absent (files older than the option) is false.
+  const JsonValue *ignore = model->find("ignore_merges");
+  t.ignore_merges_ = ignore != nullptr && ignore->is_bool() && ignore->as_bool();
   // Every added token is matched in the text before the model sees it (also <unk>, which is not a control token).
-  t.init_specials(std::move(added_ids));
+  t.init_specials(std::move(v.added_ids));
   return t;
 }
 
