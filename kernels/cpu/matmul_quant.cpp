@@ -65,14 +65,6 @@ void rows_generic(float *out, const float *x, const uint8_t *w, int64_t n, int64
   }
 }
 
-__attribute__((target("avx2,fma"))) inline float hsum8(__m256 v) {
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  __m128 sh = _mm_movehdup_ps(lo);
-  __m128 s = _mm_add_ps(lo, sh);
-  sh = _mm_movehl_ps(sh, s);
-  return _mm_cvtss_f32(_mm_add_ss(s, sh));
-}
-
 // AVX2 block expansions for the common 32-element types (the scalar ones above remain the reference; these may
 // round q * d + m once instead of twice).
 __attribute__((target("avx2,fma,f16c"))) inline float h2f_f16c(const uint8_t *p) {
@@ -203,7 +195,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, con
     if constexpr (K == Fused::q4_1) acc_min += h2f_f16c(row + 2) * sx[b];
     if constexpr (K == Fused::q4_0) acc_min -= 8.0f * d * sx[b];
   }
-  return hsum8(acc) + acc_min;
+  return tile::hsum(acc) + acc_min;
 }
 
 // dot of 32 unsigned bytes with x[32]
@@ -235,7 +227,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_q4k(const uint8_t *row,
       acc_min -= dmin * m1 * sx[0] + dmin * m2 * sx[1];
     }
   }
-  return hsum8(acc) + acc_min;
+  return tile::hsum(acc) + acc_min;
 }
 
 template <Fused K>

@@ -146,47 +146,12 @@ inline void axpy_s(float *o, float w, const float *v, int32_t n) {
   for (int32_t i = 0; i < n; ++i) o[i] += w * v[i];
 }
 
-// One query t and one KV head g: scores for the group's heads, softmax, weighted sum of V.
-// p: [group][vis] scratch, kvbuf: [block_size][head_dim] scratch.
-#define IKV_ATTEND_BODY(DOT, AXPY)                                                                              \
-  const int32_t hd = kv.head_dim;                                                                             \
-  for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {                                                       \
-    const int32_t cnt = std::min(kv.block_size, vis - s0);                                                    \
-    load_row(kvbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);                                                  \
-    for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
-      const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                   \
-      float *ph = p + static_cast<int64_t>(hh) * vis + s0;                                                    \
-      for (int32_t j = 0; j < cnt; ++j) ph[j] = DOT(qh, kvbuf + static_cast<int64_t>(j) * hd, hd) * scale;  \
-    }                                                                                                         \
-  }                                                                                                           \
-  for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p + static_cast<int64_t>(hh) * vis, vis);           \
-  std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);                                                 \
-  for (int32_t s0 = 0; s0 < vis; s0 += kv.block_size) {                                                       \
-    const int32_t cnt = std::min(kv.block_size, vis - s0);                                                    \
-    load_row(kvbuf, slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);                                                  \
-    for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
-      const float *ph = p + static_cast<int64_t>(hh) * vis + s0;                                              \
-      float *o = og + static_cast<int64_t>(hh) * hd;                                                          \
-      for (int32_t j = 0; j < cnt; ++j) AXPY(o, ph[j], kvbuf + static_cast<int64_t>(j) * hd, hd);            \
-    }                                                                                                         \
-  }
-
-IKV_AVX2 void attend_avx2(float *og, const float *qg, const PagedKv &kv, int32_t g, int32_t group, int32_t vis,
-                          float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_BODY(dot_v, axpy_v)
-}
-
-void attend_generic(float *og, const float *qg, const PagedKv &kv, int32_t g, int32_t group, int32_t vis, float scale,
-                    float *p, float *kvbuf) {
-  IKV_ATTEND_BODY(dot_s, axpy_s)
-}
-
-#undef IKV_ATTEND_BODY
-
 // Queries t0 .. t1-1 of one KV head g over one view, query t seeing vis0 + t slots: each K and V block is converted
-// once for the whole tile instead of once per query. Every query's arithmetic is that of IKV_ATTEND_BODY (the same
-// dots, softmax and V accumulation in the same order), so the results are the same bits as one query at a time.
-// p: [t1 - t0][group][vis0 + t1 - 1] scratch, kvbuf: [block_size][head_dim] scratch.
+// once for the whole tile instead of once per query. Each query's scores for the group's heads, their softmax and
+// the weighted sum of V are computed in the same order whatever the tile, so a tile of one query (t0 = 0, t1 = 1,
+// vis0 = its visible count: how a decode step is attended) gives the same bits as that query in any tile.
+// p: [t1 - t0][group][vis0 + t1 - 1] scratch (row hh of query t at (t - t0) * group * max_vis + hh * vis),
+// kvbuf: [block_size][head_dim] scratch.
 #define IKV_ATTEND_TILE_BODY(DOT, AXPY)                                                                         \
   const int32_t hd = kv.head_dim;                                                                             \
   const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                \
@@ -233,48 +198,12 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
 
 #undef IKV_ATTEND_TILE_BODY
 
-// One query, one KV head, slots [b0, b1): per query head of the group, the chunk's max score m[hh], the sum of
-// exp(s - m) l[hh] and the unnormalised exp(s - m)-weighted sum of V o[hh][head_dim] (merged by merge_chunks).
-// p: [group][b1 - b0] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
-#define IKV_PARTIAL_BODY(DOT, AXPY)                                                                             \
-  const int32_t hd = kv.head_dim, n = b1 - b0;                                                                \
-  for (int32_t s0 = b0; s0 < b1; s0 += kv.block_size) {                                                       \
-    const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                     \
-    load_row(kvbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);                                              \
-    for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
-      const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                   \
-      float *ph = p + static_cast<int64_t>(hh) * n + (s0 - b0);                                               \
-      for (int32_t j = 0; j < cnt; ++j) ph[j] = DOT(qh, kvbuf + static_cast<int64_t>(j) * hd, hd) * scale;  \
-    }                                                                                                         \
-  }                                                                                                           \
-  for (int32_t hh = 0; hh < group; ++hh) l[hh] = exp_shifted(p + static_cast<int64_t>(hh) * n, n, &m[hh]);    \
-  std::fill(o, o + static_cast<int64_t>(group) * hd, 0.0f);                                                   \
-  for (int32_t s0 = b0; s0 < b1; s0 += kv.block_size) {                                                       \
-    const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                     \
-    load_row(kvbuf, slot_ptr(kv, s0, g, 1), cnt * hd, kv.dtype);                                              \
-    for (int32_t hh = 0; hh < group; ++hh) {                                                                  \
-      const float *ph = p + static_cast<int64_t>(hh) * n + (s0 - b0);                                         \
-      float *oh = o + static_cast<int64_t>(hh) * hd;                                                          \
-      for (int32_t j = 0; j < cnt; ++j) AXPY(oh, ph[j], kvbuf + static_cast<int64_t>(j) * hd, hd);           \
-    }                                                                                                         \
-  }
-
-IKV_AVX2 void attend_chunk_avx2(float *o, float *m, double *l, const float *qg, const PagedKv &kv, int32_t g,
-                                int32_t group, int32_t b0, int32_t b1, float scale, float *p, float *kvbuf) {
-  IKV_PARTIAL_BODY(dot_v, axpy_v)
-}
-
-void attend_chunk_generic(float *o, float *m, double *l, const float *qg, const PagedKv &kv, int32_t g, int32_t group,
-                          int32_t b0, int32_t b1, float scale, float *p, float *kvbuf) {
-  IKV_PARTIAL_BODY(dot_s, axpy_s)
-}
-
-#undef IKV_PARTIAL_BODY
-
-// Chunk [b0, b0 + chunk) of one KV head g for the queries t0 .. t1-1 of a prefill (query t sees vis0 + t slots):
-// IKV_PARTIAL_BODY for each query that sees into the chunk, with every K/V block converted once for the tile.
-// Query t's partial result goes to unit unit_of(t) (o, m, l as attend_chunk_* writes them).
-// p: [t1 - t0][group][chunk] scratch, kvbuf: [block_size][head_dim] scratch.
+// Chunk [b0, b0 + chunk) of one KV head g for the queries t0 .. t1-1 (query t sees vis0 + t slots), every K/V block
+// converted once for the tile. For each query that sees into the chunk and each query head hh of the group, unit
+// u = unit_of(t) receives the chunk's max score m[u * group + hh], the sum of exp(s - m) l[u * group + hh] and the
+// unnormalised exp(s - m)-weighted sum of V o[(u * group + hh) * head_dim ...] (merged by merge_chunks). One query
+// (t0 = 0, t1 = 1, vis0 = its visible count) gives the same bits as in any tile.
+// p: [t1 - t0][group][chunk] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
 #define IKV_PARTIAL_TILE_BODY(DOT, AXPY)                                                                        \
   const int32_t hd = kv.head_dim;                                                                             \
   const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                            \
@@ -392,18 +321,21 @@ void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
       const int32_t g = static_cast<int32_t>(k / nc), c = static_cast<int32_t>(k % nc);
       const std::pair<PagedKv, int32_t> vv = view_for(t);
       const int32_t b0 = c * chunk, b1 = std::min(vv.second, b0 + chunk);
-      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      const float *qt = q + t * n_heads * hd;  // query t alone: a tile of one
       float *ou = o.data() + static_cast<size_t>(u) * group * hd;
       float *mu = m.data() + static_cast<size_t>(u) * group;
       double *lu = l.data() + static_cast<size_t>(u) * group;
+      auto unit0 = [](int64_t) { return int64_t{0}; };
       if (b1 <= b0) {  // nothing visible in this chunk: it adds nothing
         std::fill(ou, ou + static_cast<int64_t>(group) * hd, 0.0f);
         std::fill(mu, mu + group, -INFINITY);
         std::fill(lu, lu + group, 0.0);
       } else if (avx2) {
-        attend_chunk_avx2(ou, mu, lu, qg, vv.first, g, group, b0, b1, scale, p.data(), kvbuf.data());
+        attend_chunk_tile_avx2(ou, mu, lu, qt, 0, 1, n_heads, vv.first, g, group, vv.second, b0, chunk, scale, p.data(),
+                               kvbuf.data(), unit0);
       } else {
-        attend_chunk_generic(ou, mu, lu, qg, vv.first, g, group, b0, b1, scale, p.data(), kvbuf.data());
+        attend_chunk_tile_generic(ou, mu, lu, qt, 0, 1, n_heads, vv.first, g, group, vv.second, b0, chunk, scale, p.data(),
+                                  kvbuf.data(), unit0);
       }
     }
   };
@@ -467,10 +399,9 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
     const int32_t g = static_cast<int32_t>(it % kv.n_kv_heads);
     const std::pair<PagedKv, int32_t> vv = view_for(t);
     const int32_t vis = vv.second;
-    const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-    float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-    if (avx2) attend_avx2(og, qg, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
-    else attend_generic(og, qg, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
+    const int64_t row = t * n_heads * hd;  // query t alone: a tile of one, p laid out [group][vis]
+    if (avx2) attend_tile_avx2(out + row, q + row, 0, 1, n_heads, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
+    else attend_tile_generic(out + row, q + row, 0, 1, n_heads, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
     if (acc_row) {
       const float inv_h = 1.0f / static_cast<float>(n_heads);
       for (int32_t hh = 0; hh < group; ++hh) {
