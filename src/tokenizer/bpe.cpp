@@ -28,21 +28,30 @@ struct Cps {
 
 uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 
+// The length of the contraction 's|'t|'re|'ve|'m|'ll|'d at pos (case-insensitive when any_case), or 0.
+size_t contraction_at(const Cps &c, size_t pos, bool any_case) {
+  if (c.at(pos) != '\'' || pos + 1 >= c.end) return 0;
+  auto lower = [&](size_t i) { return any_case ? ascii_lower(c.at(i)) : c.at(i); };
+  const uint32_t n1 = lower(pos + 1);
+  if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') return 2;
+  if (pos + 2 >= c.end) return 0;
+  const uint32_t n2 = lower(pos + 2);
+  return (n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l') ? 3 : 0;
+}
+
+// \s+(?!\S)|\s+ for a run of ws >= 1 spaces at pos: where the word ends (the last space goes to a word after it).
+size_t space_run_end(const Cps &c, size_t pos, size_t ws) { return ws > 1 && pos + ws < c.end ? pos + ws - 1 : pos + ws; }
+
 // GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // Appends the end index (code points) of each word in [begin, end).
 void split_gpt2(const Cps &c, std::vector<size_t> *ends) {
   size_t pos = c.begin;
   while (pos < c.end) {
     const uint32_t cpt = c.at(pos);
-    if (cpt == '\'' && pos + 1 < c.end) {
-      const uint32_t n1 = c.at(pos + 1);
-      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') { pos += 2; ends->push_back(pos); continue; }
-      if (pos + 2 < c.end) {
-        const uint32_t n2 = c.at(pos + 2);
-        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
-          pos += 3; ends->push_back(pos); continue;
-        }
-      }
+    if (const size_t n = contraction_at(c, pos, false)) {
+      pos += n;
+      ends->push_back(pos);
+      continue;
     }
     const size_t p2 = cpt == ' ' ? pos + 1 : pos;
     if (c.letter(p2)) {
@@ -65,13 +74,8 @@ void split_gpt2(const Cps &c, std::vector<size_t> *ends) {
     }
     size_t ws = 0;
     while (c.space(pos + ws)) ++ws;
-    if (ws > 1 && pos + ws < c.end) {  // \s+(?!\S): leave the last space to the word after it
-      pos += ws - 1;
-      ends->push_back(pos);
-      continue;
-    }
     if (ws > 0) {
-      pos += ws;
+      pos = space_run_end(c, pos, ws);
       ends->push_back(pos);
       continue;
     }
@@ -86,15 +90,10 @@ void split_llama3(const Cps &c, size_t max_digits, std::vector<size_t> *ends) {
   size_t pos = c.begin;
   while (pos < c.end) {
     const uint32_t cpt = c.at(pos);
-    if (cpt == '\'' && pos + 1 < c.end) {
-      const uint32_t n1 = ascii_lower(c.at(pos + 1));
-      if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') { pos += 2; ends->push_back(pos); continue; }
-      if (pos + 2 < c.end) {
-        const uint32_t n2 = ascii_lower(c.at(pos + 2));
-        if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) {
-          pos += 3; ends->push_back(pos); continue;
-        }
-      }
+    if (const size_t n = contraction_at(c, pos, true)) {
+      pos += n;
+      ends->push_back(pos);
+      continue;
     }
     if (!(cpt == '\r' || cpt == '\n' || c.number(pos))) {
       if (c.letter(pos) || c.letter(pos + 1)) {
@@ -134,13 +133,8 @@ void split_llama3(const Cps &c, size_t max_digits, std::vector<size_t> *ends) {
       ends->push_back(pos);
       continue;
     }
-    if (ws > 1 && pos + ws < c.end) {
-      pos += ws - 1;
-      ends->push_back(pos);
-      continue;
-    }
     if (ws > 0) {
-      pos += ws;
+      pos = space_run_end(c, pos, ws);
       ends->push_back(pos);
       continue;
     }

@@ -25,6 +25,29 @@ namespace {
 using infokv_test::randn;
 using infokv_test::test_seed;
 
+// The attention tests' cache: n slots of random K (std 2) and V, kNkv heads of kHd, in 16-slot blocks scattered
+// through the pool (block b at (b * mul + add) % nb, a permutation when the two are coprime with nb), and n_q random
+// queries of kNh heads, drawn in that order.
+constexpr int32_t kBs = 16, kNkv = 3, kHd = 64, kNh = 9;
+struct RandomCache {
+  std::vector<int32_t> table;
+  std::vector<uint8_t> pool;
+  std::vector<float> k, v, q;
+  PagedKv kv{};
+  RandomCache(KvDtype dt, int32_t n, int32_t n_q, int32_t mul, int32_t add, std::mt19937 &g) {
+    const int32_t nb = (n + kBs - 1) / kBs;
+    const int64_t stride = 2LL * kNkv * kBs * kHd * kv_dtype_size(dt);
+    table.resize(static_cast<size_t>(nb));
+    for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * mul + add) % nb;
+    pool.resize(static_cast<size_t>(stride * nb));
+    kv = PagedKv{pool.data(), stride, table.data(), n, kBs, kNkv, kHd, dt};
+    k = randn(static_cast<size_t>(n) * kNkv * kHd, g, 2.0f);
+    v = randn(k.size(), g);
+    cpu::kv_append(kv, 0, k.data(), v.data(), n);
+    q = randn(static_cast<size_t>(n_q) * kNh * kHd, g);
+  }
+};
+
 }  // namespace
 
 TEST(CpuTwins, ConvertRoundTripsAndMatchesScalarConversions) {
@@ -98,18 +121,12 @@ TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
 TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATime) {
   const KvDtype dt = GetParam();
   std::mt19937 g(test_seed());
-  const int32_t bs = 16, nkv = 3, hd = 64, nh = 9;
+  const int32_t nh = kNh, hd = kHd;
   for (const std::pair<int32_t, int32_t> &shape : {std::make_pair(7, 45), std::make_pair(1, 3), std::make_pair(200, 21)}) {
     const int32_t visible0 = shape.first, n_q = shape.second, n = visible0 + n_q - 1;
-    const int32_t nb = (n + bs - 1) / bs;
-    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
-    std::vector<int32_t> table(static_cast<size_t>(nb));
-    for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 5 + 3) % nb;
-    std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
-    PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
-    auto k = randn(static_cast<size_t>(n) * nkv * hd, g, 2.0f), v = randn(k.size(), g);
-    cpu::kv_append(kv, 0, k.data(), v.data(), n);
-    auto q = randn(static_cast<size_t>(n_q) * nh * hd, g);
+    RandomCache rc(dt, n, n_q, 5, 3, g);
+    const PagedKv &kv = rc.kv;
+    const std::vector<float> &q = rc.q;
     std::vector<float> one(q.size(), NAN), two(q.size(), NAN), alone(q.size(), NAN);
     ThreadPool tp(2);
     cpu::paged_attention(one.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, nullptr);
@@ -128,18 +145,12 @@ TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATime) {
 TEST_P(CpuTwinsDtype, LongPrefillTilesEqualTheBatchFormBitForBit) {
   const KvDtype dt = GetParam();
   std::mt19937 g(test_seed());
-  const int32_t bs = 16, nkv = 3, hd = 64, nh = 9;
+  const int32_t nh = kNh;
   for (const std::pair<int32_t, int32_t> &shape : {std::make_pair(1000, 40), std::make_pair(1500, 17), std::make_pair(1, 1100)}) {
     const int32_t visible0 = shape.first, n_q = shape.second, n = visible0 + n_q - 1;
-    const int32_t nb = (n + bs - 1) / bs;
-    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
-    std::vector<int32_t> table(static_cast<size_t>(nb));
-    for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 7 + 2) % nb;
-    std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
-    PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
-    auto k = randn(static_cast<size_t>(n) * nkv * hd, g, 2.0f), v = randn(k.size(), g);
-    cpu::kv_append(kv, 0, k.data(), v.data(), n);
-    auto q = randn(static_cast<size_t>(n_q) * nh * hd, g);
+    RandomCache rc(dt, n, n_q, 7, 2, g);
+    const PagedKv &kv = rc.kv;
+    const std::vector<float> &q = rc.q;
     std::vector<float> tiled(q.size(), NAN), tiled2(q.size(), NAN), rows(q.size(), NAN);
     ThreadPool tp(2);
     cpu::paged_attention(tiled.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, nullptr);
@@ -159,18 +170,12 @@ TEST_P(CpuTwinsDtype, LongPrefillTilesEqualTheBatchFormBitForBit) {
 TEST_P(CpuTwinsDtype, LongContextAttentionMatchesPlainSoftmaxForAnyThreadCount) {
   const KvDtype dt = GetParam();
   std::mt19937 g(test_seed());
-  const int32_t bs = 16, nkv = 3, hd = 64, nh = 9, group = nh / nkv;
+  const int32_t nh = kNh, hd = kHd, group = kNh / kNkv;
   for (const std::pair<int32_t, int32_t> &shape : {std::make_pair(3000, 1), std::make_pair(1030, 3)}) {
     const int32_t visible0 = shape.first, n_q = shape.second, n = visible0 + n_q - 1;
-    const int32_t nb = (n + bs - 1) / bs;
-    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
-    std::vector<int32_t> table(static_cast<size_t>(nb));
-    for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 5 + 3) % nb;  // scattered, a permutation
-    std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
-    PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
-    auto k = randn(static_cast<size_t>(n) * nkv * hd, g, 2.0f), v = randn(k.size(), g);
-    cpu::kv_append(kv, 0, k.data(), v.data(), n);
-    auto q = randn(static_cast<size_t>(n_q) * nh * hd, g);
+    RandomCache rc(dt, n, n_q, 5, 3, g);
+    const PagedKv &kv = rc.kv;
+    const std::vector<float> &q = rc.q;
     const float scale = 0.125f;
     std::vector<float> one(q.size()), two(q.size());
     cpu::paged_attention(one.data(), q.data(), n_q, nh, kv, visible0, scale, nullptr, nullptr, nullptr);

@@ -95,6 +95,19 @@ void compare_top5(const Value &ref, size_t pos, const std::vector<float> &lg, De
   }
 }
 
+// One step of the greedy walk from BOS: the logits after BOS (pos 0) and the top-5 against the reference; returns
+// the greedy next token and records whether it stays on the reference's path.
+int32_t greedy_step(const Value &ref, size_t pos, const std::vector<float> &lg, Deviation &d) {
+  if (pos == 0) {
+    const std::vector<double> want = ref["logits_pos0_after_bos"].numbers();
+    for (size_t v = 0; v < want.size(); ++v) d.bos_logits = std::max(d.bos_logits, std::fabs(lg[v] - want[v]));
+  }
+  compare_top5(ref, pos, lg, d);
+  const auto next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+  if (next != ref["top5_first8"][pos][0][0].integer()) d.greedy_path_match = false;
+  return next;
+}
+
 // ---- through the C++ core ----
 Deviation run_core(const Value &ref, KvDtype dtype) {
   Deviation d;
@@ -110,14 +123,7 @@ Deviation run_core(const Value &ref, KvDtype dtype) {
     int32_t next = tok.bos();
     for (size_t pos = 0; pos < 8; ++pos) {
       s.decode({{seq, next, false}});
-      const std::vector<float> &lg = s.logits(seq);
-      if (pos == 0) {
-        const std::vector<double> want = ref["logits_pos0_after_bos"].numbers();
-        for (size_t v = 0; v < want.size(); ++v) d.bos_logits = std::max(d.bos_logits, std::fabs(lg[v] - want[v]));
-      }
-      compare_top5(ref, pos, lg, d);
-      next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
-      if (next != ref["top5_first8"][pos][0][0].integer()) d.greedy_path_match = false;
+      next = greedy_step(ref, pos, s.logits(seq), d);
     }
   }
   {
@@ -197,14 +203,7 @@ Deviation run_capi(const Value &ref, int32_t kv_dtype) {
     int32_t next = static_cast<int32_t>(bos);
     for (size_t pos = 0; pos < 8; ++pos) {
       IKV_OK_OR_THROW(ikv_decode(cs.s, 0, &next, 1));
-      std::vector<float> lg = c_logits(cs.s, 0);
-      if (pos == 0) {
-        const std::vector<double> want = ref["logits_pos0_after_bos"].numbers();
-        for (size_t v = 0; v < want.size(); ++v) d.bos_logits = std::max(d.bos_logits, std::fabs(lg[v] - want[v]));
-      }
-      compare_top5(ref, pos, lg, d);
-      next = static_cast<int32_t>(std::max_element(lg.begin(), lg.end()) - lg.begin());
-      if (next != ref["top5_first8"][pos][0][0].integer()) d.greedy_path_match = false;
+      next = greedy_step(ref, pos, c_logits(cs.s, 0), d);
     }
   }
   {
