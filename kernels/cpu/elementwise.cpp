@@ -1,35 +1,16 @@
 // Element-wise operations: SwiGLU, residual add, dtype conversion, embedding row lookup and gather. CUDA twins:
 // kernels/cuda/elementwise.cu.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/kv_rows.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 
 namespace infokv {
 namespace cpu {
-
-namespace {
-
-inline float load_one(const void *p, KvDtype t, int64_t i) {
-  switch (t) {
-    case KvDtype::f32: return static_cast<const float *>(p)[i];
-    case KvDtype::f16: return fp16_to_float(static_cast<const uint16_t *>(p)[i]);
-    case KvDtype::bf16: return bf16_to_float(static_cast<const uint16_t *>(p)[i]);
-  }
-  return 0.0f;
-}
-
-inline void store_one(void *p, KvDtype t, int64_t i, float v) {
-  switch (t) {
-    case KvDtype::f32: static_cast<float *>(p)[i] = v; break;
-    case KvDtype::f16: static_cast<uint16_t *>(p)[i] = float_to_fp16(v); break;
-    case KvDtype::bf16: static_cast<uint16_t *>(p)[i] = float_to_bf16(v); break;
-  }
-}
-
-}  // namespace
 
 void swiglu(float *out, const float *gate, const float *up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
@@ -60,7 +41,15 @@ void convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int
     std::memmove(dst, src, static_cast<size_t>(n) * static_cast<size_t>(kv_dtype_size(src_type)));
     return;
   }
-  for (int64_t i = 0; i < n; ++i) store_one(dst, dst_type, i, load_one(src, src_type, i));
+  // Through an f32 buffer a chunk at a time, with the KV rows' own conversions (round to nearest even).
+  constexpr int32_t kChunk = 256;
+  float buf[kChunk];
+  const int64_t ss = kv_dtype_size(src_type), ds = kv_dtype_size(dst_type);
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const auto cnt = static_cast<int32_t>(std::min<int64_t>(kChunk, n - i));
+    load_row(buf, static_cast<const uint8_t *>(src) + i * ss, cnt, src_type);
+    store_row(static_cast<uint8_t *>(dst) + i * ds, buf, cnt, dst_type);
+  }
 }
 
 bool get_rows(float *out, const void *emb, uint32_t type, const int32_t *rows, int64_t n_rows, int64_t d) {

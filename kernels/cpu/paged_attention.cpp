@@ -117,23 +117,135 @@ namespace {
 
 #define IKV_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-IKV_AVX2 inline __attribute__((always_inline)) float dot_v(const float *a, const float *b, int32_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+// Eight or one K/V elements of dtype D at element i of a row (f16 and bf16 widen exactly, as load_row does).
+template <KvDtype D>
+IKV_AVX2 inline __attribute__((always_inline)) __m256 ld8(const void *p, int64_t i) {
+  if (D == KvDtype::f32) return _mm256_loadu_ps(static_cast<const float *>(p) + i);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(p) + i));
+  if (D == KvDtype::f16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+template <KvDtype D>
+inline __attribute__((always_inline)) float ld1(const void *p, int64_t i) {
+  if (D == KvDtype::f32) return static_cast<const float *>(p)[i];
+  if (D == KvDtype::f16) return fp16_to_float(static_cast<const uint16_t *>(p)[i]);
+  return bf16_to_float(static_cast<const uint16_t *>(p)[i]);
+}
+
+// The end of the dot product of a and row b whose 8-wide chunks below n8 = n & ~7 are summed in acc: the lanes,
+// then the tail.
+template <KvDtype D>
+IKV_AVX2 inline __attribute__((always_inline)) float dot_finish(__m256 acc, const float *a, const void *b, int32_t n8,
+                                                                int32_t n) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
   float s = _mm_cvtss_f32(lo);
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (int32_t i = n8; i < n; ++i) s += a[i] * ld1<D>(b, i);
   return s;
 }
 
-IKV_AVX2 inline __attribute__((always_inline)) void axpy_v(float *o, float w, const float *v, int32_t n) {
-  const __m256 wv = _mm256_set1_ps(w);
-  int32_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
-  for (; i < n; ++i) o[i] += w * v[i];
+// Scores of NQ query heads (qg, hd apart) against keys j < cnt of a block (key j at element j * hd of kb, stored as
+// D): ph[q * pstride + j] = (q . k_j) * scale, three keys at a time so that each key load serves NQ heads and each
+// query load three keys. Every score is one FMA chain over its 8-wide chunks, then dot_finish: the bits depend
+// neither on the blocking nor on whether the keys were widened to f32 first.
+template <int NQ, KvDtype D>
+IKV_AVX2 inline __attribute__((always_inline)) void scores_nq(float *ph, int64_t pstride, const float *qg,
+                                                              const void *kb, int32_t cnt, int32_t hd, float scale) {
+  const int32_t h8 = hd & ~7;
+  int32_t j = 0;
+  for (; j + 3 <= cnt; j += 3) {
+    const int64_t e0 = static_cast<int64_t>(j) * hd, e1 = e0 + hd, e2 = e1 + hd;
+    __m256 a[NQ][3];
+    for (int q = 0; q < NQ; ++q) a[q][0] = a[q][1] = a[q][2] = _mm256_setzero_ps();
+    for (int32_t i = 0; i < h8; i += 8) {
+      const __m256 x0 = ld8<D>(kb, e0 + i), x1 = ld8<D>(kb, e1 + i), x2 = ld8<D>(kb, e2 + i);
+      for (int q = 0; q < NQ; ++q) {
+        const __m256 qv = _mm256_loadu_ps(qg + static_cast<int64_t>(q) * hd + i);
+        a[q][0] = _mm256_fmadd_ps(qv, x0, a[q][0]);
+        a[q][1] = _mm256_fmadd_ps(qv, x1, a[q][1]);
+        a[q][2] = _mm256_fmadd_ps(qv, x2, a[q][2]);
+      }
+    }
+    const int64_t es = D == KvDtype::f32 ? 4 : 2;
+    const auto *k0 = static_cast<const uint8_t *>(kb) + e0 * es;
+    for (int q = 0; q < NQ; ++q) {
+      const float *qh = qg + static_cast<int64_t>(q) * hd;
+      float *row = ph + q * pstride + j;
+      row[0] = dot_finish<D>(a[q][0], qh, k0, h8, hd) * scale;
+      row[1] = dot_finish<D>(a[q][1], qh, k0 + hd * es, h8, hd) * scale;
+      row[2] = dot_finish<D>(a[q][2], qh, k0 + 2 * hd * es, h8, hd) * scale;
+    }
+  }
+  for (; j < cnt; ++j) {
+    const int64_t e = static_cast<int64_t>(j) * hd;
+    __m256 a[NQ];
+    for (int q = 0; q < NQ; ++q) a[q] = _mm256_setzero_ps();
+    for (int32_t i = 0; i < h8; i += 8) {
+      const __m256 x = ld8<D>(kb, e + i);
+      for (int q = 0; q < NQ; ++q)
+        a[q] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + static_cast<int64_t>(q) * hd + i), x, a[q]);
+    }
+    const auto *kj = static_cast<const uint8_t *>(kb) + e * (D == KvDtype::f32 ? 4 : 2);
+    for (int q = 0; q < NQ; ++q)
+      ph[q * pstride + j] = dot_finish<D>(a[q], qg + static_cast<int64_t>(q) * hd, kj, h8, hd) * scale;
+  }
+}
+
+template <KvDtype D>
+IKV_AVX2 void scores_d(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, int32_t cnt,
+                       int32_t hd, float scale) {
+  int32_t hh = 0;
+  for (; hh + 3 <= group; hh += 3)
+    scores_nq<3, D>(ph + hh * pstride, pstride, qg + static_cast<int64_t>(hh) * hd, kb, cnt, hd, scale);
+  if (group - hh == 2) scores_nq<2, D>(ph + hh * pstride, pstride, qg + static_cast<int64_t>(hh) * hd, kb, cnt, hd, scale);
+  if (group - hh == 1) scores_nq<1, D>(ph + hh * pstride, pstride, qg + static_cast<int64_t>(hh) * hd, kb, cnt, hd, scale);
+}
+
+// Scores of the group's query heads (row hh at ph + hh * pstride) against a block stored as dt.
+IKV_AVX2 void scores_v(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
+                       int32_t cnt, int32_t hd, float scale) {
+  switch (dt) {
+    case KvDtype::f32: scores_d<KvDtype::f32>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
+    case KvDtype::f16: scores_d<KvDtype::f16>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
+    case KvDtype::bf16: scores_d<KvDtype::bf16>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
+  }
+}
+
+// o[i] += w[j] * v_j[i] for j < cnt in order (v_j at element j * hd of vb, stored as D), o held in registers 64
+// floats at a time instead of stored and reloaded after every key: each element gets one FMA per key, in key order,
+// whatever the blocking and whether the values were widened to f32 first.
+template <KvDtype D>
+IKV_AVX2 void wsum_d(float *o, const float *w, const void *vb, int32_t cnt, int32_t hd) {
+  const int32_t h8 = hd & ~7;
+  int32_t i0 = 0;
+  for (; i0 + 64 <= h8; i0 += 64) {
+    __m256 a[8];
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_loadu_ps(o + i0 + 8 * r);
+    for (int32_t j = 0; j < cnt; ++j) {
+      const __m256 wv = _mm256_set1_ps(w[j]);
+      const int64_t e = static_cast<int64_t>(j) * hd + i0;
+      for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(wv, ld8<D>(vb, e + 8 * r), a[r]);
+    }
+    for (int r = 0; r < 8; ++r) _mm256_storeu_ps(o + i0 + 8 * r, a[r]);
+  }
+  for (; i0 < h8; i0 += 8) {
+    __m256 a = _mm256_loadu_ps(o + i0);
+    for (int32_t j = 0; j < cnt; ++j)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), ld8<D>(vb, static_cast<int64_t>(j) * hd + i0), a);
+    _mm256_storeu_ps(o + i0, a);
+  }
+  for (int32_t i = h8; i < hd; ++i)
+    for (int32_t j = 0; j < cnt; ++j) o[i] += w[j] * ld1<D>(vb, static_cast<int64_t>(j) * hd + i);
+}
+
+IKV_AVX2 void wsum_v(float *o, const float *w, const void *vb, KvDtype dt, int32_t cnt, int32_t hd) {
+  switch (dt) {
+    case KvDtype::f32: wsum_d<KvDtype::f32>(o, w, vb, cnt, hd); break;
+    case KvDtype::f16: wsum_d<KvDtype::f16>(o, w, vb, cnt, hd); break;
+    case KvDtype::bf16: wsum_d<KvDtype::bf16>(o, w, vb, cnt, hd); break;
+  }
 }
 
 inline float dot_s(const float *a, const float *b, int32_t n) {
@@ -146,54 +258,74 @@ inline void axpy_s(float *o, float w, const float *v, int32_t n) {
   for (int32_t i = 0; i < n; ++i) o[i] += w * v[i];
 }
 
+// The portable twins of scores_v and wsum_v, one score and one key at a time; they read f32 blocks only (the
+// portable path always widens a block first).
+void scores_s(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype, int32_t cnt,
+              int32_t hd, float scale) {
+  const auto *k = static_cast<const float *>(kb);
+  for (int32_t hh = 0; hh < group; ++hh)
+    for (int32_t j = 0; j < cnt; ++j)
+      ph[hh * pstride + j] = dot_s(qg + static_cast<int64_t>(hh) * hd, k + static_cast<int64_t>(j) * hd, hd) * scale;
+}
+
+void wsum_s(float *o, const float *w, const void *vb, KvDtype, int32_t cnt, int32_t hd) {
+  const auto *v = static_cast<const float *>(vb);
+  for (int32_t j = 0; j < cnt; ++j) axpy_s(o, w[j], v + static_cast<int64_t>(j) * hd, hd);
+}
+
+// Where a tile reads block s0 (n slots) of K (which = 0) or V (1) of head g from: the cache itself when `direct`
+// (a tile of one query on the AVX2 path widens f16/bf16 inside its products, each element is read once anyway),
+// else kvbuf, the block widened to f32 once for every query of the tile. Same values either way.
+inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0, int32_t g, int which, int32_t n,
+                                                  bool direct, float *kvbuf) {
+  const uint8_t *src = slot_ptr(kv, s0, g, which);
+  if (direct) return {src, kv.dtype};
+  load_row(kvbuf, src, n * kv.head_dim, kv.dtype);
+  return {kvbuf, KvDtype::f32};
+}
+
 // Queries t0 .. t1-1 of one KV head g over one view, query t seeing vis0 + t slots: each K and V block is converted
 // once for the whole tile instead of once per query. Each query's scores for the group's heads, their softmax and
 // the weighted sum of V are computed in the same order whatever the tile, so a tile of one query (t0 = 0, t1 = 1,
 // vis0 = its visible count: how a decode step is attended) gives the same bits as that query in any tile.
 // p: [t1 - t0][group][vis0 + t1 - 1] scratch (row hh of query t at (t - t0) * group * max_vis + hh * vis),
 // kvbuf: [block_size][head_dim] scratch.
-#define IKV_ATTEND_TILE_BODY(DOT, AXPY)                                                                         \
-  const int32_t hd = kv.head_dim;                                                                             \
-  const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                \
-  const int64_t qstride = static_cast<int64_t>(group) * max_vis;                                              \
-  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                   \
-    load_row(kvbuf, slot_ptr(kv, s0, g, 0), std::min(kv.block_size, max_vis - s0) * hd, kv.dtype);            \
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                     \
-      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);            \
-      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                             \
-      for (int32_t hh = 0; hh < group; ++hh) {                                                                \
-        const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                 \
-        float *ph = p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0;                             \
-        for (int32_t j = 0; j < cnt; ++j) ph[j] = DOT(qh, kvbuf + static_cast<int64_t>(j) * hd, hd) * scale;  \
-      }                                                                                                       \
-    }                                                                                                         \
-  }                                                                                                           \
-  for (int64_t t = t0; t < t1; ++t) {                                                                         \
-    const int32_t vis = vis0 + static_cast<int32_t>(t);                                                       \
+#define IKV_ATTEND_TILE_BODY(SCORES, WSUM, DIRECT)                                                                     \
+  const int32_t hd = kv.head_dim;                                                                                      \
+  const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                         \
+  const int64_t qstride = static_cast<int64_t>(group) * max_vis;                                                       \
+  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                            \
+    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, max_vis - s0), DIRECT && t1 - t0 == 1, kvbuf);    \
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
+      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);                     \
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                      \
+      SCORES(p + (t - t0) * qstride + s0, vis, qg, group, blk.first, blk.second, cnt, hd, scale);                      \
+    }                                                                                                                  \
+  }                                                                                                                    \
+  for (int64_t t = t0; t < t1; ++t) {                                                                                  \
+    const int32_t vis = vis0 + static_cast<int32_t>(t);                                                                \
     for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis, vis); \
-    float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                   \
-    std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);                                               \
-  }                                                                                                           \
-  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                   \
-    load_row(kvbuf, slot_ptr(kv, s0, g, 1), std::min(kv.block_size, max_vis - s0) * hd, kv.dtype);            \
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                     \
-      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);            \
-      for (int32_t hh = 0; hh < group; ++hh) {                                                                \
-        const float *ph = p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0;                       \
-        float *o = out + (t * n_heads + static_cast<int64_t>(g) * group + hh) * hd;                           \
-        for (int32_t j = 0; j < cnt; ++j) AXPY(o, ph[j], kvbuf + static_cast<int64_t>(j) * hd, hd);          \
-      }                                                                                                       \
-    }                                                                                                         \
+    float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                            \
+    std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);                                                        \
+  }                                                                                                                    \
+  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                            \
+    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, max_vis - s0), DIRECT && t1 - t0 == 1, kvbuf);    \
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
+      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);                     \
+      for (int32_t hh = 0; hh < group; ++hh)                                                                           \
+        WSUM(out + (t * n_heads + static_cast<int64_t>(g) * group + hh) * hd,                                          \
+             p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0, blk.first, blk.second, cnt, hd);            \
+    }                                                                                                                  \
   }
 
 IKV_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                                int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(dot_v, axpy_v)
+  IKV_ATTEND_TILE_BODY(scores_v, wsum_v, true)
 }
 
 void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                          int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(dot_s, axpy_s)
+  IKV_ATTEND_TILE_BODY(scores_s, wsum_s, false)
 }
 
 #undef IKV_ATTEND_TILE_BODY
@@ -204,56 +336,50 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
 // unnormalised exp(s - m)-weighted sum of V o[(u * group + hh) * head_dim ...] (merged by merge_chunks). One query
 // (t0 = 0, t1 = 1, vis0 = its visible count) gives the same bits as in any tile.
 // p: [t1 - t0][group][chunk] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
-#define IKV_PARTIAL_TILE_BODY(DOT, AXPY)                                                                        \
-  const int32_t hd = kv.head_dim;                                                                             \
-  const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                            \
-  const int64_t qstride = static_cast<int64_t>(group) * chunk;                                                \
-  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                    \
-    load_row(kvbuf, slot_ptr(kv, s0, g, 0), std::min(kv.block_size, b_end - s0) * hd, kv.dtype);              \
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                     \
-      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                  \
-      const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                   \
-      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                             \
-      for (int32_t hh = 0; hh < group; ++hh) {                                                                \
-        const float *qh = qg + static_cast<int64_t>(hh) * hd;                                                 \
-        float *ph = p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0);                        \
-        for (int32_t j = 0; j < cnt; ++j) ph[j] = DOT(qh, kvbuf + static_cast<int64_t>(j) * hd, hd) * scale;  \
-      }                                                                                                       \
-    }                                                                                                         \
-  }                                                                                                           \
-  for (int64_t t = std::max<int64_t>(t0, b0 - vis0 + 1); t < t1; ++t) {                                       \
-    const int32_t n = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk) - b0;                              \
-    const int64_t u = unit_of(t);                                                                             \
-    for (int32_t hh = 0; hh < group; ++hh)                                                                    \
-      l[u * group + hh] = exp_shifted(p + (t - t0) * qstride + static_cast<int64_t>(hh) * n, n, &m[u * group + hh]); \
-    std::fill(o + u * group * hd, o + (u + 1) * group * hd, 0.0f);                                            \
-  }                                                                                                           \
-  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                    \
-    load_row(kvbuf, slot_ptr(kv, s0, g, 1), std::min(kv.block_size, b_end - s0) * hd, kv.dtype);              \
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                     \
-      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                  \
-      const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                   \
-      const int64_t u = unit_of(t);                                                                           \
-      for (int32_t hh = 0; hh < group; ++hh) {                                                                \
-        const float *ph = p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0);                  \
-        float *oh = o + (u * group + hh) * hd;                                                                \
-        for (int32_t j = 0; j < cnt; ++j) AXPY(oh, ph[j], kvbuf + static_cast<int64_t>(j) * hd, hd);         \
-      }                                                                                                       \
-    }                                                                                                         \
+#define IKV_PARTIAL_TILE_BODY(SCORES, WSUM, DIRECT)                                                                    \
+  const int32_t hd = kv.head_dim;                                                                                      \
+  const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                                     \
+  const int64_t qstride = static_cast<int64_t>(group) * chunk;                                                         \
+  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                             \
+    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, b_end - s0), DIRECT && t1 - t0 == 1, kvbuf);      \
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
+      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                            \
+      const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                            \
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                      \
+      SCORES(p + (t - t0) * qstride + (s0 - b0), n, qg, group, blk.first, blk.second, cnt, hd, scale);                 \
+    }                                                                                                                  \
+  }                                                                                                                    \
+  for (int64_t t = std::max<int64_t>(t0, b0 - vis0 + 1); t < t1; ++t) {                                                \
+    const int32_t n = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk) - b0;                                       \
+    const int64_t u = unit_of(t);                                                                                      \
+    for (int32_t hh = 0; hh < group; ++hh)                                                                             \
+      l[u * group + hh] = exp_shifted(p + (t - t0) * qstride + static_cast<int64_t>(hh) * n, n, &m[u * group + hh]);   \
+    std::fill(o + u * group * hd, o + (u + 1) * group * hd, 0.0f);                                                     \
+  }                                                                                                                    \
+  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                             \
+    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, b_end - s0), DIRECT && t1 - t0 == 1, kvbuf);      \
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
+      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                            \
+      const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                            \
+      const int64_t u = unit_of(t);                                                                                    \
+      for (int32_t hh = 0; hh < group; ++hh)                                                                           \
+        WSUM(o + (u * group + hh) * hd, p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0),             \
+             blk.first, blk.second, cnt, hd);                                                                          \
+    }                                                                                                                  \
   }
 
 template <typename UnitOf>
 IKV_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                      const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                      float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(dot_v, axpy_v)
+  IKV_PARTIAL_TILE_BODY(scores_v, wsum_v, true)
 }
 
 template <typename UnitOf>
 void attend_chunk_tile_generic(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(dot_s, axpy_s)
+  IKV_PARTIAL_TILE_BODY(scores_s, wsum_s, false)
 }
 
 #undef IKV_PARTIAL_TILE_BODY
