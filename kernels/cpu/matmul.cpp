@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
@@ -51,13 +52,38 @@ void rows_generic(float *out, const float *x, const W *w, int64_t n, int64_t m0,
 
 using tile::WKind;
 
-// Weights are read in place (f16/bf16 converted in registers), tokens in chunks that stay in L2.
+// k f16/bf16 weights widened to f32 (exactly).
+template <WKind K>
+__attribute__((target("avx2,fma,f16c"))) void widen_row(float *dst, const uint8_t *src, int64_t k) {
+  const int64_t k8 = k & ~int64_t{7};
+  for (int64_t i = 0; i < k8; i += 8) _mm256_storeu_ps(dst + i, tile::load8(src, i, K));
+  for (int64_t i = k8; i < k; ++i) dst[i] = tile::load1(src, i, K);
+}
+
+// f32 weights are read in place, tokens in chunks that stay in L2. f16/bf16 weights are read in place (widened in
+// registers) for fewer than 4 tokens; for more, four rows at a time are widened into a per-thread f32 buffer once
+// per token chunk, so the tile's inner loop does no conversion. The weights' values are the same either way, so
+// are the results' bits.
 template <WKind K>
 void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t stride = k * (K == WKind::f32 ? 4 : 2);
   const uint8_t *wb = static_cast<const uint8_t *>(w) + m0 * stride;
-  for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk)
-    tile::run<K>(out, x, wb, stride, m0, m1, tc, std::min(n, tc + tile::kTokenChunk), m, k);
+  if (K == WKind::f32 || n < 4) {
+    for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk)
+      tile::run<K>(out, x, wb, stride, m0, m1, tc, std::min(n, tc + tile::kTokenChunk), m, k);
+    return;
+  }
+  constexpr int64_t kRows = 4;
+  static thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < kRows * k) buf.resize(static_cast<size_t>(kRows * k));
+  for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk) {
+    const int64_t te = std::min(n, tc + tile::kTokenChunk);
+    for (int64_t r = m0; r < m1; r += kRows) {
+      const int64_t re = std::min(m1, r + kRows);
+      for (int64_t i = r; i < re; ++i) widen_row<K>(buf.data() + (i - r) * k, wb + (i - m0) * stride, k);
+      tile::run<WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf.data()), k * 4, r, re, tc, te, m, k);
+    }
+  }
 }
 
 // F16C is read from CPUID leaf 1 (ECX bit 29) because clang before 15 rejects __builtin_cpu_supports("f16c").
