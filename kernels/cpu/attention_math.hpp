@@ -1,0 +1,257 @@
+// The arithmetic of CPU attention (paged_attention.cpp): softmax pieces, a block's scores for a group of query heads
+// and the weighted sum of its values, each in AVX2 (reading f32, f16 or bf16 K/V directly) and portably. Internal
+// to kernels/cpu. Every score is one FMA chain over 8-wide chunks then one lane reduction, and every output element
+// one FMA per key in key order, whatever the blocking: callers rely on that for bit-identical results across tiles.
+#pragma once
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/kv_rows.hpp"
+#include "kernels/fp16.hpp"
+
+#define IKV_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace infokv {
+namespace cpu {
+namespace attn {
+
+__attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
+  // Cephes-style exp: range reduction by ln 2, degree-6 polynomial; ~2 ulp over the clamped range.
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// p[j] = exp(p[j] - max p) for j < n; returns the sum and stores the max in *mx (n >= 1).
+__attribute__((target("avx2,fma"))) inline double exp_shifted_avx2(float *p, int32_t n, float *mx_out) {
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(p + j));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, mv);
+  float mx = lanes[0];
+  for (int k = 1; k < 8; ++k) mx = std::max(mx, lanes[k]);
+  for (int32_t k = j; k < n; ++k) mx = std::max(mx, p[k]);
+  const __m256 mb = _mm256_set1_ps(mx);
+  __m256 sv = _mm256_setzero_ps();
+  j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p + j), mb));
+    _mm256_storeu_ps(p + j, e);
+    sv = _mm256_add_ps(sv, e);
+  }
+  _mm256_storeu_ps(lanes, sv);
+  double sum = 0;
+  for (int k = 0; k < 8; ++k) sum += lanes[k];
+  for (; j < n; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  *mx_out = mx;
+  return sum;
+}
+
+inline double exp_shifted(float *p, int32_t n, float *mx_out) {
+  if (have_f16c()) return exp_shifted_avx2(p, n, mx_out);
+  float mx = -INFINITY;
+  for (int32_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
+  double sum = 0;
+  for (int32_t j = 0; j < n; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  *mx_out = mx;
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) inline void scale_avx2(float *p, int32_t n, float f) {
+  const __m256 fv = _mm256_set1_ps(f);
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(p + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), fv));
+  for (; j < n; ++j) p[j] *= f;
+}
+
+inline void softmax_inplace(float *p, int32_t n) {
+  float mx;
+  const float inv = static_cast<float>(1.0 / exp_shifted(p, n, &mx));
+  if (have_f16c()) {
+    scale_avx2(p, n, inv);
+    return;
+  }
+  for (int32_t j = 0; j < n; ++j) p[j] *= inv;
+}
+
+
+// Eight or one K/V elements of dtype D at element i of a row (f16 and bf16 widen exactly, as load_row does).
+template <KvDtype D>
+IKV_AVX2 inline __attribute__((always_inline)) __m256 ld8(const void *p, int64_t i) {
+  if (D == KvDtype::f32) return _mm256_loadu_ps(static_cast<const float *>(p) + i);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(p) + i));
+  if (D == KvDtype::f16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+template <KvDtype D>
+inline __attribute__((always_inline)) float ld1(const void *p, int64_t i) {
+  if (D == KvDtype::f32) return static_cast<const float *>(p)[i];
+  if (D == KvDtype::f16) return fp16_to_float(static_cast<const uint16_t *>(p)[i]);
+  return bf16_to_float(static_cast<const uint16_t *>(p)[i]);
+}
+
+// The end of the dot product of a and row b whose 8-wide chunks below n8 = n & ~7 are summed in acc: the lanes,
+// then the tail.
+template <KvDtype D>
+IKV_AVX2 inline __attribute__((always_inline)) float dot_finish(__m256 acc, const float *a, const void *b, int32_t n8,
+                                                                int32_t n) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  float s = _mm_cvtss_f32(lo);
+  for (int32_t i = n8; i < n; ++i) s += a[i] * ld1<D>(b, i);
+  return s;
+}
+
+// Scores of NQ query heads (qg, hd apart) against keys j < cnt of a block (key j at element j * hd of kb, stored as
+// D): ph[q * pstride + j] = (q . k_j) * scale, three keys at a time so that each key load serves NQ heads and each
+// query load three keys. Every score is one FMA chain over its 8-wide chunks, then dot_finish: the bits depend
+// neither on the blocking nor on whether the keys were widened to f32 first.
+template <int NQ, KvDtype D>
+IKV_AVX2 inline __attribute__((always_inline)) void scores_nq(float *ph, int64_t pstride, const float *qg,
+                                                              const void *kb, int32_t cnt, int32_t hd, float scale) {
+  const int32_t h8 = hd & ~7;
+  int32_t j = 0;
+  for (; j + 3 <= cnt; j += 3) {
+    const int64_t e0 = static_cast<int64_t>(j) * hd, e1 = e0 + hd, e2 = e1 + hd;
+    __m256 a[NQ][3];
+    for (int q = 0; q < NQ; ++q) a[q][0] = a[q][1] = a[q][2] = _mm256_setzero_ps();
+    for (int32_t i = 0; i < h8; i += 8) {
+      const __m256 x0 = ld8<D>(kb, e0 + i), x1 = ld8<D>(kb, e1 + i), x2 = ld8<D>(kb, e2 + i);
+      for (int q = 0; q < NQ; ++q) {
+        const __m256 qv = _mm256_loadu_ps(qg + static_cast<int64_t>(q) * hd + i);
+        a[q][0] = _mm256_fmadd_ps(qv, x0, a[q][0]);
+        a[q][1] = _mm256_fmadd_ps(qv, x1, a[q][1]);
+        a[q][2] = _mm256_fmadd_ps(qv, x2, a[q][2]);
+      }
+    }
+    const int64_t es = D == KvDtype::f32 ? 4 : 2;
+    const auto *k0 = static_cast<const uint8_t *>(kb) + e0 * es;
+    for (int q = 0; q < NQ; ++q) {
+      const float *qh = qg + static_cast<int64_t>(q) * hd;
+      float *row = ph + q * pstride + j;
+      row[0] = dot_finish<D>(a[q][0], qh, k0, h8, hd) * scale;
+      row[1] = dot_finish<D>(a[q][1], qh, k0 + hd * es, h8, hd) * scale;
+      row[2] = dot_finish<D>(a[q][2], qh, k0 + 2 * hd * es, h8, hd) * scale;
+    }
+  }
+  for (; j < cnt; ++j) {
+    const int64_t e = static_cast<int64_t>(j) * hd;
+    __m256 a[NQ];
+    for (int q = 0; q < NQ; ++q) a[q] = _mm256_setzero_ps();
+    for (int32_t i = 0; i < h8; i += 8) {
+      const __m256 x = ld8<D>(kb, e + i);
+      for (int q = 0; q < NQ; ++q)
+        a[q] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + static_cast<int64_t>(q) * hd + i), x, a[q]);
+    }
+    const auto *kj = static_cast<const uint8_t *>(kb) + e * (D == KvDtype::f32 ? 4 : 2);
+    for (int q = 0; q < NQ; ++q)
+      ph[q * pstride + j] = dot_finish<D>(a[q], qg + static_cast<int64_t>(q) * hd, kj, h8, hd) * scale;
+  }
+}
+
+template <KvDtype D>
+IKV_AVX2 inline void scores_d(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, int32_t cnt,
+                       int32_t hd, float scale) {
+  int32_t hh = 0;
+  for (; hh + 3 <= group; hh += 3)
+    scores_nq<3, D>(ph + hh * pstride, pstride, qg + static_cast<int64_t>(hh) * hd, kb, cnt, hd, scale);
+  const float *qr = qg + static_cast<int64_t>(hh) * hd;  // the one or two heads left
+  if (group - hh == 2) scores_nq<2, D>(ph + hh * pstride, pstride, qr, kb, cnt, hd, scale);
+  if (group - hh == 1) scores_nq<1, D>(ph + hh * pstride, pstride, qr, kb, cnt, hd, scale);
+}
+
+// Scores of the group's query heads (row hh at ph + hh * pstride) against a block stored as dt.
+IKV_AVX2 inline void scores_v(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
+                       int32_t cnt, int32_t hd, float scale) {
+  switch (dt) {
+    case KvDtype::f32: scores_d<KvDtype::f32>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
+    case KvDtype::f16: scores_d<KvDtype::f16>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
+    case KvDtype::bf16: scores_d<KvDtype::bf16>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
+  }
+}
+
+// o[i] += w[j] * v_j[i] for j < cnt in order (v_j at element j * hd of vb, stored as D), o held in registers 64
+// floats at a time instead of stored and reloaded after every key: each element gets one FMA per key, in key order,
+// whatever the blocking and whether the values were widened to f32 first.
+template <KvDtype D>
+IKV_AVX2 inline void wsum_d(float *o, const float *w, const void *vb, int32_t cnt, int32_t hd) {
+  const int32_t h8 = hd & ~7;
+  int32_t i0 = 0;
+  for (; i0 + 64 <= h8; i0 += 64) {
+    __m256 a[8];
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_loadu_ps(o + i0 + 8 * r);
+    for (int32_t j = 0; j < cnt; ++j) {
+      const __m256 wv = _mm256_set1_ps(w[j]);
+      const int64_t e = static_cast<int64_t>(j) * hd + i0;
+      for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(wv, ld8<D>(vb, e + 8 * r), a[r]);
+    }
+    for (int r = 0; r < 8; ++r) _mm256_storeu_ps(o + i0 + 8 * r, a[r]);
+  }
+  for (; i0 < h8; i0 += 8) {
+    __m256 a = _mm256_loadu_ps(o + i0);
+    for (int32_t j = 0; j < cnt; ++j)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), ld8<D>(vb, static_cast<int64_t>(j) * hd + i0), a);
+    _mm256_storeu_ps(o + i0, a);
+  }
+  for (int32_t i = h8; i < hd; ++i)
+    for (int32_t j = 0; j < cnt; ++j) o[i] += w[j] * ld1<D>(vb, static_cast<int64_t>(j) * hd + i);
+}
+
+IKV_AVX2 inline void wsum_v(float *o, const float *w, const void *vb, KvDtype dt, int32_t cnt, int32_t hd) {
+  switch (dt) {
+    case KvDtype::f32: wsum_d<KvDtype::f32>(o, w, vb, cnt, hd); break;
+    case KvDtype::f16: wsum_d<KvDtype::f16>(o, w, vb, cnt, hd); break;
+    case KvDtype::bf16: wsum_d<KvDtype::bf16>(o, w, vb, cnt, hd); break;
+  }
+}
+
+inline float dot_s(const float *a, const float *b, int32_t n) {
+  float s = 0;
+  for (int32_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy_s(float *o, float w, const float *v, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) o[i] += w * v[i];
+}
+
+// The portable twins of scores_v and wsum_v, one score and one key at a time; they read f32 blocks only (the
+// portable path always widens a block first).
+inline void scores_s(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype, int32_t cnt,
+              int32_t hd, float scale) {
+  const auto *k = static_cast<const float *>(kb);
+  for (int32_t hh = 0; hh < group; ++hh)
+    for (int32_t j = 0; j < cnt; ++j)
+      ph[hh * pstride + j] = dot_s(qg + static_cast<int64_t>(hh) * hd, k + static_cast<int64_t>(j) * hd, hd) * scale;
+}
+
+inline void wsum_s(float *o, const float *w, const void *vb, KvDtype, int32_t cnt, int32_t hd) {
+  const auto *v = static_cast<const float *>(vb);
+  for (int32_t j = 0; j < cnt; ++j) axpy_s(o, w[j], v + static_cast<int64_t>(j) * hd, hd);
+}
+
+}  // namespace attn
+}  // namespace cpu
+}  // namespace infokv
