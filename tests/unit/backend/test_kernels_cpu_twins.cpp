@@ -46,6 +46,13 @@ struct RandomCache {
     cpu::kv_append(kv, 0, k.data(), v.data(), n);
     q = randn(static_cast<size_t>(n_q) * kNh * kHd, g);
   }
+  // The attention of all the queries as one prefill (query t sees visible0 + t slots), scale 1/8, on `pool`.
+  std::vector<float> attend(int32_t visible0, ThreadPool *pool) const {
+    std::vector<float> out(q.size(), NAN);
+    const auto n_q = static_cast<int64_t>(q.size() / (static_cast<size_t>(kNh) * kHd));
+    cpu::paged_attention(out.data(), q.data(), n_q, kNh, kv, visible0, 0.125f, nullptr, nullptr, pool);
+    return out;
+  }
 };
 
 }  // namespace
@@ -127,10 +134,9 @@ TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATime) {
     RandomCache rc(dt, n, n_q, 5, 3, g);
     const PagedKv &kv = rc.kv;
     const std::vector<float> &q = rc.q;
-    std::vector<float> one(q.size(), NAN), two(q.size(), NAN), alone(q.size(), NAN);
     ThreadPool tp(2);
-    cpu::paged_attention(one.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, nullptr);
-    cpu::paged_attention(two.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, &tp);
+    const std::vector<float> one = rc.attend(visible0, nullptr), two = rc.attend(visible0, &tp);
+    std::vector<float> alone(q.size(), NAN);
     for (int32_t t = 0; t < n_q; ++t)
       cpu::paged_attention(alone.data() + static_cast<size_t>(t) * nh * hd, q.data() + static_cast<size_t>(t) * nh * hd, 1,
                            nh, kv, visible0 + t, 0.125f, nullptr, nullptr, nullptr);
@@ -151,10 +157,9 @@ TEST_P(CpuTwinsDtype, LongPrefillTilesEqualTheBatchFormBitForBit) {
     RandomCache rc(dt, n, n_q, 7, 2, g);
     const PagedKv &kv = rc.kv;
     const std::vector<float> &q = rc.q;
-    std::vector<float> tiled(q.size(), NAN), tiled2(q.size(), NAN), rows(q.size(), NAN);
     ThreadPool tp(2);
-    cpu::paged_attention(tiled.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, nullptr);
-    cpu::paged_attention(tiled2.data(), q.data(), n_q, nh, kv, visible0, 0.125f, nullptr, nullptr, &tp);
+    const std::vector<float> tiled = rc.attend(visible0, nullptr), tiled2 = rc.attend(visible0, &tp);
+    std::vector<float> rows(q.size(), NAN);
     std::vector<int32_t> off(static_cast<size_t>(n_q), 0), vis(static_cast<size_t>(n_q));
     for (int32_t t = 0; t < n_q; ++t) vis[static_cast<size_t>(t)] = visible0 + t;
     cpu::paged_attention_rows(rows.data(), q.data(), n_q, nh, kv, off.data(), vis.data(), n, 0.125f, &tp);
@@ -176,11 +181,9 @@ TEST_P(CpuTwinsDtype, LongContextAttentionMatchesPlainSoftmaxForAnyThreadCount) 
     RandomCache rc(dt, n, n_q, 5, 3, g);
     const PagedKv &kv = rc.kv;
     const std::vector<float> &q = rc.q;
-    const float scale = 0.125f;
-    std::vector<float> one(q.size()), two(q.size());
-    cpu::paged_attention(one.data(), q.data(), n_q, nh, kv, visible0, scale, nullptr, nullptr, nullptr);
+    const float scale = 0.125f;  // as RandomCache::attend
     ThreadPool tp(2);
-    cpu::paged_attention(two.data(), q.data(), n_q, nh, kv, visible0, scale, nullptr, nullptr, &tp);
+    const std::vector<float> one = rc.attend(visible0, nullptr), two = rc.attend(visible0, &tp);
     EXPECT_EQ(one, two) << kv_dtype_name(dt) << ": one thread and two differ";
     // The reference reads the cache back as stored (f16/bf16 rounding included) and works in double.
     std::vector<float> kr(static_cast<size_t>(hd)), vr(static_cast<size_t>(hd));
