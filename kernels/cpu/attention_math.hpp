@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/gemm_tile.hpp"
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/fp16.hpp"
 
@@ -95,22 +96,6 @@ inline void softmax_inplace(float *p, int32_t n) {
 }
 
 
-// Eight or one K/V elements of dtype D at element i of a row (f16 and bf16 widen exactly, as load_row does).
-template <KvDtype D>
-IKV_AVX2 inline __attribute__((always_inline)) __m256 ld8(const void *p, int64_t i) {
-  if (D == KvDtype::f32) return _mm256_loadu_ps(static_cast<const float *>(p) + i);
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(p) + i));
-  if (D == KvDtype::f16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-template <KvDtype D>
-inline __attribute__((always_inline)) float ld1(const void *p, int64_t i) {
-  if (D == KvDtype::f32) return static_cast<const float *>(p)[i];
-  if (D == KvDtype::f16) return fp16_to_float(static_cast<const uint16_t *>(p)[i]);
-  return bf16_to_float(static_cast<const uint16_t *>(p)[i]);
-}
-
 // The end of the dot product of a and row b whose 8-wide chunks below n8 = n & ~7 are summed in acc: the lanes,
 // then the tail.
 template <KvDtype D>
@@ -120,7 +105,7 @@ IKV_AVX2 inline __attribute__((always_inline)) float dot_finish(__m256 acc, cons
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
   float s = _mm_cvtss_f32(lo);
-  for (int32_t i = n8; i < n; ++i) s += a[i] * ld1<D>(b, i);
+  for (int32_t i = n8; i < n; ++i) s += a[i] * tile::load1(b, i, D);
   return s;
 }
 
@@ -138,7 +123,7 @@ IKV_AVX2 inline __attribute__((always_inline)) void scores_nq(float *ph, int64_t
     __m256 a[NQ][3];
     for (int q = 0; q < NQ; ++q) a[q][0] = a[q][1] = a[q][2] = _mm256_setzero_ps();
     for (int32_t i = 0; i < h8; i += 8) {
-      const __m256 x0 = ld8<D>(kb, e0 + i), x1 = ld8<D>(kb, e1 + i), x2 = ld8<D>(kb, e2 + i);
+      const __m256 x0 = tile::load8(kb, e0 + i, D), x1 = tile::load8(kb, e1 + i, D), x2 = tile::load8(kb, e2 + i, D);
       for (int q = 0; q < NQ; ++q) {
         const __m256 qv = _mm256_loadu_ps(qg + static_cast<int64_t>(q) * hd + i);
         a[q][0] = _mm256_fmadd_ps(qv, x0, a[q][0]);
@@ -161,7 +146,7 @@ IKV_AVX2 inline __attribute__((always_inline)) void scores_nq(float *ph, int64_t
     __m256 a[NQ];
     for (int q = 0; q < NQ; ++q) a[q] = _mm256_setzero_ps();
     for (int32_t i = 0; i < h8; i += 8) {
-      const __m256 x = ld8<D>(kb, e + i);
+      const __m256 x = tile::load8(kb, e + i, D);
       for (int q = 0; q < NQ; ++q)
         a[q] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + static_cast<int64_t>(q) * hd + i), x, a[q]);
     }
@@ -205,18 +190,18 @@ IKV_AVX2 inline void wsum_d(float *o, const float *w, const void *vb, int32_t cn
     for (int32_t j = 0; j < cnt; ++j) {
       const __m256 wv = _mm256_set1_ps(w[j]);
       const int64_t e = static_cast<int64_t>(j) * hd + i0;
-      for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(wv, ld8<D>(vb, e + 8 * r), a[r]);
+      for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(wv, tile::load8(vb, e + 8 * r, D), a[r]);
     }
     for (int r = 0; r < 8; ++r) _mm256_storeu_ps(o + i0 + 8 * r, a[r]);
   }
   for (; i0 < h8; i0 += 8) {
     __m256 a = _mm256_loadu_ps(o + i0);
     for (int32_t j = 0; j < cnt; ++j)
-      a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), ld8<D>(vb, static_cast<int64_t>(j) * hd + i0), a);
+      a = _mm256_fmadd_ps(_mm256_set1_ps(w[j]), tile::load8(vb, static_cast<int64_t>(j) * hd + i0, D), a);
     _mm256_storeu_ps(o + i0, a);
   }
   for (int32_t i = h8; i < hd; ++i)
-    for (int32_t j = 0; j < cnt; ++j) o[i] += w[j] * ld1<D>(vb, static_cast<int64_t>(j) * hd + i);
+    for (int32_t j = 0; j < cnt; ++j) o[i] += w[j] * tile::load1(vb, static_cast<int64_t>(j) * hd + i, D);
 }
 
 IKV_AVX2 inline void wsum_v(float *o, const float *w, const void *vb, KvDtype dt, int32_t cnt, int32_t hd) {

@@ -13,14 +13,18 @@
 #include <cstdint>
 
 #include "kernels/fp16.hpp"
+#include "kernels/paged_kv.hpp"
 
 namespace infokv {
 namespace cpu {
 namespace tile {
 
-enum class WKind { f32, f16, bf16 };
+// Weights read in place are f32, f16 or bf16, the KV cache's three element types: one enum, and one pair of loaders
+// (attention_math.hpp reads K/V with them too).
+using WKind = KvDtype;
 
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const void *w, int64_t i, WKind kind) {
+__attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) __m256 load8(const void *w, int64_t i,
+                                                                                        WKind kind) {
   switch (kind) {
     case WKind::f32: return _mm256_loadu_ps(static_cast<const float *>(w) + i);
     case WKind::f16:
