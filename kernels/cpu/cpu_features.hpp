@@ -5,6 +5,7 @@ namespace infokv {
 
 // AVX2 + FMA + F16C: the x86-64-v3 subset the CPU kernels' fast paths use. F16C is read from CPUID directly
 // because clang's __builtin_cpu_supports does not know the "f16c" feature name.
+// The environment variable INFOKV_CPU_KERNELS=portable makes it false on any CPU (read once, at the first call).
 bool cpu_has_avx2_fma_f16c();
 
 }  // namespace infokv

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <cstdlib>
 #include <algorithm>
 #include <numeric>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "params.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/ops.hpp"
 #include "random_inputs.hpp"
@@ -56,6 +58,14 @@ struct RandomCache {
 };
 
 }  // namespace
+
+// ctest's cpu_portable_kernels runs the kernel suites again with INFOKV_CPU_KERNELS=portable; this says the switch
+// took, so that run really covers the portable kernels on a CPU that has AVX2.
+TEST(CpuTwins, PortableSwitchIsHonoured) {
+  const char *force = std::getenv("INFOKV_CPU_KERNELS");
+  if (force == nullptr || std::strcmp(force, "portable") != 0) GTEST_SKIP() << "INFOKV_CPU_KERNELS is not 'portable'";
+  EXPECT_FALSE(infokv::cpu_has_avx2_fma_f16c());
+}
 
 TEST(CpuTwins, ConvertRoundTripsAndMatchesScalarConversions) {
   std::mt19937 g(test_seed());
