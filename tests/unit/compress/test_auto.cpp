@@ -11,6 +11,7 @@
 #include <random>
 
 #include "compress/auto_policy.hpp"
+#include "kv_test_util.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
@@ -264,18 +265,26 @@ std::vector<int32_t> story_tokens(size_t n) { return infokv_test::story_tokens(s
 
 // A two-thread stories260K session with auto compression (c's other fields as given) whose one sequence (*id) has
 // read `toks` and been compressed once.
-std::unique_ptr<Session> auto_session(CompressionConfig c, const std::vector<int32_t> &toks, int32_t *id) {
+// A session with auto and the given budget or target, one sequence prefilled with toks (compressed once: ok()).
+struct AutoRun {
+  std::unique_ptr<Session> s;
+  int32_t id = -1;
+  bool ok() const { return s->compressions(id) == 1; }
+  const AutoReport &report() const { return s->seq_state(id).auto_report; }
+};
+
+AutoRun auto_run(CompressionConfig c, const std::vector<int32_t> &toks) {
   SessionOptions o;
   o.n_threads = 2;
   c.policy = PolicyKind::auto_;
   o.compression = c;
-  auto s = std::make_unique<Session>(stories(), o);
-  *id = s->add_sequence();
+  AutoRun run;
+  run.s = std::make_unique<Session>(stories(), o);
+  run.id = run.s->add_sequence();
   std::vector<BatchToken> b;
-  for (int32_t t : toks) b.push_back({*id, t, false});
-  s->decode(b);
-  EXPECT_EQ(s->compressions(*id), 1);
-  return s;
+  for (int32_t t : toks) b.push_back({run.id, t, false});
+  run.s->decode(b);
+  return run;
 }
 
 }  // namespace
@@ -286,11 +295,11 @@ TEST(AutoPolicy, HoldsTheBlocksOfAUniformBudgetAndReportsItsChoice) {
   for (int32_t budget : {24, 40, 64}) {
     CompressionConfig cc;
     cc.budget_tokens = budget;
-    int32_t id = -1;
-    const std::unique_ptr<Session> sp = auto_session(cc, toks, &id);
-    Session &s = *sp;
-    ASSERT_EQ(s.compressions(id), 1);
-    const AutoReport &r = s.seq_state(id).auto_report;
+    const AutoRun run = auto_run(cc, toks);
+    ASSERT_TRUE(run.ok()) << "budget " << budget;
+    Session &s = *run.s;
+    const int32_t id = run.id;
+    const AutoReport &r = run.report();
     const SeqCache &c = s.kv().seq(id);
     ASSERT_EQ(r.layers.size(), c.layers.size());
     const int32_t bs = s.kv().config().block_size;
@@ -325,11 +334,9 @@ TEST(AutoPolicy, QualityTargetKeepsTheLossUnderItAndALooserTargetKeepsLess) {
   for (double target : {0.002, 0.02, 0.2}) {
     CompressionConfig c;
     c.max_loss = target;
-    int32_t id = -1;
-    const std::unique_ptr<Session> sp = auto_session(c, toks, &id);
-    Session &s = *sp;
-    ASSERT_EQ(s.compressions(id), 1);
-    const AutoReport &r = s.seq_state(id).auto_report;
+    const AutoRun run = auto_run(c, toks);
+    ASSERT_TRUE(run.ok()) << "target " << target;
+    const AutoReport &r = run.report();
     EXPECT_LE(r.loss, target + 1e-9) << "target " << target;
     EXPECT_EQ(r.max_loss, target);
     EXPECT_LE(r.tokens, prev_tokens) << "a looser target must not keep more";
@@ -349,10 +356,7 @@ TEST(AutoPolicy, ProtectedSpansSurviveAndConfigsWithoutABudgetNeedAuto) {
   Sampler smp(SamplerParams{});
   generate(s, id, story_tokens(80), 60, smp, nullptr);
   EXPECT_GE(s.compressions(id), 2);
-  const SeqCache &c = s.kv().seq(id);
-  for (size_t l = 0; l < c.layers.size(); ++l)
-    for (int32_t p = 0; p < 20; ++p)
-      EXPECT_TRUE(std::binary_search(c.layers[l].pos.begin(), c.layers[l].pos.end(), p)) << "layer " << l << " lost " << p;
+  infokv_test::expect_positions_kept(s.kv().seq(id), 0, 20);
   s.kv().check_invariants();
 
   CompressionConfig bad;

@@ -8,23 +8,14 @@
 #include <random>
 
 #include "kv/kv_cache.hpp"
+#include "kv_test_util.hpp"
 #include "util/error.hpp"
 
 using namespace infokv;
 
 namespace {
 
-KvConfig small_config(int64_t blocks, int32_t block_size) {
-  KvConfig c;
-  c.n_layer = 3;
-  c.n_kv_heads = 2;
-  c.head_dim = 4;
-  c.n_q_dim = 8;
-  c.block_size = block_size;
-  c.dtype = KvDtype::f32;  // exact values, so the model comparison can be exact
-  c.n_blocks = blocks;
-  return c;
-}
+KvConfig small_config(int64_t blocks, int32_t block_size) { return infokv_test::kv_config(3, 2, 4, block_size, blocks); }
 
 // The model: per sequence and layer, the (position, tag) of each kept slot; the stored K element i of head h is
 // tag + 0.01 * h + 0.001 * i, and V is its negation.
@@ -243,15 +234,7 @@ TEST(KvCache, RejectsBadArguments) {
 // them, MADV_DONTNEED), so that compression lowers the process's memory, not only the pool's accounting; blocks
 // still in use keep their bytes.
 TEST(KvCacheMemory, FreedBlocksReturnTheirPages) {
-  KvConfig kc;
-  kc.n_layer = 1;
-  kc.n_kv_heads = 1;
-  kc.head_dim = 64;
-  kc.n_q_dim = 64;
-  kc.block_size = 8;
-  kc.dtype = KvDtype::f32;  // 2 x 8 x 64 x 4 bytes: one 4 KiB page a block
-  kc.n_blocks = 16;
-  KvCache kv(kc);
+  KvCache kv(infokv_test::kv_config(1, 1, 64, 8, 16));  // f32: 2 x 8 x 64 x 4 bytes, one 4 KiB page a block
   if (kv.block_bytes() % ::sysconf(_SC_PAGESIZE) != 0) GTEST_SKIP() << "page size is not a divisor of 4 KiB";
   kv.add(0);
   std::vector<int32_t> pos(80);
@@ -281,15 +264,7 @@ TEST(KvCacheMemory, FreedBlocksReturnTheirPages) {
 // than a batch, with shared blocks copied on write, keeps every kept slot's bytes and leaves the fork's intact.
 TEST(KvCacheMemory, CompactionLargerThanAMoveBatchKeepsEverySlot) {
   std::mt19937 rng(11);
-  KvConfig kc;
-  kc.n_layer = 2;
-  kc.n_kv_heads = 1;
-  kc.head_dim = 2;
-  kc.n_q_dim = 2;
-  kc.block_size = 16;
-  kc.dtype = KvDtype::f32;
-  kc.n_blocks = 4000;
-  KvCache kv(kc);
+  KvCache kv(infokv_test::kv_config(2, 1, 2, 16, 4000));
   const int32_t n = 12000;  // 2 layers x ~6,000 moves: more than one batch
   std::vector<int32_t> pos(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = i;

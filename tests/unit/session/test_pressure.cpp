@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 
+#include "kv_test_util.hpp"
 #include "model/model.hpp"
 #include "random_inputs.hpp"
 #include "sampling/sampler.hpp"
@@ -185,15 +186,7 @@ TEST(Pressure, CompressesOnlyWhatTheStepNeedsCheapestFirst) {
 TEST(Pressure, FreedBlockEstimatesMatchCompaction) {
   std::mt19937 rng(infokv_test::test_seed());
   for (int round = 0; round < 40; ++round) {
-    KvConfig kc;
-    kc.n_layer = 3;
-    kc.n_kv_heads = 1;
-    kc.head_dim = 4;
-    kc.n_q_dim = 4;
-    kc.block_size = 4;
-    kc.dtype = KvDtype::f32;
-    kc.n_blocks = 200;
-    KvCache kv(kc);
+    KvCache kv(infokv_test::kv_config(3, 1, 4, 4, 200));
     kv.add(0);
     const int32_t n = 5 + static_cast<int32_t>(rng() % 40);
     std::vector<int32_t> pos(static_cast<size_t>(n));
