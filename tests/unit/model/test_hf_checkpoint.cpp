@@ -307,25 +307,27 @@ TEST(HfCheckpoint, RejectsBrokenDirectories) {
                     infokv::Status::bad_model, "has no 'low_freq_factor'");
   expect_load_error(write_hf(t, base / "factor", 1, ",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":-2}"),
                     infokv::Status::bad_model, "factor must be in [1, 1e6]");
-  {
-    const fs::path d = write_hf(t, base / "arch", 1);
-    std::ofstream(d / "config.json") << "{\"architectures\":[\"GPT2LMHeadModel\"]}";
-    expect_load_error(d, infokv::Status::unsupported, "GPT2LMHeadModel; infokv runs LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM");
-  }
-  {
-    const fs::path d = write_hf(t, base / "escape", 2);
-    std::ofstream(d / "model.safetensors.index.json") << "{\"weight_map\":{\"model.norm.weight\":\"../model.safetensors\"}}";
-    expect_load_error(d, infokv::Status::bad_model, "not a file name");
-  }
-  {
-    const fs::path d = write_hf(t, base / "badjson", 1);
-    std::ofstream(d / "tokenizer.json") << "{\"model\":{\"type\":\"BPE\",";
-    expect_load_error(d, infokv::Status::bad_model, "tokenizer.json");
-  }
-  {
-    const fs::path d = write_hf(t, base / "unigram", 1);
-    std::ofstream(d / "tokenizer.json") << "{\"model\":{\"type\":\"Unigram\"},\"pre_tokenizer\":{\"type\":\"Metaspace\"}}";
-    expect_load_error(d, infokv::Status::unsupported, "not supported");
+  // One file of a good checkpoint replaced: {directory, shards, file, its new text, status, message}.
+  struct Replaced {
+    const char *dir;
+    int shards;
+    const char *file, *text;
+    infokv::Status status;
+    const char *message;
+  };
+  const Replaced replaced[] = {
+      {"arch", 1, "config.json", "{\"architectures\":[\"GPT2LMHeadModel\"]}", infokv::Status::unsupported,
+       "GPT2LMHeadModel; infokv runs LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM"},
+      {"escape", 2, "model.safetensors.index.json", "{\"weight_map\":{\"model.norm.weight\":\"../model.safetensors\"}}",
+       infokv::Status::bad_model, "not a file name"},
+      {"badjson", 1, "tokenizer.json", "{\"model\":{\"type\":\"BPE\",", infokv::Status::bad_model, "tokenizer.json"},
+      {"unigram", 1, "tokenizer.json", "{\"model\":{\"type\":\"Unigram\"},\"pre_tokenizer\":{\"type\":\"Metaspace\"}}",
+       infokv::Status::unsupported, "not supported"},
+  };
+  for (const Replaced &r : replaced) {
+    const fs::path d = write_hf(t, base / r.dir, r.shards);
+    std::ofstream(d / r.file) << r.text;
+    expect_load_error(d, r.status, r.message);
   }
   {
     Tiny t2 = t;

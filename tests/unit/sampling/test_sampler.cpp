@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -434,38 +435,29 @@ TEST(Sampler, RepetitionPenaltyShiftsSampledDistribution) {
 TEST(Sampler, RejectsInvalidParameters) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  SamplerParams p;
-  p.temperature = nan;
-  expect_invalid(p, "NaN temperature");
-  p = SamplerParams();
-  p.temperature = inf;
-  expect_invalid(p, "infinite temperature");
-  p = SamplerParams();
-  p.top_p = nan;
-  expect_invalid(p, "NaN top_p");
-  p = SamplerParams();
-  p.top_p = -0.1f;
-  expect_invalid(p, "negative top_p");
-  p = SamplerParams();
-  p.min_p = -0.1f;
-  expect_invalid(p, "negative min_p");
-  p = SamplerParams();
-  p.min_p = nan;
-  expect_invalid(p, "NaN min_p");
-  p = SamplerParams();
-  p.min_p = 1.5f;
-  expect_invalid(p, "min_p above 1");
-  for (float rp : {0.0f, -1.0f, nan, inf}) {
-    p = SamplerParams();
-    p.repeat_penalty = rp;
-    expect_invalid(p, "repeat_penalty <= 0, NaN or inf");
+  // One bad field at a time, the others at their defaults.
+  const std::pair<std::function<void(SamplerParams &)>, const char *> bad[] = {
+      {[&](SamplerParams &q) { q.temperature = nan; }, "NaN temperature"},
+      {[&](SamplerParams &q) { q.temperature = inf; }, "infinite temperature"},
+      {[&](SamplerParams &q) { q.top_p = nan; }, "NaN top_p"},
+      {[](SamplerParams &q) { q.top_p = -0.1f; }, "negative top_p"},
+      {[](SamplerParams &q) { q.min_p = -0.1f; }, "negative min_p"},
+      {[&](SamplerParams &q) { q.min_p = nan; }, "NaN min_p"},
+      {[](SamplerParams &q) { q.min_p = 1.5f; }, "min_p above 1"},
+      {[](SamplerParams &q) { q.repeat_penalty = 0.0f; }, "zero repeat_penalty"},
+      {[](SamplerParams &q) { q.repeat_penalty = -1.0f; }, "negative repeat_penalty"},
+      {[&](SamplerParams &q) { q.repeat_penalty = nan; }, "NaN repeat_penalty"},
+      {[&](SamplerParams &q) { q.repeat_penalty = inf; }, "infinite repeat_penalty"},
+      {[](SamplerParams &q) { q.repeat_last_n = -1; }, "negative repeat_last_n"},
+  };
+  for (const auto &b : bad) {
+    SamplerParams q;
+    b.first(q);
+    expect_invalid(q, b.second);
   }
-  p = SamplerParams();
-  p.repeat_last_n = -1;
-  expect_invalid(p, "negative repeat_last_n");
 
   // Documented non-errors: negative temperature is greedy, top_p above 1 and top_k <= 0 disable.
-  p = SamplerParams();
+  SamplerParams p;
   p.temperature = -0.5f;
   p.top_p = 1.5f;
   p.top_k = -3;
