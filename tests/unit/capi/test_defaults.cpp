@@ -80,36 +80,43 @@ TEST(Defaults, CoreStructsTakeTheDefaultsHeader) {
   EXPECT_EQ(s.ubatch, 256);
 }
 
+// struct_size and version as the INIT macro and the _init() function must set them.
+template <typename T>
+void expect_revision(const T &o, int version) {
+  EXPECT_EQ(o.struct_size, sizeof(T));
+  EXPECT_EQ(o.version, static_cast<uint32_t>(version));
+}
+
+// What an _init() function writes over garbage (0x5A bytes); it refuses NULL.
+template <typename T>
+T init_over_garbage(int32_t (*init)(T *)) {
+  T o;
+  std::memset(&o, 0x5A, sizeof o);
+  EXPECT_EQ(init(&o), IKV_OK);
+  EXPECT_EQ(init(nullptr), IKV_ERR_INVALID_ARGUMENT);
+  return o;
+}
+
 TEST(Defaults, SessionOptionsInitMacroMatchesTheCore) {
   const ikv_session_options o = IKV_SESSION_OPTIONS_INIT;
-  EXPECT_EQ(o.struct_size, sizeof(ikv_session_options));
-  EXPECT_EQ(o.version, static_cast<uint32_t>(IKV_SESSION_OPTIONS_VERSION));
+  expect_revision(o, IKV_SESSION_OPTIONS_VERSION);
   expect_session_options_match_core(o, "IKV_SESSION_OPTIONS_INIT");
 }
 
 // The function is checked against the core on its own (not against the macro, which it may copy), over garbage.
 TEST(Defaults, SessionOptionsInitFunctionMatchesTheCore) {
-  ikv_session_options o;
-  std::memset(&o, 0x5A, sizeof o);
-  ASSERT_EQ(ikv_session_options_init(&o), IKV_OK);
-  EXPECT_EQ(o.struct_size, sizeof(ikv_session_options));
-  EXPECT_EQ(o.version, static_cast<uint32_t>(IKV_SESSION_OPTIONS_VERSION));
+  const ikv_session_options o = init_over_garbage(ikv_session_options_init);
+  expect_revision(o, IKV_SESSION_OPTIONS_VERSION);
   expect_session_options_match_core(o, "ikv_session_options_init");
-  EXPECT_EQ(ikv_session_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
 }
 
 TEST(Defaults, SamplerOptionsInitMacroAndFunctionMatchTheCore) {
   const ikv_sampler_options a = IKV_SAMPLER_OPTIONS_INIT;
-  EXPECT_EQ(a.struct_size, sizeof(ikv_sampler_options));
-  EXPECT_EQ(a.version, static_cast<uint32_t>(IKV_SAMPLER_OPTIONS_VERSION));
+  expect_revision(a, IKV_SAMPLER_OPTIONS_VERSION);
   expect_sampler_options_match_core(a, "IKV_SAMPLER_OPTIONS_INIT");
-  ikv_sampler_options b;
-  std::memset(&b, 0x5A, sizeof b);
-  ASSERT_EQ(ikv_sampler_options_init(&b), IKV_OK);
-  EXPECT_EQ(b.struct_size, sizeof(ikv_sampler_options));
-  EXPECT_EQ(b.version, static_cast<uint32_t>(IKV_SAMPLER_OPTIONS_VERSION));
+  const ikv_sampler_options b = init_over_garbage(ikv_sampler_options_init);
+  expect_revision(b, IKV_SAMPLER_OPTIONS_VERSION);
   expect_sampler_options_match_core(b, "ikv_sampler_options_init");
-  EXPECT_EQ(ikv_sampler_options_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
 }
 
 // The schema's own default for a field (its `= value`, "0" when none), read from the schema compiled into the

@@ -61,12 +61,18 @@ SeqPicture picture(const Session &s, int32_t id) {
   return p;
 }
 
-SessionOptions pressure_options(int64_t pool_blocks) {
+// One thread, blocks of 16 tokens, a pool of pool_blocks blocks (all layers together), no compression.
+SessionOptions pool_options(int64_t pool_blocks) {
   SessionOptions o;
   o.n_threads = 1;
-  o.kv_dtype = KvDtype::f32;
   o.block_size = 16;
   o.kv_pool_blocks = pool_blocks;
+  return o;
+}
+
+SessionOptions pressure_options(int64_t pool_blocks) {
+  SessionOptions o = pool_options(pool_blocks);
+  o.kv_dtype = KvDtype::f32;
   o.compression.policy = PolicyKind::snapkv;
   o.compression.budget_tokens = 32;
   o.compression.interval = 1 << 20;
@@ -213,10 +219,7 @@ TEST(Pressure, FreedBlockEstimatesMatchCompaction) {
 // run asked for exactly that many tokens.
 TEST(Pressure, GenerateIntoAFullPoolKeepsAndReportsWhatItDecoded) {
   const int32_t n_layer = stories()->hparams().n_layer;
-  SessionOptions o;
-  o.n_threads = 1;
-  o.block_size = 16;
-  o.kv_pool_blocks = int64_t{n_layer} * 10;
+  const SessionOptions o = pool_options(int64_t{n_layer} * 10);
   const std::vector<int32_t> prompt = stories()->tokenizer().encode("Once upon a time", true);
   // A sampled story may end (EOS) before the pool fills: take the first seed whose run reaches the end of the pool.
   SamplerParams sp;
@@ -257,10 +260,7 @@ TEST(Pressure, GenerateIntoAFullPoolKeepsAndReportsWhatItDecoded) {
 // The batched loop keeps the same promise: a failed step reports what every sequence decoded before it.
 TEST(Pressure, GenerateBatchIntoAFullPoolKeepsWhatItDecoded) {
   const int32_t n_layer = stories()->hparams().n_layer;
-  SessionOptions o;
-  o.n_threads = 1;
-  o.block_size = 16;
-  o.kv_pool_blocks = int64_t{n_layer} * 12;
+  const SessionOptions o = pool_options(int64_t{n_layer} * 12);
   Session s(stories(), o);
   const int32_t a = s.add_sequence();
   decode_all(s, a, stories()->tokenizer().encode("Once upon a time", true));
@@ -293,11 +293,8 @@ TEST(Pressure, GenerateBatchIntoAFullPoolKeepsWhatItDecoded) {
 TEST(Prefill, PromptFourTimesThePoolFitsWithCompression) {
   std::mt19937 rng(infokv_test::test_seed());
   const int32_t n_layer = stories()->hparams().n_layer;
-  SessionOptions o;
-  o.n_threads = 1;
-  o.block_size = 16;
+  SessionOptions o = pool_options(int64_t{n_layer} * 16);  // 256 tokens per layer
   o.ubatch = 64;
-  o.kv_pool_blocks = int64_t{n_layer} * 16;  // 256 tokens per layer
   o.compression.policy = PolicyKind::snapkv;
   o.compression.budget_fraction = 0.125;
   const std::vector<int32_t> prompt = random_tokens(rng, 1024);

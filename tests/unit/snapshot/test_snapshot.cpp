@@ -29,6 +29,11 @@ std::vector<int32_t> restore_bytes(Session &s, Sampler *sp, const std::vector<ui
   return snapshot::restore(s, sp, src);
 }
 
+snapshot::Summary inspect_bytes(const std::vector<uint8_t> &b) {
+  snapshot::MemorySource src(b.data(), b.size());
+  return snapshot::inspect(src);
+}
+
 Status restore_status(Session &s, Sampler *sp, const std::vector<uint8_t> &b) {
   try {
     restore_bytes(s, sp, b);
@@ -134,8 +139,7 @@ TEST(Snapshot, DifferentBlockSizeAndManySmallChunksRestoreExactly) {
   snapshot::SaveOptions o;
   o.max_chunk_bytes = 700;  // a few slots per chunk: every layer split
   const std::vector<uint8_t> snap = save_bytes(a, seq, &sa, o);
-  snapshot::MemorySource src(snap.data(), snap.size());
-  const snapshot::Summary sum = snapshot::inspect(src);
+  const snapshot::Summary sum = inspect_bytes(snap);
   EXPECT_GT(sum.sequences[0].layer_chunks, sum.n_layer);
   const Trace want = continue_n(a, seq, sa, 10);
 
@@ -427,8 +431,7 @@ TEST(Snapshot, InspectNeedsNoModelAndReportsLayout) {
   const int32_t seq = a.add_sequence();
   prefill(a, seq, nullptr, story_prompt(*m));
   const std::vector<uint8_t> b = save_bytes(a, seq, nullptr);
-  snapshot::MemorySource src(b.data(), b.size());
-  const snapshot::Summary s = snapshot::inspect(src);
+  const snapshot::Summary s = inspect_bytes(b);
   EXPECT_EQ(s.file_bytes, static_cast<int64_t>(b.size()));
   EXPECT_EQ(s.n_layer, m->hparams().n_layer);
   EXPECT_EQ(s.compression.policy, PolicyKind::snapkv);
@@ -480,9 +483,8 @@ TEST_F(Damage, NonFiniteCompressionParametersAreRefused) {
   for (double v : {std::nan(""), std::numeric_limits<double>::infinity(), 2.0}) {
     auto b = with_header(snap, [&](snap::Header *h) { ASSERT_TRUE(h->mutable_compression()->mutate_budget_fraction(v)); });
     EXPECT_EQ(restore_status(*target, sampler.get(), b), Status::bad_snapshot) << v;
-    snapshot::MemorySource src(b.data(), b.size());
     try {
-      snapshot::inspect(src);
+      inspect_bytes(b);
       ADD_FAILURE() << "inspect accepted budget_fraction " << v;
     } catch (const Error &e) {
       EXPECT_EQ(e.status(), Status::bad_snapshot);
@@ -605,8 +607,7 @@ TEST(SnapshotAuto, RestoreAndInspectKeepTheReport) {
   const std::vector<int32_t> ids2 = restore_bytes(c, nullptr, save_bytes(b, ids[0], nullptr));
   expect_same_report(c.seq_state(ids2.at(0)).auto_report, snap.report);
 
-  snapshot::MemorySource src(snap.bytes.data(), snap.bytes.size());
-  const snapshot::Summary sum = snapshot::inspect(src);
+  const snapshot::Summary sum = inspect_bytes(snap.bytes);
   expect_same_report(sum.sequences.at(0).auto_report, snap.report);
   const std::string json = snapshot::summary_json(sum);
   EXPECT_NE(json.find("\"auto\":{\"layers\":[{\"layer\":0,\"evidence\":\""), std::string::npos) << json;
@@ -622,8 +623,7 @@ TEST(SnapshotAuto, QualityTargetIsRecordedAndAFixedPolicyHasNoReport) {
   const AutoSnapshot snap = auto_snapshot(0.0, 0.05);
   ASSERT_FALSE(snap.report.empty());
   EXPECT_EQ(snap.report.max_loss, 0.05);
-  snapshot::MemorySource src(snap.bytes.data(), snap.bytes.size());
-  const snapshot::Summary sum = snapshot::inspect(src);
+  const snapshot::Summary sum = inspect_bytes(snap.bytes);
   EXPECT_EQ(sum.compression.policy, PolicyKind::auto_);
   EXPECT_EQ(sum.compression.max_loss, 0.05);
   EXPECT_NE(snapshot::summary_json(sum).find("\"max_loss\":0.05"), std::string::npos) << snapshot::summary_json(sum);
@@ -634,8 +634,7 @@ TEST(SnapshotAuto, QualityTargetIsRecordedAndAFixedPolicyHasNoReport) {
   const int32_t seq = a.add_sequence();
   prefill(a, seq, nullptr, long_story(*m));
   const std::vector<uint8_t> b = save_bytes(a, seq, nullptr);
-  snapshot::MemorySource src2(b.data(), b.size());
-  const snapshot::Summary s2 = snapshot::inspect(src2);
+  const snapshot::Summary s2 = inspect_bytes(b);
   EXPECT_TRUE(s2.sequences.at(0).auto_report.empty());
   EXPECT_NE(snapshot::summary_json(s2).find("\"auto\":null"), std::string::npos);
   EXPECT_EQ(snapshot::summary_text(s2).find("auto:"), std::string::npos);
@@ -685,8 +684,7 @@ TEST(SnapshotAuto, ACorruptReportIsRefusedAndNothingIsRestored) {
       EXPECT_NE(std::string(err.what()).find("auto report"), std::string::npos) << e.what << ": " << err.what();
       EXPECT_NE(std::string(err.what()).find(e.says), std::string::npos) << e.what << ": " << err.what();
     }
-    snapshot::MemorySource src(bad.data(), bad.size());
-    EXPECT_THROW(snapshot::inspect(src), Error) << e.what;
+    EXPECT_THROW(inspect_bytes(bad), Error) << e.what;
     EXPECT_TRUE(observe(target, sampler) == before) << e.what;
   }
   target.kv().check_invariants();
