@@ -11,14 +11,10 @@
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
+#include "stories_model.hpp"
 #include "test_paths.hpp"
 
 namespace infokv_test {
-
-inline std::shared_ptr<const infokv::Model> stories_model() {
-  static std::shared_ptr<const infokv::Model> m = infokv::Model::load(models_dir() + "/stories260K/stories260K.gguf");
-  return m;
-}
 
 inline infokv::SessionOptions session_opts(infokv::PolicyKind p = infokv::PolicyKind::none, double budget = 0.0,
                                            int32_t interval = 1024, infokv::KvDtype dt = infokv::KvDtype::f16,

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 #include <filesystem>
 #include <fstream>
@@ -217,6 +218,27 @@ inline TensorEditor convert_f32_to(uint32_t ggml_type) {
 #include "session/session.hpp"
 
 namespace infokv_test {
+
+// A fresh session with an f32 cache and its one sequence, `tokens` decoded into it as one batch (logits of the last).
+struct Prefilled {
+  std::unique_ptr<infokv::Session> s;
+  int32_t seq = -1;
+  const std::vector<float> &logits() const { return s->logits(seq); }
+};
+
+inline Prefilled prefill_f32(const std::shared_ptr<const infokv::Model> &model, const std::vector<int32_t> &tokens,
+                             int32_t n_threads = 1) {
+  infokv::SessionOptions o;
+  o.kv_dtype = infokv::KvDtype::f32;
+  o.n_threads = n_threads;
+  Prefilled p;
+  p.s = std::make_unique<infokv::Session>(model, o);
+  p.seq = p.s->add_sequence();
+  std::vector<infokv::BatchToken> batch;
+  for (int32_t t : tokens) batch.push_back({p.seq, t, false});
+  p.s->decode(batch);
+  return p;
+}
 
 // Logits after each of `tokens` (decoded as one batch into a fresh session's sequence), [n_tokens][n_vocab].
 inline std::vector<std::vector<float>> logits_per_position(const std::shared_ptr<const infokv::Model> &model,

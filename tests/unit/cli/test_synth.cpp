@@ -46,15 +46,7 @@ std::string slurp(const std::string &p) {
 }
 
 std::vector<float> logits_of(const std::shared_ptr<const Model> &m, const std::vector<int32_t> &ids) {
-  SessionOptions so;
-  so.n_threads = 1;
-  so.kv_dtype = KvDtype::f32;
-  Session s(m, so);
-  const int32_t seq = s.add_sequence();
-  std::vector<BatchToken> batch;
-  for (int32_t id : ids) batch.push_back({seq, id, false});
-  s.decode(batch);
-  return s.logits(seq);
+  return infokv_test::prefill_f32(m, ids).logits();
 }
 
 }  // namespace

@@ -19,15 +19,13 @@
 #include "story_text.hpp"
 #include "test_paths.hpp"
 #include "random_inputs.hpp"
+#include "stories_model.hpp"
 
 using namespace infokv;
 
 namespace {
 
-std::shared_ptr<const Model> stories() {
-  static std::shared_ptr<const Model> m = Model::load(infokv_test::models_dir() + "/stories260K/stories260K.gguf");
-  return m;
-}
+constexpr auto stories = infokv_test::stories_model;
 
 // A random layer of n slots at positions 0, 3, 6, ... with `rows` window query rows (the latest positions).
 struct Layer {

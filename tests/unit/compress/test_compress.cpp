@@ -16,15 +16,13 @@
 #include "story_text.hpp"
 #include "test_paths.hpp"
 #include "util/error.hpp"
+#include "stories_model.hpp"
 
 using namespace infokv;
 
 namespace {
 
-std::shared_ptr<const Model> stories() {
-  static std::shared_ptr<const Model> m = Model::load(infokv_test::models_dir() + "/stories260K/stories260K.gguf");
-  return m;
-}
+constexpr auto stories = infokv_test::stories_model;
 
 struct RandomLayer {
   KvConfig cfg;

@@ -20,15 +20,13 @@
 #include "test_paths.hpp"
 #include "test_util.hpp"
 #include "util/error.hpp"
+#include "stories_model.hpp"
 
 using namespace infokv;
 
 namespace {
 
-std::shared_ptr<const Model> stories() {
-  static std::shared_ptr<const Model> m = Model::load(infokv_test::models_dir() + "/stories260K/stories260K.gguf");
-  return m;
-}
+constexpr auto stories = infokv_test::stories_model;
 
 const char *kStory =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "

@@ -22,6 +22,7 @@
 #include "session/session.hpp"
 #include "test_paths.hpp"
 #include "util/error.hpp"
+#include "test_util.hpp"
 
 using infokv::GgmlType;
 using infokv_test::GgufBuilder;
@@ -186,18 +187,10 @@ std::string write_tiny_model(GgmlType t, bool as_f32, uint64_t seed, const std::
 }
 
 std::vector<float> run_logits(const std::string &path, int threads) {
-  auto model = infokv::Model::load(path);
-  infokv::SessionOptions so;
-  so.n_threads = threads;
-  so.kv_dtype = infokv::KvDtype::f32;
-  infokv::Session s(model, so);
-  const int32_t seq = s.add_sequence();
-  std::vector<infokv::BatchToken> batch;
-  for (int32_t tok : {1, 3, 4, 5, 6, 7}) batch.push_back({seq, tok, false});
-  s.decode(batch);
-  std::vector<float> out = s.logits(seq);
-  s.decode({{seq, 4, false}});  // one decode step after the prefill
-  out.insert(out.end(), s.logits(seq).begin(), s.logits(seq).end());
+  const infokv_test::Prefilled p = infokv_test::prefill_f32(infokv::Model::load(path), {1, 3, 4, 5, 6, 7}, threads);
+  std::vector<float> out = p.logits();
+  p.s->decode({{p.seq, 4, false}});  // one decode step after the prefill
+  out.insert(out.end(), p.logits().begin(), p.logits().end());
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "util/error.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using infokv_test::GgufBuilder;
@@ -210,15 +211,7 @@ fs::path write_gguf(const Tiny &t, const fs::path &path) {
 
 std::vector<float> logits_of(const std::string &path, const std::string &text) {
   auto m = infokv::Model::load(path);
-  infokv::SessionOptions so;
-  so.n_threads = 1;
-  so.kv_dtype = infokv::KvDtype::f32;
-  infokv::Session s(m, so);
-  const int32_t seq = s.add_sequence();
-  std::vector<infokv::BatchToken> batch;
-  for (int32_t id : m->tokenizer().encode(text, false)) batch.push_back({seq, id, false});
-  s.decode(batch);
-  return s.logits(seq);
+  return infokv_test::prefill_f32(m, m->tokenizer().encode(text, false)).logits();
 }
 
 fs::path tmp_dir(const std::string &name) {

@@ -15,6 +15,7 @@
 #include "session/generate.hpp"
 #include "session/session.hpp"
 #include "test_util.hpp"
+#include "stories_model.hpp"
 
 using infokv::KvDtype;
 using infokv_test::json::Value;
@@ -38,11 +39,7 @@ const Value *reference() {
   return ref.get();
 }
 
-std::shared_ptr<const infokv::Model> stories_model() {
-  static std::shared_ptr<const infokv::Model> m;
-  if (!m) m = infokv::Model::load(infokv_test::stories_path());
-  return m;
-}
+using infokv_test::stories_model;
 
 #define REQUIRE_REFERENCE()                                                                                        \
   ASSERT_NE(reference(), nullptr) << infokv_test::reference_json_path()                                           \

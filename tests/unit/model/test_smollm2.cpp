@@ -13,6 +13,7 @@
 #include "session/session.hpp"
 #include "smollm2_model.hpp"
 #include "test_paths.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -90,14 +91,9 @@ TEST(SmolLM2, LogitsAndGreedyTextMatchFloat64Reference) {
   for (int threads : {1, 2}) {
     for (const LogitRef &r : refs) {
       EXPECT_EQ(m->tokenizer().encode(r.prompt, false), r.ids);
-      infokv::SessionOptions so;
-      so.n_threads = threads;
-      so.kv_dtype = infokv::KvDtype::f32;
-      infokv::Session s(m, so);
-      const int32_t seq = s.add_sequence();
-      std::vector<infokv::BatchToken> batch;
-      for (int32_t id : r.ids) batch.push_back({seq, id, false});
-      s.decode(batch);
+      const infokv_test::Prefilled p = infokv_test::prefill_f32(m, r.ids, threads);
+      infokv::Session &s = *p.s;
+      const int32_t seq = p.seq;
       const std::vector<float> &logits = s.logits(seq);
       double worst = 0;
       for (const auto &[id, want] : r.top) worst = std::max(worst, std::fabs(logits[static_cast<size_t>(id)] - want));

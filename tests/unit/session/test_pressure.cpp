@@ -16,15 +16,13 @@
 #include "session/session.hpp"
 #include "test_paths.hpp"
 #include "util/error.hpp"
+#include "stories_model.hpp"
 
 using namespace infokv;
 
 namespace {
 
-std::shared_ptr<const Model> stories() {
-  static std::shared_ptr<const Model> m = Model::load(infokv_test::models_dir() + "/stories260K/stories260K.gguf");
-  return m;
-}
+constexpr auto stories = infokv_test::stories_model;
 
 std::vector<int32_t> random_tokens(std::mt19937 &rng, size_t n) {
   std::vector<int32_t> t{1};
