@@ -104,33 +104,28 @@ func sized(f func(out []byte, n *uint64) int) ([]byte, error) {
 	return buf[:n], nil
 }
 
-// JSON is every field of the config as indented JSON.
-func (c *Config) JSON() (string, error) {
+// bytesOut runs one of the C size-query getters on the config's handle.
+func (c *Config) bytesOut(get func(b []byte, n *uint64, h capi.Struct_SS_ikv_config) int) ([]byte, error) {
 	var out []byte
 	err := c.with(func(h capi.Struct_SS_ikv_config) (err error) {
-		out, err = sized(func(b []byte, n *uint64) int { return capi.Ikv_config_to_json(b, n, h) })
-		return
-	})
-	return string(out), err
-}
-
-// Binary is the config's binary form.
-func (c *Config) Binary() ([]byte, error) {
-	var out []byte
-	err := c.with(func(h capi.Struct_SS_ikv_config) (err error) {
-		out, err = sized(func(b []byte, n *uint64) int { return capi.Ikv_config_to_binary(b, n, h) })
+		out, err = sized(func(b []byte, n *uint64) int { return get(b, n, h) })
 		return
 	})
 	return out, err
 }
 
+// JSON is every field of the config as indented JSON.
+func (c *Config) JSON() (string, error) {
+	out, err := c.bytesOut(capi.Ikv_config_to_json)
+	return string(out), err
+}
+
+// Binary is the config's binary form.
+func (c *Config) Binary() ([]byte, error) { return c.bytesOut(capi.Ikv_config_to_binary) }
+
 // ModelPath is the config's model path ("" when unset).
 func (c *Config) ModelPath() (string, error) {
-	var out []byte
-	err := c.with(func(h capi.Struct_SS_ikv_config) (err error) {
-		out, err = sized(func(b []byte, n *uint64) int { return capi.Ikv_config_get_model_path(b, n, h) })
-		return
-	})
+	out, err := c.bytesOut(capi.Ikv_config_get_model_path)
 	return string(out), err
 }
 

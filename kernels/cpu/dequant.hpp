@@ -88,16 +88,25 @@ IKV_HD inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
   }
 }
 
+// The scales and mins of sub-blocks is and is + 1 of a Q4_K/Q5_K super-block, times its d and dmin.
+IKV_HD inline void pair_scales_k4(int is, const uint8_t *scales, float d, float dmin, float *d1, float *m1, float *d2,
+                                  float *m2) {
+  uint8_t sc, m;
+  scale_min_k4(is, scales, &sc, &m);
+  *d1 = d * sc;
+  *m1 = dmin * m;
+  scale_min_k4(is + 1, scales, &sc, &m);
+  *d2 = d * sc;
+  *m2 = dmin * m;
+}
+
 // Q4_K: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]} -> 256 values, 8 sub-blocks of 32: d*sc*q - dmin*m.
 IKV_HD inline void q4_k(float *y, const uint8_t *b) {
   const float d = h2f(b), dmin = h2f(b + 2);
   const uint8_t *scales = b + 4, *q = b + 16;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
-    uint8_t sc, m;
-    scale_min_k4(is, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    scale_min_k4(is + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    float d1, m1, d2, m2;
+    pair_scales_k4(is, scales, d, dmin, &d1, &m1, &d2, &m2);
     for (int l = 0; l < 32; ++l) y[j + l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
     for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
   }
@@ -109,11 +118,8 @@ IKV_HD inline void q5_k(float *y, const uint8_t *b) {
   const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
-    uint8_t sc, m;
-    scale_min_k4(is, scales, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    scale_min_k4(is + 1, scales, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    float d1, m1, d2, m2;
+    pair_scales_k4(is, scales, d, dmin, &d1, &m1, &d2, &m2);
     for (int l = 0; l < 32; ++l) y[j + l] = d1 * static_cast<float>((ql[l] & 0x0F) + (qh[l] & u1 ? 16 : 0)) - m1;
     for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
     u1 = static_cast<uint8_t>(u1 << 2);

@@ -24,6 +24,15 @@ std::vector<int32_t> tokens(size_t n) {
   return t;
 }
 
+// A new sequence in s with the first n of tokens() decoded as one batch.
+int32_t prefilled(Session &s, size_t n) {
+  const int32_t id = s.add_sequence();
+  std::vector<BatchToken> b;
+  for (int32_t t : tokens(n)) b.push_back({id, t, false});
+  s.decode(b);
+  return id;
+}
+
 SessionOptions options(int threads, PolicyKind policy = PolicyKind::none) {
   SessionOptions o;
   o.n_threads = threads;
@@ -52,10 +61,7 @@ BENCHMARK(Prefill)->ArgNames({"threads", "tokens"})->Args({1, 256})->Args({2, 25
 // Decode one token at a time after a prompt (the context grows from 64 to 64 + iterations).
 void Decode(benchmark::State &st) {
   Session s(model(), options(static_cast<int>(st.range(0))));
-  const int32_t id = s.add_sequence();
-  std::vector<BatchToken> b;
-  for (int32_t t : tokens(64)) b.push_back({id, t, false});
-  s.decode(b);
+  const int32_t id = prefilled(s, 64);
   int32_t next = 5;
   for (auto _ : st) {
     if (s.info(id).length > 1500) {
@@ -117,10 +123,7 @@ BENCHMARK(DecodeBatch)->ArgNames({"seqs"})->Arg(1)->Arg(4)->Arg(16)->UseRealTime
 void SideChannels(benchmark::State &st) {
   const auto policy = static_cast<PolicyKind>(st.range(0));
   Session s(model(), options(1, policy));
-  const int32_t id = s.add_sequence();
-  std::vector<BatchToken> b;
-  for (int32_t t : tokens(256)) b.push_back({id, t, false});
-  s.decode(b);
+  const int32_t id = prefilled(s, 256);
   int64_t steps = 0;
   for (auto _ : st) {
     s.decode({{id, 9, false}});
@@ -140,10 +143,7 @@ BENCHMARK(SideChannels)->ArgNames({"policy"})->DenseRange(0, 3)->UseRealTime();
 void CompressStep(benchmark::State &st) {
   const auto policy = static_cast<PolicyKind>(st.range(0));
   Session s(model(), options(1, policy));
-  const int32_t id = s.add_sequence();
-  std::vector<BatchToken> b;
-  for (int32_t t : tokens(1024)) b.push_back({id, t, false});
-  s.decode(b);
+  const int32_t id = prefilled(s, 1024);
   for (auto _ : st) {
     st.PauseTiming();
     const int32_t f = s.fork_sequence(id);
@@ -161,10 +161,7 @@ BENCHMARK(CompressStep)->ArgNames({"policy"})->DenseRange(1, 7)->Unit(benchmark:
 void DecodeLongContext(benchmark::State &st) {
   const bool compressed = st.range(0) != 0;
   Session s(model(), options(1, compressed ? PolicyKind::infokv : PolicyKind::none));
-  const int32_t id = s.add_sequence();
-  std::vector<BatchToken> b;
-  for (int32_t t : tokens(1536)) b.push_back({id, t, false});
-  s.decode(b);
+  const int32_t id = prefilled(s, 1536);
   if (compressed) s.compress(id, 384);
   int64_t steps = 0;
   for (auto _ : st) {
@@ -190,10 +187,7 @@ void BytesPerToken(benchmark::State &st) {
   double per_token = 0;
   for (auto _ : st) {
     Session s(model(), o);
-    const int32_t id = s.add_sequence();
-    std::vector<BatchToken> b;
-    for (int32_t t : tokens(1000)) b.push_back({id, t, false});
-    s.decode(b);
+    const int32_t id = prefilled(s, 1000);
     per_token = static_cast<double>(s.info(id).bytes) / 1000.0;
   }
   const HParams &hp = model()->hparams();
@@ -224,10 +218,7 @@ void ChooseOverhead(benchmark::State &st) {
   o.compression.compress_after_prefill = false;
   o.compression.interval = 1 << 30;
   Session s(m, o);
-  const int32_t id = s.add_sequence();
-  std::vector<BatchToken> b;
-  for (int32_t t : tokens(2048)) b.push_back({id, t, false});
-  s.decode(b);
+  const int32_t id = prefilled(s, 2048);
   // Decode speed at this context, side channels on: 96 steps on a fork (truncating would also drop the observation
   // window's query rows, and the compression below would have nothing to score with).
   const int32_t probe = s.fork_sequence(id);

@@ -297,12 +297,22 @@ TEST(Compression, QuarterBudgetFreesThreeQuartersOfTheBlocks) {
   }
 }
 
-TEST(Compression, ProtectedPrefixSurvivesEveryLayer) {
+namespace {
+
+// Options with InfoKV at a fractional (< 1) or token (>= 1) budget, compressing every `interval` tokens.
+SessionOptions infokv_options(double budget, int32_t interval) {
   SessionOptions o;
   o.compression.policy = PolicyKind::infokv;
-  o.compression.budget_fraction = 0.3;
-  o.compression.interval = 16;
-  Session s(stories(), o);
+  if (budget < 1) o.compression.budget_fraction = budget;
+  else o.compression.budget_tokens = static_cast<int32_t>(budget);
+  o.compression.interval = interval;
+  return o;
+}
+
+}  // namespace
+
+TEST(Compression, ProtectedPrefixSurvivesEveryLayer) {
+  Session s(stories(), infokv_options(0.3, 16));
   const int32_t id = s.add_sequence();
   s.protect(id, ProtectedSpan{0, 20, false});
   Sampler smp(SamplerParams{});
@@ -316,11 +326,7 @@ TEST(Compression, ProtectedPrefixSurvivesEveryLayer) {
 
 TEST(Compression, CompressedGenerationIsDeterministic) {
   auto run = [] {
-    SessionOptions o;
-    o.compression.policy = PolicyKind::infokv;
-    o.compression.budget_tokens = 24;
-    o.compression.interval = 8;
-    Session s(stories(), o);
+    Session s(stories(), infokv_options(24, 8));
     const int32_t id = s.add_sequence();
     SamplerParams sp;
     sp.seed = 7;
