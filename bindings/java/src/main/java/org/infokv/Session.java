@@ -88,63 +88,57 @@ public final class Session implements AutoCloseable {
 
   public Model model() { return model; }
 
-  public int addSequence() {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+  // Every native call runs under the state's lock: State.run (close, or the model closing) waits for a call in
+  // progress, and a call after it finds the handle gone (h() throws).
+
+  /** Runs a native call that returns only a status. */
+  private void call(java.util.function.IntSupplier f) {
+    synchronized (state) {
+      InfokvException.check(f.getAsInt());
+    }
+  }
+
+  /** Runs a native call with one int out-parameter and returns it. */
+  private int intOut(java.util.function.ToIntFunction<int[]> f) {
+    synchronized (state) {
       int[] out = new int[1];
-      InfokvException.check(InfokvNative.ikv_seq_add(out, h()));
+      InfokvException.check(f.applyAsInt(out));
       return out[0];
     }
   }
+
+  /** Runs a native call with one int64 out-parameter and returns it. */
+  private long longOut(java.util.function.ToIntFunction<long[]> f) {
+    synchronized (state) {
+      long[] out = new long[1];
+      InfokvException.check(f.applyAsInt(out));
+      return out[0];
+    }
+  }
+
+  public int addSequence() { return intOut(out -> InfokvNative.ikv_seq_add(out, h())); }
 
   /** A new sequence sharing src's cache (copy-on-write) and logits. */
-  public int fork(int src) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      int[] out = new int[1];
-      InfokvException.check(InfokvNative.ikv_seq_fork(out, h(), src));
-      return out[0];
-    }
-  }
+  public int fork(int src) { return intOut(out -> InfokvNative.ikv_seq_fork(out, h(), src)); }
 
-  public void remove(int seq) { InfokvException.check(InfokvNative.ikv_seq_remove(h(), seq)); }
+  public void remove(int seq) { call(() -> InfokvNative.ikv_seq_remove(h(), seq)); }
 
-  public synchronized void truncate(int seq, long length) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      InfokvException.check(InfokvNative.ikv_seq_truncate(h(), seq, length));
-    }
-  }
+  public void truncate(int seq, long length) { call(() -> InfokvNative.ikv_seq_truncate(h(), seq, length)); }
 
-  public long length(int seq) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      long[] out = new long[1];
-      InfokvException.check(InfokvNative.ikv_seq_length(out, h(), seq));
-      return out[0];
-    }
-  }
+  public long length(int seq) { return longOut(out -> InfokvNative.ikv_seq_length(out, h(), seq)); }
 
   /** Tokens kept in one layer (below the length after compression). */
-  public long kept(int seq, int layer) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      long[] out = new long[1];
-      InfokvException.check(InfokvNative.ikv_seq_kept(out, h(), seq, layer));
-      return out[0];
-    }
-  }
+  public long kept(int seq, int layer) { return longOut(out -> InfokvNative.ikv_seq_kept(out, h(), seq, layer)); }
 
   /** Bytes of KV blocks the sequence holds. */
-  public long kvBytes(int seq) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      long[] out = new long[1];
-      InfokvException.check(InfokvNative.ikv_seq_kv_bytes(out, h(), seq));
-      return out[0];
-    }
-  }
+  public long kvBytes(int seq) { return longOut(out -> InfokvNative.ikv_seq_kv_bytes(out, h(), seq)); }
 
   /**
    * What compressing the sequence to its budget now would free and its estimated loss per freed block (the ranking
    * memory pressure compresses by); zeros at or under the budget or without a policy. Changes nothing.
    */
   public PressureEstimate pressureEstimate(int seq) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+    synchronized (state) {
       long[] blocks = new long[1];
       double[] cost = new double[1];
       InfokvException.check(InfokvNative.ikv_seq_pressure_estimate(blocks, cost, h(), seq));
@@ -157,7 +151,7 @@ public final class Session implements AutoCloseable {
    * policies). A fork starts with its source's report; a snapshot keeps it.
    */
   public java.util.Optional<AutoReport> autoReport(int seq) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+    synchronized (state) {
       int[] layers = new int[1];
       long[] tokens = new long[1];
       long[] uniform = new long[1];
@@ -190,11 +184,7 @@ public final class Session implements AutoCloseable {
   }
 
   /** Writes the session's tuning profile atomically; BAD_STATE before it has one. */
-  public void saveProfile(String path) {
-    synchronized (state) {
-      InfokvException.check(InfokvNative.ikv_session_save_profile(h(), path));
-    }
-  }
+  public void saveProfile(String path) { call(() -> InfokvNative.ikv_session_save_profile(h(), path)); }
 
   /** Compressions the session's tuning profile has seen, or -1 without a profile. */
   public long profileCompressions() {
@@ -216,24 +206,14 @@ public final class Session implements AutoCloseable {
   }
 
   /** One pool statistic (KV_BLOCKS_TOTAL, KV_BYTES_USED, ...). */
-  public long kvStat(int stat) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      long[] out = new long[1];
-      InfokvException.check(InfokvNative.ikv_kv_stat(out, h(), stat));
-      return out[0];
-    }
-  }
+  public long kvStat(int stat) { return longOut(out -> InfokvNative.ikv_kv_stat(out, h(), stat)); }
 
   /** Appends tokens to a sequence and runs the model (all or nothing). */
-  public void decode(int seq, int[] tokens) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      InfokvException.check(InfokvNative.ikv_decode(h(), seq, tokens));
-    }
-  }
+  public void decode(int seq, int[] tokens) { call(() -> InfokvNative.ikv_decode(h(), seq, tokens)); }
 
   /** Item i appends tokens[i] to seqIds[i], in one batch. */
   public void decodeBatch(int[] seqIds, int[] tokens) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+    synchronized (state) {
       if (seqIds.length != tokens.length) throw new IllegalArgumentException("seqIds and tokens differ in length");
       int[] pairs = new int[2 * tokens.length];
       for (int i = 0; i < tokens.length; i++) {
@@ -246,7 +226,7 @@ public final class Session implements AutoCloseable {
 
   /** The logits of the sequence's latest token (n_vocab floats). */
   public float[] logits(int seq) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+    synchronized (state) {
       float[] out = new float[model.nVocab()];
       long[] n = new long[1];
       InfokvException.check(InfokvNative.ikv_get_logits(out, n, h(), seq));
@@ -256,25 +236,13 @@ public final class Session implements AutoCloseable {
 
   /** Marks positions [begin, end) as never evicted (fair: a fair-share span instead). */
   public void protect(int seq, long begin, long end, boolean fair) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      InfokvException.check(InfokvNative.ikv_seq_protect(h(), seq, begin, end, fair ? 1 : 0));
-    }
+    call(() -> InfokvNative.ikv_seq_protect(h(), seq, begin, end, fair ? 1 : 0));
   }
 
   /** Compresses now to budgetTokens per layer (0: the session's budget). */
-  public void compress(int seq, int budgetTokens) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      InfokvException.check(InfokvNative.ikv_seq_compress(h(), seq, budgetTokens));
-    }
-  }
+  public void compress(int seq, int budgetTokens) { call(() -> InfokvNative.ikv_seq_compress(h(), seq, budgetTokens)); }
 
-  public int sample(Sampler sampler, int seq) {
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
-      int[] out = new int[1];
-      InfokvException.check(InfokvNative.ikv_sample(out, sampler.handle(), h(), seq));
-      return out[0];
-    }
-  }
+  public int sample(Sampler sampler, int seq) { return intOut(out -> InfokvNative.ikv_sample(out, sampler.handle(), h(), seq)); }
 
   /**
    * Decodes the prompt into seq (may be null/empty when the sequence has logits), then generates up to maxTokens
@@ -289,7 +257,7 @@ public final class Session implements AutoCloseable {
         return generate(seq, prompt, maxTokens, greedy, listener);
       }
     }
-    synchronized (state) { // State.run (close, or the model closing) waits for a call in progress
+    synchronized (state) {
       return stream(maxTokens, listener,
           (out, count, sink) -> InfokvNative.ikv_generate(out, count, h(), seq, prompt, maxTokens, sampler.handle(), sink));
     }
@@ -332,9 +300,7 @@ public final class Session implements AutoCloseable {
    * file (written atomically). Only kept tokens are stored, so a compressed cache gives a smaller snapshot.
    */
   public void save(String path, int seq, Sampler sampler) {
-    synchronized (state) {
-      InfokvException.check(InfokvNative.ikv_session_save_file(h(), seq, samplerHandle(sampler), path));
-    }
+    call(() -> InfokvNative.ikv_session_save_file(h(), seq, samplerHandle(sampler), path));
   }
 
   public void save(java.nio.file.Path path, int seq, Sampler sampler) { save(path.toString(), seq, sampler); }
