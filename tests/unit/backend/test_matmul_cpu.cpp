@@ -12,6 +12,7 @@
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
+#include "random_inputs.hpp"
 
 using infokv::GgmlType;
 
@@ -56,9 +57,7 @@ class FloatMatmul : public ::testing::TestWithParam<GgmlType> {};
 // from one (decode) past the 64-token chunk.
 TEST_P(FloatMatmul, MatchesFloat64AndEveryTokenIsTheSameAloneOrBatchedOnAnyThreadCount) {
   const GgmlType t = GetParam();
-  const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(infokv_test::test_seed());
   infokv::ThreadPool pool2(2);
   for (int64_t k : {576, 100}) {
     const int64_t m = 45;

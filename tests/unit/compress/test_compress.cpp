@@ -17,6 +17,7 @@
 #include "test_paths.hpp"
 #include "util/error.hpp"
 #include "stories_model.hpp"
+#include "random_inputs.hpp"
 
 using namespace infokv;
 
@@ -93,7 +94,7 @@ LayerScoreInput input_of(RandomLayer &r, const std::vector<ProtectedSpan> *spans
 }  // namespace
 
 TEST(Scores, PoolingMatchesNaiveAveragingWithZeroPadding) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(infokv_test::test_seed());
   for (int trial = 0; trial < 50; ++trial) {
     const size_t n = 1 + rng() % 40;
     const int32_t kernel = 1 + 2 * static_cast<int32_t>(rng() % 4);
@@ -112,9 +113,7 @@ TEST(Scores, PoolingMatchesNaiveAveragingWithZeroPadding) {
 }
 
 TEST(Scores, WindowAttentionMatchesDenseReference) {
-  const unsigned seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  std::mt19937 rng(infokv_test::test_seed());
   for (int trial = 0; trial < 20; ++trial) {
     const int32_t n = 4 + static_cast<int32_t>(rng() % 30);
     const int32_t w = 1 + static_cast<int32_t>(rng() % std::min(n - 1, 6));
@@ -127,7 +126,7 @@ TEST(Scores, WindowAttentionMatchesDenseReference) {
 }
 
 TEST(Scores, AccumulatedAttentionOfOneQueryEqualsItsMeanProbabilities) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(infokv_test::test_seed());
   RandomLayer r = make_layer(rng, 17, 1);
   PagedKv view = r.kv->view(0, 0);
   std::vector<float> acc(17, 0.0f), cnt(17, 0.0f), out(16), probs(17);
@@ -140,7 +139,7 @@ TEST(Scores, AccumulatedAttentionOfOneQueryEqualsItsMeanProbabilities) {
 }
 
 TEST(Scores, InfoKvMixMatchesFormula) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(infokv_test::test_seed());
   std::uniform_real_distribution<float> u(0, 1);
   for (int trial = 0; trial < 20; ++trial) {
     const size_t n = 1 + rng() % 30;
@@ -182,9 +181,7 @@ TEST(Scores, PyramidBudgetsShrinkUpwardAndKeepTheTotal) {
 }
 
 TEST(Selection, KeepsWindowProtectedSpansAndBudget) {
-  const unsigned seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  std::mt19937 rng(infokv_test::test_seed());
   for (PolicyKind p : {PolicyKind::snapkv, PolicyKind::infokv, PolicyKind::h2o, PolicyKind::streaming, PolicyKind::tova}) {
     for (int trial = 0; trial < 10; ++trial) {
       const int32_t n = 20 + static_cast<int32_t>(rng() % 30);
@@ -205,7 +202,7 @@ TEST(Selection, KeepsWindowProtectedSpansAndBudget) {
 }
 
 TEST(Selection, SnapKvKeepsTheHighestPooledScores) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(infokv_test::test_seed());
   const int32_t n = 30, w = 4, budget = 12;
   RandomLayer r = make_layer(rng, n, w);
   CompressionConfig c;
@@ -226,7 +223,7 @@ TEST(Selection, SnapKvKeepsTheHighestPooledScores) {
 }
 
 TEST(Selection, FairSpansKeepEqualFractions) {
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(infokv_test::test_seed());
   RandomLayer r = make_layer(rng, 44, 4);  // positions 0, 2, ..., 86
   CompressionConfig c;
   c.policy = PolicyKind::snapkv;

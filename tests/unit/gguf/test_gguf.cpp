@@ -17,6 +17,7 @@
 #include "test_util.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
+#include "random_inputs.hpp"
 
 using infokv::Error;
 using infokv::GgufFile;
@@ -71,11 +72,6 @@ size_t stories_data_end() {
   size_t end = 0;
   for (const auto &t : f.tensors()) end = std::max(end, static_cast<size_t>(t.data - b.data()) + static_cast<size_t>(t.n_bytes));
   return end;
-}
-
-uint32_t seed_from_env_or_device() {
-  if (const char *s = std::getenv("INFOKV_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
-  return std::random_device{}();
 }
 
 // ---- a tiny synthetic llama model (n_ff = 256 so that a Q4_K ffn_down is well-formed at the GGUF level) ----
@@ -237,9 +233,7 @@ TEST(GgufHostile, MissingAndEmptyFilesAreIoOrBadModel) {
 TEST(GgufHostile, RandomByteFlipsNeverCrash) {
   REQUIRE_STORIES_BYTES();
   const auto &orig = infokv_test::stories_bytes();
-  const uint32_t seed = seed_from_env_or_device();
-  SCOPED_TRACE("seed " + std::to_string(seed) + " (replay with INFOKV_TEST_SEED=" + std::to_string(seed) + ")");
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(infokv_test::test_seed());
   GgufFile ref(orig.data(), orig.size());
   const size_t header_end = static_cast<size_t>(ref.tensors().front().data - orig.data());
   int parsed = 0, rejected = 0, loaded = 0, load_rejected = 0;

@@ -10,6 +10,7 @@
 #include "kv/kv_cache.hpp"
 #include "kv_test_util.hpp"
 #include "util/error.hpp"
+#include "random_inputs.hpp"
 
 using namespace infokv;
 
@@ -70,9 +71,7 @@ void expect_matches(KvCache &kv, const std::map<int32_t, ModelSeq> &model, const
 }  // namespace
 
 TEST(KvCache, RandomOperationsKeepEveryInvariant) {
-  const unsigned seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  std::mt19937 rng(infokv_test::test_seed());
   for (int round = 0; round < 20; ++round) {
     const int32_t bs = 1 + static_cast<int32_t>(rng() % 6);
     KvCache kv(small_config(40 + rng() % 40, bs));

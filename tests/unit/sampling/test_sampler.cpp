@@ -12,6 +12,7 @@
 
 #include "sampling/sampler.hpp"
 #include "util/error.hpp"
+#include "random_inputs.hpp"
 
 using infokv::Error;
 using infokv::Rng;
@@ -31,11 +32,6 @@ SamplerParams plain(uint64_t seed) {
   p.repeat_penalty = 1.0f;
   p.seed = seed;
   return p;
-}
-
-uint64_t fresh_seed() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
 }
 
 std::vector<float> random_logits(std::mt19937_64 &rng, size_t n, float lo, float hi) {
@@ -146,8 +142,7 @@ TEST(Rng, StateRoundTripsAndRejectsAllZero) {
 // ---- greedy ----
 
 TEST(Sampler, GreedyIsArgmaxWithTiesToLowestId) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   for (float temperature : {0.0f, -1.0f}) {
     SamplerParams p = plain(seed);
@@ -164,8 +159,7 @@ TEST(Sampler, GreedyIsArgmaxWithTiesToLowestId) {
 }
 
 TEST(Sampler, TopKOneIsGreedy) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   SamplerParams p = plain(seed);
   p.top_k = 1;
@@ -179,8 +173,7 @@ TEST(Sampler, TopKOneIsGreedy) {
 // ---- determinism ----
 
 TEST(Sampler, SameSeedSameSequenceDifferentSeedDifferent) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   SamplerParams p;  // the defaults: top-k, top-p and min-p all active
   p.seed = seed;
@@ -223,8 +216,7 @@ TEST(Sampler, DoesNotModifyLogits) {
 // ---- the distribution ----
 
 TEST(Sampler, PlainSamplingMatchesSoftmax) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   std::vector<float> l = random_logits(rng, 8, -2, 2);
   Sampler s(plain(seed));
@@ -232,8 +224,7 @@ TEST(Sampler, PlainSamplingMatchesSoftmax) {
 }
 
 TEST(Sampler, TemperatureSharpensAndFlattens) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   std::vector<float> l = random_logits(rng, 6, -1.5f, 1.5f);
   for (float t : {0.5f, 2.0f}) {
@@ -245,8 +236,7 @@ TEST(Sampler, TemperatureSharpensAndFlattens) {
 }
 
 TEST(Sampler, TopKRestrictsSupportAndRenormalises) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   std::vector<float> l = random_logits(rng, 100, 0, 3);
   SamplerParams p = plain(seed);
@@ -276,8 +266,7 @@ TEST(Sampler, TopPKeepsSmallestSetReachingP) {
       {0.81f, {0.15 / 0.95, 0.5 / 0.95, 0, 0.3 / 0.95}},
       {0.0f, {0, 1, 0, 0}},
   };
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   for (const Case &c : cases) {
     SCOPED_TRACE("top_p " + std::to_string(c.top_p));
     SamplerParams p = plain(seed);
@@ -288,8 +277,7 @@ TEST(Sampler, TopPKeepsSmallestSetReachingP) {
 }
 
 TEST(Sampler, TopPOnRandomDistributions) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   for (int iter = 0; iter < 20; ++iter) {
     std::vector<float> l = random_logits(rng, 50, -3, 3);
@@ -321,8 +309,7 @@ TEST(Sampler, TopPOnRandomDistributions) {
 TEST(Sampler, MinPDropsTokensBelowFractionOfMax) {
   const std::vector<double> probs = {0.15, 0.5, 0.05, 0.3};
   const std::vector<float> l = logits_of(probs);
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   {
     SamplerParams p = plain(seed);
     p.min_p = 0.2f;  // cut at 0.1
@@ -344,8 +331,7 @@ TEST(Sampler, MinPDropsTokensBelowFractionOfMax) {
 }
 
 TEST(Sampler, LargeVocabularyWithDefaults) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   std::vector<float> l = random_logits(rng, 50000, -5, 5);
   std::vector<float> sorted = l;
@@ -414,8 +400,7 @@ TEST(Sampler, RepetitionPenaltyOnlyCoversLastN) {
 }
 
 TEST(Sampler, RepetitionPenaltyShiftsSampledDistribution) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  const uint64_t seed = infokv_test::test_seed();  // printed; INFOKV_TEST_SEED replays it
   std::mt19937_64 rng(seed);
   std::vector<float> l = random_logits(rng, 6, -1, 1);
   l[2] = 1.5f;

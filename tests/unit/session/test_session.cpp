@@ -48,9 +48,7 @@ std::vector<float> decode_alone(const std::vector<int32_t> &toks, SessionOptions
 }  // namespace
 
 TEST(Session, BatchedDecodeEqualsDecodingEachSequenceAlone) {
-  const unsigned seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
+  std::mt19937 rng(infokv_test::test_seed());
   std::vector<std::vector<int32_t>> prompts = {random_tokens(rng, 7), random_tokens(rng, 23), random_tokens(rng, 40)};
   Session s(stories(), opts());
   std::vector<int32_t> ids;

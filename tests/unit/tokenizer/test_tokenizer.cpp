@@ -14,6 +14,7 @@
 #include "test_paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
+#include "random_inputs.hpp"
 
 using infokv::Error;
 using infokv::GgufFile;
@@ -290,9 +291,7 @@ TEST(TokenizerStories, UnknownCharactersFallBackToByteTokens) {
 
 TEST(TokenizerStories, RoundTripsRandomUtf8AndStreamsWholeCharacters) {
   REQUIRE_STORIES(tok);
-  const uint64_t seed = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(infokv_test::test_seed());
   for (int iter = 0; iter < 2000; ++iter) {
     const std::string text = random_utf8(rng, 40);
     SCOPED_TRACE("iteration " + std::to_string(iter));
@@ -308,9 +307,7 @@ TEST(TokenizerStories, RoundTripsRandomUtf8AndStreamsWholeCharacters) {
 
 TEST(TokenizerStories, RoundTripsArbitraryBytes) {
   REQUIRE_STORIES(tok);
-  const uint64_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(infokv_test::test_seed());
   for (int iter = 0; iter < 2000; ++iter) {
     std::string bytes(std::uniform_int_distribution<size_t>(0, 24)(rng), '\0');
     for (char &c : bytes) c = static_cast<char>(rng() & 0xFF);
