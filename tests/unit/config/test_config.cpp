@@ -7,6 +7,7 @@
 #include <random>
 
 #include "config/config.hpp"
+#include "config_samples.hpp"
 #include "infokv/infokv.h"
 #include "util/error.hpp"
 
@@ -35,14 +36,7 @@ TEST(Config, EmptyJsonGivesDefaults) {
 }
 
 TEST(Config, JsonSetsEveryGroup) {
-  const Config c = config_from_json(R"({
-    "model_path": "m.gguf", "device": "cuda:1", "threads": 3, "kv_dtype": "bf16", "block_size": 32,
-    "kv_pool_bytes": 1048576, "ubatch": 64,
-    "compression": {"policy": "infokv", "budget_fraction": 0.25, "alpha": 0.95, "interval": 128, "shape": "pyramid"},
-    "protection": {"protect_prefix": 12},
-    "sampler": {"temperature": 0, "seed": 99, "top_k": 5},
-    "self_tuning": {"enabled": true, "kl_bound": 0.1, "probe_tokens": 32}
-  })");
+  const Config c = config_from_json(infokv_test::kEveryGroupJson);
   EXPECT_EQ(c.model_path, "m.gguf");
   EXPECT_EQ(c.device, "cuda:1");
   EXPECT_EQ(c.session.n_threads, 3);

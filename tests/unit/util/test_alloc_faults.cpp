@@ -31,8 +31,11 @@
 #include <ostream>
 #include <new>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "config_samples.hpp"
 #include "infokv/infokv.h"  // includes config.h and snapshot.h
 #include "session/session.hpp"
 #include "snapshot_test_util.hpp"
@@ -296,6 +299,24 @@ std::vector<std::vector<uint8_t>> fingerprint(const ikv_session *s, const ikv_sa
   return ::testing::AssertionFailure() << "status " << st << ": " << ikv_last_error_message();
 }
 
+// Runs a C call (returning its status) with the n-th allocation failing. The status must be ok or out-of-memory, and
+// ok when no allocation was failed. Returns the status and whether the failure was injected.
+template <typename F>
+std::pair<int32_t, bool> c_call_armed(int64_t n, F &&call) {
+  int32_t st = 0;
+  bool hit = false;
+  {
+    AllocFault f(n);
+    st = call();
+    hit = f.hit();
+  }
+  EXPECT_TRUE(oom_or_ok(st));
+  if (!hit) {
+    EXPECT_EQ(st, IKV_OK) << ikv_last_error_message();
+  }
+  return {st, hit};
+}
+
 // Decodes one more token once disarmed and checks the logits are finite.
 void decodes_again_c(ikv_session *s, int32_t seq) {
   const int32_t tok = 42;
@@ -312,21 +333,12 @@ TEST(AllocFault, ModelLoad) {
   const std::string path = stories_path();
   every_nth("ikv_model_load", [&](int64_t n) {
     ikv_model *m = nullptr;
-    int32_t st = 0;
-    bool hit = false;
-    {
-      AllocFault f(n);
-      st = ikv_model_load(&m, path.c_str());
-      hit = f.hit();
-    }
-    EXPECT_TRUE(oom_or_ok(st));
+    int32_t st;
+    bool hit;
+    std::tie(st, hit) = c_call_armed(n, [&] { return ikv_model_load(&m, path.c_str()); });
     if (st != IKV_OK) {
       EXPECT_EQ(m, nullptr);
-    }
-    if (!hit) {
-      EXPECT_EQ(st, IKV_OK) << ikv_last_error_message();
-    }
-    if (st == IKV_OK) {
+    } else {
       int64_t v = 0;
       EXPECT_EQ(ikv_model_get_int(&v, m, IKV_MODEL_N_VOCAB), IKV_OK);
       EXPECT_EQ(v, 512);
@@ -343,20 +355,12 @@ TEST(AllocFault, SessionCreate) {
     const ikv_session_options o = c_opts(policy);
     every_nth("ikv_session_create", [&](int64_t n) {
       ikv_session *s = nullptr;
-      int32_t st = 0;
-      bool hit = false;
-      {
-        AllocFault f(n);
-        st = ikv_session_create(&s, cm.m, &o);
-        hit = f.hit();
-      }
-      EXPECT_TRUE(oom_or_ok(st));
+      int32_t st;
+      bool hit;
+      std::tie(st, hit) = c_call_armed(n, [&] { return ikv_session_create(&s, cm.m, &o); });
       if (st != IKV_OK) {
         EXPECT_EQ(s, nullptr);
       }
-      if (!hit) {
-      EXPECT_EQ(st, IKV_OK) << ikv_last_error_message();
-    }
       if (st == IKV_OK) decodes_again_c(s, 0);
       ikv_session_free(s);
       return hit;
@@ -382,32 +386,18 @@ struct FlatbuffersOomLeaksAllowed {
 };
 
 TEST(AllocFault, ConfigFromJson) {
-  const std::string json = R"({
-    "model_path": "m.gguf", "device": "cpu", "threads": 3, "kv_dtype": "bf16", "block_size": 32,
-    "kv_pool_bytes": 1048576, "ubatch": 64,
-    "compression": {"policy": "infokv", "budget_fraction": 0.25, "alpha": 0.95, "interval": 128, "shape": "pyramid"},
-    "protection": {"protect_prefix": 12},
-    "sampler": {"temperature": 0, "seed": 99, "top_k": 5},
-    "self_tuning": {"enabled": true, "kl_bound": 0.1, "probe_tokens": 32}
-  })";
+  const std::string json = infokv_test::kEveryGroupJson;
   every_nth("ikv_config_from_json", [&](int64_t n) {
     ikv_config *c = nullptr;
-    int32_t st = 0;
-    bool hit = false;
+    int32_t st;
+    bool hit;
     {
       FlatbuffersOomLeaksAllowed known;
-      AllocFault f(n);
-      st = ikv_config_from_json(&c, json.data(), json.size());
-      hit = f.hit();
+      std::tie(st, hit) = c_call_armed(n, [&] { return ikv_config_from_json(&c, json.data(), json.size()); });
     }
-    EXPECT_TRUE(oom_or_ok(st));
     if (st != IKV_OK) {
       EXPECT_EQ(c, nullptr);
-    }
-    if (!hit) {
-      EXPECT_EQ(st, IKV_OK) << ikv_last_error_message();
-    }
-    if (st == IKV_OK) {
+    } else {
       char path[64] = {0};
       size_t len = 0;
       EXPECT_EQ(ikv_config_get_model_path(path, sizeof path, &len, c), IKV_OK);
@@ -431,17 +421,9 @@ TEST(AllocFault, SaveBufferChangesNothing) {
   std::vector<uint8_t> buf(size + 64);
   every_nth("ikv_session_save_buffer", [&](int64_t n) {
     size_t len = 0;
-    int32_t st = 0;
-    bool hit = false;
-    {
-      AllocFault f(n);
-      st = ikv_session_save_buffer(buf.data(), buf.size(), &len, s, -1, sampler);
-      hit = f.hit();
-    }
-    EXPECT_TRUE(oom_or_ok(st));
-    if (!hit) {
-      EXPECT_EQ(st, IKV_OK) << ikv_last_error_message();
-    }
+    int32_t st;
+    bool hit;
+    std::tie(st, hit) = c_call_armed(n, [&] { return ikv_session_save_buffer(buf.data(), buf.size(), &len, s, -1, sampler); });
     if (st == IKV_OK) {
       EXPECT_EQ(len, size);
       EXPECT_EQ(content(std::vector<uint8_t>(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(len))), ref);
@@ -486,17 +468,9 @@ TEST(AllocFault, RestoreBufferChangesNothingOnFailure) {
   every_nth("ikv_session_restore_buffer", [&](int64_t n) {
     int32_t ids[4] = {-1, -1, -1, -1};
     size_t count = 0;
-    int32_t st = 0;
-    bool hit = false;
-    {
-      AllocFault f(n);
-      st = ikv_session_restore_buffer(ids, 4, &count, s, sampler, snap.data(), snap.size());
-      hit = f.hit();
-    }
-    EXPECT_TRUE(oom_or_ok(st));
-    if (!hit) {
-      EXPECT_EQ(st, IKV_OK) << ikv_last_error_message();
-    }
+    int32_t st;
+    bool hit;
+    std::tie(st, hit) = c_call_armed(n, [&] { return ikv_session_restore_buffer(ids, 4, &count, s, sampler, snap.data(), snap.size()); });
     if (st != IKV_OK) {
       EXPECT_EQ(observe(s, {0}), before);
       EXPECT_EQ(fingerprint(s, sampler), ref);  // no sequence added, the sampler untouched
@@ -523,17 +497,13 @@ TEST(AllocFault, DecodeWithPolicyReturnsAStatus) {
     ikv_session *s = c_session(cm.m, IKV_POLICY_SNAPKV, 24);
     if (s == nullptr) return false;
     const std::vector<int32_t> more = prompt(40);
-    int32_t st = IKV_OK;
-    bool hit = false;
-    {
-      AllocFault f(n);
-      for (int i = 24; i < 30 && st == IKV_OK; ++i) st = ikv_decode(s, 0, &more[static_cast<size_t>(i)], 1);
-      hit = f.hit();
-    }
-    EXPECT_TRUE(oom_or_ok(st));
-    if (!hit) {
-      EXPECT_EQ(st, IKV_OK) << ikv_last_error_message();
-    }
+    int32_t st;
+    bool hit;
+    std::tie(st, hit) = c_call_armed(n, [&] {
+      int32_t r = IKV_OK;
+      for (int i = 24; i < 30 && r == IKV_OK; ++i) r = ikv_decode(s, 0, &more[static_cast<size_t>(i)], 1);
+      return r;
+    });
     decodes_again_c(s, 0);
     ikv_session_free(s);
     return hit;
@@ -546,17 +516,9 @@ TEST(AllocFault, CompressReturnsAStatus) {
   every_nth("ikv_seq_compress", [&](int64_t n) {
     ikv_session *s = c_session(cm.m, IKV_POLICY_SNAPKV, 40);
     if (s == nullptr) return false;
-    int32_t st = 0;
-    bool hit = false;
-    {
-      AllocFault f(n);
-      st = ikv_seq_compress(s, 0, 8);
-      hit = f.hit();
-    }
-    EXPECT_TRUE(oom_or_ok(st));
-    if (!hit) {
-      EXPECT_EQ(st, IKV_OK) << ikv_last_error_message();
-    }
+    int32_t st;
+    bool hit;
+    std::tie(st, hit) = c_call_armed(n, [&] { return ikv_seq_compress(s, 0, 8); });
     if (st == IKV_OK) {
       int64_t kept = 0;
       EXPECT_EQ(ikv_seq_kept(&kept, s, 0, 0), IKV_OK);
