@@ -1,5 +1,5 @@
-// A minimal JSON reader for test fixtures (reference.json): objects, arrays, strings (with \uXXXX escapes, BMP and
-// surrogate pairs), numbers, true/false/null. Throws std::runtime_error with the offset on malformed input.
+// JSON for test fixtures (reference.json, the transformers references, the CLI's --json output) as a plain tree with
+// checked accessors that throw std::runtime_error naming what was missing.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
@@ -8,6 +8,9 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
 
 namespace infokv_test {
 namespace json {
@@ -53,151 +56,30 @@ struct Value {
   }
 };
 
-class Parser {
- public:
-  explicit Parser(const std::string &text) : s_(text) {}
-  Value parse() {
-    Value v = value(0);
-    ws();
-    if (i_ != s_.size()) err("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void err(const std::string &what) const {
-    throw std::runtime_error("json: " + what + " at offset " + std::to_string(i_));
-  }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
-  }
-  char peek() {
-    ws();
-    if (i_ >= s_.size()) err("unexpected end");
-    return s_[i_];
-  }
-  void expect(char c) {
-    if (peek() != c) err(std::string("expected '") + c + "'");
-    ++i_;
-  }
-  bool literal(const char *lit) {
-    size_t n = std::char_traits<char>::length(lit);
-    if (s_.compare(i_, n, lit) == 0) {
-      i_ += n;
-      return true;
-    }
-    return false;
-  }
-  Value value(int depth) {
-    if (depth > 64) err("nesting too deep");
-    Value v;
-    char c = peek();
-    if (c == '{') {
-      v.kind = Value::Kind::object;
-      ++i_;
-      if (peek() == '}') { ++i_; return v; }
-      for (;;) {
-        if (peek() != '"') err("expected a key");
-        std::string k = string_body();
-        expect(':');
-        v.obj[k] = value(depth + 1);
-        if (peek() == ',') { ++i_; continue; }
-        expect('}');
-        return v;
-      }
-    }
-    if (c == '[') {
+// The library's own strict reader (src/util/json_reader) parses; the tests see its tree as a Value.
+inline Value from_reader(const infokv::JsonValue &j) {
+  Value v;
+  switch (j.kind()) {
+    case infokv::JsonValue::Kind::null: break;
+    case infokv::JsonValue::Kind::boolean: v.kind = Value::Kind::boolean; v.b = j.as_bool(); break;
+    case infokv::JsonValue::Kind::number: v.kind = Value::Kind::number; v.num = j.as_number(); break;
+    case infokv::JsonValue::Kind::string: v.kind = Value::Kind::string; v.str = j.as_string(); break;
+    case infokv::JsonValue::Kind::array:
       v.kind = Value::Kind::array;
-      ++i_;
-      if (peek() == ']') { ++i_; return v; }
-      for (;;) {
-        v.arr.push_back(value(depth + 1));
-        if (peek() == ',') { ++i_; continue; }
-        expect(']');
-        return v;
-      }
-    }
-    if (c == '"') {
-      v.kind = Value::Kind::string;
-      v.str = string_body();
-      return v;
-    }
-    if (literal("true")) { v.kind = Value::Kind::boolean; v.b = true; return v; }
-    if (literal("false")) { v.kind = Value::Kind::boolean; return v; }
-    if (literal("null")) return v;
-    const char *start = s_.c_str() + i_;
-    char *end = nullptr;
-    v.num = std::strtod(start, &end);
-    if (end == start) err("unexpected character");
-    v.kind = Value::Kind::number;
-    i_ += static_cast<size_t>(end - start);
-    return v;
+      for (const infokv::JsonValue &e : j.items()) v.arr.push_back(from_reader(e));
+      break;
+    case infokv::JsonValue::Kind::object:
+      v.kind = Value::Kind::object;
+      for (const auto &m : j.members()) v.obj.emplace(m.first, from_reader(m.second));
+      break;
   }
-  unsigned hex4() {
-    if (i_ + 4 > s_.size()) err("short \\u escape");
-    unsigned u = 0;
-    for (int k = 0; k < 4; ++k) {
-      char h = s_[i_++];
-      u <<= 4;
-      if (h >= '0' && h <= '9') u |= static_cast<unsigned>(h - '0');
-      else if (h >= 'a' && h <= 'f') u |= static_cast<unsigned>(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') u |= static_cast<unsigned>(h - 'A' + 10);
-      else err("bad hex digit");
-    }
-    return u;
-  }
-  void utf8(std::string &out, uint32_t cp) {
-    if (cp < 0x80) out += static_cast<char>(cp);
-    else if (cp < 0x800) { out += static_cast<char>(0xC0 | (cp >> 6)); out += static_cast<char>(0x80 | (cp & 0x3F)); }
-    else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-  std::string string_body() {
-    expect('"');
-    std::string out;
-    for (;;) {
-      if (i_ >= s_.size()) err("unterminated string");
-      char c = s_[i_++];
-      if (c == '"') return out;
-      if (c != '\\') { out += c; continue; }
-      if (i_ >= s_.size()) err("unterminated escape");
-      char e = s_[i_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(i_, 2, "\\u") == 0) {
-            i_ += 2;
-            uint32_t lo = hex4();
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          utf8(out, cp);
-          break;
-        }
-        default: err("bad escape");
-      }
-    }
-  }
+  return v;
+}
 
-  const std::string &s_;
-  size_t i_ = 0;
-};
-
-inline Value parse(const std::string &text) { return Parser(text).parse(); }
+// Throws infokv::Error (a std::runtime_error) with the byte offset on malformed input.
+inline Value parse(const std::string &text) {
+  return from_reader(infokv::JsonValue::parse(text, static_cast<int32_t>(infokv::Status::bad_config), "test JSON"));
+}
 
 }  // namespace json
 }  // namespace infokv_test
