@@ -1,6 +1,7 @@
 """Shared pieces of the infokv package: argument conversion, value types, the handle-owning base class."""
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import numbers
@@ -177,6 +178,14 @@ class _Owner:
 
     def close(self) -> None:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
+
+    def _free_with(self, free: Callable[[Any], Any]) -> None:
+        """Takes the handle (under the owner's ``_lock`` where it has one, so no call is in progress) and frees it
+        once: a second close finds None."""
+        with getattr(self, "_lock", None) or contextlib.nullcontext():
+            h, self._h = self._h, None
+        if h is not None:
+            free(h)
 
     def __enter__(self) -> Any:
         return self

@@ -77,10 +77,7 @@ class Config(_Owner):
         return self._use(lambda h: _sized_bytes(_c.ikv_config_get_model_path, h)).decode("utf-8")
 
     def close(self) -> None:
-        with self._lock:
-            h, self._h = self._h, None
-        if h is not None:
-            _c.ikv_config_free(h)
+        self._free_with(_c.ikv_config_free)
 
 
     def __repr__(self) -> str:

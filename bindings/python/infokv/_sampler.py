@@ -35,6 +35,4 @@ class Sampler(_Owner):
         return s
 
     def close(self) -> None:
-        h, self._h = self._h, None
-        if h is not None:
-            _c.ikv_sampler_free(h)
+        self._free_with(_c.ikv_sampler_free)

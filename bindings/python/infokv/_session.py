@@ -97,10 +97,7 @@ class Session(_Owner):
 
     def close(self) -> None:
         """Frees the session and its KV cache. Idempotent."""
-        with self._lock:
-            h, self._h = self._h, None
-        if h is not None:
-            _c.ikv_session_free(h)
+        self._free_with(_c.ikv_session_free)
 
 
     # sequences
