@@ -5,11 +5,8 @@
 # env: LABELS (ctest label regex, default "unit"; "unit|cli" adds the corrupted-model CLI runs), JOBS (default: all
 #      cores), INFOKV_MODELS_DIR / INFOKV_CORPORA_DIR as for the normal tests.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/sanitizer_env.sh"
 build=${1:-$root/build-asan}
-jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-py=/usr/bin/python3
-[ -x "$py" ] || py=$(command -v python3)
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFOKV_SANITIZE=ON \
   -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_TESTS=ON -DPython3_EXECUTABLE="$py" >/dev/null

@@ -9,11 +9,8 @@
 # env: LABELS (ctest label regex, default "concurrency"), JOBS (default: all cores), INFOKV_MODELS_DIR as for the
 #      normal tests, TSAN_OPTIONS to override the defaults below.
 set -eu
-root=$(cd "$(dirname "$0")/.." && pwd)
+. "$(dirname "$0")/sanitizer_env.sh"
 build=${1:-$root/build-tsan}
-jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
-py=/usr/bin/python3
-[ -x "$py" ] || py=$(command -v python3)
 models=${INFOKV_MODELS_DIR:-$root/../shared/models}
 
 # RelWithDebInfo: TSan slows code 5-15x, so keep the optimiser on; -g gives reports with file:line.

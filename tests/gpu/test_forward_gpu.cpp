@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/device.hpp"
+#include "cuda_test.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "util/byte_io.hpp"
@@ -61,14 +62,8 @@ Diff compare(const std::vector<float> &a, const std::vector<float> &b) {
   return d;
 }
 
-class GpuForward : public ::testing::Test {
+class GpuForward : public infokv_test::CudaTest {
  protected:
-  void SetUp() override {
-    const DeviceReport r = device_report();
-    if (!r.cuda_compiled) GTEST_SKIP() << "built without CUDA";
-    if (r.cuda_devices == 0) GTEST_SKIP() << "no CUDA device: " << r.reason;
-  }
-
   // Prompt + greedy steps on both devices; CPU tokens drive both.
   void run_parity(const std::string &path, int n_prompt, int n_steps, double tol) {
     auto m = Model::load(path);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/device.hpp"
+#include "cuda_test.hpp"
 #include "kernels/cuda/ops_cuda.hpp"
 #include "kernels/cuda/runtime.hpp"
 #include "kernels/fp16.hpp"
@@ -60,12 +61,11 @@ void expect_close(const std::vector<float> &got, const std::vector<float> &want,
   EXPECT_LE(worst_excess, 0.0) << what << ": element " << worst << " got " << got[worst] << " want " << want[worst];
 }
 
-class Gpu : public ::testing::Test {
+class Gpu : public infokv_test::CudaTest {
  protected:
   void SetUp() override {
-    const DeviceReport r = device_report();
-    if (!r.cuda_compiled) GTEST_SKIP() << "built without CUDA";
-    if (r.cuda_devices == 0) GTEST_SKIP() << "no CUDA device: " << r.reason;
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
     cuda::set_device(0);
     seed_ = test_seed();
     g_.seed(seed_);

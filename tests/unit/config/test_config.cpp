@@ -342,16 +342,23 @@ TEST(ConfigPolicy, TableColumnsMatchTheSchemasAndTheCConstants) {
   EXPECT_EQ(policy_by_name("infokv h2o"), nullptr);
 }
 
-std::vector<uint8_t> binary_with_policy(int16_t policy) {
+// A binary config with only a compression table: the raw schema policy value (any int16, valid or not) and what
+// `fill` adds to the table.
+template <typename F>
+std::vector<uint8_t> binary_compression(int16_t policy, F &&fill) {
   flatbuffers::FlatBufferBuilder b;
   fbc::CompressionBuilder cb(b);
   cb.add_policy(static_cast<fbc::Policy>(policy));
-  cb.add_budget_tokens(8);
+  fill(cb);
   const auto comp = cb.Finish();
   fbc::ConfigBuilder root(b);
   root.add_compression(comp);
   fbc::FinishConfigBuffer(b, root.Finish());
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+std::vector<uint8_t> binary_with_policy(int16_t policy) {
+  return binary_compression(policy, [](fbc::CompressionBuilder &cb) { cb.add_budget_tokens(8); });
 }
 
 TEST(ConfigPolicy, BinaryCarriesTheSchemaValueAndRefusesOneOutOfRange) {
@@ -436,15 +443,7 @@ TEST(ConfigMaxLoss, NegativeOrAnotherPolicysTargetIsRefusedNamingTheField) {
 }
 
 std::vector<uint8_t> binary_with_max_loss(int16_t policy, double max_loss) {
-  flatbuffers::FlatBufferBuilder b;
-  fbc::CompressionBuilder cb(b);
-  cb.add_policy(static_cast<fbc::Policy>(policy));
-  cb.add_max_loss(max_loss);
-  const auto comp = cb.Finish();
-  fbc::ConfigBuilder root(b);
-  root.add_compression(comp);
-  fbc::FinishConfigBuffer(b, root.Finish());
-  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+  return binary_compression(policy, [&](fbc::CompressionBuilder &cb) { cb.add_max_loss(max_loss); });
 }
 
 TEST(ConfigMaxLoss, BinaryRefusesNonFiniteNegativeAndNonAutoTargets) {
