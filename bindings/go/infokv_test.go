@@ -21,6 +21,14 @@ import (
 	"github.com/infokv/infokv/bindings/go/internal/capi"
 )
 
+// noErr stops the test at a failed call, reporting the caller's line.
+func noErr(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 const expectedText = ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
 
 func modelsDir(t testing.TB) string {
@@ -57,9 +65,7 @@ func referenceIDs(t testing.TB) []int32 {
 
 func load(t testing.TB) *infokv.Model {
 	m, err := infokv.Load(modelPath(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	t.Cleanup(func() { m.Close() })
 	return m
 }
@@ -67,9 +73,7 @@ func load(t testing.TB) *infokv.Model {
 // newSession opens a session on m or fails the test; the session is closed when the test ends.
 func newSession(t testing.TB, m *infokv.Model, opts ...infokv.SessionOption) *infokv.Session {
 	s, err := m.NewSession(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
@@ -82,9 +86,7 @@ func TestGreedyGenerationMatchesTheReference(t *testing.T) {
 		streamed.WriteString(tok.Text)
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if want := referenceIDs(t); !reflect.DeepEqual(res.Tokens, want) {
 		t.Fatalf("tokens\n got %v\nwant %v", res.Tokens, want)
 	}
@@ -184,9 +186,7 @@ func TestErrorsAreValuesMatchingTheSentinels(t *testing.T) {
 		}
 	}
 	smp, err := infokv.NewSampler(infokv.SamplerField("seed", 7), infokv.SamplerField("top_k", 20))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	smp.Close()
 }
 
@@ -296,9 +296,7 @@ func TestSessionsOnOneModelRunInParallelGoroutines(t *testing.T) {
 
 func rssKiB(t *testing.T) int64 {
 	raw, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	for _, line := range strings.Split(string(raw), "\n") {
 		if strings.HasPrefix(line, "VmRSS:") {
 			v, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
@@ -313,13 +311,9 @@ func TestAThousandCreateDestroyCyclesDoNotLeak(t *testing.T) {
 	path := modelPath(t)
 	cycle := func() {
 		m, err := infokv.Load(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		s, err := m.NewSession(infokv.WithKVPoolBlocks(64))
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		smp := infokv.Greedy()
 		if err := s.Decode(0, []int32{1, 403}); err != nil {
 			t.Fatal(err)
@@ -355,9 +349,7 @@ func TestSequencesAccountingAndCompression(t *testing.T) {
 		t.Fatal(err)
 	}
 	child, err := s.Fork(0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	a, _ := s.Logits(0)
 	b, _ := s.Logits(child)
 	if len(a) != 512 || !reflect.DeepEqual(a, b) {
@@ -391,9 +383,7 @@ func TestSequencesAccountingAndCompression(t *testing.T) {
 
 	text := strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 3)
 	c, err := m.NewSession(infokv.WithPolicy(infokv.PolicyInfoKV), infokv.WithBudgetFraction(0.5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer c.Close()
 	long, _ := m.Tokenize(text, true)
 	if err := c.Protect(0, 0, 4, false); err != nil {
@@ -415,9 +405,7 @@ func TestSequencesAccountingAndCompression(t *testing.T) {
 		t.Fatalf("kept %d, bytes %d -> %d", k, before, after)
 	}
 	smp, err := infokv.NewSampler(infokv.Temperature(0.8), infokv.TopK(20), infokv.Seed(7))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer smp.Close()
 	res, err := c.Generate(context.Background(), 0, nil, 10, smp, nil)
 	if err != nil || len(res.Tokens) != 10 {
@@ -431,9 +419,7 @@ func TestPressureEstimateReportsBlocksAndCostAndChangesNothing(t *testing.T) {
 	toks, _ := m.Tokenize(text, true)
 	c, err := m.NewSession(infokv.WithPolicy(infokv.PolicySnapKV), infokv.WithBudgetFraction(0.25),
 		infokv.WithField("compress_after_prefill", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer c.Close()
 	if err := c.Decode(0, toks); err != nil {
 		t.Fatal(err)
@@ -472,9 +458,7 @@ func TestAutoPolicyReportsWhatItChose(t *testing.T) {
 		t.Fatal("evidence names")
 	}
 	s, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithBudgetFraction(0.5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer s.Close()
 	if r, err := s.AutoReport(0); r != nil || err != nil {
 		t.Fatalf("before a compression: %v %v", r, err)
@@ -507,9 +491,7 @@ func TestAutoPolicyReportsWhatItChose(t *testing.T) {
 		t.Fatalf("unknown sequence: %v", err)
 	}
 	q, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithMaxLoss(0.05))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer q.Close()
 	if err := q.Decode(0, toks); err != nil {
 		t.Fatal(err)
@@ -524,9 +506,7 @@ func TestAutoPolicyReportsWhatItChose(t *testing.T) {
 
 func TestClosingTheModelClosesItsSessions(t *testing.T) {
 	m, err := infokv.Load(modelPath(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	s, _ := m.NewSession()
 	m.Close()
 	if err := s.Decode(0, []int32{1}); !errors.Is(err, infokv.ErrBadHandle) {
@@ -553,9 +533,7 @@ func TestTuningProfileSaveAndLoad(t *testing.T) {
 	toks, _ := m.Tokenize(strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 5), true)
 	path := filepath.Join(t.TempDir(), "p.ikvp")
 	s, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithBudgetFraction(0.5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer s.Close()
 	if p, err := s.ProfileInfo(); p != nil || err != nil {
 		t.Fatalf("before a compression: %v %v", p, err)
@@ -570,9 +548,7 @@ func TestTuningProfileSaveAndLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithBudgetFraction(0.5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer s2.Close()
 	if err := s2.LoadProfile(path); err != nil {
 		t.Fatal(err)
@@ -589,9 +565,7 @@ func TestTuningProfileSaveAndLoad(t *testing.T) {
 func TestOnTokenMayCallTheSessionItStreamsFromAndNeverHangs(t *testing.T) {
 	m := load(t)
 	s, err := m.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer s.Close()
 	smp := infokv.Greedy()
 	defer smp.Close()
@@ -631,9 +605,7 @@ func TestOnTokenMayCallTheSessionItStreamsFromAndNeverHangs(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("Generate with a reentrant onToken did not return (deadlock)")
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	want := []int64{6, 7, 8, 9, 10, 11}
 	if fmt.Sprint(lengths) != fmt.Sprint(want) {
 		t.Fatalf("lengths seen from onToken %v, want %v", lengths, want)
@@ -671,9 +643,7 @@ func TestAMissingFileMatchesFsErrNotExistAndErrIO(t *testing.T) {
 		t.Fatalf("no *fs.PathError naming the file: %v", err)
 	}
 	s, err := load(t).NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer s.Close()
 	if _, err := s.Restore(missing, nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Restore: %v", err)
@@ -714,9 +684,7 @@ func TestPolicyAndDtypeAreTypesWithNames(t *testing.T) {
 	}
 	s, err := load(t).NewSession(infokv.WithPolicy(infokv.PolicySnapKV), infokv.WithBudgetFraction(0.5),
 		infokv.WithKVDtype(infokv.KVF32), withInterval(32))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	s.Close()
 	if _, err := load(t).NewSession(withInterval(-5)); !errors.Is(err, infokv.ErrInvalidArgument) {
 		t.Fatalf("bad user option: %v", err)
@@ -731,20 +699,14 @@ func TestNegativeTemperatureIsGreedy(t *testing.T) {
 	prompt, _ := m.Tokenize("Once upon a time", true)
 	run := func(smp *infokv.Sampler) []int32 {
 		s, err := m.NewSession()
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		defer s.Close()
 		r, err := s.Generate(context.Background(), 0, prompt, 12, smp, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		return r.Tokens
 	}
 	neg, err := infokv.NewSampler(infokv.Temperature(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer neg.Close()
 	if fmt.Sprint(run(neg)) != fmt.Sprint(run(nil)) {
 		t.Fatal("temperature -1 differs from greedy")
@@ -757,9 +719,7 @@ func TestChatTokensMatchTheReferenceAndChatAnswers(t *testing.T) {
 		t.Fatalf("SmolLM2 GGUF missing: %q (packaging/fetch_models.sh)", p)
 	}
 	m, err := infokv.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer m.Close()
 	if f, _ := m.ChatFormat(); f != "chatml" {
 		t.Fatalf("format %q", f)
@@ -770,9 +730,7 @@ func TestChatTokensMatchTheReferenceAndChatAnswers(t *testing.T) {
 		t.Fatalf("chat ids %v %v", ids, err)
 	}
 	s, err := m.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer s.Close()
 	var streamed strings.Builder
 	r, err := s.Chat(context.Background(), 0, []infokv.ChatMessage{{Role: "user", Content: "What is the capital of France?"}}, 24, nil,

@@ -20,9 +20,7 @@ func greedyTokens(t *testing.T, s *infokv.Session, seq int32, prompt []int32, n 
 	g := infokv.Greedy()
 	defer g.Close()
 	res, err := s.Generate(context.Background(), seq, prompt, n, g, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	return res.Tokens
 }
 
@@ -37,19 +35,13 @@ func TestSnapshotContinuesExactlyInAFreshSessionAndModel(t *testing.T) {
 				const nFirst, nRest = 12, 20
 				m := load(t)
 				prompt, err := m.Tokenize(snapPrompt, true)
-				if err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, err)
 				s, err := m.NewSession(opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, err)
 				whole := greedyTokens(t, s, 0, prompt, nFirst+nRest)
 				s.Close()
 				s, err = m.NewSession(opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, err)
 				first := greedyTokens(t, s, 0, prompt, nFirst)
 				path := filepath.Join(t.TempDir(), "snap.ikvs")
 				var data []byte
@@ -58,17 +50,13 @@ func TestSnapshotContinuesExactlyInAFreshSessionAndModel(t *testing.T) {
 				} else {
 					data, err = s.SaveBytes(0, nil)
 				}
-				if err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, err)
 				s.Close()
 				m.Close()
 
 				m2 := load(t) // a fresh Model too
 				s2, err := m2.NewSession(opts...)
-				if err != nil {
-					t.Fatal(err)
-				}
+				noErr(t, err)
 				defer s2.Close()
 				var ids []int32
 				if form == "file" {
@@ -103,9 +91,7 @@ func TestCorruptSnapshotIsErrBadSnapshotAndTheSessionStaysUsable(t *testing.T) {
 	prompt, _ := m.Tokenize("Once upon a time", true)
 	greedyTokens(t, s, 0, prompt, 8)
 	data, err := s.SaveBytes(0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	data[len(data)/2] ^= 0xFF
 	s2 := newSession(t, m)
 	if _, err := s2.RestoreBytes(data, nil); !errors.Is(err, infokv.ErrBadSnapshot) {
@@ -142,22 +128,14 @@ func TestConfigUnknownFieldIsErrBadConfigNamingIt(t *testing.T) {
 func TestConfigRoundTripJSONBinaryJSON(t *testing.T) {
 	c, err := infokv.ConfigFromMap(map[string]any{"model_path": modelPath(t), "threads": 2,
 		"compression": map[string]any{"policy": "infokv", "budget_fraction": 0.25}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer c.Close()
 	j1, err := c.JSON()
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	b, err := c.Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	c2, err := infokv.ConfigFromBinary(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer c2.Close()
 	j2, _ := c2.JSON()
 	if j1 != j2 {
@@ -181,24 +159,16 @@ func TestModelSessionSamplerFromConfig(t *testing.T) {
 	c, err := infokv.ConfigFromMap(map[string]any{"model_path": modelPath(t),
 		"compression": map[string]any{"policy": "infokv", "budget_fraction": 0.5},
 		"sampler":     map[string]any{"temperature": 0}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer c.Close()
 	m, err := infokv.LoadWithConfig(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer m.Close()
 	s, err := m.NewSessionWithConfig(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer s.Close()
 	smp, err := infokv.NewSamplerWithConfig(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer smp.Close()
 	res, err := s.GenerateText(context.Background(), "Once upon a time", 40, smp, nil)
 	if err != nil || len(res.Tokens) != 40 {
@@ -214,9 +184,7 @@ func TestModelSessionSamplerFromConfig(t *testing.T) {
 // otherModel writes a copy of the model with slightly different weights (another weights fingerprint).
 func otherModel(t *testing.T) string {
 	data, err := os.ReadFile(modelPath(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	mid := len(data) / 2
 	for i := mid; i < mid+4096; i++ {
 		data[i] ^= 0x01
@@ -234,13 +202,9 @@ func TestSnapshotOfAnotherModelIsErrWrongModel(t *testing.T) {
 	prompt, _ := m.Tokenize("Once upon a time", true)
 	greedyTokens(t, s, 0, prompt, 5)
 	data, err := s.SaveBytes(0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	other, err := infokv.Load(otherModel(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer other.Close()
 	s2 := newSession(t, other)
 	if _, err := s2.RestoreBytes(data, nil); !errors.Is(err, infokv.ErrWrongModel) {
@@ -256,17 +220,13 @@ func TestSavedSamplerStateContinuesASampledRunExactly(t *testing.T) {
 	prompt, _ := m.Tokenize("Once upon a time", true)
 	newSampler := func(opts ...infokv.SamplerOption) *infokv.Sampler {
 		smp, err := infokv.NewSampler(opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		t.Cleanup(func() { smp.Close() })
 		return smp
 	}
 	gen := func(s *infokv.Session, seq int32, p []int32, n int, smp *infokv.Sampler) []int32 {
 		res, err := s.Generate(context.Background(), seq, p, n, smp, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		return res.Tokens
 	}
 	opts := []infokv.SamplerOption{infokv.Temperature(0.9), infokv.TopK(40), infokv.Seed(1234)}
@@ -277,17 +237,13 @@ func TestSavedSamplerStateContinuesASampledRunExactly(t *testing.T) {
 	smp := newSampler(opts...)
 	first := gen(s, 0, prompt, 10, smp)
 	data, err := s.SaveBytes(0, smp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	s.Close()
 	s2, _ := m.NewSession()
 	defer s2.Close()
 	smp2 := newSampler(infokv.Temperature(0.1), infokv.Seed(7)) // takes the saved state
 	ids, err := s2.RestoreBytes(data, smp2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	rest := gen(s2, ids[0], nil, 20, smp2)
 	if got := append(append([]int32{}, first...), rest...); !reflect.DeepEqual(got, whole) {
 		t.Fatalf("continued %v, uninterrupted %v", got, whole)
@@ -297,24 +253,18 @@ func TestSavedSamplerStateContinuesASampledRunExactly(t *testing.T) {
 func TestConfinedModelPathAndSessionLimits(t *testing.T) {
 	root := t.TempDir()
 	raw, err := os.ReadFile(modelPath(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	if err := os.WriteFile(filepath.Join(root, "m.gguf"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	loadIn := func(p string) (*infokv.Model, error) {
 		c, err := infokv.ConfigFromMap(map[string]any{"model_path": p})
-		if err != nil {
-			t.Fatal(err)
-		}
+		noErr(t, err)
 		defer c.Close()
 		return infokv.LoadWithConfigConfined(c, root)
 	}
 	m, err := loadIn("m.gguf")
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer m.Close()
 	for _, escape := range []string{modelPath(t), "../nothing.gguf"} {
 		if _, err := loadIn(escape); !errors.Is(err, infokv.ErrIO) {
@@ -323,9 +273,7 @@ func TestConfinedModelPathAndSessionLimits(t *testing.T) {
 	}
 
 	s, err := m.NewSession(infokv.WithMaxSequences(2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	noErr(t, err)
 	defer s.Close()
 	if err := s.Decode(0, []int32{1, 5, 9}); err != nil {
 		t.Fatal(err)
