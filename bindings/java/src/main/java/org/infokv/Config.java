@@ -15,24 +15,11 @@ import java.util.Arrays;
  * }</pre>
  */
 public final class Config implements AutoCloseable {
-  private static final class State implements Runnable {
-    volatile SWIGTYPE_p_ikv_config handle;
-
-    State(SWIGTYPE_p_ikv_config h) { handle = h; }
-
-    @Override
-    public synchronized void run() {
-      SWIGTYPE_p_ikv_config h = handle;
-      handle = null;
-      if (h != null) InfokvNative.ikv_config_free(h);
-    }
-  }
-
-  private final State state;
+  private final Handles.Owned<SWIGTYPE_p_ikv_config> state;
   private final java.lang.ref.Cleaner.Cleanable cleanable;
 
   private Config(long address) {
-    state = new State(new SWIGTYPE_p_ikv_config(address, false));
+    state = new Handles.Owned<>(new SWIGTYPE_p_ikv_config(address, false), InfokvNative::ikv_config_free, "config");
     cleanable = Handles.CLEANER.register(this, state);
   }
 
@@ -68,11 +55,7 @@ public final class Config implements AutoCloseable {
     }
   }
 
-  SWIGTYPE_p_ikv_config handle() {
-    SWIGTYPE_p_ikv_config h = state.handle;
-    if (h == null) throw Handles.closed("config");
-    return h;
-  }
+  SWIGTYPE_p_ikv_config handle() { return state.get(); }
 
   interface SizedCall {
     int call(byte[] out, long[] len);

@@ -13,6 +13,36 @@ final class Handles {
   }
 
   /**
+   * A native handle freed exactly once: by close() or, for an object never closed, by the Cleaner (it runs this).
+   * Calls hold its lock, so a free waits for a call in progress, and a call after it finds the handle gone.
+   */
+  static final class Owned<H> implements Runnable {
+    volatile H handle;
+    private final java.util.function.Consumer<H> free;
+    private final String what;
+
+    Owned(H handle, java.util.function.Consumer<H> free, String what) {
+      this.handle = handle;
+      this.free = free;
+      this.what = what;
+    }
+
+    @Override
+    public synchronized void run() {
+      H h = handle;
+      handle = null;
+      if (h != null) free.accept(h);
+    }
+
+    /** The live handle; BAD_HANDLE once freed. */
+    H get() {
+      H h = handle;
+      if (h == null) throw closed(what);
+      return h;
+    }
+  }
+
+  /**
    * Sets a field of a SWIG options proxy by its C name ("budget_fraction" calls setBudget_fraction): a Number for a
    * numeric field, a String (or null) for a {@code const char *} one such as "device".
    */

@@ -2,20 +2,7 @@ package org.infokv;
 
 /** Sampling settings and state (the repetition penalty's history). Use by one thread at a time. */
 public final class Sampler implements AutoCloseable {
-  private static final class State implements Runnable {
-    volatile SWIGTYPE_p_ikv_sampler handle;
-
-    State(SWIGTYPE_p_ikv_sampler h) { handle = h; }
-
-    @Override
-    public synchronized void run() {
-      SWIGTYPE_p_ikv_sampler h = handle;
-      handle = null;
-      if (h != null) InfokvNative.ikv_sampler_free(h);
-    }
-  }
-
-  private final State state;
+  private final Handles.Owned<SWIGTYPE_p_ikv_sampler> state;
   private final java.lang.ref.Cleaner.Cleanable cleanable;
 
   public Sampler(SamplerOptions options) {
@@ -26,7 +13,7 @@ public final class Sampler implements AutoCloseable {
     } finally {
       o.delete();
     }
-    state = new State(new SWIGTYPE_p_ikv_sampler(out[0], false));
+    state = owned(out[0]);
     cleanable = Handles.CLEANER.register(this, state);
   }
 
@@ -34,7 +21,7 @@ public final class Sampler implements AutoCloseable {
   public Sampler(Config config) {
     long[] out = new long[1];
     InfokvException.check(config.use(h -> InfokvNative.ikv_sampler_create_with_config(out, h)));
-    state = new State(new SWIGTYPE_p_ikv_sampler(out[0], false));
+    state = owned(out[0]);
     cleanable = Handles.CLEANER.register(this, state);
   }
 
@@ -44,11 +31,11 @@ public final class Sampler implements AutoCloseable {
   /** A sampler that always takes the most likely token. */
   public static Sampler greedy() { return new Sampler(SamplerOptions.defaults().temperature(0f)); }
 
-  SWIGTYPE_p_ikv_sampler handle() {
-    SWIGTYPE_p_ikv_sampler h = state.handle;
-    if (h == null) throw Handles.closed("sampler");
-    return h;
+  private static Handles.Owned<SWIGTYPE_p_ikv_sampler> owned(long address) {
+    return new Handles.Owned<>(new SWIGTYPE_p_ikv_sampler(address, false), InfokvNative::ikv_sampler_free, "sampler");
   }
+
+  SWIGTYPE_p_ikv_sampler handle() { return state.get(); }
 
   @Override
   public void close() { cleanable.clean(); }
