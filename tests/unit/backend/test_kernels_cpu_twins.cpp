@@ -6,6 +6,7 @@
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <algorithm>
 #include <numeric>
 #include <utility>
@@ -132,50 +133,54 @@ TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
   EXPECT_EQ(got, want) << kv_dtype_name(dt);
 }
 
+// For each {visible0, n_q} shape, a random cache (block table permuted by mul, add) whose tiled prefill
+// (RandomCache::attend) on one thread and on two must be the same bits as `reference` (the queries attended another
+// way; returns their outputs).
+template <typename Ref>
+void expect_tiles_equal(KvDtype dt, std::initializer_list<std::pair<int32_t, int32_t>> shapes, int32_t mul, int32_t add,
+                        Ref &&reference) {
+  std::mt19937 g(test_seed());
+  ThreadPool tp(2);
+  for (const std::pair<int32_t, int32_t> &shape : shapes) {
+    const int32_t visible0 = shape.first, n_q = shape.second;
+    const RandomCache rc(dt, visible0 + n_q - 1, n_q, mul, add, g);
+    const std::vector<float> want = reference(rc, visible0, n_q, &tp);
+    for (ThreadPool *pool : {static_cast<ThreadPool *>(nullptr), &tp}) {
+      const std::vector<float> got = rc.attend(visible0, pool);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4))
+          << kv_dtype_name(dt) << " visible0 " << visible0 << (pool ? ", two threads" : ", one thread");
+    }
+  }
+}
+
 // A prefill's queries are attended in tiles of several queries per KV head (each K/V block converted once per
 // tile): every query's output is the same bits as attending it alone, on one thread or two, with queries that
 // start mid-block and tiles that end past the last query.
 TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATime) {
-  const KvDtype dt = GetParam();
-  std::mt19937 g(test_seed());
-  const int32_t nh = kNh, hd = kHd;
-  for (const std::pair<int32_t, int32_t> &shape : {std::make_pair(7, 45), std::make_pair(1, 3), std::make_pair(200, 21)}) {
-    const int32_t visible0 = shape.first, n_q = shape.second, n = visible0 + n_q - 1;
-    RandomCache rc(dt, n, n_q, 5, 3, g);
-    const PagedKv &kv = rc.kv;
-    const std::vector<float> &q = rc.q;
-    ThreadPool tp(2);
-    const std::vector<float> one = rc.attend(visible0, nullptr), two = rc.attend(visible0, &tp);
-    std::vector<float> alone(q.size(), NAN);
-    for (int32_t t = 0; t < n_q; ++t)
-      cpu::paged_attention(alone.data() + static_cast<size_t>(t) * nh * hd, q.data() + static_cast<size_t>(t) * nh * hd, 1,
-                           nh, kv, visible0 + t, 0.125f, nullptr, nullptr, nullptr);
-    EXPECT_EQ(0, std::memcmp(one.data(), alone.data(), one.size() * 4)) << kv_dtype_name(dt) << " visible0 " << visible0;
-    EXPECT_EQ(0, std::memcmp(two.data(), alone.data(), two.size() * 4)) << kv_dtype_name(dt) << " visible0 " << visible0;
-  }
+  expect_tiles_equal(GetParam(), {{7, 45}, {1, 3}, {200, 21}}, 5, 3,
+                     [](const RandomCache &rc, int32_t visible0, int32_t n_q, ThreadPool *) {
+                       const size_t row = static_cast<size_t>(kNh) * kHd;
+                       std::vector<float> alone(rc.q.size(), NAN);
+                       for (int32_t t = 0; t < n_q; ++t)
+                         cpu::paged_attention(alone.data() + t * row, rc.q.data() + t * row, 1, kNh, rc.kv, visible0 + t,
+                                              0.125f, nullptr, nullptr, nullptr);
+                       return alone;
+                     });
 }
 
 // Past the split threshold a prefill's tiles are attended chunk by chunk (flash-decoding) with each K/V block
 // converted once per tile: the same bits as the batch form, which attends every query on its own, for queries that
 // straddle the 512-slot chunk edges and the 1024-slot threshold.
 TEST_P(CpuTwinsDtype, LongPrefillTilesEqualTheBatchFormBitForBit) {
-  const KvDtype dt = GetParam();
-  std::mt19937 g(test_seed());
-  const int32_t nh = kNh;
-  for (const std::pair<int32_t, int32_t> &shape : {std::make_pair(1000, 40), std::make_pair(1500, 17), std::make_pair(1, 1100)}) {
-    const int32_t visible0 = shape.first, n_q = shape.second, n = visible0 + n_q - 1;
-    RandomCache rc(dt, n, n_q, 7, 2, g);
-    const PagedKv &kv = rc.kv;
-    const std::vector<float> &q = rc.q;
-    ThreadPool tp(2);
-    const std::vector<float> tiled = rc.attend(visible0, nullptr), tiled2 = rc.attend(visible0, &tp);
-    std::vector<float> rows(q.size(), NAN);
-    std::vector<int32_t> off(static_cast<size_t>(n_q), 0), vis(static_cast<size_t>(n_q));
-    for (int32_t t = 0; t < n_q; ++t) vis[static_cast<size_t>(t)] = visible0 + t;
-    cpu::paged_attention_rows(rows.data(), q.data(), n_q, nh, kv, off.data(), vis.data(), n, 0.125f, &tp);
-    EXPECT_EQ(0, std::memcmp(tiled.data(), rows.data(), rows.size() * 4)) << kv_dtype_name(dt) << " visible0 " << visible0;
-    EXPECT_EQ(0, std::memcmp(tiled2.data(), rows.data(), rows.size() * 4)) << kv_dtype_name(dt) << " visible0 " << visible0;
-  }
+  expect_tiles_equal(GetParam(), {{1000, 40}, {1500, 17}, {1, 1100}}, 7, 2,
+                     [](const RandomCache &rc, int32_t visible0, int32_t n_q, ThreadPool *tp) {
+                       std::vector<float> rows(rc.q.size(), NAN);
+                       std::vector<int32_t> off(static_cast<size_t>(n_q), 0), vis(static_cast<size_t>(n_q));
+                       for (int32_t t = 0; t < n_q; ++t) vis[static_cast<size_t>(t)] = visible0 + t;
+                       cpu::paged_attention_rows(rows.data(), rc.q.data(), n_q, kNh, rc.kv, off.data(), vis.data(),
+                                                 visible0 + n_q - 1, 0.125f, tp);
+                       return rows;
+                     });
 }
 
 // Long contexts are attended in 512-slot chunks merged by their maxima (flash-decoding): the result equals a plain
