@@ -85,13 +85,21 @@ func TestSnapshotContinuesExactlyInAFreshSessionAndModel(t *testing.T) {
 	}
 }
 
-func TestCorruptSnapshotIsErrBadSnapshotAndTheSessionStaysUsable(t *testing.T) {
-	m := load(t)
+// greedySnapshot decodes "Once upon a time" and n greedy tokens into sequence 0 of a new session on m and returns
+// the prompt's tokens and the sequence's snapshot.
+func greedySnapshot(t *testing.T, m *infokv.Model, n int) ([]int32, []byte) {
+	t.Helper()
 	s := newSession(t, m)
 	prompt, _ := m.Tokenize("Once upon a time", true)
-	greedyTokens(t, s, 0, prompt, 8)
+	greedyTokens(t, s, 0, prompt, n)
 	data, err := s.SaveBytes(0, nil)
 	noErr(t, err)
+	return prompt, data
+}
+
+func TestCorruptSnapshotIsErrBadSnapshotAndTheSessionStaysUsable(t *testing.T) {
+	m := load(t)
+	prompt, data := greedySnapshot(t, m, 8)
 	data[len(data)/2] ^= 0xFF
 	s2 := newSession(t, m)
 	if _, err := s2.RestoreBytes(data, nil); !errors.Is(err, infokv.ErrBadSnapshot) {
@@ -197,12 +205,7 @@ func otherModel(t *testing.T) string {
 }
 
 func TestSnapshotOfAnotherModelIsErrWrongModel(t *testing.T) {
-	m := load(t)
-	s := newSession(t, m)
-	prompt, _ := m.Tokenize("Once upon a time", true)
-	greedyTokens(t, s, 0, prompt, 5)
-	data, err := s.SaveBytes(0, nil)
-	noErr(t, err)
+	_, data := greedySnapshot(t, load(t), 5)
 	other, err := infokv.Load(otherModel(t))
 	noErr(t, err)
 	defer other.Close()
