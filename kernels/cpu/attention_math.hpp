@@ -156,9 +156,72 @@ IKV_AVX2 inline __attribute__((always_inline)) void scores_nq(float *ph, int64_t
   }
 }
 
+// The lane sums of a[0..7] as one vector (sum k in lane k), each added in dot_finish's order:
+// ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)). Eight sums cost about as much as three done one at a time.
+IKV_AVX2 inline __attribute__((always_inline)) __m256 lane_sums8(const __m256 a[8]) {
+  __m256 e[4];  // e[k] = [lo + hi of a[k] | lo + hi of a[k + 4]]: lane i holds x_i + x_{i+4}
+  for (int k = 0; k < 4; ++k)
+    e[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[k], a[k + 4], 0x20), _mm256_permute2f128_ps(a[k], a[k + 4], 0x31));
+  // per 128-bit half, p = b0 + b2 and q = b1 + b3 of two sums each: h = [p0 p1 q0 q1 | p4 p5 q4 q5], g likewise 2, 3
+  const __m256 h = _mm256_add_ps(_mm256_unpacklo_ps(e[0], e[1]), _mm256_unpackhi_ps(e[0], e[1]));
+  const __m256 g = _mm256_add_ps(_mm256_unpacklo_ps(e[2], e[3]), _mm256_unpackhi_ps(e[2], e[3]));
+  return _mm256_add_ps(_mm256_shuffle_ps(h, g, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(h, g, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+// scores_nq for head dims that are a multiple of 8 (no scalar tail), KEYS keys at a time for NQ heads (NQ x KEYS <= 8
+// sums: 3 x 2, 2 x 4 or 1 x 8) so that the sums are finished together (lane_sums8) and each key load serves NQ heads.
+// The same FMA chains and the same additions as scores_nq, so the same bits; the keys left over (fewer than KEYS) go
+// through scores_nq.
+template <int NQ, int KEYS, KvDtype D>
+IKV_AVX2 inline __attribute__((always_inline)) void scores_nq8(float *ph, int64_t pstride, const float *qg,
+                                                               const void *kb, int32_t cnt, int32_t hd, float scale) {
+  static_assert(NQ * KEYS <= 8, "eight sums at most");
+  const __m256 sv = _mm256_set1_ps(scale);
+  int32_t j = 0;
+  for (; j + KEYS <= cnt; j += KEYS) {
+    const int64_t e0 = static_cast<int64_t>(j) * hd;
+    __m256 a[8];
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();  // the unused ones (NQ x KEYS < 8) sum zeros
+    for (int32_t i = 0; i < hd; i += 8) {
+      __m256 x[KEYS];
+      for (int k = 0; k < KEYS; ++k) x[k] = tile::load8(kb, e0 + k * hd + i, D);
+      for (int q = 0; q < NQ; ++q) {
+        const __m256 qv = _mm256_loadu_ps(qg + static_cast<int64_t>(q) * hd + i);
+        for (int k = 0; k < KEYS; ++k) a[q * KEYS + k] = _mm256_fmadd_ps(qv, x[k], a[q * KEYS + k]);
+      }
+    }
+    const __m256 s = _mm256_mul_ps(lane_sums8(a), sv);  // lane q * KEYS + k: head q, key j + k
+    if (NQ == 1 && KEYS == 8) {
+      _mm256_storeu_ps(ph + j, s);
+    } else if (NQ == 2 && KEYS == 4) {
+      _mm_storeu_ps(ph + j, _mm256_castps256_ps128(s));
+      _mm_storeu_ps(ph + pstride + j, _mm256_extractf128_ps(s, 1));
+    } else {
+      alignas(32) float t[8];
+      _mm256_store_ps(t, s);
+      for (int q = 0; q < NQ; ++q)
+        for (int k = 0; k < KEYS; ++k) ph[q * pstride + j + k] = t[q * KEYS + k];
+    }
+  }
+  if (j < cnt) {
+    const int64_t es = D == KvDtype::f32 ? 4 : 2;
+    scores_nq<NQ, D>(ph + j, pstride, qg, static_cast<const uint8_t *>(kb) + static_cast<int64_t>(j) * hd * es, cnt - j,
+                     hd, scale);
+  }
+}
+
 template <KvDtype D>
 IKV_AVX2 inline void scores_d(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, int32_t cnt,
                        int32_t hd, float scale) {
+  if ((hd & 7) == 0) {  // three heads at a time share each key load; then pairs, then one
+    int32_t hh = 0;
+    for (; hh + 3 <= group; hh += 3)
+      scores_nq8<3, 2, D>(ph + hh * pstride, pstride, qg + static_cast<int64_t>(hh) * hd, kb, cnt, hd, scale);
+    for (; hh + 2 <= group; hh += 2)
+      scores_nq8<2, 4, D>(ph + hh * pstride, pstride, qg + static_cast<int64_t>(hh) * hd, kb, cnt, hd, scale);
+    if (hh < group) scores_nq8<1, 8, D>(ph + hh * pstride, pstride, qg + static_cast<int64_t>(hh) * hd, kb, cnt, hd, scale);
+    return;
+  }
   int32_t hh = 0;
   for (; hh + 3 <= group; hh += 3)
     scores_nq<3, D>(ph + hh * pstride, pstride, qg + static_cast<int64_t>(hh) * hd, kb, cnt, hd, scale);

@@ -16,6 +16,7 @@
 #include "params.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
+#include "kernels/cpu/attention_math.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/ops.hpp"
@@ -105,6 +106,43 @@ TEST(CpuTwins, GetRowsGathersRowsLikeGetRow) {
 // Slot moves read every source before writing any destination: an in-place compaction and a swap of two slots
 // (which a sequential copy would get wrong) both land the values that were there before the call.
 class CpuTwinsDtype : public ::testing::TestWithParam<KvDtype> {};
+
+// Scores of a group of query heads against a block, all finished together (scores_d: eight sums at once for head
+// dims that are a multiple of 8) and one head and one key at a time (scores_nq<1>, each sum on its own): the same
+// bits for every head count, key count and KV dtype.
+IKV_AVX2 void scores_both_ways(std::vector<float> &together, std::vector<float> &alone, const std::vector<float> &q,
+                               int32_t group, const void *kb, KvDtype dt, int32_t cnt, int32_t hd) {
+  cpu::attn::scores_v(together.data(), cnt, q.data(), group, kb, dt, cnt, hd, 0.3f);
+  for (int32_t h = 0; h < group; ++h)
+    for (int32_t j = 0; j < cnt; ++j) {
+      const int64_t es = static_cast<int64_t>(kv_dtype_size(dt));
+      const auto *kj = static_cast<const uint8_t *>(kb) + static_cast<int64_t>(j) * hd * es;
+      float *out = alone.data() + static_cast<size_t>(h) * cnt + j;
+      const float *qh = q.data() + static_cast<size_t>(h) * hd;
+      switch (dt) {
+        case KvDtype::f32: cpu::attn::scores_nq<1, KvDtype::f32>(out, cnt, qh, kj, 1, hd, 0.3f); break;
+        case KvDtype::f16: cpu::attn::scores_nq<1, KvDtype::f16>(out, cnt, qh, kj, 1, hd, 0.3f); break;
+        case KvDtype::bf16: cpu::attn::scores_nq<1, KvDtype::bf16>(out, cnt, qh, kj, 1, hd, 0.3f); break;
+      }
+    }
+}
+
+TEST_P(CpuTwinsDtype, ScoresFinishedTogetherEqualScoresFinishedAlone) {
+  if (!infokv::cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "the AVX2 kernels do not run on this CPU";
+  const KvDtype dt = GetParam();
+  std::mt19937 g(test_seed());
+  for (int32_t hd : {8, 64, 128, 12})
+    for (int32_t group : {1, 2, 3, 4})
+      for (int32_t cnt : {1, 5, 16, 37}) {
+        const std::vector<float> q = randn(static_cast<size_t>(group) * hd, g), k = randn(static_cast<size_t>(cnt) * hd, g, 2.0f);
+        std::vector<uint8_t> kb(static_cast<size_t>(cnt) * hd * kv_dtype_size(dt));
+        cpu::convert(kb.data(), dt, k.data(), KvDtype::f32, static_cast<int64_t>(k.size()));
+        std::vector<float> together(static_cast<size_t>(group) * cnt, NAN), alone(together.size(), NAN);
+        scores_both_ways(together, alone, q, group, kb.data(), dt, cnt, hd);
+        EXPECT_EQ(0, std::memcmp(together.data(), alone.data(), alone.size() * 4))
+            << kv_dtype_name(dt) << " hd " << hd << " group " << group << " keys " << cnt;
+      }
+}
 
 TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
   const KvDtype dt = GetParam();
