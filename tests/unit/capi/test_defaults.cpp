@@ -92,7 +92,7 @@ template <typename T>
 T init_over_garbage(int32_t (*init)(T *)) {
   T o;
   std::memset(&o, 0x5A, sizeof o);
-  EXPECT_EQ(init(&o), IKV_OK);
+  if (init(&o) != IKV_OK) ADD_FAILURE() << "_init() failed: " << ikv_last_error_message();
   EXPECT_EQ(init(nullptr), IKV_ERR_INVALID_ARGUMENT);
   return o;
 }

@@ -14,7 +14,8 @@ final class Handles {
 
   /**
    * A native handle freed exactly once: by close() or, for an object never closed, by the Cleaner (it runs this).
-   * Calls hold its lock, so a free waits for a call in progress, and a call after it finds the handle gone.
+   * Owners whose calls may race close() (Config.use) hold its lock for the call, so the free waits for it; a call
+   * after the free finds the handle gone. A Sampler is used by one thread at a time and takes no lock.
    */
   static final class Owned<H> implements Runnable {
     volatile H handle;
