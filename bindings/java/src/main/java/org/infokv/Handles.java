@@ -15,17 +15,27 @@ final class Handles {
   /**
    * A native handle freed exactly once: by close() or, for an object never closed, by the Cleaner (it runs this).
    * Owners whose calls may race close() (Config.use) hold its lock for the call, so the free waits for it; a call
-   * after the free finds the handle gone. A Sampler is used by one thread at a time and takes no lock.
+   * after the free finds the handle gone. A Sampler is used by one thread at a time and takes no lock. With a
+   * registry (a model's open sessions), it is in the registry from construction until it is freed.
    */
   static final class Owned<H> implements Runnable {
     volatile H handle;
     private final java.util.function.Consumer<H> free;
     private final String what;
+    private final java.util.Set<Runnable> registry;  // null: none
 
-    Owned(H handle, java.util.function.Consumer<H> free, String what) {
+    Owned(H handle, java.util.function.Consumer<H> free, String what) { this(handle, free, what, null); }
+
+    Owned(H handle, java.util.function.Consumer<H> free, String what, java.util.Set<Runnable> registry) {
       this.handle = handle;
       this.free = free;
       this.what = what;
+      this.registry = registry;
+      if (registry != null) {
+        synchronized (registry) {
+          registry.add(this);
+        }
+      }
     }
 
     @Override
@@ -33,6 +43,11 @@ final class Handles {
       H h = handle;
       handle = null;
       if (h != null) free.accept(h);
+      if (registry != null) {
+        synchronized (registry) {
+          registry.remove(this);
+        }
+      }
     }
 
     /** The live handle; BAD_HANDLE once freed. */

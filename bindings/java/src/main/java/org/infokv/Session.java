@@ -9,26 +9,6 @@ import java.util.Arrays;
  * (a session may be handed between threads); sessions on one model run in parallel.
  */
 public final class Session implements AutoCloseable {
-  private static final class State implements Runnable {
-    volatile SWIGTYPE_p_ikv_session handle;
-    final java.util.Set<Runnable> registry;
-
-    State(SWIGTYPE_p_ikv_session h, java.util.Set<Runnable> registry) {
-      handle = h;
-      this.registry = registry;
-    }
-
-    @Override
-    public synchronized void run() {
-      SWIGTYPE_p_ikv_session h = handle;
-      handle = null;
-      if (h != null) InfokvNative.ikv_session_free(h);
-      synchronized (registry) {
-        registry.remove(this);
-      }
-    }
-  }
-
   public static final int KV_BLOCKS_TOTAL = InfokvNativeConstants.IKV_KV_BLOCKS_TOTAL;
   public static final int KV_BLOCKS_USED = InfokvNativeConstants.IKV_KV_BLOCKS_USED;
   public static final int KV_BLOCKS_FREE = InfokvNativeConstants.IKV_KV_BLOCKS_FREE;
@@ -39,7 +19,7 @@ public final class Session implements AutoCloseable {
   public static final int KV_HOST_BYTES = InfokvNativeConstants.IKV_KV_HOST_BYTES;
 
   private final Model model;
-  private final State state;
+  private final Handles.Owned<SWIGTYPE_p_ikv_session> state;
   private final java.lang.ref.Cleaner.Cleanable cleanable;
 
   Session(Model model, SessionOptions options) {
@@ -69,26 +49,21 @@ public final class Session implements AutoCloseable {
 
   private Session(Model model, long address) {
     this.model = model;
-    state = new State(new SWIGTYPE_p_ikv_session(address, false), model.sessionStates());
-    synchronized (state.registry) {
-      state.registry.add(state);
-    }
+    // registered with the model, which frees its open sessions before itself
+    state = new Handles.Owned<>(new SWIGTYPE_p_ikv_session(address, false), InfokvNative::ikv_session_free, "session",
+                                model.sessionStates());
     // the Cleaner's action holds no reference to the model; the session object does, so the model outlives it
     cleanable = Handles.CLEANER.register(this, state);
   }
 
-  private SWIGTYPE_p_ikv_session h() {
-    SWIGTYPE_p_ikv_session h = state.handle;
-    if (h == null) throw Handles.closed("session");
-    return h;
-  }
+  private SWIGTYPE_p_ikv_session h() { return state.get(); }
 
   @Override
   public void close() { cleanable.clean(); }
 
   public Model model() { return model; }
 
-  // Every native call runs under the state's lock: State.run (close, or the model closing) waits for a call in
+  // Every native call runs under the state's lock: the state's run (close, or the model closing) waits for a call in
   // progress, and a call after it finds the handle gone (h() throws).
 
   /** Runs a native call that returns only a status. */
