@@ -1,9 +1,12 @@
 // Element-wise operations: SwiGLU, residual add, dtype conversion, embedding row lookup and gather. CUDA twins:
 // kernels/cuda/elementwise.cu.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/exp_avx2.hpp"
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
@@ -12,7 +15,34 @@
 namespace infokv {
 namespace cpu {
 
+namespace {
+// silu(g) * u, exp by exp256 (~2 ulp). Its clamp keeps exp(-g) finite, so a gate far above zero gives g and one far
+// below gives a tiny multiple of g (std::exp's path gives -0 there), and a NaN gate stays NaN. Every element goes
+// through the same lane arithmetic, the tail too (padded to eight), so an element's result does not depend on where
+// it sits in the array: a row's activations are the same batched or alone.
+__attribute__((target("avx2,fma"))) inline __m256 silu_mul8(__m256 g, __m256 u) {
+  const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+__attribute__((target("avx2,fma"))) void swiglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i == n) return;
+  float g[8] = {}, u[8] = {}, o[8];
+  std::memcpy(g, gate + i, static_cast<size_t>(n - i) * 4);
+  std::memcpy(u, up + i, static_cast<size_t>(n - i) * 4);
+  _mm256_storeu_ps(o, silu_mul8(_mm256_loadu_ps(g), _mm256_loadu_ps(u)));
+  std::memcpy(out + i, o, static_cast<size_t>(n - i) * 4);
+}
+}  // namespace
+
 void swiglu(float *out, const float *gate, const float *up, int64_t n) {
+  if (have_f16c()) {
+    swiglu_avx2(out, gate, up, n);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];

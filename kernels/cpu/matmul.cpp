@@ -80,6 +80,7 @@ void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
     const int64_t te = std::min(n, tc + tile::kTokenChunk);
     for (int64_t r = m0; r < m1; r += kRows) {
       const int64_t re = std::min(m1, r + kRows);
+      if (re < m1) tile::prefetch_l2(wb + (re - m0) * stride, (std::min(m1, re + kRows) - re) * stride);
       for (int64_t i = r; i < re; ++i) widen_row<K>(buf.data() + (i - r) * k, wb + (i - m0) * stride, k);
       tile::run<WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf.data()), k * 4, r, re, tc, te, m, k);
     }

@@ -153,6 +153,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
     const int64_t te = std::min(n, tc + tile::kTokenChunk);
     for (int64_t r = m0; r < m1; r += rows_per) {
       const int64_t re = std::min(m1, r + rows_per);
+      if (re < m1) tile::prefetch_l2(w + re * nb * BB, (std::min(m1, re + rows_per) - re) * nb * BB);
       for (int64_t i = r; i < re; ++i) expand_row<F, QK, BB>(buf.data() + (i - r) * k, w + i * nb * BB, nb);
       tile::run<tile::WKind::f32>(out, x, wb, k * 4, r, re, tc, te, m, k);
     }

@@ -69,6 +69,31 @@ TEST(CpuTwins, PortableSwitchIsHonoured) {
   EXPECT_FALSE(infokv::cpu_has_avx2_fma_f16c());
 }
 
+TEST(CpuTwins, SwigluMatchesTheFormulaAndDoesNotDependOnWhereAnElementSits) {
+  std::mt19937 g(test_seed());
+  for (int64_t n : {1, 7, 8, 13, 172, 1537}) {
+    auto gate = randn(static_cast<size_t>(n), g, 6.0f), up = randn(static_cast<size_t>(n), g, 2.0f);
+    gate[0] = 120.0f;  // far beyond exp's clamp both ways
+    if (n > 1) gate[1] = -120.0f;
+    std::vector<float> out(static_cast<size_t>(n));
+    cpu::swiglu(out.data(), gate.data(), up.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = gate[static_cast<size_t>(i)];
+      const double want = gi / (1.0 + std::exp(-gi)) * up[static_cast<size_t>(i)];
+      EXPECT_NEAR(out[static_cast<size_t>(i)], want, std::fabs(want) * 1e-6 + 1e-30) << "n=" << n << " i=" << i;
+    }
+    // The same elements at another offset (a row batched behind others) give the same bits.
+    for (int64_t off : {1, 3, 8}) {
+      std::vector<float> g2(static_cast<size_t>(off), 0.5f), u2(static_cast<size_t>(off), 0.5f);
+      g2.insert(g2.end(), gate.begin(), gate.end());
+      u2.insert(u2.end(), up.begin(), up.end());
+      std::vector<float> out2(g2.size());
+      cpu::swiglu(out2.data(), g2.data(), u2.data(), static_cast<int64_t>(g2.size()));
+      EXPECT_EQ(0, std::memcmp(out2.data() + off, out.data(), out.size() * sizeof(float))) << "n=" << n << " off=" << off;
+    }
+  }
+}
+
 TEST(CpuTwins, ConvertRoundTripsAndMatchesScalarConversions) {
   std::mt19937 g(test_seed());
   auto x = randn(1000, g, 10.0f);
