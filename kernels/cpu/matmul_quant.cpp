@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
+#include "kernels/cpu/kv_rows.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
@@ -295,13 +296,13 @@ bool dequantize(float *out, const void *src, uint32_t type, int64_t n) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::F32: std::memcpy(out, s, static_cast<size_t>(n) * 4); return true;
     case GgmlType::F16:
-    case GgmlType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, s + 2 * i, 2);
-        out[i] = type == static_cast<uint32_t>(GgmlType::F16) ? fp16_to_float(h) : bf16_to_float(h);
-      }
+    case GgmlType::BF16: {  // exact widening, F16C where the CPU has it (an embedding row per prompt token)
+      const KvDtype t = type == static_cast<uint32_t>(GgmlType::F16) ? KvDtype::f16 : KvDtype::bf16;
+      constexpr int64_t kChunk = int64_t{1} << 20;
+      for (int64_t i = 0; i < n; i += kChunk)
+        load_row(out + i, s + 2 * i, static_cast<int32_t>(std::min(kChunk, n - i)), t);
       return true;
+    }
     default: break;
   }
   QuantKind q;
