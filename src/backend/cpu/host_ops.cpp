@@ -1,5 +1,6 @@
 // DeviceOps on the CPU: host memory, memcpy for copies, the cpu:: kernels (multithreaded where they take a pool)
 // and the weights used in place from the model's mapping, quantised types included.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "backend/device_ops.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 
@@ -64,16 +66,21 @@ class HostOps final : public DeviceOps {
       if (!cpu::get_row(out + t * d, emb.data, emb.type, ids[t], d)) fail(Status::unsupported, "unsupported embedding type");
   }
   void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps) override {
-    cpu::rmsnorm(out, x, w, n, d, eps);
+    split(n, d, [&](int64_t a, int64_t b) { cpu::rmsnorm(out + a * d, x + a * d, w, b - a, d, eps); });
   }
   void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) override {
-    cpu::rope(x, pos, n, n_heads, head_dim, inv_freq);
+    const int64_t row = n_heads * head_dim;
+    split(n, row, [&](int64_t a, int64_t b) { cpu::rope(x + a * row, pos + a, b - a, n_heads, head_dim, inv_freq); });
   }
   void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) override {
     if (!cpu::matmul(out, x, w.data, w.type, n, w.rows, w.cols, pool_)) fail(Status::unsupported, "unsupported weight type");
   }
-  void swiglu(float *out, const float *gate, const float *up, int64_t n) override { cpu::swiglu(out, gate, up, n); }
-  void add_inplace(float *x, const float *y, int64_t n) override { cpu::add_inplace(x, y, n); }
+  void swiglu(float *out, const float *gate, const float *up, int64_t n) override {
+    split(n, 1, [&](int64_t a, int64_t b) { cpu::swiglu(out + a, gate + a, up + a, b - a); });
+  }
+  void add_inplace(float *x, const float *y, int64_t n) override {
+    split(n, 1, [&](int64_t a, int64_t b) { cpu::add_inplace(x + a, y + a, b - a); });
+  }
   void add_bias(float *x, const float *b, int64_t n, int64_t d) override { cpu::add_bias(x, b, n, d); }
   void kv_append(const PagedKv &kv, int32_t first_slot, const float *k, const float *v, int64_t n) override {
     cpu::kv_append(kv, first_slot, k, v, n);
@@ -108,6 +115,19 @@ class HostOps final : public DeviceOps {
     void *host;
     std::vector<uint8_t> bytes;
   };
+  // A row- or element-wise kernel over n items of `per_item` floats is shared among the pool's threads when there
+  // is enough of it (a prefill's rows; a decode step's one row stays on the calling thread). Each row or element is
+  // computed the same way whatever the split, so the results' bits do not depend on the thread count.
+  template <class F>
+  void split(int64_t n, int64_t per_item, F &&fn) {
+    constexpr int64_t kMinFloats = int64_t{1} << 15;
+    if (pool_ == nullptr || pool_->size() <= 1 || n * per_item < 2 * kMinFloats) {
+      fn(int64_t{0}, n);
+      return;
+    }
+    pool_->parallel_for(n, std::max<int64_t>(1, kMinFloats / per_item), fn);
+  }
+
   ThreadPool *pool_;
   bool like_device_;
   std::vector<Pending> pending_;  // downloads not yet delivered (like_device_)

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include "model/model.hpp"
 #include "session/session.hpp"
+#include "random_inputs.hpp"
 #include "smollm2_model.hpp"
 #include "test_paths.hpp"
 #include "test_util.hpp"
@@ -122,4 +125,20 @@ TEST(SmolLM2, AnswersTheCapitalOfFranceWithParis) {
   for (int32_t id : m->tokenizer().encode("The capital of France is", false)) batch.push_back({seq, id, false});
   s.decode(batch);
   EXPECT_EQ(m->tokenizer().token_bytes(argmax(s.logits(seq))), " Paris");
+}
+
+// A prompt long enough that the row-wise kernels (RMSNorm, RoPE, SwiGLU, residual adds) are shared among threads as
+// well as the matrix products: the logits' bits must not depend on the thread count.
+TEST(SmolLM2, PrefillLogitsAreTheSameBitsOnOneTwoAndThreeThreads) {
+  REQUIRE_SMOLLM2(m);
+  std::vector<int32_t> ids;
+  std::mt19937 g(infokv_test::test_seed());
+  std::uniform_int_distribution<int32_t> tok(100, m->hparams().n_vocab - 1);
+  for (int i = 0; i < 160; ++i) ids.push_back(tok(g));
+  const std::vector<float> one = infokv_test::prefill_f32(m, ids, 1).logits();
+  for (int threads : {2, 3}) {
+    const std::vector<float> many = infokv_test::prefill_f32(m, ids, threads).logits();
+    ASSERT_EQ(many.size(), one.size());
+    EXPECT_EQ(0, std::memcmp(many.data(), one.data(), one.size() * sizeof(float))) << threads << " threads";
+  }
 }
