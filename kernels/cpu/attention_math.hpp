@@ -261,6 +261,61 @@ IKV_AVX2 inline void wsum_v(float *o, const float *w, const void *vb, KvDtype dt
   }
 }
 
+// Several weighted sums over one block of V at once: row r adds w[j] * v[j] for j < cnt into o (a query head of a
+// tile). Head dims of 64 and up already run eight chains per row (wsum_d); below that a row is one or a few chains
+// of dependent FMAs, so up to four rows run side by side, each V vector loaded once for all of them. Each row's
+// chain still takes the keys in order: the same bits as wsum_d one row at a time.
+struct WsumRow {
+  float *o;
+  const float *w;
+  int32_t cnt;
+};
+constexpr int kWsumRows = 4;
+
+template <KvDtype D, int R>
+IKV_AVX2 inline void wsum_rows_d(const WsumRow *rows, const void *vb, int32_t hd) {
+  const int32_t h8 = hd & ~7;
+  int32_t common = rows[0].cnt;
+  for (int r = 1; r < R; ++r) common = std::min(common, rows[r].cnt);
+  for (int32_t i0 = 0; i0 < h8; i0 += 8) {
+    __m256 a[R];
+    for (int r = 0; r < R; ++r) a[r] = _mm256_loadu_ps(rows[r].o + i0);
+    for (int32_t j = 0; j < common; ++j) {
+      const __m256 v = tile::load8(vb, static_cast<int64_t>(j) * hd + i0, D);
+      for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(_mm256_set1_ps(rows[r].w[j]), v, a[r]);
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int32_t j = common; j < rows[r].cnt; ++j)
+        a[r] = _mm256_fmadd_ps(_mm256_set1_ps(rows[r].w[j]), tile::load8(vb, static_cast<int64_t>(j) * hd + i0, D), a[r]);
+      _mm256_storeu_ps(rows[r].o + i0, a[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int32_t i = h8; i < hd; ++i)
+      for (int32_t j = 0; j < rows[r].cnt; ++j) rows[r].o[i] += rows[r].w[j] * tile::load1(vb, static_cast<int64_t>(j) * hd + i, D);
+}
+
+template <KvDtype D>
+IKV_AVX2 inline void wsum_rows_t(const WsumRow *rows, int n, const void *vb, int32_t hd) {
+  if (hd >= 64 || n == 1) {
+    for (int r = 0; r < n; ++r) wsum_d<D>(rows[r].o, rows[r].w, vb, rows[r].cnt, hd);
+    return;
+  }
+  switch (n) {
+    case 2: wsum_rows_d<D, 2>(rows, vb, hd); break;
+    case 3: wsum_rows_d<D, 3>(rows, vb, hd); break;
+    default: wsum_rows_d<D, 4>(rows, vb, hd); break;
+  }
+}
+
+IKV_AVX2 inline void wsum_rows_v(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
+  switch (dt) {
+    case KvDtype::f32: wsum_rows_t<KvDtype::f32>(rows, n, vb, hd); break;
+    case KvDtype::f16: wsum_rows_t<KvDtype::f16>(rows, n, vb, hd); break;
+    case KvDtype::bf16: wsum_rows_t<KvDtype::bf16>(rows, n, vb, hd); break;
+  }
+}
+
 inline float dot_s(const float *a, const float *b, int32_t n) {
   float s = 0;
   for (int32_t i = 0; i < n; ++i) s += a[i] * b[i];
@@ -284,6 +339,10 @@ inline void scores_s(float *ph, int64_t pstride, const float *qg, int32_t group,
 inline void wsum_s(float *o, const float *w, const void *vb, KvDtype, int32_t cnt, int32_t hd) {
   const auto *v = static_cast<const float *>(vb);
   for (int32_t j = 0; j < cnt; ++j) axpy_s(o, w[j], v + static_cast<int64_t>(j) * hd, hd);
+}
+
+inline void wsum_rows_s(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
+  for (int r = 0; r < n; ++r) wsum_s(rows[r].o, rows[r].w, vb, dt, rows[r].cnt, hd);
 }
 
 }  // namespace attn

@@ -54,7 +54,7 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
 // vis0 = its visible count: how a decode step is attended) gives the same bits as that query in any tile.
 // p: [t1 - t0][group][vis0 + t1 - 1] scratch (row hh of query t at (t - t0) * group * max_vis + hh * vis),
 // kvbuf: [block_size][head_dim] scratch.
-#define IKV_ATTEND_TILE_BODY(SCORES, WSUM, DIRECT)                                                                     \
+#define IKV_ATTEND_TILE_BODY(SCORES, WSUM_ROWS, DIRECT)                                                                     \
   const int32_t hd = kv.head_dim;                                                                                      \
   const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                         \
   const int64_t qstride = static_cast<int64_t>(group) * max_vis;                                                       \
@@ -74,22 +74,27 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
   }                                                                                                                    \
   for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                            \
     const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, max_vis - s0), DIRECT && t1 - t0 == 1, kvbuf);    \
+    WsumRow rows[kWsumRows];                                                                                           \
+    int nr = 0;                                                                                                        \
     for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
       const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);                     \
-      for (int32_t hh = 0; hh < group; ++hh)                                                                           \
-        WSUM(out + (t * n_heads + static_cast<int64_t>(g) * group + hh) * hd,                                          \
-             p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0, blk.first, blk.second, cnt, hd);            \
+      for (int32_t hh = 0; hh < group; ++hh) {                                                                         \
+        rows[nr++] = {out + (t * n_heads + static_cast<int64_t>(g) * group + hh) * hd,                                 \
+                      p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0, cnt};                              \
+        if (nr == kWsumRows) WSUM_ROWS(rows, nr, blk.first, blk.second, hd), nr = 0;                                   \
+      }                                                                                                                \
     }                                                                                                                  \
+    if (nr > 0) WSUM_ROWS(rows, nr, blk.first, blk.second, hd);                                                        \
   }
 
 IKV_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                                int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_v, wsum_v, true)
+  IKV_ATTEND_TILE_BODY(scores_v, wsum_rows_v, true)
 }
 
 void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                          int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_s, wsum_s, false)
+  IKV_ATTEND_TILE_BODY(scores_s, wsum_rows_s, false)
 }
 
 #undef IKV_ATTEND_TILE_BODY
@@ -100,7 +105,7 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
 // unnormalised exp(s - m)-weighted sum of V o[(u * group + hh) * head_dim ...] (merged by merge_chunks). One query
 // (t0 = 0, t1 = 1, vis0 = its visible count) gives the same bits as in any tile.
 // p: [t1 - t0][group][chunk] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
-#define IKV_PARTIAL_TILE_BODY(SCORES, WSUM, DIRECT)                                                                    \
+#define IKV_PARTIAL_TILE_BODY(SCORES, WSUM_ROWS, DIRECT)                                                                    \
   const int32_t hd = kv.head_dim;                                                                                      \
   const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                                     \
   const int64_t qstride = static_cast<int64_t>(group) * chunk;                                                         \
@@ -122,28 +127,32 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
   }                                                                                                                    \
   for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                             \
     const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, b_end - s0), DIRECT && t1 - t0 == 1, kvbuf);      \
+    WsumRow rows[kWsumRows];                                                                                           \
+    int nr = 0;                                                                                                        \
     for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
       const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                            \
       const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                            \
       const int64_t u = unit_of(t);                                                                                    \
-      for (int32_t hh = 0; hh < group; ++hh)                                                                           \
-        WSUM(o + (u * group + hh) * hd, p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0),             \
-             blk.first, blk.second, cnt, hd);                                                                          \
+      for (int32_t hh = 0; hh < group; ++hh) {                                                                         \
+        rows[nr++] = {o + (u * group + hh) * hd, p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0), cnt}; \
+        if (nr == kWsumRows) WSUM_ROWS(rows, nr, blk.first, blk.second, hd), nr = 0;                                   \
+      }                                                                                                                \
     }                                                                                                                  \
+    if (nr > 0) WSUM_ROWS(rows, nr, blk.first, blk.second, hd);                                                        \
   }
 
 template <typename UnitOf>
 IKV_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                      const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                      float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_v, wsum_v, true)
+  IKV_PARTIAL_TILE_BODY(scores_v, wsum_rows_v, true)
 }
 
 template <typename UnitOf>
 void attend_chunk_tile_generic(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_s, wsum_s, false)
+  IKV_PARTIAL_TILE_BODY(scores_s, wsum_rows_s, false)
 }
 
 #undef IKV_PARTIAL_TILE_BODY

@@ -152,6 +152,28 @@ IKV_AVX2 void scores_both_ways(std::vector<float> &together, std::vector<float> 
     }
 }
 
+// The matrix tiles finish eight dot products together (hsum8); each lane must be the bits hsum gives alone, or a
+// token's result would depend on the tile it fell in.
+__attribute__((target("avx2,fma"))) static void hsum8_and_hsum(const float *x, float *together, float *alone) {
+  __m256 a[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm256_loadu_ps(x + 8 * i);
+  _mm256_storeu_ps(together, cpu::tile::hsum8(a));
+  for (int i = 0; i < 8; ++i) alone[i] = cpu::tile::hsum(a[i]);
+}
+
+TEST(CpuTwins, EightLaneSumsTogetherAreTheBitsOfEachAlone) {
+  if (!infokv::cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "the AVX2 kernels do not run on this CPU";
+  std::mt19937 g(test_seed());
+  for (int rep = 0; rep < 2000; ++rep) {
+    // magnitudes spread over many binades, so that the order of the additions shows in the rounding
+    std::vector<float> x = randn(64, g, 1.0f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(g() % 40) - 20);
+    float together[8], alone[8];
+    hsum8_and_hsum(x.data(), together, alone);
+    ASSERT_EQ(0, std::memcmp(together, alone, sizeof together)) << "rep " << rep;
+  }
+}
+
 TEST_P(CpuTwinsDtype, ScoresFinishedTogetherEqualScoresFinishedAlone) {
   if (!infokv::cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "the AVX2 kernels do not run on this CPU";
   const KvDtype dt = GetParam();
