@@ -21,22 +21,6 @@ inline uint8_t *slot_ptr(const PagedKv &kv, int32_t slot, int32_t h, int which) 
   return kv.pool + static_cast<int64_t>(b) * kv.block_stride + off;
 }
 
-// n floats stored as dtype t at dst (round to nearest even).
-inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
-  switch (t) {
-    case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
-    case KvDtype::f16: {
-      auto *d = reinterpret_cast<uint16_t *>(dst);
-      for (int32_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
-      break;
-    }
-    case KvDtype::bf16: {
-      auto *d = reinterpret_cast<uint16_t *>(dst);
-      for (int32_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
-      break;
-    }
-  }
-}
 
 __attribute__((target("avx2,f16c"))) inline void load_f16_hw(float *dst, const uint16_t *s, int32_t n) {
   int32_t i = 0;
@@ -47,6 +31,44 @@ __attribute__((target("avx2,f16c"))) inline void load_f16_hw(float *dst, const u
 inline bool have_f16c() {
   static const bool ok = cpu_has_avx2_fma_f16c();
   return ok;
+}
+
+// F16C's conversion rounds to nearest even like float_to_fp16, and gives the same bits for every float but NaN
+// (checked over all 2^32 inputs): it keeps a NaN's payload where float_to_fp16 gives the plain quiet NaN, so a block
+// holding a NaN goes through float_to_fp16.
+__attribute__((target("avx2,f16c"))) inline void store_f16_hw(uint16_t *d, const float *s, int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(s + i);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    if (_mm256_testz_ps(nan, nan)) {
+      _mm_storeu_si128(reinterpret_cast<__m128i *>(d + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else {
+      for (int32_t j = i; j < i + 8; ++j) d[j] = float_to_fp16(s[j]);
+    }
+  }
+  for (; i < n; ++i) d[i] = float_to_fp16(s[i]);
+}
+
+// n floats stored as dtype t at dst (round to nearest even).
+inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
+  switch (t) {
+    case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
+    case KvDtype::f16: {
+      auto *d = reinterpret_cast<uint16_t *>(dst);
+      if (have_f16c()) {
+        store_f16_hw(d, src, n);
+        break;
+      }
+      for (int32_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
+      break;
+    }
+    case KvDtype::bf16: {
+      auto *d = reinterpret_cast<uint16_t *>(dst);
+      for (int32_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
+      break;
+    }
+  }
 }
 
 // Row of n elements of dtype t at src, as f32.
