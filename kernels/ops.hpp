@@ -19,6 +19,11 @@ void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, f
 // pos[t] * inv_freq[i] (formed in double), i < head_dim / 2. inv_freq: [head_dim / 2], theta^(-2i/head_dim) for plain
 // RoPE, scaled for models stretched past their training context (src/model/rope.hpp makes it).
 void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq);
+// rope in two steps, so that the angles of one batch serve every layer's queries and keys: rope_angles writes
+// cs[t][i] = {cos, sin} of pos[t] * inv_freq[i] for i < head_dim / 2 (formed in double, rounded to float), and
+// rope_apply rotates x with them; together the same bits as rope.
+void rope_angles(float *cs, const int32_t *pos, int64_t n, int64_t half, const double *inv_freq);
+void rope_apply(float *x, const float *cs, int64_t n, int64_t n_heads, int64_t head_dim);
 
 // True for the weight types matmul, get_row and dequantize handle: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 // Q4_K, Q5_K, Q6_K.

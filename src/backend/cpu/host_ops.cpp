@@ -69,8 +69,9 @@ class HostOps final : public DeviceOps {
     split(n, d, [&](int64_t a, int64_t b) { cpu::rmsnorm(out + a * d, x + a * d, w, b - a, d, eps); });
   }
   void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) override {
+    const float *cs = rope_table(pos, n, head_dim / 2, inv_freq);
     const int64_t row = n_heads * head_dim;
-    split(n, row, [&](int64_t a, int64_t b) { cpu::rope(x + a * row, pos + a, b - a, n_heads, head_dim, inv_freq); });
+    split(n, row, [&](int64_t a, int64_t b) { cpu::rope_apply(x + a * row, cs + a * head_dim, b - a, n_heads, head_dim); });
   }
   void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) override {
     if (!cpu::matmul(out, x, w.data, w.type, n, w.rows, w.cols, pool_)) fail(Status::unsupported, "unsupported weight type");
@@ -128,8 +129,27 @@ class HostOps final : public DeviceOps {
     pool_->parallel_for(n, std::max<int64_t>(1, kMinFloats / per_item), fn);
   }
 
+  // The cos/sin of the last batch's positions: every layer rotates its queries and keys at the same positions with the
+  // same frequencies, so they are computed once per batch, not twice per layer. Reused only when positions and
+  // frequencies are equal to those it was made from.
+  const float *rope_table(const int32_t *pos, int64_t n, int64_t half, const double *inv_freq) {
+    const bool same = rope_pos_.size() == static_cast<size_t>(n) && rope_freq_.size() == static_cast<size_t>(half) &&
+                      std::equal(rope_pos_.begin(), rope_pos_.end(), pos) &&
+                      std::equal(rope_freq_.begin(), rope_freq_.end(), inv_freq);
+    if (!same) {
+      rope_pos_.assign(pos, pos + n);
+      rope_freq_.assign(inv_freq, inv_freq + half);
+      rope_cs_.resize(static_cast<size_t>(n * half * 2));
+      cpu::rope_angles(rope_cs_.data(), pos, n, half, inv_freq);
+    }
+    return rope_cs_.data();
+  }
+
   ThreadPool *pool_;
   bool like_device_;
+  std::vector<int32_t> rope_pos_;
+  std::vector<double> rope_freq_;
+  std::vector<float> rope_cs_;
   std::vector<Pending> pending_;  // downloads not yet delivered (like_device_)
 };
 
