@@ -253,14 +253,6 @@ IKV_AVX2 inline void wsum_d(float *o, const float *w, const void *vb, int32_t cn
     for (int32_t j = 0; j < cnt; ++j) o[i] += w[j] * tile::load1(vb, static_cast<int64_t>(j) * hd + i, D);
 }
 
-IKV_AVX2 inline void wsum_v(float *o, const float *w, const void *vb, KvDtype dt, int32_t cnt, int32_t hd) {
-  switch (dt) {
-    case KvDtype::f32: wsum_d<KvDtype::f32>(o, w, vb, cnt, hd); break;
-    case KvDtype::f16: wsum_d<KvDtype::f16>(o, w, vb, cnt, hd); break;
-    case KvDtype::bf16: wsum_d<KvDtype::bf16>(o, w, vb, cnt, hd); break;
-  }
-}
-
 // Several weighted sums over one block of V at once: row r adds w[j] * v[j] for j < cnt into o (a query head of a
 // tile). Head dims of 64 and up already run eight chains per row (wsum_d); below that a row is one or a few chains
 // of dependent FMAs, so up to four rows run side by side, each V vector loaded once for all of them. Each row's
@@ -326,7 +318,7 @@ inline void axpy_s(float *o, float w, const float *v, int32_t n) {
   for (int32_t i = 0; i < n; ++i) o[i] += w * v[i];
 }
 
-// The portable twins of scores_v and wsum_v, one score and one key at a time; they read f32 blocks only (the
+// The portable twins of scores_v and wsum_rows_v, one score and one key at a time; they read f32 blocks only (the
 // portable path always widens a block first).
 inline void scores_s(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype, int32_t cnt,
               int32_t hd, float scale) {

@@ -54,7 +54,7 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
 // vis0 = its visible count: how a decode step is attended) gives the same bits as that query in any tile.
 // p: [t1 - t0][group][vis0 + t1 - 1] scratch (row hh of query t at (t - t0) * group * max_vis + hh * vis),
 // kvbuf: [block_size][head_dim] scratch.
-#define IKV_ATTEND_TILE_BODY(SCORES, WSUM_ROWS, DIRECT)                                                                     \
+#define IKV_ATTEND_TILE_BODY(SCORES, WSUM_ROWS, DIRECT)                                                                \
   const int32_t hd = kv.head_dim;                                                                                      \
   const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                         \
   const int64_t qstride = static_cast<int64_t>(group) * max_vis;                                                       \
@@ -105,7 +105,7 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
 // unnormalised exp(s - m)-weighted sum of V o[(u * group + hh) * head_dim ...] (merged by merge_chunks). One query
 // (t0 = 0, t1 = 1, vis0 = its visible count) gives the same bits as in any tile.
 // p: [t1 - t0][group][chunk] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
-#define IKV_PARTIAL_TILE_BODY(SCORES, WSUM_ROWS, DIRECT)                                                                    \
+#define IKV_PARTIAL_TILE_BODY(SCORES, WSUM_ROWS, DIRECT)                                                               \
   const int32_t hd = kv.head_dim;                                                                                      \
   const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                                     \
   const int64_t qstride = static_cast<int64_t>(group) * chunk;                                                         \
