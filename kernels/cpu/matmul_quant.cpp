@@ -164,11 +164,36 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
 // Decode-sized products (fewer than 4 tokens) skip the row expansion: each block's integers are converted in
 // registers and dotted with x directly, and the block's scale (and min, through the block sum of x) is applied
 // once per block: dot(x, q*d + m) = d * dot(x, q) + m * sum(x).
-enum class Fused { q4_0, q4_1, q8_0, q4_k };
+enum class Fused { q4_0, q4_1, q8_0, q4_k, q5_0, q5_1 };
+
+constexpr int64_t fused_block_bytes(Fused K) {
+  return K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : K == Fused::q5_0 ? 22 : K == Fused::q5_1 ? 24 : 34;
+}
+
+// Byte i is 0xFF where bit i of the 32 bits at p is set, else 0.
+__attribute__((target("avx2,fma,f16c"))) inline __m256i bytes_from_bits32(const uint8_t *p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+  // byte i takes byte i / 8 of the word, then every bit but bit i % 8 is set: all ones exactly where bit i was set
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i others = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_cmpeq_epi8(others, _mm256_set1_epi64x(-1));
+}
+
+// A Q5_0/Q5_1 block's 32 five-bit values as bytes, in element order: the low nibbles of qs are elements 0..15, the
+// high nibbles 16..31, and bit j of qh is element j's fifth bit (see dq::q5_0).
+__attribute__((target("avx2,fma,f16c"))) inline __m256i q5_bytes(const uint8_t *qh, const uint8_t *qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
+  return _mm256_or_si256(nib, _mm256_and_si256(bytes_from_bits32(qh), _mm256_set1_epi8(0x10)));
+}
 
 template <Fused K>
 __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
-  constexpr int64_t BB = K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : 34;
+  constexpr int64_t BB = fused_block_bytes(K);
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
   const __m128i mask = _mm_set1_epi8(0x0F);
@@ -180,6 +205,22 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, con
       q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 8))));
       q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 16))));
       q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 24))));
+    } else if constexpr (K == Fused::q5_0 || K == Fused::q5_1) {
+      const int64_t off = K == Fused::q5_0 ? 2 : 4;  // qh after d (and m)
+      __m256i v = q5_bytes(row + off, row + off + 4);
+      if constexpr (K == Fused::q5_0) v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));  // -16 .. 15
+      const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+      if constexpr (K == Fused::q5_0) {
+        q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+        q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+        q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+        q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+      } else {
+        q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+        q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+        q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+        q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+      }
     } else {
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + (K == Fused::q4_1 ? 4 : 2)));
       const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
@@ -194,7 +235,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, con
     p = _mm256_fmadd_ps(q3, _mm256_loadu_ps(x + 24), p);
     const float d = h2f_f16c(row);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc);
-    if constexpr (K == Fused::q4_1) acc_min += h2f_f16c(row + 2) * sx[b];
+    if constexpr (K == Fused::q4_1 || K == Fused::q5_1) acc_min += h2f_f16c(row + 2) * sx[b];
     if constexpr (K == Fused::q4_0) acc_min -= 8.0f * d * sx[b];
   }
   return tile::hsum(acc) + acc_min;
@@ -236,11 +277,11 @@ template <Fused K>
 __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
                                                          int64_t m0, int64_t m1, int64_t m, int64_t k) {
   // Bytes of one row; Q4_K packs 8 sums' worth of 32 elements into each 144-byte super-block.
-  const int64_t row_bytes = K == Fused::q4_k ? k / 256 * 144 : k / 32 * (K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : 34);
+  const int64_t row_bytes = K == Fused::q4_k ? k / 256 * 144 : k / 32 * fused_block_bytes(K);
   const int64_t nb = k / 32;
   static thread_local std::vector<float> sums;
   sums.assign(static_cast<size_t>(n * nb), 0.0f);
-  if (K != Fused::q8_0)
+  if (K != Fused::q8_0 && K != Fused::q5_0)  // the types with a min (or q4_0's offset) use the block sums of x
     for (int64_t t = 0; t < n; ++t)
       for (int64_t b = 0; b < nb; ++b) {
         float s = 0;
@@ -334,6 +375,8 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
       case GgmlType::Q4_1: fn = rows_fused<Fused::q4_1>; break;
       case GgmlType::Q8_0: fn = rows_fused<Fused::q8_0>; break;
       case GgmlType::Q4_K: fn = rows_fused<Fused::q4_k>; break;
+      case GgmlType::Q5_0: fn = rows_fused<Fused::q5_0>; break;
+      case GgmlType::Q5_1: fn = rows_fused<Fused::q5_1>; break;
       default: break;
     }
   }
