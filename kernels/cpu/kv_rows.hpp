@@ -21,7 +21,6 @@ inline uint8_t *slot_ptr(const PagedKv &kv, int32_t slot, int32_t h, int which) 
   return kv.pool + static_cast<int64_t>(b) * kv.block_stride + off;
 }
 
-
 __attribute__((target("avx2,f16c"))) inline void load_f16_hw(float *dst, const uint16_t *s, int32_t n) {
   int32_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i))));

@@ -191,6 +191,22 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256i q5_bytes(const uint8_t *
   return _mm256_or_si256(nib, _mm256_and_si256(bytes_from_bits32(qh), _mm256_set1_epi8(0x10)));
 }
 
+// Eight bytes (the low half of b), signed or not, as eight floats.
+template <bool Signed>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 widen_bytes8(__m128i b) {
+  return _mm256_cvtepi32_ps(Signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
+}
+
+// 32 bytes (16 in lo, 16 in hi), signed or not, as four vectors of eight floats in order.
+template <bool Signed>
+__attribute__((target("avx2,fma,f16c"))) inline void widen_bytes32(__m128i lo, __m128i hi, __m256 &q0, __m256 &q1,
+                                                                   __m256 &q2, __m256 &q3) {
+  q0 = widen_bytes8<Signed>(lo);
+  q1 = widen_bytes8<Signed>(_mm_srli_si128(lo, 8));
+  q2 = widen_bytes8<Signed>(hi);
+  q3 = widen_bytes8<Signed>(_mm_srli_si128(hi, 8));
+}
+
 template <Fused K>
 __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
   constexpr int64_t BB = fused_block_bytes(K);
@@ -209,25 +225,10 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, con
       const int64_t off = K == Fused::q5_0 ? 2 : 4;  // qh after d (and m)
       __m256i v = q5_bytes(row + off, row + off + 4);
       if constexpr (K == Fused::q5_0) v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));  // -16 .. 15
-      const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-      if constexpr (K == Fused::q5_0) {
-        q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
-        q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
-        q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
-        q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
-      } else {
-        q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-        q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-        q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-        q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
-      }
+      widen_bytes32<K == Fused::q5_0>(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1), q0, q1, q2, q3);
     } else {
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + (K == Fused::q4_1 ? 4 : 2)));
-      const __m128i lo = _mm_and_si128(q, mask), hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
-      q0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
-      q1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
-      q2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
-      q3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+      widen_bytes32<false>(_mm_and_si128(q, mask), _mm_and_si128(_mm_srli_epi16(q, 4), mask), q0, q1, q2, q3);
     }
     __m256 p = _mm256_mul_ps(q0, _mm256_loadu_ps(x));
     p = _mm256_fmadd_ps(q1, _mm256_loadu_ps(x + 8), p);

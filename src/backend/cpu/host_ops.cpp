@@ -69,9 +69,9 @@ class HostOps final : public DeviceOps {
     split(n, d, [&](int64_t a, int64_t b) { cpu::rmsnorm(out + a * d, x + a * d, w, b - a, d, eps); });
   }
   void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) override {
-    const float *cs = rope_table(pos, n, head_dim / 2, inv_freq);
-    const int64_t row = n_heads * head_dim;
-    split(n, row, [&](int64_t a, int64_t b) { cpu::rope_apply(x + a * row, cs + a * head_dim, b - a, n_heads, head_dim); });
+    const int64_t half = head_dim / 2, row = n_heads * head_dim;
+    const float *cs = rope_table(pos, n, half, inv_freq);  // [n][half][cos, sin]
+    split(n, row, [&](int64_t a, int64_t b) { cpu::rope_apply(x + a * row, cs + a * half * 2, b - a, n_heads, head_dim); });
   }
   void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) override {
     if (!cpu::matmul(out, x, w.data, w.type, n, w.rows, w.cols, pool_)) fail(Status::unsupported, "unsupported weight type");
