@@ -164,11 +164,15 @@ __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float 
 // Decode-sized products (fewer than 4 tokens) skip the row expansion: each block's integers are converted in
 // registers and dotted with x directly, and the block's scale (and min, through the block sum of x) is applied
 // once per block: dot(x, q*d + m) = d * dot(x, q) + m * sum(x).
-enum class Fused { q4_0, q4_1, q8_0, q4_k, q5_0, q5_1 };
+enum class Fused { q4_0, q4_1, q8_0, q4_k, q5_0, q5_1, q5_k, q6_k };
 
+// Bytes of one 32-element block, or of one 256-element super-block for the K types.
 constexpr int64_t fused_block_bytes(Fused K) {
-  return K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : K == Fused::q5_0 ? 22 : K == Fused::q5_1 ? 24 : 34;
+  return K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : K == Fused::q5_0 ? 22 : K == Fused::q5_1 ? 24
+       : K == Fused::q4_k ? 144 : K == Fused::q5_k ? 176 : K == Fused::q6_k ? 210 : 34;
 }
+
+constexpr bool fused_super(Fused K) { return K == Fused::q4_k || K == Fused::q5_k || K == Fused::q6_k; }
 
 // Byte i is 0xFF where bit i of the 32 bits at p is set, else 0.
 __attribute__((target("avx2,fma,f16c"))) inline __m256i bytes_from_bits32(const uint8_t *p) {
@@ -251,38 +255,81 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 dot32_u8(__m256i v, const
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))), _mm256_loadu_ps(xx + 24), p);
 }
 
-// Q4_K: 8 sub-blocks of 32 per super-block, each with its own 6-bit scale and min:
+// Q4_K and Q5_K: 8 sub-blocks of 32 per super-block, each with its own 6-bit scale and min:
 // dot(x, d*sc*q - dmin*m) = d*sc * dot(x, q) - dmin*m * sum(x) per sub-block. sx holds the 32-element sums of x.
-__attribute__((target("avx2,fma,f16c"))) float dot_fused_q4k(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
+// Q5_K adds a fifth bit per element: bit 2j of qh[l] belongs to element 64j + l, bit 2j + 1 to 64j + 32 + l.
+template <bool Five>
+__attribute__((target("avx2,fma,f16c"))) float dot_fused_k4(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
+  constexpr int64_t BB = Five ? 176 : 144, QS = Five ? 48 : 16;
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
-  const __m256i mask = _mm256_set1_epi8(0x0F);
-  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 144) {
+  const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
+  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += BB) {
     const float d = h2f_f16c(row), dmin = h2f_f16c(row + 2);
-    const uint8_t *scales = row + 4, *qs = row + 16;
+    const uint8_t *scales = row + 4, *qs = row + QS;
+    __m256i hb = Five ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 16)) : _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j, x += 64, sx += 2) {
-      uint8_t sc1, m1, sc2, m2;
-      dq::scale_min_k4(2 * j, scales, &sc1, &m1);
-      dq::scale_min_k4(2 * j + 1, scales, &sc2, &m2);
+      float d1, m1, d2, m2;
+      dq::pair_scales_k4(2 * j, scales, d, dmin, &d1, &m1, &d2, &m2);
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
-      const __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1), dot32_u8(lo, x), acc);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2), dot32_u8(hi, x + 32), acc);
-      acc_min -= dmin * m1 * sx[0] + dmin * m2 * sx[1];
+      __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      if constexpr (Five) {  // bits 0 and 1 of every byte of hb (shifted by 2 per step) become bit 4
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, two), 3));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d1), dot32_u8(lo, x), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d2), dot32_u8(hi, x + 32), acc);
+      acc_min -= m1 * sx[0] + m2 * sx[1];
     }
   }
   return tile::hsum(acc) + acc_min;
 }
 
+// Q6_K: 16 sub-blocks of 16 values (q6 - 32), each with a signed 8-bit scale times d; the element order is
+// dq::q6_k's (and q6_k_avx2's): in each half of 128, vector r holds elements 32r .. 32r + 31, scales 2r and 2r + 1.
+__attribute__((target("avx2,fma,f16c"))) float dot_fused_q6k(const uint8_t *row, const float *x, int64_t nb32) {
+  __m256 acc_a = _mm256_setzero_ps(), acc_b = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 210) {
+    const auto *sc = reinterpret_cast<const int8_t *>(row + 192);
+    const float d = h2f_f16c(row + 208);
+    for (int n = 0; n < 2; ++n, x += 128) {
+      const uint8_t *ql = row + 64 * n, *qh = row + 128 + 32 * n;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+      const __m256i v[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+      for (int r = 0; r < 4; ++r) {
+        const __m256i s = _mm256_sub_epi8(v[r], off);  // -32 .. 31
+        __m256 q0, q1, q2, q3;
+        widen_bytes32<true>(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1), q0, q1, q2, q3);
+        const float *xx = x + 32 * r;
+        const __m256 pa = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xx + 8), _mm256_mul_ps(q0, _mm256_loadu_ps(xx)));
+        const __m256 pb = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xx + 24), _mm256_mul_ps(q2, _mm256_loadu_ps(xx + 16)));
+        acc_a = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[8 * n + 2 * r]), pa, acc_a);
+        acc_b = _mm256_fmadd_ps(_mm256_set1_ps(d * sc[8 * n + 2 * r + 1]), pb, acc_b);
+      }
+    }
+  }
+  return tile::hsum(_mm256_add_ps(acc_a, acc_b));
+}
+
 template <Fused K>
 __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
                                                          int64_t m0, int64_t m1, int64_t m, int64_t k) {
-  // Bytes of one row; Q4_K packs 8 sums' worth of 32 elements into each 144-byte super-block.
-  const int64_t row_bytes = K == Fused::q4_k ? k / 256 * 144 : k / 32 * fused_block_bytes(K);
+  const int64_t row_bytes = k / (fused_super(K) ? 256 : 32) * fused_block_bytes(K);
   const int64_t nb = k / 32;
   static thread_local std::vector<float> sums;
   sums.assign(static_cast<size_t>(n * nb), 0.0f);
-  if (K != Fused::q8_0 && K != Fused::q5_0)  // the types with a min (or q4_0's offset) use the block sums of x
+  // the types with a min (or q4_0's offset) use the 32-element sums of x
+  if (K != Fused::q8_0 && K != Fused::q5_0 && K != Fused::q6_k)
     for (int64_t t = 0; t < n; ++t)
       for (int64_t b = 0; b < nb; ++b) {
         float s = 0;
@@ -290,9 +337,13 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
         sums[static_cast<size_t>(t * nb + b)] = s;
       }
   for (int64_t r = m0; r < m1; ++r)
-    for (int64_t t = 0; t < n; ++t)
-      if constexpr (K == Fused::q4_k) out[t * m + r] = dot_fused_q4k(w + r * row_bytes, x + t * k, sums.data() + t * nb, nb);
-      else out[t * m + r] = dot_fused<K>(w + r * row_bytes, x + t * k, sums.data() + t * nb, nb);
+    for (int64_t t = 0; t < n; ++t) {
+      const uint8_t *wr = w + r * row_bytes;
+      const float *xt = x + t * k, *st = sums.data() + t * nb;
+      if constexpr (K == Fused::q4_k || K == Fused::q5_k) out[t * m + r] = dot_fused_k4<K == Fused::q5_k>(wr, xt, st, nb);
+      else if constexpr (K == Fused::q6_k) out[t * m + r] = dot_fused_q6k(wr, xt, nb);
+      else out[t * m + r] = dot_fused<K>(wr, xt, st, nb);
+    }
 }
 
 bool have_avx2_fma() {
@@ -378,6 +429,8 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
       case GgmlType::Q4_K: fn = rows_fused<Fused::q4_k>; break;
       case GgmlType::Q5_0: fn = rows_fused<Fused::q5_0>; break;
       case GgmlType::Q5_1: fn = rows_fused<Fused::q5_1>; break;
+      case GgmlType::Q5_K: fn = rows_fused<Fused::q5_k>; break;
+      case GgmlType::Q6_K: fn = rows_fused<Fused::q6_k>; break;
       default: break;
     }
   }
