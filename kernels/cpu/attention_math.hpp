@@ -3,7 +3,7 @@
 // to kernels/cpu. Every score is one FMA chain over 8-wide chunks then one lane reduction, and every output element
 // one FMA per key in key order, whatever the blocking: callers rely on that for bit-identical results across tiles.
 #pragma once
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -25,4 +25,19 @@ bool cpu_has_avx2_fma_f16c() {
 #endif
 }
 
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = [] {
+    const char *force = std::getenv("INFOKV_CPU_KERNELS");
+    if (force != nullptr && std::strcmp(force, "avx2") == 0) return false;
+    // __builtin_cpu_supports checks that the OS enables the ZMM state (XCR0) before it reports AVX-512
+    return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
 }  // namespace infokv

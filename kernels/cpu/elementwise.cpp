@@ -1,6 +1,6 @@
 // Element-wise operations: SwiGLU, residual add, dtype conversion, embedding row lookup and gather. CUDA twins:
 // kernels/cuda/elementwise.cu.
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 
 #include <algorithm>
 #include <cmath>

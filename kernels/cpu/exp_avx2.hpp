@@ -1,7 +1,7 @@
 // exp over eight floats in AVX2, shared by the softmax (attention_math.hpp) and SwiGLU (elementwise.cpp). Internal
 // to kernels/cpu; callers check the CPU (have_f16c) before calling it.
 #pragma once
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 
 namespace infokv {
 namespace cpu {

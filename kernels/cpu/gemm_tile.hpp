@@ -7,11 +7,13 @@
 // 8-wide chunk loads RN activation vectors and RM weight vectors for RM*RN FMAs (4 x 3 fills AVX2's sixteen
 // registers), so activations are read from cache once per four rows instead of once per row.
 #pragma once
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/paged_kv.hpp"
 
@@ -73,6 +75,29 @@ __attribute__((target("avx2,fma"))) inline __attribute__((always_inline)) __m256
   return _mm256_add_ps(_mm256_shuffle_ps(h, g, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(h, g, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
+// The end of a tile: lane sums of the RM x RN accumulators, eight at a time where there are at least three to finish
+// (hsum8 costs about three hsums), then the scalar tail k0 .. k-1 of each output, and the stores.
+template <WKind K, int RM, int RN>
+__attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) void finish(
+    float *out, const __m256 (*acc)[RN], const float *const *xs, const uint8_t *const *wr, int64_t k0, int64_t r0,
+    int64_t t0, int64_t m, int64_t k) {
+  constexpr int kAcc = RM * RN;
+  constexpr int kGroups = kAcc >= 3 ? (kAcc - 3) / 8 + 1 : 0;  // groups of eight that start with >= 3 left
+  float sums[kGroups * 8 + kAcc];
+  for (int g = 0; g < kGroups; ++g) {
+    __m256 v[8];
+    for (int i = 0; i < 8; ++i) v[i] = 8 * g + i < kAcc ? acc[(8 * g + i) / RN][(8 * g + i) % RN] : _mm256_setzero_ps();
+    _mm256_storeu_ps(sums + 8 * g, hsum8(v));
+  }
+  for (int a = kGroups * 8; a < kAcc; ++a) sums[a] = hsum(acc[a / RN][a % RN]);
+  for (int r = 0; r < RM; ++r)
+    for (int t = 0; t < RN; ++t) {
+      float s = sums[r * RN + t];
+      for (int64_t i = k0; i < k; ++i) s = __builtin_fmaf(xs[t][i], load1(wr[r], i, K), s);
+      out[(t0 + t) * m + r0 + r] = s;
+    }
+}
+
 // Rows r0 .. r0+RM-1 of the output (their weights at wbase, wstride bytes apart) for tokens t0 .. t0+RN-1.
 template <WKind K, int RM, int RN>
 __attribute__((target("avx2,fma,f16c"))) void tile_avx2(float *out, const float *x, const uint8_t *wbase, int64_t wstride,
@@ -89,44 +114,97 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(float *out, const float 
     __m256 xv[RN];
     for (int t = 0; t < RN; ++t) xv[t] = _mm256_loadu_ps(xs[t] + i);
     for (int r = 0; r < RM; ++r) {
-      const __m256 wv = load8(wr[r], i, K);
+      __m256 wv = load8(wr[r], i, K);
+      __asm__("" : "+x"(wv));  // one load per weight vector (see tile_avx512)
       for (int t = 0; t < RN; ++t) acc[r][t] = _mm256_fmadd_ps(xv[t], wv, acc[r][t]);
     }
   }
-  // The lane sums, eight at a time where there are at least three to finish (hsum8 costs about three hsums).
-  constexpr int kAcc = RM * RN;
-  float sums[kAcc + 8];
-  int a0 = 0;
-  for (; kAcc - a0 >= 3; a0 += 8) {
-    __m256 v[8];
-    for (int i = 0; i < 8; ++i) v[i] = a0 + i < kAcc ? acc[(a0 + i) / RN][(a0 + i) % RN] : _mm256_setzero_ps();
-    _mm256_storeu_ps(sums + a0, hsum8(v));
+  finish<K, RM, RN>(out, acc, xs, wr, k8, r0, t0, m, k);
+}
+
+// The same tile with 16-wide vectors, on CPUs with AVX-512 (cpu_has_avx512; every tile there takes this one, so the
+// order stays the same whatever tile an output falls in): one FMA chain per output over its 16-wide chunks, folded
+// to eight lanes (lane j + lane j + 8), one more 8-wide FMA when eight or more elements are left, then finish().
+#define IKV_TILE512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+IKV_TILE512 inline __attribute__((always_inline)) __m512 load16(const void *w, int64_t i, WKind kind) {
+  const auto *h = reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(w) + i);
+  switch (kind) {
+    case WKind::f32: return _mm512_loadu_ps(static_cast<const float *>(w) + i);
+    case WKind::f16: return _mm512_cvtph_ps(_mm256_loadu_si256(h));
+    case WKind::bf16: return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
   }
-  for (; a0 < kAcc; ++a0) sums[a0] = hsum(acc[a0 / RN][a0 % RN]);
+  return _mm512_setzero_ps();
+}
+
+template <WKind K, int RM, int RN>
+IKV_TILE512 void tile_avx512(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int64_t r0, int64_t t0,
+                             int64_t m, int64_t k) {
+  const int64_t k16 = k & ~int64_t{15};
+  const uint8_t *wr[RM];
+  const float *xs[RN];
+  for (int r = 0; r < RM; ++r) wr[r] = wbase + r * wstride;
+  for (int t = 0; t < RN; ++t) xs[t] = x + (t0 + t) * k;
+  __m512 acc[RM][RN];
   for (int r = 0; r < RM; ++r)
-    for (int t = 0; t < RN; ++t) {
-      float s = sums[r * RN + t];
-      for (int64_t i = k8; i < k; ++i) s = __builtin_fmaf(xs[t][i], load1(wr[r], i, K), s);
-      out[(t0 + t) * m + r0 + r] = s;
+    for (int t = 0; t < RN; ++t) acc[r][t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k16; i += 16) {
+    __m512 xv[RN];
+    for (int t = 0; t < RN; ++t) xv[t] = _mm512_loadu_ps(xs[t] + i);
+    for (int r = 0; r < RM; ++r) {
+      __m512 wv = load16(wr[r], i, K);
+      __asm__("" : "+v"(wv));  // one load per weight vector: without this GCC folds it into every token's FMA
+      for (int t = 0; t < RN; ++t) acc[r][t] = _mm512_fmadd_ps(xv[t], wv, acc[r][t]);
     }
+  }
+  __m256 acc8[RM][RN];
+  for (int r = 0; r < RM; ++r)
+    for (int t = 0; t < RN; ++t)
+      acc8[r][t] = _mm256_add_ps(_mm512_castps512_ps256(acc[r][t]), _mm512_extractf32x8_ps(acc[r][t], 1));
+  int64_t k0 = k16;
+  if (k - k16 >= 8) {
+    for (int r = 0; r < RM; ++r) {
+      const __m256 wv = load8(wr[r], k16, K);
+      for (int t = 0; t < RN; ++t) acc8[r][t] = _mm256_fmadd_ps(_mm256_loadu_ps(xs[t] + k16), wv, acc8[r][t]);
+    }
+    k0 += 8;
+  }
+  finish<K, RM, RN>(out, acc8, xs, wr, k0, r0, t0, m, k);
 }
 
 using TileFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
 
-template <WKind K, int RM>
+template <WKind K, int RM, bool Wide>
 TileFn tile_for(int rn) {
-  return rn == 1 ? tile_avx2<K, RM, 1> : rn == 2 ? tile_avx2<K, RM, 2> : tile_avx2<K, RM, 3>;
+  if constexpr (Wide) {
+    switch (rn) {
+      case 1: return tile_avx512<K, RM, 1>;
+      case 2: return tile_avx512<K, RM, 2>;
+      case 3: return tile_avx512<K, RM, 3>;
+      case 4: return tile_avx512<K, RM, 4>;
+      case 5: return tile_avx512<K, RM, 5>;
+      default: return tile_avx512<K, RM, 6>;
+    }
+  } else {
+    return rn == 1 ? tile_avx2<K, RM, 1> : rn == 2 ? tile_avx2<K, RM, 2> : tile_avx2<K, RM, 3>;
+  }
+}
+
+template <WKind K, bool Wide>
+TileFn pick_in(int rm, int rn) {
+  if (rm == 8 && rn == 1) return Wide ? tile_avx512<K, 8, 1> : tile_avx2<K, 8, 1>;
+  switch (rm) {
+    case 1: return tile_for<K, 1, Wide>(rn);
+    case 2: return tile_for<K, 2, Wide>(rn);
+    case 3: return tile_for<K, 3, Wide>(rn);
+    default: return tile_for<K, 4, Wide>(rn);
+  }
 }
 
 template <WKind K>
 TileFn pick(int rm, int rn) {
-  if (rm == 8 && rn == 1) return tile_avx2<K, 8, 1>;
-  switch (rm) {
-    case 1: return tile_for<K, 1>(rn);
-    case 2: return tile_for<K, 2>(rn);
-    case 3: return tile_for<K, 3>(rn);
-    default: return tile_for<K, 4>(rn);
-  }
+  static const bool wide = cpu_has_avx512();
+  return wide ? pick_in<K, true>(rm, rn) : pick_in<K, false>(rm, rn);
 }
 
 // Output rows r0 .. r1-1 (row r's weights at wbase + (r - r0) * wstride) for tokens t0 .. t1-1, in tiles of up to
@@ -139,11 +217,12 @@ template <WKind K>
 void run(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int64_t r0, int64_t r1, int64_t t0,
          int64_t t1, int64_t m, int64_t k) {
   const int64_t rows_per = t1 - t0 == 1 ? (K == WKind::f32 ? 8 : 1) : 4;
+  static const int64_t tokens_per = cpu_has_avx512() ? 6 : 3;
   for (int64_t r = r0; r < r1; r += rows_per) {
     const int64_t rm = std::min(rows_per, r1 - r);
     const uint8_t *wb = wbase + (r - r0) * wstride;
-    for (int64_t t = t0; t < t1; t += 3) {
-      const int rn = static_cast<int>(std::min<int64_t>(3, t1 - t));
+    for (int64_t t = t0; t < t1; t += tokens_per) {
+      const int rn = static_cast<int>(std::min<int64_t>(tokens_per, t1 - t));
       if (rm == 8 || rm <= 4) {
         pick<K>(static_cast<int>(rm), rn)(out, x, wb, wstride, r, t, m, k);
       } else {  // 5..7 rows left of a lone token
@@ -159,6 +238,14 @@ void run(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int6
 // SmolLM2 F16 prefill was widen_row waiting for memory), with it the fetch overlaps the tile's arithmetic.
 inline void prefetch_l2(const uint8_t *p, int64_t n) {
   for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T1);
+}
+
+// A per-thread scratch of at least n floats starting on a 64-byte boundary: a 64-byte load from a buffer that is
+// only 16-byte aligned (what malloc gives) straddles two cache lines three times in four.
+inline float *scratch64(std::vector<float> &buf, int64_t n) {
+  if (static_cast<int64_t>(buf.size()) < n + 16) buf.resize(static_cast<size_t>(n + 16));
+  const auto a = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - a % 64) % 64) / sizeof(float);
 }
 
 // Tokens are taken this many at a time: their activations stay in L2 while the rows pass over them.

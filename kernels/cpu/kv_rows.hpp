@@ -1,6 +1,6 @@
 // Slot addressing and row conversion of the paged KV layout, shared by the CPU KV-cache and attention kernels.
 #pragma once
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 
 #include <cstdint>
 #include <cstring>

@@ -1,5 +1,5 @@
 // out[n, m] = x[n, k] · W[m, k]^T for f32/f16/bf16 weights. AVX2+FMA path chosen at run time, portable fallback.
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -74,15 +74,15 @@ void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
     return;
   }
   constexpr int64_t kRows = 4;
-  static thread_local std::vector<float> buf;
-  if (static_cast<int64_t>(buf.size()) < kRows * k) buf.resize(static_cast<size_t>(kRows * k));
+  static thread_local std::vector<float> buf_;
+  float *const buf = tile::scratch64(buf_, kRows * k);
   for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk) {
     const int64_t te = std::min(n, tc + tile::kTokenChunk);
     for (int64_t r = m0; r < m1; r += kRows) {
       const int64_t re = std::min(m1, r + kRows);
       if (re < m1) tile::prefetch_l2(wb + (re - m0) * stride, (std::min(m1, re + kRows) - re) * stride);
-      for (int64_t i = r; i < re; ++i) widen_row<K>(buf.data() + (i - r) * k, wb + (i - m0) * stride, k);
-      tile::run<WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf.data()), k * 4, r, re, tc, te, m, k);
+      for (int64_t i = r; i < re; ++i) widen_row<K>(buf + (i - r) * k, wb + (i - m0) * stride, k);
+      tile::run<WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf), k * 4, r, re, tc, te, m, k);
     }
   }
 }

@@ -2,7 +2,7 @@
 // ggml blocks. A few weight rows at a time are expanded into a per-thread f32 buffer (at most 8 * k floats, which
 // stays in L1/L2) and multiplied with the tokens by the register-blocked tiles of gemm_tile.hpp; the model's weights
 // are never expanded in memory. Decode-sized products of the common types skip the expansion (rows_fused).
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -147,15 +147,15 @@ template <BlockFn F, int64_t QK, int64_t BB>
 __attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const uint8_t *w, int64_t n,
                                                         int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t rows_per = n == 1 ? 8 : 4, nb = k / QK;
-  static thread_local std::vector<float> buf;
-  if (static_cast<int64_t>(buf.size()) < rows_per * k) buf.resize(static_cast<size_t>(rows_per * k));
-  const auto *wb = reinterpret_cast<const uint8_t *>(buf.data());
+  static thread_local std::vector<float> buf_;
+  float *const buf = tile::scratch64(buf_, rows_per * k);
+  const auto *wb = reinterpret_cast<const uint8_t *>(buf);
   for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk) {
     const int64_t te = std::min(n, tc + tile::kTokenChunk);
     for (int64_t r = m0; r < m1; r += rows_per) {
       const int64_t re = std::min(m1, r + rows_per);
       if (re < m1) tile::prefetch_l2(w + re * nb * BB, (std::min(m1, re + rows_per) - re) * nb * BB);
-      for (int64_t i = r; i < re; ++i) expand_row<F, QK, BB>(buf.data() + (i - r) * k, w + i * nb * BB, nb);
+      for (int64_t i = r; i < re; ++i) expand_row<F, QK, BB>(buf + (i - r) * k, w + i * nb * BB, nb);
       tile::run<tile::WKind::f32>(out, x, wb, k * 4, r, re, tc, te, m, k);
     }
   }
@@ -246,6 +246,66 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, con
   return tile::hsum(acc) + acc_min;
 }
 
+// The same products with 16-wide vectors where the CPU has AVX-512 (cpu_has_avx512): decode at one thread is bound
+// by the instructions that widen the weights, not by memory, and these need half as many. Two blocks per step, each
+// with its own accumulators, so the block-to-block additions are not one long dependency chain. Its sums are in
+// another order than dot_fused's, so the two paths differ in the last bits (each is deterministic on its own).
+#define IKV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+template <Fused K>
+IKV_AVX512 inline __m512 block_dot512(const uint8_t *blk, const float *x) {
+  __m512 q0, q1;
+  if constexpr (K == Fused::q8_0) {
+    q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2))));
+    q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 18))));
+  } else if constexpr (K == Fused::q5_0 || K == Fused::q5_1) {
+    const int64_t off = K == Fused::q5_0 ? 2 : 4;  // qh after d (and m)
+    const __m256i v = q5_bytes(blk + off, blk + off + 4);
+    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    if constexpr (K == Fused::q5_0) {  // -16 .. 15
+      const __m512i sixteen = _mm512_set1_epi32(16);
+      q0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lo), sixteen));
+      q1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(hi), sixteen));
+    } else {
+      q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo));
+      q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi));
+    }
+  } else {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + (K == Fused::q4_1 ? 4 : 2)));
+    __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, mask)), hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), mask));
+    if constexpr (K == Fused::q4_0) {  // -8 .. 7
+      lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(8));
+      hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(8));
+    }
+    q0 = _mm512_cvtepi32_ps(lo);
+    q1 = _mm512_cvtepi32_ps(hi);
+  }
+  return _mm512_fmadd_ps(q1, _mm512_loadu_ps(x + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(x)));
+}
+
+template <Fused K>
+IKV_AVX512 float dot_fused512(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
+  constexpr int64_t BB = fused_block_bytes(K);
+  constexpr bool kMin = K == Fused::q4_1 || K == Fused::q5_1;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  float min0 = 0.0f, min1 = 0.0f;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2, row += 2 * BB, x += 64) {
+    acc0 = _mm512_fmadd_ps(_mm512_set1_ps(h2f_f16c(row)), block_dot512<K>(row, x), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_set1_ps(h2f_f16c(row + BB)), block_dot512<K>(row + BB, x + 32), acc1);
+    if constexpr (kMin) {
+      min0 += h2f_f16c(row + 2) * sx[b];
+      min1 += h2f_f16c(row + BB + 2) * sx[b + 1];
+    }
+  }
+  if (b < nb) {
+    acc0 = _mm512_fmadd_ps(_mm512_set1_ps(h2f_f16c(row)), block_dot512<K>(row, x), acc0);
+    if constexpr (kMin) min0 += h2f_f16c(row + 2) * sx[b];
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + (min0 + min1);
+}
+
 // dot of 32 unsigned bytes with x[32]
 __attribute__((target("avx2,fma,f16c"))) inline __m256 dot32_u8(__m256i v, const float *xx) {
   const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
@@ -321,15 +381,17 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_q6k(const uint8_t *row,
   return tile::hsum(_mm256_add_ps(acc_a, acc_b));
 }
 
-template <Fused K>
+template <Fused K, bool Wide = false>
 __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
                                                          int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t row_bytes = k / (fused_super(K) ? 256 : 32) * fused_block_bytes(K);
   const int64_t nb = k / 32;
   static thread_local std::vector<float> sums;
   sums.assign(static_cast<size_t>(n * nb), 0.0f);
-  // the types with a min (or q4_0's offset) use the 32-element sums of x
-  if (K != Fused::q8_0 && K != Fused::q5_0 && K != Fused::q6_k)
+  // the types with a min (or the AVX2 q4_0's offset) use the 32-element sums of x
+  constexpr bool kSums = K == Fused::q4_1 || K == Fused::q5_1 || K == Fused::q4_k || K == Fused::q5_k ||
+                         (K == Fused::q4_0 && !Wide);
+  if (kSums)
     for (int64_t t = 0; t < n; ++t)
       for (int64_t b = 0; b < nb; ++b) {
         float s = 0;
@@ -342,6 +404,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
       const float *xt = x + t * k, *st = sums.data() + t * nb;
       if constexpr (K == Fused::q4_k || K == Fused::q5_k) out[t * m + r] = dot_fused_k4<K == Fused::q5_k>(wr, xt, st, nb);
       else if constexpr (K == Fused::q6_k) out[t * m + r] = dot_fused_q6k(wr, xt, nb);
+      else if constexpr (Wide) out[t * m + r] = dot_fused512<K>(wr, xt, st, nb);
       else out[t * m + r] = dot_fused<K>(wr, xt, st, nb);
     }
 }
@@ -422,13 +485,14 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   QuantKind q;
   if (fn == nullptr || !quant_kind(w_type, &q) || k % q.block_elems != 0) return false;
   if (n < 4 && have_avx2_fma()) {
+    static const bool wide = cpu_has_avx512();
     switch (static_cast<GgmlType>(w_type)) {
-      case GgmlType::Q4_0: fn = rows_fused<Fused::q4_0>; break;
-      case GgmlType::Q4_1: fn = rows_fused<Fused::q4_1>; break;
-      case GgmlType::Q8_0: fn = rows_fused<Fused::q8_0>; break;
+      case GgmlType::Q4_0: fn = wide ? rows_fused<Fused::q4_0, true> : rows_fused<Fused::q4_0>; break;
+      case GgmlType::Q4_1: fn = wide ? rows_fused<Fused::q4_1, true> : rows_fused<Fused::q4_1>; break;
+      case GgmlType::Q8_0: fn = wide ? rows_fused<Fused::q8_0, true> : rows_fused<Fused::q8_0>; break;
       case GgmlType::Q4_K: fn = rows_fused<Fused::q4_k>; break;
-      case GgmlType::Q5_0: fn = rows_fused<Fused::q5_0>; break;
-      case GgmlType::Q5_1: fn = rows_fused<Fused::q5_1>; break;
+      case GgmlType::Q5_0: fn = wide ? rows_fused<Fused::q5_0, true> : rows_fused<Fused::q5_0>; break;
+      case GgmlType::Q5_1: fn = wide ? rows_fused<Fused::q5_1, true> : rows_fused<Fused::q5_1>; break;
       case GgmlType::Q5_K: fn = rows_fused<Fused::q5_k>; break;
       case GgmlType::Q6_K: fn = rows_fused<Fused::q6_k>; break;
       default: break;

@@ -1,5 +1,5 @@
 // Causal attention over a paged KV cache (decode, prefill, a decode batch) and observation-window probabilities.
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <sched.h>
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#include "kernels/cpu/simd.hpp"
 #define IKV_PAUSE() _mm_pause()
 #else
 #define IKV_PAUSE() std::this_thread::yield()

@@ -67,6 +67,15 @@ TEST(CpuTwins, PortableSwitchIsHonoured) {
   const char *force = std::getenv("INFOKV_CPU_KERNELS");
   if (force == nullptr || std::strcmp(force, "portable") != 0) GTEST_SKIP() << "INFOKV_CPU_KERNELS is not 'portable'";
   EXPECT_FALSE(infokv::cpu_has_avx2_fma_f16c());
+  EXPECT_FALSE(infokv::cpu_has_avx512());
+}
+
+// ctest's cpu_avx2_kernels runs them with INFOKV_CPU_KERNELS=avx2: the AVX-512 paths must then be off, the AVX2 ones
+// on (where the CPU has them).
+TEST(CpuTwins, Avx2SwitchIsHonoured) {
+  const char *force = std::getenv("INFOKV_CPU_KERNELS");
+  if (force == nullptr || std::strcmp(force, "avx2") != 0) GTEST_SKIP() << "INFOKV_CPU_KERNELS is not 'avx2'";
+  EXPECT_FALSE(infokv::cpu_has_avx512());
 }
 
 TEST(CpuTwins, SwigluMatchesTheFormulaAndDoesNotDependOnWhereAnElementSits) {

@@ -95,7 +95,7 @@ TEST(QuantMatmul, MatchesFloat64DotOfDequantisedRowsOnOneAndTwoThreads) {
   infokv::ThreadPool pool2(2);
   for (GgmlType t : kQuantTypes) {
     const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
-    const int64_t k = 512, m = 37;
+    const int64_t k = tr.block_elems == 32 ? 544 : 512, m = 37;  // 17 blocks: an odd count for the 32-wide types
     const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
     std::vector<float> wf(static_cast<size_t>(m * k));
     ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(t), m * k));
@@ -115,6 +115,32 @@ TEST(QuantMatmul, MatchesFloat64DotOfDequantisedRowsOnOneAndTwoThreads) {
             }
             ASSERT_NEAR(out[i * m + r], ref, 1e-5 * mag + 1e-6) << tr.name << " n=" << n << " row " << r;
           }
+      }
+    }
+  }
+}
+
+// Decode-sized products run weight rows side by side (sharing the loads of x): a row's result must be the same bits
+// whether it is computed with its neighbours, alone, or at another split between threads (m * k is over the
+// threshold that shares a product between threads).
+TEST(QuantMatmul, ARowsResultDoesNotDependOnTheRowsBesideIt) {
+  std::mt19937_64 rng(11);
+  infokv::ThreadPool pool2(2);
+  for (GgmlType t : kQuantTypes) {
+    const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
+    const int64_t k = 768, m = 173, row_bytes = k / static_cast<int64_t>(tr.block_elems) * static_cast<int64_t>(tr.block_bytes);
+    const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
+    for (int64_t n : {1, 2}) {
+      std::vector<float> x(static_cast<size_t>(n * k));
+      std::normal_distribution<float> nd(0, 1);
+      for (float &v : x) v = nd(rng);
+      std::vector<float> all(static_cast<size_t>(n * m)), all2(all.size()), one(static_cast<size_t>(n));
+      ASSERT_TRUE(infokv::cpu::matmul(all.data(), x.data(), w.data(), u(t), n, m, k, nullptr)) << tr.name;
+      ASSERT_TRUE(infokv::cpu::matmul(all2.data(), x.data(), w.data(), u(t), n, m, k, &pool2)) << tr.name;
+      EXPECT_EQ(0, std::memcmp(all.data(), all2.data(), all.size() * 4)) << tr.name << " n=" << n;
+      for (int64_t r = 0; r < m; ++r) {
+        ASSERT_TRUE(infokv::cpu::matmul(one.data(), x.data(), w.data() + r * row_bytes, u(t), n, 1, k, nullptr));
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(0, std::memcmp(&one[static_cast<size_t>(i)], &all[static_cast<size_t>(i * m + r)], 4)) << tr.name << " n=" << n << " row " << r;
       }
     }
   }
