@@ -381,6 +381,74 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_q6k(const uint8_t *row,
   return tile::hsum(_mm256_add_ps(acc_a, acc_b));
 }
 
+// dot of 32 unsigned bytes with x[32], 16 lanes wide
+IKV_AVX512 inline __m512 dot32_u8_512(__m256i v, const float *xx) {
+  const __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(v)));
+  const __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(v, 1)));
+  return _mm512_fmadd_ps(b, _mm512_loadu_ps(xx + 16), _mm512_mul_ps(a, _mm512_loadu_ps(xx)));
+}
+
+// dot_fused_k4 with 16-wide vectors (AVX-512); the two sub-blocks of each 64 have their own accumulators.
+template <bool Five>
+IKV_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
+  constexpr int64_t BB = Five ? 176 : 144, QS = Five ? 48 : 16;
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  float acc_min = 0.0f;
+  const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
+  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += BB) {
+    const float d = h2f_f16c(row), dmin = h2f_f16c(row + 2);
+    const uint8_t *scales = row + 4, *qs = row + QS;
+    __m256i hb = Five ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 16)) : _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j, x += 64, sx += 2) {
+      float d1, m1, d2, m2;
+      dq::pair_scales_k4(2 * j, scales, d, dmin, &d1, &m1, &d2, &m2);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
+      __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+      if constexpr (Five) {
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, two), 3));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      acc0 = _mm512_fmadd_ps(_mm512_set1_ps(d1), dot32_u8_512(lo, x), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_set1_ps(d2), dot32_u8_512(hi, x + 32), acc1);
+      acc_min -= m1 * sx[0] + m2 * sx[1];
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + acc_min;
+}
+
+// dot_fused_q6k with 16-wide vectors (AVX-512): one vector per sub-block of 16, so each takes its own scale.
+IKV_AVX512 float dot_fused_q6k_512(const uint8_t *row, const float *x, int64_t nb32) {
+  __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 210) {
+    const auto *sc = reinterpret_cast<const int8_t *>(row + 192);
+    const float d = h2f_f16c(row + 208);
+    for (int n = 0; n < 2; ++n, x += 128) {
+      const uint8_t *ql = row + 64 * n, *qh = row + 128 + 32 * n;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+      const __m256i v[4] = {
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+      for (int r = 0; r < 4; ++r) {
+        const __m256i s = _mm256_sub_epi8(v[r], off);  // -32 .. 31
+        const float *xx = x + 32 * r;
+        const __m512 qa = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(s)));
+        const __m512 qb = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(s, 1)));
+        acc_a = _mm512_fmadd_ps(_mm512_set1_ps(d * sc[8 * n + 2 * r]), _mm512_mul_ps(qa, _mm512_loadu_ps(xx)), acc_a);
+        acc_b = _mm512_fmadd_ps(_mm512_set1_ps(d * sc[8 * n + 2 * r + 1]), _mm512_mul_ps(qb, _mm512_loadu_ps(xx + 16)), acc_b);
+      }
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc_a, acc_b));
+}
+
 template <Fused K, bool Wide = false>
 __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
                                                          int64_t m0, int64_t m1, int64_t m, int64_t k) {
@@ -402,7 +470,9 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
     for (int64_t t = 0; t < n; ++t) {
       const uint8_t *wr = w + r * row_bytes;
       const float *xt = x + t * k, *st = sums.data() + t * nb;
-      if constexpr (K == Fused::q4_k || K == Fused::q5_k) out[t * m + r] = dot_fused_k4<K == Fused::q5_k>(wr, xt, st, nb);
+      if constexpr ((K == Fused::q4_k || K == Fused::q5_k) && Wide) out[t * m + r] = dot_fused_k4_512<K == Fused::q5_k>(wr, xt, st, nb);
+      else if constexpr (K == Fused::q4_k || K == Fused::q5_k) out[t * m + r] = dot_fused_k4<K == Fused::q5_k>(wr, xt, st, nb);
+      else if constexpr (K == Fused::q6_k && Wide) out[t * m + r] = dot_fused_q6k_512(wr, xt, nb);
       else if constexpr (K == Fused::q6_k) out[t * m + r] = dot_fused_q6k(wr, xt, nb);
       else if constexpr (Wide) out[t * m + r] = dot_fused512<K>(wr, xt, st, nb);
       else out[t * m + r] = dot_fused<K>(wr, xt, st, nb);
@@ -490,11 +560,11 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
       case GgmlType::Q4_0: fn = wide ? rows_fused<Fused::q4_0, true> : rows_fused<Fused::q4_0>; break;
       case GgmlType::Q4_1: fn = wide ? rows_fused<Fused::q4_1, true> : rows_fused<Fused::q4_1>; break;
       case GgmlType::Q8_0: fn = wide ? rows_fused<Fused::q8_0, true> : rows_fused<Fused::q8_0>; break;
-      case GgmlType::Q4_K: fn = rows_fused<Fused::q4_k>; break;
+      case GgmlType::Q4_K: fn = wide ? rows_fused<Fused::q4_k, true> : rows_fused<Fused::q4_k>; break;
       case GgmlType::Q5_0: fn = wide ? rows_fused<Fused::q5_0, true> : rows_fused<Fused::q5_0>; break;
       case GgmlType::Q5_1: fn = wide ? rows_fused<Fused::q5_1, true> : rows_fused<Fused::q5_1>; break;
-      case GgmlType::Q5_K: fn = rows_fused<Fused::q5_k>; break;
-      case GgmlType::Q6_K: fn = rows_fused<Fused::q6_k>; break;
+      case GgmlType::Q5_K: fn = wide ? rows_fused<Fused::q5_k, true> : rows_fused<Fused::q5_k>; break;
+      case GgmlType::Q6_K: fn = wide ? rows_fused<Fused::q6_k, true> : rows_fused<Fused::q6_k>; break;
       default: break;
     }
   }
