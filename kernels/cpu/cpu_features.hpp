@@ -8,7 +8,8 @@ namespace infokv {
 // The environment variable INFOKV_CPU_KERNELS=portable makes it false on any CPU (read once, at the first call).
 bool cpu_has_avx2_fma_f16c();
 
-// AVX-512 F/BW/VL/DQ on top of the above (the OS saving the 512-bit state): the decode dots' wider path.
+// AVX-512 F/BW/VL/DQ on top of the above (the OS saving the 512-bit state): the matrix tiles' and decode dots'
+// wider path.
 // INFOKV_CPU_KERNELS=avx2 (or portable) makes it false on any CPU, so one machine can test every path.
 bool cpu_has_avx512();
 

@@ -1,11 +1,12 @@
 // The register-blocked f32 tile shared by the CPU matrix products (matmul.cpp for f32/f16/bf16 weights read in
 // place, matmul_quant.cpp for quantised rows expanded into an f32 buffer). Internal to kernels/cpu.
 //
-// Every output is one chain of FMAs over its 8-wide chunks in order, summed across lanes, then the scalar tail: the
-// same order whatever tile it falls in, so a token's result does not depend on what it was batched with or on how
-// rows were shared among threads. A tile of RM weight rows x RN tokens keeps RM*RN accumulators in registers: each
-// 8-wide chunk loads RN activation vectors and RM weight vectors for RM*RN FMAs (4 x 3 fills AVX2's sixteen
-// registers), so activations are read from cache once per four rows instead of once per row.
+// Every output is one chain of FMAs over its 8-wide chunks in order (16-wide where the CPU has AVX-512, see
+// tile_avx512), summed across lanes, then the scalar tail: the same order whatever tile it falls in, so a token's
+// result does not depend on what it was batched with or on how rows were shared among threads. A tile of RM weight
+// rows x RN tokens keeps RM*RN accumulators in registers: each chunk loads RN activation vectors and RM weight
+// vectors for RM*RN FMAs (4 x 3 fills AVX2's sixteen registers, 4 x 6 most of AVX-512's 32), so activations are
+// read from cache once per four rows instead of once per row.
 #pragma once
 #include "kernels/cpu/simd.hpp"
 
@@ -208,7 +209,7 @@ TileFn pick(int rm, int rn) {
 }
 
 // Output rows r0 .. r1-1 (row r's weights at wbase + (r - r0) * wstride) for tokens t0 .. t1-1, in tiles of up to
-// 4 rows x 3 tokens. A lone token over f32 rows (small models, or a buffer of expanded rows in L1) takes 8 rows a
+// 4 rows x 3 tokens (x 6 with AVX-512). A lone token over f32 rows (small models, or a buffer of expanded rows in L1) takes 8 rows a
 // tile, so eight independent FMA chains hide the FMA latency. A lone token over f16/bf16 rows read in place (decode
 // on a model far larger than the caches) takes one row at a time: the weights are then read as one sequential
 // stream, which the hardware prefetchers follow; eight rows side by side are eight streams 2k bytes apart, and

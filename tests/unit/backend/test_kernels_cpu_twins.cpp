@@ -76,6 +76,11 @@ TEST(CpuTwins, Avx2SwitchIsHonoured) {
   const char *force = std::getenv("INFOKV_CPU_KERNELS");
   if (force == nullptr || std::strcmp(force, "avx2") != 0) GTEST_SKIP() << "INFOKV_CPU_KERNELS is not 'avx2'";
   EXPECT_FALSE(infokv::cpu_has_avx512());
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_TRUE(infokv::cpu_has_avx2_fma_f16c());
+  }
+#endif
 }
 
 TEST(CpuTwins, SwigluMatchesTheFormulaAndDoesNotDependOnWhereAnElementSits) {

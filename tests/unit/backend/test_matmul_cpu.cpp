@@ -53,13 +53,14 @@ class FloatMatmul : public ::testing::TestWithParam<GgmlType> {};
 
 }  // namespace
 
-// Shapes with a row count that is not a multiple of the tile, k with and without an 8-wide tail, token counts
+// Shapes with a row count that is not a multiple of the tile, k with and without an 8-wide tail (and, for the
+// 16-wide AVX-512 tile, 120 = 7 x 16 + 8 takes its extra 8-wide step), token counts
 // from one (decode) past the 64-token chunk.
 TEST_P(FloatMatmul, MatchesFloat64AndEveryTokenIsTheSameAloneOrBatchedOnAnyThreadCount) {
   const GgmlType t = GetParam();
   std::mt19937_64 rng(infokv_test::test_seed());
   infokv::ThreadPool pool2(2);
-  for (int64_t k : {576, 100}) {
+  for (int64_t k : {576, 100, 120}) {
     const int64_t m = 45;
     std::vector<float> wf;
     const std::vector<uint8_t> w = float_weights(t, normal(static_cast<size_t>(m * k), rng, 0.05f), &wf);

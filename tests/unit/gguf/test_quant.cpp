@@ -120,9 +120,9 @@ TEST(QuantMatmul, MatchesFloat64DotOfDequantisedRowsOnOneAndTwoThreads) {
   }
 }
 
-// Decode-sized products run weight rows side by side (sharing the loads of x): a row's result must be the same bits
-// whether it is computed with its neighbours, alone, or at another split between threads (m * k is over the
-// threshold that shares a product between threads).
+// A row's result must be the same bits whether it is computed with its neighbours, alone, or at another split
+// between threads (m * k is over the threshold that shares a product between threads): a guard for any kernel that
+// runs rows side by side (two rows sharing the loads of x were tried, and were slower: two interleaved streams).
 TEST(QuantMatmul, ARowsResultDoesNotDependOnTheRowsBesideIt) {
   std::mt19937_64 rng(11);
   infokv::ThreadPool pool2(2);
