@@ -315,6 +315,21 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 dot32_u8(__m256i v, const
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8))), _mm256_loadu_ps(xx + 24), p);
 }
 
+// Sub-blocks 2j and 2j + 1 of a Q4_K/Q5_K super-block as 32 unsigned bytes each (lo, hi), from the 32 bytes of qs
+// at q; for Q5_K, bits 0 and 1 of every byte of hb become bit 4 of lo and hi, and hb moves on by 2 bits for the next j.
+template <bool Five>
+__attribute__((target("avx2,fma,f16c"))) inline void k4_bytes(const uint8_t *q, __m256i &hb, __m256i &lo, __m256i &hi) {
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q));
+  lo = _mm256_and_si256(v, mask);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+  if constexpr (Five) {
+    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(1)), 4));
+    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(2)), 3));
+    hb = _mm256_srli_epi16(hb, 2);
+  }
+}
+
 // Q4_K and Q5_K: 8 sub-blocks of 32 per super-block, each with its own 6-bit scale and min:
 // dot(x, d*sc*q - dmin*m) = d*sc * dot(x, q) - dmin*m * sum(x) per sub-block. sx holds the 32-element sums of x.
 // Q5_K adds a fifth bit per element: bit 2j of qh[l] belongs to element 64j + l, bit 2j + 1 to 64j + 32 + l.
@@ -323,7 +338,6 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_k4(const uint8_t *row, 
   constexpr int64_t BB = Five ? 176 : 144, QS = Five ? 48 : 16;
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
-  const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += BB) {
     const float d = h2f_f16c(row), dmin = h2f_f16c(row + 2);
     const uint8_t *scales = row + 4, *qs = row + QS;
@@ -331,13 +345,8 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_k4(const uint8_t *row, 
     for (int j = 0; j < 4; ++j, x += 64, sx += 2) {
       float d1, m1, d2, m2;
       dq::pair_scales_k4(2 * j, scales, d, dmin, &d1, &m1, &d2, &m2);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
-      __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-      if constexpr (Five) {  // bits 0 and 1 of every byte of hb (shifted by 2 per step) become bit 4
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, two), 3));
-        hb = _mm256_srli_epi16(hb, 2);
-      }
+      __m256i lo, hi;
+      k4_bytes<Five>(qs + 32 * j, hb, lo, hi);
       acc = _mm256_fmadd_ps(_mm256_set1_ps(d1), dot32_u8(lo, x), acc);
       acc = _mm256_fmadd_ps(_mm256_set1_ps(d2), dot32_u8(hi, x + 32), acc);
       acc_min -= m1 * sx[0] + m2 * sx[1];
@@ -346,26 +355,32 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_k4(const uint8_t *row, 
   return tile::hsum(acc) + acc_min;
 }
 
+// One half (128 elements) of a Q6_K super-block as four vectors of 32 unsigned 6-bit values (0 .. 63), in dq::q6_k's
+// element order: v[r] holds elements 32r .. 32r + 31 of the half, whose scales are 2r and 2r + 1.
+__attribute__((target("avx2,fma,f16c"))) inline void q6_bytes(const uint8_t *ql, const uint8_t *qh, __m256i v[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+  v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+  v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+  v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+}
+
 // Q6_K: 16 sub-blocks of 16 values (q6 - 32), each with a signed 8-bit scale times d; the element order is
 // dq::q6_k's (and q6_k_avx2's): in each half of 128, vector r holds elements 32r .. 32r + 31, scales 2r and 2r + 1.
 __attribute__((target("avx2,fma,f16c"))) float dot_fused_q6k(const uint8_t *row, const float *x, int64_t nb32) {
   __m256 acc_a = _mm256_setzero_ps(), acc_b = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+  const __m256i off = _mm256_set1_epi8(32);
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 210) {
     const auto *sc = reinterpret_cast<const int8_t *>(row + 192);
     const float d = h2f_f16c(row + 208);
     for (int n = 0; n < 2; ++n, x += 128) {
-      const uint8_t *ql = row + 64 * n, *qh = row + 128 + 32 * n;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
-      const __m256i v[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+      __m256i v[4];
+      q6_bytes(row + 64 * n, row + 128 + 32 * n, v);
       for (int r = 0; r < 4; ++r) {
         const __m256i s = _mm256_sub_epi8(v[r], off);  // -32 .. 31
         __m256 q0, q1, q2, q3;
@@ -394,7 +409,6 @@ IKV_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const floa
   constexpr int64_t BB = Five ? 176 : 144, QS = Five ? 48 : 16;
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   float acc_min = 0.0f;
-  const __m256i mask = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1), two = _mm256_set1_epi8(2);
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += BB) {
     const float d = h2f_f16c(row), dmin = h2f_f16c(row + 2);
     const uint8_t *scales = row + 4, *qs = row + QS;
@@ -402,13 +416,8 @@ IKV_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const floa
     for (int j = 0; j < 4; ++j, x += 64, sx += 2) {
       float d1, m1, d2, m2;
       dq::pair_scales_k4(2 * j, scales, d, dmin, &d1, &m1, &d2, &m2);
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
-      __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-      if constexpr (Five) {
-        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
-        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(hb, two), 3));
-        hb = _mm256_srli_epi16(hb, 2);
-      }
+      __m256i lo, hi;
+      k4_bytes<Five>(qs + 32 * j, hb, lo, hi);
       acc0 = _mm512_fmadd_ps(_mm512_set1_ps(d1), dot32_u8_512(lo, x), acc0);
       acc1 = _mm512_fmadd_ps(_mm512_set1_ps(d2), dot32_u8_512(hi, x + 32), acc1);
       acc_min -= m1 * sx[0] + m2 * sx[1];
@@ -420,22 +429,13 @@ IKV_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const floa
 // dot_fused_q6k with 16-wide vectors (AVX-512): one vector per sub-block of 16, so each takes its own scale.
 IKV_AVX512 float dot_fused_q6k_512(const uint8_t *row, const float *x, int64_t nb32) {
   __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+  const __m256i off = _mm256_set1_epi8(32);
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 210) {
     const auto *sc = reinterpret_cast<const int8_t *>(row + 192);
     const float d = h2f_f16c(row + 208);
     for (int n = 0; n < 2; ++n, x += 128) {
-      const uint8_t *ql = row + 64 * n, *qh = row + 128 + 32 * n;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
-      const __m256i v[4] = {
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4)),
-          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                          _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
+      __m256i v[4];
+      q6_bytes(row + 64 * n, row + 128 + 32 * n, v);
       for (int r = 0; r < 4; ++r) {
         const __m256i s = _mm256_sub_epi8(v[r], off);  // -32 .. 31
         const float *xx = x + 32 * r;
