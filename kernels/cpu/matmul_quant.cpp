@@ -116,26 +116,34 @@ __attribute__((target("avx2,fma,f16c"))) inline void store_i8x16(float *y, __m12
   _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), sv));
 }
 
+// One half (128 elements) of a Q6_K super-block as four vectors of 32 unsigned 6-bit values (0 .. 63), in dq::q6_k's
+// element order: v[r] holds elements 32r .. 32r + 31 of the half, whose scales are 2r and 2r + 1.
+__attribute__((target("avx2,fma,f16c"))) inline void q6_bytes(const uint8_t *ql, const uint8_t *qh, __m256i v[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+  v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
+  v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
+  v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
+  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
+}
+
 // Q6_K, 16 values per vector: element 16g + i of the super-block has scale g (see dq::q6_k).
 __attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const uint8_t *b) {
   const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
   const float d = h2f_f16c(b + 208);
-  const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3), off = _mm_set1_epi8(32);
+  const __m256i off = _mm256_set1_epi8(32);
   for (int n = 0; n < 2; ++n) {
-    const uint8_t *ql = b + 64 * n, *qh = b + 128 + 32 * n;
-    for (int c = 0; c < 2; ++c) {
-      const __m128i l0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(ql + 16 * c));
-      const __m128i l1 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(ql + 32 + 16 * c));
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qh + 16 * c));
-      const __m128i q[4] = {
-          _mm_or_si128(_mm_and_si128(l0, m4), _mm_slli_epi16(_mm_and_si128(h, m2), 4)),
-          _mm_or_si128(_mm_and_si128(l1, m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 2), m2), 4)),
-          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l0, 4), m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 4), m2), 4)),
-          _mm_or_si128(_mm_and_si128(_mm_srli_epi16(l1, 4), m4), _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(h, 6), m2), 4))};
-      for (int r = 0; r < 4; ++r) {
-        const int g = 8 * n + 2 * r + c;
-        store_i8x16(y + 16 * g, _mm_sub_epi8(q[r], off), d * sc[g]);
-      }
+    __m256i v[4];
+    q6_bytes(b + 64 * n, b + 128 + 32 * n, v);
+    for (int r = 0; r < 4; ++r) {
+      const int g = 8 * n + 2 * r;  // the low 16 bytes take scale g, the high 16 scale g + 1
+      const __m256i q = _mm256_sub_epi8(v[r], off);
+      store_i8x16(y + 16 * g, _mm256_castsi256_si128(q), d * sc[g]);
+      store_i8x16(y + 16 * (g + 1), _mm256_extracti128_si256(q, 1), d * sc[g + 1]);
     }
   }
 }
@@ -335,7 +343,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void k4_bytes(const uint8_t *q, 
 // Q5_K adds a fifth bit per element: bit 2j of qh[l] belongs to element 64j + l, bit 2j + 1 to 64j + 32 + l.
 template <bool Five>
 __attribute__((target("avx2,fma,f16c"))) float dot_fused_k4(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
-  constexpr int64_t BB = Five ? 176 : 144, QS = Five ? 48 : 16;
+  constexpr int64_t BB = fused_block_bytes(Five ? Fused::q5_k : Fused::q4_k), QS = Five ? 48 : 16;
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += BB) {
@@ -355,27 +363,12 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_k4(const uint8_t *row, 
   return tile::hsum(acc) + acc_min;
 }
 
-// One half (128 elements) of a Q6_K super-block as four vectors of 32 unsigned 6-bit values (0 .. 63), in dq::q6_k's
-// element order: v[r] holds elements 32r .. 32r + 31 of the half, whose scales are 2r and 2r + 1.
-__attribute__((target("avx2,fma,f16c"))) inline void q6_bytes(const uint8_t *ql, const uint8_t *qh, __m256i v[4]) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
-  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
-  v[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4));
-  v[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4));
-  v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), m2), 4));
-  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4));
-}
-
 // Q6_K: 16 sub-blocks of 16 values (q6 - 32), each with a signed 8-bit scale times d; the element order is
-// dq::q6_k's (and q6_k_avx2's): in each half of 128, vector r holds elements 32r .. 32r + 31, scales 2r and 2r + 1.
+// dq::q6_k's (q6_bytes): in each half of 128, vector r holds elements 32r .. 32r + 31, scales 2r and 2r + 1.
 __attribute__((target("avx2,fma,f16c"))) float dot_fused_q6k(const uint8_t *row, const float *x, int64_t nb32) {
   __m256 acc_a = _mm256_setzero_ps(), acc_b = _mm256_setzero_ps();
   const __m256i off = _mm256_set1_epi8(32);
-  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 210) {
+  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += fused_block_bytes(Fused::q6_k)) {
     const auto *sc = reinterpret_cast<const int8_t *>(row + 192);
     const float d = h2f_f16c(row + 208);
     for (int n = 0; n < 2; ++n, x += 128) {
@@ -406,7 +399,7 @@ IKV_AVX512 inline __m512 dot32_u8_512(__m256i v, const float *xx) {
 // dot_fused_k4 with 16-wide vectors (AVX-512); the two sub-blocks of each 64 have their own accumulators.
 template <bool Five>
 IKV_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
-  constexpr int64_t BB = Five ? 176 : 144, QS = Five ? 48 : 16;
+  constexpr int64_t BB = fused_block_bytes(Five ? Fused::q5_k : Fused::q4_k), QS = Five ? 48 : 16;
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   float acc_min = 0.0f;
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += BB) {
@@ -430,7 +423,7 @@ IKV_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const floa
 IKV_AVX512 float dot_fused_q6k_512(const uint8_t *row, const float *x, int64_t nb32) {
   __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
   const __m256i off = _mm256_set1_epi8(32);
-  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += 210) {
+  for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += fused_block_bytes(Fused::q6_k)) {
     const auto *sc = reinterpret_cast<const int8_t *>(row + 192);
     const float d = h2f_f16c(row + 208);
     for (int n = 0; n < 2; ++n, x += 128) {
@@ -485,6 +478,11 @@ bool have_avx2_fma() {
 }
 
 using RowsFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+template <Fused K>
+RowsFn fused_rows(bool wide) {
+  return wide ? rows_fused<K, true> : rows_fused<K, false>;
+}
 
 template <BlockFn F, int64_t QK, int64_t BB>
 RowsFn pick() {
@@ -557,14 +555,14 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   if (n < 4 && have_avx2_fma()) {
     static const bool wide = cpu_has_avx512();
     switch (static_cast<GgmlType>(w_type)) {
-      case GgmlType::Q4_0: fn = wide ? rows_fused<Fused::q4_0, true> : rows_fused<Fused::q4_0>; break;
-      case GgmlType::Q4_1: fn = wide ? rows_fused<Fused::q4_1, true> : rows_fused<Fused::q4_1>; break;
-      case GgmlType::Q8_0: fn = wide ? rows_fused<Fused::q8_0, true> : rows_fused<Fused::q8_0>; break;
-      case GgmlType::Q4_K: fn = wide ? rows_fused<Fused::q4_k, true> : rows_fused<Fused::q4_k>; break;
-      case GgmlType::Q5_0: fn = wide ? rows_fused<Fused::q5_0, true> : rows_fused<Fused::q5_0>; break;
-      case GgmlType::Q5_1: fn = wide ? rows_fused<Fused::q5_1, true> : rows_fused<Fused::q5_1>; break;
-      case GgmlType::Q5_K: fn = wide ? rows_fused<Fused::q5_k, true> : rows_fused<Fused::q5_k>; break;
-      case GgmlType::Q6_K: fn = wide ? rows_fused<Fused::q6_k, true> : rows_fused<Fused::q6_k>; break;
+      case GgmlType::Q4_0: fn = fused_rows<Fused::q4_0>(wide); break;
+      case GgmlType::Q4_1: fn = fused_rows<Fused::q4_1>(wide); break;
+      case GgmlType::Q8_0: fn = fused_rows<Fused::q8_0>(wide); break;
+      case GgmlType::Q4_K: fn = fused_rows<Fused::q4_k>(wide); break;
+      case GgmlType::Q5_0: fn = fused_rows<Fused::q5_0>(wide); break;
+      case GgmlType::Q5_1: fn = fused_rows<Fused::q5_1>(wide); break;
+      case GgmlType::Q5_K: fn = fused_rows<Fused::q5_k>(wide); break;
+      case GgmlType::Q6_K: fn = fused_rows<Fused::q6_k>(wide); break;
       default: break;
     }
   }

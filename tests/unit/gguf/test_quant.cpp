@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gguf_builder.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
@@ -143,6 +144,28 @@ TEST(QuantMatmul, ARowsResultDoesNotDependOnTheRowsBesideIt) {
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(0, std::memcmp(&one[static_cast<size_t>(i)], &all[static_cast<size_t>(i * m + r)], 4)) << tr.name << " n=" << n << " row " << r;
       }
     }
+  }
+}
+
+// A prefill-sized product expands quantised rows to f32 and runs them through the same tiles as f32 weights, so where
+// the expansion is exact (every type but Q4_1, whose AVX2 expansion rounds q * d + m once) the result is the bits of
+// the f32 product of the dequantised rows. The portable path has its own loops, so this holds on AVX2 and up only.
+TEST(QuantMatmul, PrefillIsTheBitsOfTheF32ProductOfTheDequantisedRows) {
+  if (!infokv::cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "portable kernels";
+  std::mt19937_64 rng(23);
+  for (GgmlType t : kQuantTypes) {
+    if (t == GgmlType::Q4_1) continue;
+    const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
+    const int64_t k = 512, m = 13, n = 9;
+    const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
+    std::vector<float> wf(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k));
+    ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(t), m * k));
+    std::normal_distribution<float> nd(0, 1);
+    for (float &v : x) v = nd(rng);
+    std::vector<float> q(static_cast<size_t>(n * m), NAN), f(q.size(), NAN);
+    ASSERT_TRUE(infokv::cpu::matmul(q.data(), x.data(), w.data(), u(t), n, m, k, nullptr));
+    ASSERT_TRUE(infokv::cpu::matmul(f.data(), x.data(), wf.data(), u(GgmlType::F32), n, m, k, nullptr));
+    EXPECT_EQ(0, std::memcmp(q.data(), f.data(), q.size() * 4)) << tr.name;
   }
 }
 
