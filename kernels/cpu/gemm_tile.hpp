@@ -173,6 +173,16 @@ IKV_TILE512 void tile_avx512(float *out, const float *x, const uint8_t *wbase, i
   finish<K, RM, RN>(out, acc8, xs, wr, k0, r0, t0, m, k);
 }
 
+// Tokens are taken this many at a time: their activations stay in L2 while the rows pass over them.
+constexpr int64_t kTokenChunk = 64;
+// Bytes of f32 rows widened at a time for run_block (see block_rows).
+constexpr int64_t kBlockBytes = 64 * 1024;
+// How far ahead of the row being read decode asks for weight bytes (prefetch_l1): f16/bf16 rows read in place by
+// run(), and quantised rows in matmul_quant's fused dots. Measured on SmolLM2 decode on a KVM Xeon: 1-2 KB ahead is
+// best, 3 KB and more loses again (F16 decode 42 -> 37 tok/s).
+constexpr int64_t kRowsAhead = 1536;
+constexpr int64_t kFusedAhead = 2048;
+
 using TileFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
 
 template <WKind K, int RM, bool Wide>
@@ -208,20 +218,30 @@ TileFn pick(int rm, int rn) {
   return wide ? pick_in<K, true>(rm, rn) : pick_in<K, false>(rm, rn);
 }
 
+// Asks for the cache lines of bytes [b, e) of base to be brought into L1 (none when b >= e). Decode reads each
+// weight row once, in order; on some machines (a 2-vCPU KVM Xeon here) the hardware prefetchers fall far behind that
+// stream and decode waits on DRAM: asking for the bytes a row or two ahead (kRowsAhead, kFusedAhead) doubled
+// SmolLM2's Q4_1 and Q8_0 decode there.
+inline void prefetch_l1(const uint8_t *base, int64_t b, int64_t e) {
+  for (; b < e; b += 64) _mm_prefetch(reinterpret_cast<const char *>(base + b), _MM_HINT_T0);
+}
+
 // Output rows r0 .. r1-1 (row r's weights at wbase + (r - r0) * wstride) for tokens t0 .. t1-1, in tiles of up to
 // 4 rows x 3 tokens (x 6 with AVX-512). A lone token over f32 rows (small models, or a buffer of expanded rows in L1) takes 8 rows a
 // tile, so eight independent FMA chains hide the FMA latency. A lone token over f16/bf16 rows read in place (decode
 // on a model far larger than the caches) takes one row at a time: the weights are then read as one sequential
-// stream, which the hardware prefetchers follow; eight rows side by side are eight streams 2k bytes apart, and
+// stream, which the hardware prefetchers follow (helped by prefetch_l1); eight rows side by side are eight streams 2k bytes apart, and
 // measured 1.5-1.8x slower on SmolLM2-sized rows (k = 576, 270 MB of f16 rows: 4.3 against 7.2 GB/s, one thread).
 template <WKind K>
 void run(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int64_t r0, int64_t r1, int64_t t0,
          int64_t t1, int64_t m, int64_t k) {
   const int64_t rows_per = t1 - t0 == 1 ? (K == WKind::f32 ? 8 : 1) : 4;
   static const int64_t tokens_per = cpu_has_avx512() ? 6 : 3;
+  const int64_t end = (r1 - r0) * wstride;
   for (int64_t r = r0; r < r1; r += rows_per) {
-    const int64_t rm = std::min(rows_per, r1 - r);
-    const uint8_t *wb = wbase + (r - r0) * wstride;
+    const int64_t rm = std::min(rows_per, r1 - r), at = (r - r0) * wstride;
+    const uint8_t *wb = wbase + at;
+    if (t1 - t0 < 4) prefetch_l1(wbase, at + kRowsAhead, std::min(end, at + kRowsAhead + rm * wstride));
     for (int64_t t = t0; t < t1; t += tokens_per) {
       const int rn = static_cast<int>(std::min<int64_t>(tokens_per, t1 - t));
       if (rm == 8 || rm <= 4) {
@@ -233,6 +253,27 @@ void run(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int6
     }
   }
 }
+
+// The same outputs as run() over a block of rows that the caller has just widened or expanded into a buffer (a few
+// tens of KB, in L1/L2) for a chunk of tokens, with the loops the other way round: each panel of tokens (RN of them,
+// their activations then stay in L1) passes over every 4-row group of the block before the next panel is loaded, so
+// the activations are fetched from L2 once per block instead of once per 4-row group. Same tiles, same bits.
+template <WKind K>
+void run_block(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int64_t r0, int64_t r1, int64_t t0,
+               int64_t t1, int64_t m, int64_t k) {
+  static const int64_t tokens_per = cpu_has_avx512() ? 6 : 3;
+  for (int64_t t = t0; t < t1; t += tokens_per) {
+    const int rn = static_cast<int>(std::min<int64_t>(tokens_per, t1 - t));
+    for (int64_t r = r0; r < r1; r += 4) {
+      const int rm = static_cast<int>(std::min<int64_t>(4, r1 - r));
+      pick<K>(rm, rn)(out, x, wbase + (r - r0) * wstride, wstride, r, t, m, k);
+    }
+  }
+}
+
+// Rows widened or expanded per block before run_block: as many as fit in about 64 KB of f32 (a multiple of 4, 4 to
+// 32), so the block and a panel of activations sit in L1/L2 together.
+inline int64_t block_rows(int64_t k) { return std::clamp<int64_t>((kBlockBytes / (4 * k)) & ~int64_t{3}, 4, 32); }
 
 // Asks for bytes [p, p + n) to be brought into L2, one request per cache line. Prefill widens or expands a block
 // of weight rows while the tile works on the previous one from L1: without this the widening stalls on DRAM (8% of
@@ -248,9 +289,6 @@ inline float *scratch64(std::vector<float> &buf, int64_t n) {
   const auto a = reinterpret_cast<uintptr_t>(buf.data());
   return buf.data() + ((64 - a % 64) % 64) / sizeof(float);
 }
-
-// Tokens are taken this many at a time: their activations stay in L2 while the rows pass over them.
-constexpr int64_t kTokenChunk = 64;
 
 }  // namespace tile
 }  // namespace cpu

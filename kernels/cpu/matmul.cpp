@@ -73,7 +73,7 @@ void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
       tile::run<K>(out, x, wb, stride, m0, m1, tc, std::min(n, tc + tile::kTokenChunk), m, k);
     return;
   }
-  constexpr int64_t kRows = 4;
+  const int64_t kRows = tile::block_rows(k);
   static thread_local std::vector<float> buf_;
   float *const buf = tile::scratch64(buf_, kRows * k);
   for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk) {
@@ -82,7 +82,7 @@ void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
       const int64_t re = std::min(m1, r + kRows);
       if (re < m1) tile::prefetch_l2(wb + (re - m0) * stride, (std::min(m1, re + kRows) - re) * stride);
       for (int64_t i = r; i < re; ++i) widen_row<K>(buf + (i - r) * k, wb + (i - m0) * stride, k);
-      tile::run<WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf), k * 4, r, re, tc, te, m, k);
+      tile::run_block<WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf), k * 4, r, re, tc, te, m, k);
     }
   }
 }

@@ -6,7 +6,9 @@
 
 llama.cpp is built from the `llama-cpp-python` source package on PyPI (`pip download --no-binary :all: --no-deps
 llama-cpp-python==0.3.36`) into --work, never into this repository (about 8 minutes on 2 cores, once; later runs
-reuse it). Each round runs `llama-bench -o json` and `infokv bench -o json` with the same options one after the
+reuse it). Where the CPU advertises AMX but a process may not use it (some VMs), GGML_NATIVE's build dies of SIGILL
+in ggml's AMX kernels; the script notices and rebuilds llama.cpp once more with -mno-amx-* (its AVX-512/VNNI
+kernels then run), and says so in the table's heading. Each round runs `llama-bench -o json` and `infokv bench -o json` with the same options one after the
 other, alternating which goes first, and the tables report, per model x test x threads, the medians over rounds of
 each tool's avg_ts and their ratio (infokv / llama.cpp). `--markdown` prints the table the README's speed section
 is made from, headed by the date and the machine.
@@ -17,6 +19,7 @@ import glob
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,8 +33,12 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def build_llama_bench(work: str, jobs: int) -> str:
-    exe = os.path.join(work, "build", "bin", "llama-bench")
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def build_llama_bench(work: str, jobs: int, no_amx: bool = False) -> str:
+    build = os.path.join(work, "build-noamx" if no_amx else "build")
+    exe = os.path.join(build, "bin", "llama-bench")
     if os.path.exists(exe):
         return exe
     os.makedirs(work, exist_ok=True)
@@ -44,12 +51,35 @@ def build_llama_bench(work: str, jobs: int) -> str:
         with tarfile.open(sdists[0]) as t:
             t.extractall(src_root)
     vendor = glob.glob(os.path.join(src_root, "*", "vendor", "llama.cpp"))[0]
-    run(["cmake", "-S", vendor, "-B", os.path.join(work, "build"), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-         "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-         "-DLLAMA_BUILD_SERVER=OFF"], stdout=subprocess.DEVNULL)
-    run(["cmake", "--build", os.path.join(work, "build"), "-j", str(jobs), "--target", "llama-bench"],
-        stdout=subprocess.DEVNULL)
+    flags = [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"] if no_amx else []
+    run(["cmake", "-S", vendor, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
+         "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
+        + flags, stdout=subprocess.DEVNULL)
+    run(["cmake", "--build", build, "-j", str(jobs), "--target", "llama-bench"], stdout=subprocess.DEVNULL)
     return exe
+
+
+def dies_of_sigill(llama: str, models) -> bool:
+    """True when llama-bench is killed by SIGILL on one of the models. GGML_NATIVE compiles ggml's AMX kernels
+    (Q4_0/Q4_1/Q8_0/K-quant prefill) wherever the CPU advertises AMX, but some VMs advertise it without letting a
+    process use the tile registers (seen on a 2-vCPU KVM Xeon: SIGILL at the first `tilezero`)."""
+    for model in models:
+        r = subprocess.run([llama, "-m", model, "-p", "64", "-n", "0", "-r", "1", "-t", "1"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if r.returncode == -signal.SIGILL:
+            return True
+    return False
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def bench_rows(cmd):
@@ -77,12 +107,18 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write every round's rows here")
     ap.add_argument("--markdown", action="store_true", help="print the README table")
     a = ap.parse_args()
+    models = a.models.split(",")
     llama = a.llama_bench or build_llama_bench(a.work, a.jobs)
+    no_amx = False
+    if not a.llama_bench and dies_of_sigill(llama, models):
+        print("llama-bench died of SIGILL (AMX advertised but not usable here): rebuilding llama.cpp with "
+              + NO_AMX, file=sys.stderr)
+        llama, no_amx = build_llama_bench(a.work, a.jobs, no_amx=True), True
     common = ["-p", a.p, "-n", a.n, "-t", a.t, "-r", a.r, "-o", "json"]
     samples = {}  # (model, test, threads) -> {"infokv": [...], "llama.cpp": [...]}
     raw = []
     for rnd in range(a.rounds):
-        for model in a.models.split(","):
+        for model in models:
             order = [("llama.cpp", [llama, "-m", model] + common), ("infokv", [a.infokv, "bench", "-m", model] + common)]
             if rnd % 2:
                 order.reverse()
@@ -96,9 +132,9 @@ def main() -> int:
             json.dump(raw, f, indent=1)
     lines = []
     if a.markdown:
-        cpu = platform.processor() or platform.machine()
-        lines.append(f"Measured {datetime.date.today().isoformat()} on {os.cpu_count()} vCPUs ({cpu}), "
-                     f"{a.rounds} interleaved rounds, medians; llama.cpp from {LLAMA_CPP_PYTHON} (GGML_NATIVE).")
+        amx = f", {NO_AMX}: its AMX kernels die of SIGILL here" if no_amx else ""
+        lines.append(f"Measured {datetime.date.today().isoformat()} on {os.cpu_count()} vCPUs ({cpu_name()}), "
+                     f"{a.rounds} interleaved rounds, medians; llama.cpp from {LLAMA_CPP_PYTHON} (GGML_NATIVE{amx}).")
         lines.append("")
     lines.append("| model | test | threads | infokv t/s | llama.cpp t/s | ratio |")
     lines.append("|---|---|---:|---:|---:|---:|")

@@ -3,8 +3,15 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstring>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/fp16.hpp"
+#include "kernels/ggml_types.hpp"
+#include "kernels/ops.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "test_paths.hpp"
@@ -252,5 +259,44 @@ BENCHMARK(ChooseOverhead)->ArgNames({"policy", "threads"})->Args({static_cast<in
     ->Args({static_cast<int>(PolicyKind::snapkv), 2})->Args({static_cast<int>(PolicyKind::h2o), 2})
     ->Args({static_cast<int>(PolicyKind::infokv), 2})
     ->Args({static_cast<int>(PolicyKind::auto_), 2})->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+// One weight product out[n, m] = x[n, k] W[m, k]^T at SmolLM2-135M's MLP shape (m = 1536, k = 576) for a weight type
+// (GGML type id), n tokens, 1 or 2 threads: GFLOP/s of the kernel alone, without the rest of a forward pass. Random
+// weights; each block's f16 scale (and min) is set to a small normal number so the values are realistic.
+void Matmul(benchmark::State &st) {
+  const auto type = static_cast<uint32_t>(st.range(0));
+  const int64_t n = st.range(1), m = 1536, k = 576;
+  const GgmlTypeTraits tr = ggml_type_traits(type);
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<uint8_t> w(static_cast<size_t>(m * k / tr.block_elems * tr.block_bytes));
+  for (auto &b : w) b = static_cast<uint8_t>(rng());
+  if (type == static_cast<uint32_t>(GgmlType::F16)) {
+    auto *h = reinterpret_cast<uint16_t *>(w.data());
+    for (int64_t i = 0; i < m * k; ++i) h[i] = float_to_fp16(u(rng));
+  } else if (type == static_cast<uint32_t>(GgmlType::Q8_0) || type == static_cast<uint32_t>(GgmlType::Q4_1) ||
+             type == static_cast<uint32_t>(GgmlType::Q4_0)) {
+    for (size_t b = 0; b < w.size(); b += tr.block_bytes) {
+      const uint16_t d = float_to_fp16(0.01f * (1.0f + u(rng))), mn = float_to_fp16(-0.05f * (1.0f + u(rng)));
+      std::memcpy(&w[b], &d, 2);
+      if (type == static_cast<uint32_t>(GgmlType::Q4_1)) std::memcpy(&w[b + 2], &mn, 2);
+    }
+  } else {
+    st.SkipWithError("weight type not set up here");
+    return;
+  }
+  std::vector<float> x(static_cast<size_t>(n * k)), out(static_cast<size_t>(n * m));
+  for (auto &v : x) v = u(rng);
+  ThreadPool pool(static_cast<int>(st.range(2)));
+  for (auto _ : st) {
+    cpu::matmul(out.data(), x.data(), w.data(), type, n, m, k, &pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetLabel(ggml_type_name(type));
+  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * static_cast<double>(n * m * k) * static_cast<double>(st.iterations()),
+                                              benchmark::Counter::kIsRate);
+}
+BENCHMARK(Matmul)->ArgNames({"type", "tokens", "threads"})->ArgsProduct({{1, 8, 3}, {1, 512}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
