@@ -1,5 +1,6 @@
 // Google Benchmark: prefill and decode throughput on stories260K, batched decode, compression cost, side-channel
-// overhead, bytes per cached token. Counters report tokens/s of wall time; run with --benchmark_counters_tabular=true.
+// overhead, bytes per cached token, and one weight product alone (Matmul, GFLOP/s). Counters report tokens/s of
+// wall time; run with --benchmark_counters_tabular=true.
 #include <benchmark/benchmark.h>
 
 #include <chrono>

@@ -53,7 +53,8 @@ class FloatMatmul : public ::testing::TestWithParam<GgmlType> {};
 
 }  // namespace
 
-// Shapes with a row count that is not a multiple of the tile, k with and without an 8-wide tail (and, for the
+// Shapes with a row count that is not a multiple of the tile and spans two of the blocks that prefill widens at a
+// time (tile::block_rows: 28 rows at k = 576, 32 at k = 100 or 120), k with and without an 8-wide tail (and, for the
 // 16-wide AVX-512 tile, 120 = 7 x 16 + 8 takes its extra 8-wide step), token counts
 // from one (decode) past the 64-token chunk.
 TEST_P(FloatMatmul, MatchesFloat64AndEveryTokenIsTheSameAloneOrBatchedOnAnyThreadCount) {
