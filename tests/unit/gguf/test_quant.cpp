@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -147,25 +148,49 @@ TEST(QuantMatmul, ARowsResultDoesNotDependOnTheRowsBesideIt) {
   }
 }
 
-// A prefill-sized product expands quantised rows to f32 and runs them through the same tiles as f32 weights, so where
-// the expansion is exact (every type but Q4_1, whose AVX2 expansion rounds q * d + m once) the result is the bits of
-// the f32 product of the dequantised rows. The portable path has its own loops, so this holds on AVX2 and up only.
+// A prefill-sized product expands quantised rows to f32 exactly (every type but Q4_1, whose AVX2 expansion rounds
+// q * d + m once) and multiplies them in f32: with AVX2 through the same tiles as f32 weights, so the result is the
+// bits of the f32 product of the dequantised rows; with AVX-512 and 16 tokens or more through tile::run_panels,
+// where every output is one FMA chain over k in order, so the result is the bits of that chain over the dequantised
+// rows. On one thread and two, over shapes with fewer than 16 tokens, with full and short (<= 16) panels, several
+// token chunks, and more tokens than one packing span (512). The portable path has its own loops, so this holds on
+// AVX2 and up only.
 TEST(QuantMatmul, PrefillIsTheBitsOfTheF32ProductOfTheDequantisedRows) {
   if (!infokv::cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "portable kernels";
+  const bool panels = infokv::cpu_has_avx512();
   std::mt19937_64 rng(23);
-  for (GgmlType t : kQuantTypes) {
-    if (t == GgmlType::Q4_1) continue;
-    const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
-    const int64_t k = 512, m = 13, n = 9;
-    const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
-    std::vector<float> wf(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k));
-    ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(t), m * k));
-    std::normal_distribution<float> nd(0, 1);
-    for (float &v : x) v = nd(rng);
-    std::vector<float> q(static_cast<size_t>(n * m), NAN), f(q.size(), NAN);
-    ASSERT_TRUE(infokv::cpu::matmul(q.data(), x.data(), w.data(), u(t), n, m, k, nullptr));
-    ASSERT_TRUE(infokv::cpu::matmul(f.data(), x.data(), wf.data(), u(GgmlType::F32), n, m, k, nullptr));
-    EXPECT_EQ(0, std::memcmp(q.data(), f.data(), q.size() * 4)) << tr.name;
+  infokv::ThreadPool pool2(2);
+  struct Shape {
+    int64_t k, m, n;
+  };
+  for (const Shape sh : {Shape{512, 13, 9}, Shape{768, 30, 140}, Shape{256, 20, 600}}) {
+    for (GgmlType t : kQuantTypes) {
+      if (t == GgmlType::Q4_1) continue;
+      const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
+      const int64_t k = sh.k, m = sh.m, n = sh.n;
+      const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
+      std::vector<float> wf(static_cast<size_t>(m * k)), x(static_cast<size_t>(n * k));
+      ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(t), m * k));
+      std::normal_distribution<float> nd(0, 1);
+      for (float &v : x) v = nd(rng);
+      std::vector<float> want(static_cast<size_t>(n * m), NAN);
+      if (panels && n >= 16) {
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t r = 0; r < m; ++r) {
+            float s = 0.0f;
+            for (int64_t j = 0; j < k; ++j) s = std::fma(x[i * k + j], wf[r * k + j], s);
+            want[i * m + r] = s;
+          }
+      } else {
+        ASSERT_TRUE(infokv::cpu::matmul(want.data(), x.data(), wf.data(), u(GgmlType::F32), n, m, k, nullptr));
+      }
+      for (infokv::ThreadPool *pool : {static_cast<infokv::ThreadPool *>(nullptr), &pool2}) {
+        std::vector<float> q(want.size(), NAN);
+        ASSERT_TRUE(infokv::cpu::matmul(q.data(), x.data(), w.data(), u(t), n, m, k, pool));
+        EXPECT_EQ(0, std::memcmp(q.data(), want.data(), q.size() * 4))
+            << tr.name << " k=" << k << " n=" << n << (pool ? " two threads" : " one thread");
+      }
+    }
   }
 }
 
