@@ -6,7 +6,8 @@
 // result does not depend on what it was batched with or on how rows were shared among threads. A tile of RM weight
 // rows x RN tokens keeps RM*RN accumulators in registers: each chunk loads RN activation vectors and RM weight
 // vectors for RM*RN FMAs (4 x 3 fills AVX2's sixteen registers, 4 x 6 most of AVX-512's 32), so activations are
-// read from cache once per four rows instead of once per row.
+// read from cache once per four rows instead of once per row. Quantised weights on AVX-512 CPUs take run_panels
+// instead for products of 16 tokens or more (plain k-order sums; see there).
 #pragma once
 #include "kernels/cpu/simd.hpp"
 

@@ -101,7 +101,7 @@ TEST(QuantMatmul, MatchesFloat64DotOfDequantisedRowsOnOneAndTwoThreads) {
     const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
     std::vector<float> wf(static_cast<size_t>(m * k));
     ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(t), m * k));
-    for (int64_t n : {1, 3, 4, 9}) {
+    for (int64_t n : {1, 3, 4, 9, 40}) {  // decode's fused dots, the tiles, and (AVX-512, 16 or more) the panels
       std::vector<float> x(static_cast<size_t>(n * k));
       std::normal_distribution<float> nd(0, 1);
       for (float &v : x) v = nd(rng);
@@ -132,7 +132,7 @@ TEST(QuantMatmul, ARowsResultDoesNotDependOnTheRowsBesideIt) {
     const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(u(t));
     const int64_t k = 768, m = 173, row_bytes = k / static_cast<int64_t>(tr.block_elems) * static_cast<int64_t>(tr.block_bytes);
     const std::vector<uint8_t> w = infokv_test::random_quant_blocks(t, static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng);
-    for (int64_t n : {1, 2}) {
+    for (int64_t n : {1, 2, 20}) {  // 20: the panels of AVX-512 prefill (12 rows at a time)
       std::vector<float> x(static_cast<size_t>(n * k));
       std::normal_distribution<float> nd(0, 1);
       for (float &v : x) v = nd(rng);
