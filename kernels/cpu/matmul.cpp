@@ -61,8 +61,8 @@ __attribute__((target("avx2,fma,f16c"))) void widen_row(float *dst, const uint8_
 }
 
 // f32 weights are read in place, tokens in chunks that stay in L2. f16/bf16 weights are read in place (widened in
-// registers) for fewer than 4 tokens; for more, four rows at a time are widened into a per-thread f32 buffer once
-// per token chunk, so the tile's inner loop does no conversion. The weights' values are the same either way, so
+// registers) for fewer than 4 tokens; for more, a block of rows at a time (tile::block_rows) is widened into a
+// per-thread f32 buffer once per token chunk, so the tile's inner loop does no conversion. The weights' values are the same either way, so
 // are the results' bits.
 template <WKind K>
 void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0, int64_t m1, int64_t m, int64_t k) {
@@ -73,14 +73,14 @@ void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
       tile::run<K>(out, x, wb, stride, m0, m1, tc, std::min(n, tc + tile::kTokenChunk), m, k);
     return;
   }
-  const int64_t kRows = tile::block_rows(k);
+  const int64_t rows = tile::block_rows(k);  // per widened block
   static thread_local std::vector<float> buf_;
-  float *const buf = tile::scratch64(buf_, kRows * k);
+  float *const buf = tile::scratch64(buf_, rows * k);
   for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk) {
     const int64_t te = std::min(n, tc + tile::kTokenChunk);
-    for (int64_t r = m0; r < m1; r += kRows) {
-      const int64_t re = std::min(m1, r + kRows);
-      if (re < m1) tile::prefetch_l2(wb + (re - m0) * stride, (std::min(m1, re + kRows) - re) * stride);
+    for (int64_t r = m0; r < m1; r += rows) {
+      const int64_t re = std::min(m1, r + rows);
+      if (re < m1) tile::prefetch_l2(wb + (re - m0) * stride, (std::min(m1, re + rows) - re) * stride);
       for (int64_t i = r; i < re; ++i) widen_row<K>(buf + (i - r) * k, wb + (i - m0) * stride, k);
       tile::run_block<WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf), k * 4, r, re, tc, te, m, k);
     }

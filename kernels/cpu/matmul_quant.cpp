@@ -148,46 +148,27 @@ __attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const u
   }
 }
 
-// A few rows at a time are expanded into a per-thread f32 buffer (at most 8 * k floats, in L1/L2) and run through
-// the register-blocked f32 tiles (gemm_tile.hpp) over a chunk of tokens: the expansion is paid once per row and
-// token chunk, and each activation load serves four rows.
-template <BlockFn F, int64_t QK, int64_t BB>
-__attribute__((target("avx2,fma,f16c"))) void rows_avx2(float *out, const float *x, const uint8_t *w, int64_t n,
-                                                        int64_t m0, int64_t m1, int64_t m, int64_t k) {
-  const int64_t rows_per = n == 1 ? 8 : tile::block_rows(k), nb = k / QK;
-  static thread_local std::vector<float> buf_;
-  float *const buf = tile::scratch64(buf_, rows_per * k);
-  const auto *wb = reinterpret_cast<const uint8_t *>(buf);
-  for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk) {
-    const int64_t te = std::min(n, tc + tile::kTokenChunk);
-    for (int64_t r = m0; r < m1; r += rows_per) {
-      const int64_t re = std::min(m1, r + rows_per);
-      if (re < m1) tile::prefetch_l2(w + re * nb * BB, (std::min(m1, re + rows_per) - re) * nb * BB);
-      for (int64_t i = r; i < re; ++i) expand_row<F, QK, BB>(buf + (i - r) * k, w + i * nb * BB, nb);
-      if (n == 1) tile::run<tile::WKind::f32>(out, x, wb, k * 4, r, re, tc, te, m, k);
-      else tile::run_block<tile::WKind::f32>(out, x, wb, k * 4, r, re, tc, te, m, k);
-    }
-  }
-}
-
-// The same product on CPUs with AVX-512, over x already packed into transposed panels of tile::kPanel tokens (xt:
-// panel p = tokens p * kPanel .., see tile::pack_panel; packed once per product and shared by the threads): rows are
-// expanded a block at a time as above, once per chunk of tokens (tile::panel_chunk), and run through
-// tile::run_panels (plain k-order sums, about 1.45x the tiles' speed).
-template <BlockFn F, int64_t QK, int64_t BB>
-__attribute__((target("avx2,fma,f16c"))) void rows_panels(float *out, const float *xt, const uint8_t *w, int64_t n,
-                                                           int64_t m0, int64_t m1, int64_t m, int64_t k) {
+// Prefill-sized products (4 tokens or more; fewer take rows_fused): a block of rows at a time (tile::block_rows) is
+// expanded into a per-thread f32 buffer (in L1/L2) once per chunk of tokens, while the next block is fetched into L2,
+// and multiplied against the chunk's tokens: through the register-blocked f32 tiles (tile::run_block; x as it is),
+// or, with Panels (AVX-512, 16 tokens or more), through tile::run_panels, x already packed into transposed panels of
+// tile::kPanel tokens (see tile::pack_panel; packed once per product and shared by the threads; plain k-order sums,
+// about 1.45x the tiles' speed), in longer chunks (tile::panel_chunk).
+template <BlockFn F, int64_t QK, int64_t BB, bool Panels>
+__attribute__((target("avx2,fma,f16c"))) void rows_expanded(float *out, const float *x, const uint8_t *w, int64_t n,
+                                                             int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t rows_per = tile::block_rows(k), nb = k / QK;
   static thread_local std::vector<float> buf_;
   float *const buf = tile::scratch64(buf_, rows_per * k);
-  const int64_t chunk = tile::panel_chunk(k);
+  const int64_t chunk = Panels ? tile::panel_chunk(k) : tile::kTokenChunk;
   for (int64_t tc = 0; tc < n; tc += chunk) {
     const int64_t te = std::min(n, tc + chunk);
     for (int64_t r = m0; r < m1; r += rows_per) {
       const int64_t re = std::min(m1, r + rows_per);
       if (re < m1) tile::prefetch_l2(w + re * nb * BB, (std::min(m1, re + rows_per) - re) * nb * BB);
       for (int64_t i = r; i < re; ++i) expand_row<F, QK, BB>(buf + (i - r) * k, w + i * nb * BB, nb);
-      tile::run_panels(out, xt + tc * k, tc, te, buf, k, r, re, m, k);
+      if constexpr (Panels) tile::run_panels(out, x + tc * k, tc, te, buf, k, r, re, m, k);
+      else tile::run_block<tile::WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf), k * 4, r, re, tc, te, m, k);
     }
   }
 }
@@ -513,34 +494,33 @@ RowsFn fused_rows(bool wide) {
 
 template <BlockFn F, int64_t QK, int64_t BB>
 RowsFn pick() {
-  return have_avx2_fma() ? rows_avx2<F, QK, BB> : rows_generic<F, QK, BB>;
+  return have_avx2_fma() ? rows_expanded<F, QK, BB, false> : rows_generic<F, QK, BB>;
 }
 
 RowsFn rows_for(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return have_avx2_fma() ? rows_avx2<q4_0_avx2, 32, 18> : rows_generic<dq::q4_0, 32, 18>;
-    case GgmlType::Q4_1: return have_avx2_fma() ? rows_avx2<q4_1_avx2, 32, 20> : rows_generic<dq::q4_1, 32, 20>;
+    case GgmlType::Q4_0: return have_avx2_fma() ? rows_expanded<q4_0_avx2, 32, 18, false> : rows_generic<dq::q4_0, 32, 18>;
+    case GgmlType::Q4_1: return have_avx2_fma() ? rows_expanded<q4_1_avx2, 32, 20, false> : rows_generic<dq::q4_1, 32, 20>;
     case GgmlType::Q5_0: return pick<dq::q5_0, 32, 22>();
     case GgmlType::Q5_1: return pick<dq::q5_1, 32, 24>();
-    case GgmlType::Q8_0: return have_avx2_fma() ? rows_avx2<q8_0_avx2, 32, 34> : rows_generic<dq::q8_0, 32, 34>;
+    case GgmlType::Q8_0: return have_avx2_fma() ? rows_expanded<q8_0_avx2, 32, 34, false> : rows_generic<dq::q8_0, 32, 34>;
     case GgmlType::Q4_K: return pick<dq::q4_k, 256, 144>();
     case GgmlType::Q5_K: return pick<dq::q5_k, 256, 176>();
-    case GgmlType::Q6_K: return have_avx2_fma() ? rows_avx2<q6_k_avx2, 256, 210> : rows_generic<dq::q6_k, 256, 210>;
+    case GgmlType::Q6_K: return have_avx2_fma() ? rows_expanded<q6_k_avx2, 256, 210, false> : rows_generic<dq::q6_k, 256, 210>;
     default: return nullptr;
   }
 }
 
-
 RowsFn panels_for(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return rows_panels<q4_0_avx2, 32, 18>;
-    case GgmlType::Q4_1: return rows_panels<q4_1_avx2, 32, 20>;
-    case GgmlType::Q5_0: return rows_panels<dq::q5_0, 32, 22>;
-    case GgmlType::Q5_1: return rows_panels<dq::q5_1, 32, 24>;
-    case GgmlType::Q8_0: return rows_panels<q8_0_avx2, 32, 34>;
-    case GgmlType::Q4_K: return rows_panels<dq::q4_k, 256, 144>;
-    case GgmlType::Q5_K: return rows_panels<dq::q5_k, 256, 176>;
-    case GgmlType::Q6_K: return rows_panels<q6_k_avx2, 256, 210>;
+    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, 32, 18, true>;
+    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, 32, 20, true>;
+    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, 32, 22, true>;
+    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, 32, 24, true>;
+    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, 32, 34, true>;
+    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, 256, 144, true>;
+    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, 256, 176, true>;
+    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, 256, 210, true>;
     default: return nullptr;
   }
 }
@@ -610,6 +590,9 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   }
   const auto *wb = static_cast<const uint8_t *>(w);
   const bool pool_on = pool != nullptr && pool->size() > 1 && n * m * k >= (int64_t{1} << 17);
+  // Rows per work item for nt tokens: expanding a row costs about as much as a few token dots, so count it as one
+  // more token.
+  auto grain = [k](int64_t nt) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, (nt + 1) * k)); };
   static const bool panels = have_avx2_fma() && cpu_has_avx512();
   if (n >= 16 && panels) {
     // tokens kPanelSpan at a time: packed into transposed panels (shared by the threads), then every row over them
@@ -629,7 +612,7 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
         body(0, m);
       } else {
         pool->parallel_for(np, 1, pack);
-        pool->parallel_for(m, std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, (ns + 1) * k)), body);
+        pool->parallel_for(m, grain(ns), body);
       }
     }
     return true;
@@ -638,9 +621,7 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   if (!pool_on) {
     body(0, m);
   } else {
-    // Expanding a row costs about as much as a few token dots, so count it as one more token.
-    int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, (n + 1) * k));
-    pool->parallel_for(m, grain, body);
+    pool->parallel_for(m, grain(n), body);
   }
   return true;
 }

@@ -8,8 +8,8 @@ llama.cpp is built from the `llama-cpp-python` source package on PyPI (`pip down
 llama-cpp-python==0.3.36`) into --work, never into this repository (about 8 minutes on 2 cores, once; later runs
 reuse it). Where the CPU advertises AMX but a process may not use it (some VMs), GGML_NATIVE's build dies of SIGILL
 in ggml's AMX kernels; the script notices and rebuilds llama.cpp once more with -mno-amx-* (its AVX-512/VNNI
-kernels then run), and says so in the table's heading. Each round runs `llama-bench -o json` and `infokv bench -o json` with the same options one after the
-other, alternating which goes first, and the tables report, per model x test x threads, the medians over rounds of
+kernels then run), and says so in the table's heading. Each round runs `llama-bench -o json` and `infokv bench -o
+json` with the same options one after the other, alternating which goes first, and the tables report, per model x test x threads, the medians over rounds of
 each tool's avg_ts and their ratio (infokv / llama.cpp). `--markdown` prints the table the README's speed section
 is made from, headed by the date and the machine.
 """
