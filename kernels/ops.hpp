@@ -39,9 +39,27 @@ bool dequantize_f16(uint16_t *out, const void *src, uint32_t type, int64_t n);
 
 // out[n, m] = x[n, k] · W[m, k]^T with W of ggml type `w_type` (any weight_type_supported type; rows of k elements,
 // k a multiple of the block size; quantised rows are dequantised on the fly, never expanded in memory).
-// F32/F16/BF16: each output is summed in one order whatever n, the row and the thread count, so a token's result
-// does not depend on what it is batched with. Returns false for a weight type it does not handle (nothing written).
+// F32/F16/BF16 (and the grouped kF16Grouped/kBf16Grouped): each output is summed in one order whatever n, the row and
+// the thread count, so a token's result does not depend on what it is batched with. Returns false for a weight type
+// it does not handle (nothing written).
 bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool);
+
+// ---- f16/bf16 weights in the CPU's grouped layout ----
+// Rows in groups of kWeightGroup, each group k-major: element (r, i) of W[m, k] at ((r / 32) * k + i) * 32 + r % 32,
+// the last group padded with zero rows (grouped_elems(m, k) elements in all). The CPU backend makes this copy of
+// every f16/bf16 matrix once per model (src/backend/cpu/host_ops.cpp). With it, decode and prefill both multiply
+// whole vectors of a group's rows and each output is one chain of FMAs over i = 0 .. k-1 in order: a token's result
+// is the same bits alone and batched, on any thread count and with any of the kernels (AVX-512, AVX2, portable),
+// and prefill needs no lane sums (matmul_grouped.cpp).
+constexpr int64_t kWeightGroup = 32;
+// Type ids of the layout, beyond ggml's numbers; only matmul and get_row take them.
+constexpr uint32_t kF16Grouped = 0x10001, kBf16Grouped = 0x1001E;
+// kF16Grouped for ggml's F16, kBf16Grouped for BF16, 0 for any other type.
+uint32_t grouped_type(uint32_t type);
+// Elements (16-bit) of the grouped copy of an [m, k] matrix.
+int64_t grouped_elems(int64_t m, int64_t k);
+// dst[grouped_elems(m, k)] = w[m, k] (16-bit elements, f16 or bf16 alike) in the grouped layout.
+void group_rows(uint16_t *dst, const uint16_t *w, int64_t m, int64_t k, ThreadPool *pool);
 
 // out[i] = silu(gate[i]) * up[i], i < n
 void swiglu(float *out, const float *gate, const float *up, int64_t n);
@@ -52,7 +70,8 @@ void add_inplace(float *x, const float *y, int64_t n);
 // x[t, i] += b[i] for t < n, i < d (a projection's bias). x: [n, d]; b: [d]
 void add_bias(float *x, const float *b, int64_t n, int64_t d);
 
-// Converts row `row` of an embedding table emb[rows, d] of ggml type `type` to f32. False for unsupported types.
+// Converts row `row` of an embedding table emb[rows, d] of ggml type `type` (or a grouped type) to f32. False for
+// unsupported types.
 bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d);
 
 // Writes k, v [n, n_kv_heads, head_dim] into slots [first_slot, first_slot + n) of the paged view.

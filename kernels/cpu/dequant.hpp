@@ -162,5 +162,10 @@ namespace cpu {
 // weights stay quantised in memory. False for other types.
 bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k,
                   ThreadPool *pool);
+// The grouped half (matmul_grouped.cpp): W in the grouped layout of ops.hpp (kF16Grouped, kBf16Grouped), and the
+// row lookup of an embedding table in that layout. False for other types.
+bool matmul_grouped(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k,
+                    ThreadPool *pool);
+bool get_row_grouped(float *out, const void *w, uint32_t type, int64_t row, int64_t d);
 }  // namespace cpu
 }  // namespace infokv

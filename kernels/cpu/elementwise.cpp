@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/dequant.hpp"
 #include "kernels/cpu/exp_avx2.hpp"
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/fp16.hpp"
@@ -59,6 +60,7 @@ void add_bias(float *x, const float *b, int64_t n, int64_t d) {
 }
 
 bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d) {
+  if (type == kF16Grouped || type == kBf16Grouped) return get_row_grouped(out, emb, type, row, d);
   const GgmlTypeTraits tr = ggml_type_traits(type);
   if (tr.name == nullptr || tr.block_elems == 0 || d % tr.block_elems != 0) return false;
   const size_t row_bytes = static_cast<size_t>(d / tr.block_elems) * tr.block_bytes;

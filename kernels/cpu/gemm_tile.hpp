@@ -295,13 +295,30 @@ inline int64_t panel_chunk(int64_t k) {
   return std::clamp<int64_t>((int64_t{512} * 1024 / (4 * k)) & ~(kPanel - 1), kTokenChunk, 256);
 }
 
-// xt = the panel of tokens t0 .. t1-1 (at most kPanel) of x [*, k], transposed; 64-byte aligned.
-inline void pack_panel(float *xt, const float *x, int64_t t0, int64_t t1, int64_t k) {
+// xt = the panel of tokens t0 .. t1-1 (at most `width`) of x [*, k], transposed: xt[i * width + j] = token t0 + j's
+// element i, zero past t1. The panel kernel here reads it 64-byte aligned (width kPanel); matmul_grouped.cpp packs
+// narrower panels for its broadcasts.
+// Full groups of four tokens go 4 x 4 elements at a time through SSE transposes (a scalar strided copy was 3-4% of
+// SmolLM2's F16 prefill); the rest one element at a time.
+inline void pack_panel(float *xt, const float *x, int64_t t0, int64_t t1, int64_t k, int64_t width = kPanel) {
+  const int64_t quads = (t1 - t0) / 4 * 4, k4 = k & ~int64_t{3};
+  for (int64_t j = 0; j < quads; j += 4) {
+    const float *r = x + (t0 + j) * k;
+    for (int64_t i = 0; i < k4; i += 4) {
+      __m128 a = _mm_loadu_ps(r + i), b = _mm_loadu_ps(r + k + i), c = _mm_loadu_ps(r + 2 * k + i),
+             d = _mm_loadu_ps(r + 3 * k + i);
+      _MM_TRANSPOSE4_PS(a, b, c, d);
+      float *o = xt + i * width + j;
+      _mm_storeu_ps(o, a);
+      _mm_storeu_ps(o + width, b);
+      _mm_storeu_ps(o + 2 * width, c);
+      _mm_storeu_ps(o + 3 * width, d);
+    }
+  }
   for (int64_t i = 0; i < k; ++i) {
-    float *d = xt + i * kPanel;
-    int64_t j = 0;
-    for (; j < t1 - t0; ++j) d[j] = x[(t0 + j) * k + i];
-    for (; j < kPanel; ++j) d[j] = 0.0f;
+    float *d = xt + i * width;
+    for (int64_t j = i < k4 ? quads : 0; j < t1 - t0; ++j) d[j] = x[(t0 + j) * k + i];
+    for (int64_t j = t1 - t0; j < width; ++j) d[j] = 0.0f;
   }
 }
 

@@ -93,6 +93,7 @@ bool have_avx2() { return cpu_has_avx2_fma_f16c(); }
 }  // namespace
 
 bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool) {
+  if (w_type == kF16Grouped || w_type == kBf16Grouped) return matmul_grouped(out, x, w, w_type, n, m, k, pool);
   WKind kind;
   switch (static_cast<GgmlType>(w_type)) {
     case GgmlType::F32: kind = WKind::f32; break;

@@ -16,6 +16,7 @@
 namespace infokv {
 
 struct Weight;
+class Model;
 class ThreadPool;
 
 // A weight matrix [rows, cols] (ggml type) as the device reads it: device memory, or the host mapping on the CPU.
@@ -48,9 +49,10 @@ class DeviceOps {
   virtual void sync() = 0;  // waits for the work so far; throws Error(internal) naming a failed kernel
 
   // ---- resident weights (live as long as this object) ----
-  // A matrix matmul and get_rows accept: the CPU uses the mapping as is (quantised types included); CUDA keeps
-  // 16-bit copies (f32 and quantised types converted to f16 on load).
-  virtual DevMatrix matrix(const Weight &w) = 0;
+  // A matrix matmul and get_rows accept, for weight w of `model`: the CPU uses the mapping as is (f32 and quantised
+  // types) or the model's grouped copy of f16/bf16 rows (kernels/ops.hpp); CUDA keeps 16-bit copies (f32 and
+  // quantised types converted to f16 on load).
+  virtual DevMatrix matrix(const Model &model, const Weight &w) = 0;
   virtual const float *vec(const std::vector<float> &v) = 0;  // [v.size()] f32
 
   // The KV block pool of a cache with this geometry (src/kv/kv_store.hpp).

@@ -93,20 +93,20 @@ class OpsForward final : public DeviceForward {
       DevLayer &D = layers_[static_cast<size_t>(l)];
       D.attn_norm = ops_->vec(L.attn_norm);
       D.ffn_norm = ops_->vec(L.ffn_norm);
-      D.wq = ops_->matrix(L.wq);
-      D.wk = ops_->matrix(L.wk);
-      D.wv = ops_->matrix(L.wv);
-      D.wo = ops_->matrix(L.wo);
+      D.wq = ops_->matrix(m, L.wq);
+      D.wk = ops_->matrix(m, L.wk);
+      D.wv = ops_->matrix(m, L.wv);
+      D.wo = ops_->matrix(m, L.wo);
       D.bq = optional_vec(*ops_, L.bq);
       D.bk = optional_vec(*ops_, L.bk);
       D.bv = optional_vec(*ops_, L.bv);
       D.bo = optional_vec(*ops_, L.bo);
-      D.gate = ops_->matrix(L.w_gate);
-      D.up = ops_->matrix(L.w_up);
-      D.down = ops_->matrix(L.w_down);
+      D.gate = ops_->matrix(m, L.w_gate);
+      D.up = ops_->matrix(m, L.w_up);
+      D.down = ops_->matrix(m, L.w_down);
     }
-    emb_ = ops_->matrix(m.token_embd());
-    out_ = m.tied_output() ? emb_ : ops_->matrix(m.output());
+    emb_ = ops_->matrix(m, m.token_embd());
+    out_ = m.tied_output() ? emb_ : ops_->matrix(m, m.output());
     out_norm_ = ops_->vec(m.output_norm());
     set_rope_freqs(0);
   }

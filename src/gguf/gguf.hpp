@@ -58,6 +58,7 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
   size_t file_size() const { return size_; }
+  const MappedFile &mapping() const { return map_; }  // empty over a caller-owned buffer
   const std::map<std::string, GgufValue> &metadata() const { return kv_; }
   const std::vector<GgufTensor> &tensors() const { return tensors_; }
 

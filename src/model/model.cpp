@@ -235,4 +235,22 @@ std::shared_ptr<const Model> Model::load(const std::string &path) {
   return m;
 }
 
+const void *Model::derived(const Weight &w, size_t bytes, const std::function<void(void *)> &fill) const {
+  std::lock_guard<std::mutex> lock(derived_mu_);
+  auto it = derived_.find(w.data);
+  if (it != derived_.end()) return it->second.get();
+  void *p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (p == nullptr) fail(Status::out_of_memory, "cannot allocate " + std::to_string(bytes) + " bytes for " + w.name);
+  std::unique_ptr<void, FreeBytes> owned(p);
+  fill(p);
+  derived_.emplace(w.data, std::move(owned));
+  const GgmlTypeTraits tt = ggml_type_traits(w.type);
+  if (tt.block_elems > 0) {
+    const size_t n = static_cast<size_t>(w.rows * w.cols) / tt.block_elems * tt.block_bytes;
+    bool ours = file_ != nullptr && file_->mapping().release(w.data, n);
+    for (size_t i = 0; i < shards_.size() && !ours; ++i) ours = shards_[i]->mapping().release(w.data, n);
+  }
+  return p;
+}
+
 }  // namespace infokv

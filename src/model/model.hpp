@@ -1,7 +1,10 @@
 // A Llama-family decoder's hyper-parameters and weights, loaded from GGUF (weights stay in the mapping).
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -82,6 +85,12 @@ class Model {
   uint64_t n_params() const { return n_params_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
 
+  // A copy of weight w rearranged for a backend (the CPU's grouped f16/bf16 layout): `bytes` bytes, 64-byte aligned,
+  // written by fill(dst) on the first request for w and kept for the model's lifetime, so every session shares one.
+  // Thread-safe. Once the copy is made, w's own pages are given back to the kernel where they lie in a file mapping
+  // (w.data still reads the same bytes: the pages come back from the file). Throws Error(out_of_memory).
+  const void *derived(const Weight &w, size_t bytes, const std::function<void(void *)> &fill) const;
+
  private:
   Model() = default;
   static std::shared_ptr<const Model> load_hf(const std::string &dir);
@@ -103,6 +112,11 @@ class Model {
   uint64_t weights_fp_ = 0;
   uint64_t n_params_ = 0;
   uint64_t weight_bytes_ = 0;
+  struct FreeBytes {
+    void operator()(void *p) const noexcept { std::free(p); }
+  };
+  mutable std::mutex derived_mu_;
+  mutable std::map<const void *, std::unique_ptr<void, FreeBytes>> derived_;
 };
 
 }  // namespace infokv

@@ -37,6 +37,7 @@ class SafetensorsFile {
   const std::vector<StTensor> &tensors() const { return tensors_; }
   const StTensor *find(const std::string &name) const;
   const std::map<std::string, std::string> &metadata() const { return metadata_; }
+  const MappedFile &mapping() const { return file_; }  // empty over a caller-owned buffer
 
  private:
   void parse(const uint8_t *bytes, size_t size, const std::string &what);

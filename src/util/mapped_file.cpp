@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "util/error.hpp"
 #include "util/file_io.hpp"
@@ -24,6 +25,16 @@ MappedFile::MappedFile(const std::string &path) {
 }
 
 MappedFile::~MappedFile() { reset(); }
+
+bool MappedFile::release(const void *p, size_t n) const {
+  const auto a = reinterpret_cast<uintptr_t>(p), base = reinterpret_cast<uintptr_t>(data_);
+  if (data_ == nullptr || a < base || n > size_ || a - base > size_ - n) return false;
+  const long ps = ::sysconf(_SC_PAGESIZE);
+  const uintptr_t page = ps > 0 ? static_cast<uintptr_t>(ps) : 4096;
+  const uintptr_t b = (a + page - 1) / page * page, e = (a + n) / page * page;
+  if (e > b) ::madvise(reinterpret_cast<void *>(b), e - b, MADV_DONTNEED);
+  return true;
+}
 
 MappedFile::MappedFile(MappedFile &&other) noexcept : data_(other.data_), size_(other.size_) {
   other.data_ = nullptr;

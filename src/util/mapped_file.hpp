@@ -18,6 +18,9 @@ class MappedFile {
 
   const uint8_t *data() const { return data_; }
   size_t size() const { return size_; }
+  // Gives the pages wholly inside [p, p + n) back to the kernel (MADV_DONTNEED) when that range lies in this mapping;
+  // a later read maps them again from the file, so the bytes seen do not change. True when the range was ours.
+  bool release(const void *p, size_t n) const;
 
  private:
   void reset() noexcept;

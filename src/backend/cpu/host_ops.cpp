@@ -1,5 +1,5 @@
 // DeviceOps on the CPU: host memory, memcpy for copies, the cpu:: kernels (multithreaded where they take a pool)
-// and the weights used in place from the model's mapping, quantised types included.
+// and the weights used in place from the model's mapping (quantised and f32 types) or through its grouped copy (f16/bf16).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -52,9 +52,18 @@ class HostOps final : public DeviceOps {
     pending_.clear();
   }
 
-  DevMatrix matrix(const Weight &w) override {
+  // Quantised and f32 matrices are used in place from the mapping; f16/bf16 ones through the model's grouped copy
+  // (cpu::group_rows, made once per model and shared by its sessions), whose products are faster in prefill and sum
+  // every output in one order whatever the batch.
+  DevMatrix matrix(const Model &model, const Weight &w) override {
     if (!cpu::weight_type_supported(w.type)) fail(Status::unsupported, "weight type of " + w.name + " is not supported on the CPU");
-    return DevMatrix{w.data, w.type, w.rows, w.cols};
+    const uint32_t grouped = cpu::grouped_type(w.type);
+    if (grouped == 0) return DevMatrix{w.data, w.type, w.rows, w.cols};
+    const int64_t elems = cpu::grouped_elems(w.rows, w.cols);
+    const void *g = model.derived(w, static_cast<size_t>(elems) * 2, [&](void *dst) {
+      cpu::group_rows(static_cast<uint16_t *>(dst), static_cast<const uint16_t *>(w.data), w.rows, w.cols, pool_);
+    });
+    return DevMatrix{g, grouped, w.rows, w.cols};
   }
   const float *vec(const std::vector<float> &v) override { return v.data(); }
   std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) override {

@@ -87,7 +87,7 @@ class CudaOps final : public DeviceOps {
     check_last_error("forward");
   }
 
-  DevMatrix matrix(const Weight &w) override {
+  DevMatrix matrix(const Model & /*model*/, const Weight &w) override {
     DevMatrix m{nullptr, w.type, w.rows, w.cols};
     const size_t n = static_cast<size_t>(w.rows * w.cols);
     const auto t = static_cast<GgmlType>(w.type);
