@@ -283,9 +283,9 @@ IKV_AVX512 inline __m512 block_dot512(const uint8_t *blk, const float *x) {
       q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi));
     }
   } else {
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + (K == Fused::q4_1 ? 4 : 2)));
-    __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, mask)), hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), mask));
+    // byte j widened to 32 bits holds element j in its low nibble and element 16 + j above it
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + (K == Fused::q4_1 ? 4 : 2))));
+    __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(0x0F)), hi = _mm512_srli_epi32(v, 4);
     if constexpr (K == Fused::q4_0) {  // -8 .. 7
       lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(8));
       hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(8));
@@ -296,26 +296,43 @@ IKV_AVX512 inline __m512 block_dot512(const uint8_t *blk, const float *x) {
   return _mm512_fmadd_ps(q1, _mm512_loadu_ps(x + 16), _mm512_mul_ps(q0, _mm512_loadu_ps(x)));
 }
 
+// A Q4_1/Q5_1 block's d and m (the f16 pair it starts with) as [d, m, 0, 0].
+IKV_AVX512 inline __m128 dm_of(const uint8_t *blk) {
+  int32_t w;
+  std::memcpy(&w, blk, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(w));
+}
+
 template <Fused K>
 IKV_AVX512 float dot_fused512(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
   constexpr int64_t BB = fused_block_bytes(K);
-  constexpr bool kMin = K == Fused::q4_1 || K == Fused::q5_1;
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  float min0 = 0.0f, min1 = 0.0f;
+  if constexpr (K == Fused::q4_1 || K == Fused::q5_1) {
+    // d and m side by side, converted by one instruction (dm_of); lane 1 of mn sums m * sum(x)
+    __m128 mn0 = _mm_setzero_ps(), mn1 = _mm_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, row += 2 * BB, x += 64) {
+      const __m128 dm0 = dm_of(row), dm1 = dm_of(row + BB);
+      acc0 = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm0), block_dot512<K>(row, x), acc0);
+      acc1 = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm1), block_dot512<K>(row + BB, x + 32), acc1);
+      mn0 = _mm_fmadd_ps(dm0, _mm_broadcast_ss(sx + b), mn0);
+      mn1 = _mm_fmadd_ps(dm1, _mm_broadcast_ss(sx + b + 1), mn1);
+    }
+    if (b < nb) {
+      const __m128 dm0 = dm_of(row);
+      acc0 = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm0), block_dot512<K>(row, x), acc0);
+      mn0 = _mm_fmadd_ps(dm0, _mm_broadcast_ss(sx + b), mn0);
+    }
+    const float mins = _mm_cvtss_f32(_mm_movehdup_ps(_mm_add_ps(mn0, mn1)));
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + mins;
+  }
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2, row += 2 * BB, x += 64) {
     acc0 = _mm512_fmadd_ps(_mm512_set1_ps(h2f_f16c(row)), block_dot512<K>(row, x), acc0);
     acc1 = _mm512_fmadd_ps(_mm512_set1_ps(h2f_f16c(row + BB)), block_dot512<K>(row + BB, x + 32), acc1);
-    if constexpr (kMin) {
-      min0 += h2f_f16c(row + 2) * sx[b];
-      min1 += h2f_f16c(row + BB + 2) * sx[b + 1];
-    }
   }
-  if (b < nb) {
-    acc0 = _mm512_fmadd_ps(_mm512_set1_ps(h2f_f16c(row)), block_dot512<K>(row, x), acc0);
-    if constexpr (kMin) min0 += h2f_f16c(row + 2) * sx[b];
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + (min0 + min1);
+  if (b < nb) acc0 = _mm512_fmadd_ps(_mm512_set1_ps(h2f_f16c(row)), block_dot512<K>(row, x), acc0);
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
 // dot of 32 unsigned bytes with x[32]
@@ -459,9 +476,9 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
   if (kSums)
     for (int64_t t = 0; t < n; ++t)
       for (int64_t b = 0; b < nb; ++b) {
-        float s = 0;
-        for (int j = 0; j < 32; ++j) s += x[t * k + b * 32 + j];
-        sums[static_cast<size_t>(t * nb + b)] = s;
+        float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight chains, not one of 32 dependent additions
+        for (int j = 0; j < 32; ++j) l[j % 8] += x[t * k + b * 32 + j];
+        sums[static_cast<size_t>(t * nb + b)] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
       }
   // each row's bytes are asked for kFusedAhead before they are read (see tile::prefetch_l1): 2x decode on a KVM Xeon
   for (int64_t r = m0; r < m1; ++r) {
