@@ -40,4 +40,13 @@ bool cpu_has_avx512() {
 #endif
 }
 
+bool cpu_is_amd() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool amd = __builtin_cpu_is("amd");
+  return amd;
+#else
+  return false;
+#endif
+}
+
 }  // namespace infokv

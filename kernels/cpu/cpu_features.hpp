@@ -13,4 +13,8 @@ bool cpu_has_avx2_fma_f16c();
 // INFOKV_CPU_KERNELS=avx2 (or portable) makes it false on any CPU, so one machine can test every path.
 bool cpu_has_avx512();
 
+// An AMD CPU (CPUID vendor AuthenticAMD): decode's software prefetch distance is tuned per vendor (see
+// tile::fused_ahead), as the two vendors' hardware prefetchers follow a weight stream differently.
+bool cpu_is_amd();
+
 }  // namespace infokv

@@ -480,9 +480,11 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
         for (int j = 0; j < 32; ++j) l[j % 8] += x[t * k + b * 32 + j];
         sums[static_cast<size_t>(t * nb + b)] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
       }
-  // each row's bytes are asked for kFusedAhead before they are read (see tile::prefetch_l1): 2x decode on a KVM Xeon
+  // each row's bytes are asked for tile::fused_ahead() bytes before they are read (see tile::prefetch_l1): 2x decode
+  // on a KVM Xeon
+  const int64_t ahead_bytes = tile::fused_ahead();
   for (int64_t r = m0; r < m1; ++r) {
-    const int64_t ahead = r * row_bytes + tile::kFusedAhead;
+    const int64_t ahead = r * row_bytes + ahead_bytes;
     tile::prefetch_l1(w, ahead, std::min(m1 * row_bytes, ahead + row_bytes));
     for (int64_t t = 0; t < n; ++t) {
       const uint8_t *wr = w + r * row_bytes;
