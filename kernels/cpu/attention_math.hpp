@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/cpu/exp_avx2.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
@@ -91,7 +92,7 @@ IKV_AVX2 inline __attribute__((always_inline)) float dot_finish(__m256 acc, cons
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
   float s = _mm_cvtss_f32(lo);
-  for (int32_t i = n8; i < n; ++i) s += a[i] * tile::load1(b, i, D);
+  for (int32_t i = n8; i < n; ++i) s = std::fma(a[i], tile::load1(b, i, D), s);  // fused, whatever -ffp-contract does
   return s;
 }
 
@@ -250,7 +251,7 @@ IKV_AVX2 inline void wsum_d(float *o, const float *w, const void *vb, int32_t cn
     _mm256_storeu_ps(o + i0, a);
   }
   for (int32_t i = h8; i < hd; ++i)
-    for (int32_t j = 0; j < cnt; ++j) o[i] += w[j] * tile::load1(vb, static_cast<int64_t>(j) * hd + i, D);
+    for (int32_t j = 0; j < cnt; ++j) o[i] = std::fma(w[j], tile::load1(vb, static_cast<int64_t>(j) * hd + i, D), o[i]);
 }
 
 // Several weighted sums over one block of V at once: row r adds w[j] * v[j] for j < cnt into o (a query head of a
@@ -284,7 +285,8 @@ IKV_AVX2 inline void wsum_rows_d(const WsumRow *rows, const void *vb, int32_t hd
   }
   for (int r = 0; r < R; ++r)
     for (int32_t i = h8; i < hd; ++i)
-      for (int32_t j = 0; j < rows[r].cnt; ++j) rows[r].o[i] += rows[r].w[j] * tile::load1(vb, static_cast<int64_t>(j) * hd + i, D);
+      for (int32_t j = 0; j < rows[r].cnt; ++j)
+        rows[r].o[i] = std::fma(rows[r].w[j], tile::load1(vb, static_cast<int64_t>(j) * hd + i, D), rows[r].o[i]);
 }
 
 template <KvDtype D>
@@ -305,6 +307,172 @@ IKV_AVX2 inline void wsum_rows_v(const WsumRow *rows, int n, const void *vb, KvD
     case KvDtype::f32: wsum_rows_t<KvDtype::f32>(rows, n, vb, hd); break;
     case KvDtype::f16: wsum_rows_t<KvDtype::f16>(rows, n, vb, hd); break;
     case KvDtype::bf16: wsum_rows_t<KvDtype::bf16>(rows, n, vb, hd); break;
+  }
+}
+
+// ---- AVX-512 (cpu_has_avx512): the same chains, two of them per 16-wide vector ------------------------------
+// Prefill tiles (whose K/V blocks are widened to f32 once for the tile) spend most of their attention time in the
+// scores and the weighted sums. With AVX-512 two 8-wide chains share one instruction: a query pair's chunk sits in the
+// two halves of a vector against one key chunk broadcast to both, and lane_sums16 finishes the two halves as
+// lane_sums8 finishes one. Each half does exactly the additions the AVX2 code does, so a query scored here and the
+// same query scored alone by the AVX2 code (decode) are the same bits.
+#define IKV_ATT512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+// lane_sums8 of the low 256-bit halves of a[0..7] in lanes 0..7 and of the high halves in lanes 8..15.
+IKV_ATT512 inline __attribute__((always_inline)) __m512 lane_sums16(const __m512 a[8]) {
+  // per half: [lo128 | hi128] of a[k] with [lo128 | hi128] of a[k + 4], as permute2f128 0x20 and 0x31 do per ymm
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  __m512 e[4];
+  for (int k = 0; k < 4; ++k)
+    e[k] = _mm512_add_ps(_mm512_permutex2var_ps(a[k], lo, a[k + 4]), _mm512_permutex2var_ps(a[k], hi, a[k + 4]));
+  // the rest works within 128-bit lanes, as in lane_sums8
+  const __m512 h = _mm512_add_ps(_mm512_unpacklo_ps(e[0], e[1]), _mm512_unpackhi_ps(e[0], e[1]));
+  const __m512 g = _mm512_add_ps(_mm512_unpacklo_ps(e[2], e[3]), _mm512_unpackhi_ps(e[2], e[3]));
+  return _mm512_add_ps(_mm512_shuffle_ps(h, g, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(h, g, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+// One row of scores: query q (head_dim floats) against keys 0 .. cnt-1 of a block, out[j] = (q . k_j) * scale.
+struct ScoreRow {
+  float *out;
+  const float *q;
+  int32_t cnt;
+};
+constexpr int kScoreRows = 4;
+constexpr int32_t kPairMaxHd = 256;  // the query pairs are packed on the stack
+
+// Rows 0..n-1 (n = 2 or 4: one or two query pairs) against the f32 keys at kb (key j at j * hd, hd a multiple of 8 up
+// to kPairMaxHd), 8 / pairs keys at a time for the keys all the rows see; the rest of each row through scores_nq<1>.
+// Pair r / 2 holds row r in half r % 2: result lanes 8 * (r % 2) + KEYS * (r / 2) + k are row r's key j + k.
+template <int PAIRS>
+IKV_ATT512 inline void scores_pairs512(const ScoreRow *rows, const float *kb, int32_t hd, float scale) {
+  constexpr int KEYS = 8 / PAIRS, N = 2 * PAIRS;
+  alignas(64) float qp[PAIRS][2 * kPairMaxHd];
+  int32_t common = rows[0].cnt;
+  for (int r = 1; r < N; ++r) common = std::min(common, rows[r].cnt);
+  for (int pr = 0; pr < PAIRS; ++pr)
+    for (int32_t c = 0; c < hd; c += 8) {
+      _mm256_store_ps(qp[pr] + 2 * c, _mm256_loadu_ps(rows[2 * pr].q + c));
+      _mm256_store_ps(qp[pr] + 2 * c + 8, _mm256_loadu_ps(rows[2 * pr + 1].q + c));
+    }
+  const __m512 sv = _mm512_set1_ps(scale);
+  int32_t j = 0;
+  for (; j + KEYS <= common; j += KEYS) {
+    __m512 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm512_setzero_ps();
+    const float *kj = kb + static_cast<int64_t>(j) * hd;
+    for (int32_t c = 0; c < hd; c += 8) {
+      __m512 kv[KEYS];
+      for (int k = 0; k < KEYS; ++k) kv[k] = _mm512_broadcast_f32x8(_mm256_loadu_ps(kj + static_cast<int64_t>(k) * hd + c));
+      for (int pr = 0; pr < PAIRS; ++pr) {
+        const __m512 qv = _mm512_load_ps(qp[pr] + 2 * c);
+        for (int k = 0; k < KEYS; ++k) a[pr * KEYS + k] = _mm512_fmadd_ps(qv, kv[k], a[pr * KEYS + k]);
+      }
+    }
+    alignas(64) float t[16];
+    _mm512_store_ps(t, _mm512_mul_ps(lane_sums16(a), sv));
+    for (int r = 0; r < N; ++r) std::memcpy(rows[r].out + j, t + 8 * (r % 2) + KEYS * (r / 2), sizeof(float) * KEYS);
+  }
+  for (int r = 0; r < N; ++r)
+    if (j < rows[r].cnt)
+      scores_nq<1, KvDtype::f32>(rows[r].out + j, 0, rows[r].q, kb + static_cast<int64_t>(j) * hd, rows[r].cnt - j, hd, scale);
+}
+
+// Rows gathered across the queries of a tile, scored four (or two) at a time; a lone row by scores_nq8<1, 8>.
+IKV_ATT512 inline void scores_rows512(const ScoreRow *rows, int n, const float *kb, int32_t hd, float scale) {
+  int r = 0;
+  for (; r + 4 <= n; r += 4) scores_pairs512<2>(rows + r, kb, hd, scale);
+  if (r + 2 <= n) scores_pairs512<1>(rows + r, kb, hd, scale), r += 2;
+  if (r < n) scores_nq8<1, 8, KvDtype::f32>(rows[r].out, 0, rows[r].q, kb, rows[r].cnt, hd, scale);
+}
+
+// The SCORES step of the AVX-512 tiles: a group's rows join the batch when the block is f32 and the head dim suits
+// the pairs (flushed four at a time, and by scores_flush512 at the end of the block); any other block as scores_v.
+struct ScoreBatch {
+  ScoreRow rows[kScoreRows];
+  int n = 0;
+};
+
+IKV_ATT512 inline void scores_b512(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
+                                   int32_t cnt, int32_t hd, float scale, ScoreBatch &b) {
+  if (dt != KvDtype::f32 || (hd & 7) != 0 || hd > kPairMaxHd) {
+    scores_v(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
+    return;
+  }
+  for (int32_t hh = 0; hh < group; ++hh) {
+    b.rows[b.n++] = {ph + hh * pstride, qg + static_cast<int64_t>(hh) * hd, cnt};
+    if (b.n == kScoreRows) scores_rows512(b.rows, b.n, static_cast<const float *>(kb), hd, scale), b.n = 0;
+  }
+}
+
+IKV_ATT512 inline void scores_flush512(ScoreBatch &b, const void *kb, int32_t hd, float scale) {
+  if (b.n > 0) scores_rows512(b.rows, b.n, static_cast<const float *>(kb), hd, scale);
+  b.n = 0;
+}
+
+// wsum_d with 16-wide vectors (hd a multiple of 16): each element still one FMA per key, in key order.
+template <KvDtype D>
+IKV_ATT512 inline void wsum_d512(float *o, const float *w, const void *vb, int32_t j0, int32_t cnt, int32_t hd) {
+  int32_t i0 = 0;
+  for (; i0 + 64 <= hd; i0 += 64) {
+    __m512 a[4];
+    for (int r = 0; r < 4; ++r) a[r] = _mm512_loadu_ps(o + i0 + 16 * r);
+    for (int32_t j = j0; j < cnt; ++j) {
+      const __m512 wv = _mm512_set1_ps(w[j]);
+      const int64_t e = static_cast<int64_t>(j) * hd + i0;
+      for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(wv, tile::load16(vb, e + 16 * r, D), a[r]);
+    }
+    for (int r = 0; r < 4; ++r) _mm512_storeu_ps(o + i0 + 16 * r, a[r]);
+  }
+  for (; i0 < hd; i0 += 16) {
+    __m512 a = _mm512_loadu_ps(o + i0);
+    for (int32_t j = j0; j < cnt; ++j)
+      a = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), tile::load16(vb, static_cast<int64_t>(j) * hd + i0, D), a);
+    _mm512_storeu_ps(o + i0, a);
+  }
+}
+
+// Four rows of head dim 64 over one block: each V vector loaded once for the four, up to the keys they all see,
+// then each row's remaining keys (still in key order).
+template <KvDtype D>
+IKV_ATT512 inline void wsum_rows4_64(const WsumRow *rows, const void *vb) {
+  int32_t common = rows[0].cnt;
+  for (int r = 1; r < 4; ++r) common = std::min(common, rows[r].cnt);
+  __m512 a[4][4];
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) a[r][c] = _mm512_loadu_ps(rows[r].o + 16 * c);
+  for (int32_t j = 0; j < common; ++j) {
+    __m512 v[4];
+    for (int c = 0; c < 4; ++c) v[c] = tile::load16(vb, static_cast<int64_t>(j) * 64 + 16 * c, D);
+    for (int r = 0; r < 4; ++r) {
+      const __m512 wv = _mm512_set1_ps(rows[r].w[j]);
+      for (int c = 0; c < 4; ++c) a[r][c] = _mm512_fmadd_ps(wv, v[c], a[r][c]);
+    }
+  }
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(rows[r].o + 16 * c, a[r][c]);
+  for (int r = 0; r < 4; ++r)
+    if (common < rows[r].cnt) wsum_d512<D>(rows[r].o, rows[r].w, vb, common, rows[r].cnt, 64);
+}
+
+template <KvDtype D>
+IKV_ATT512 inline void wsum_rows_t512(const WsumRow *rows, int n, const void *vb, int32_t hd) {
+  if (hd == 64 && n == 4) {
+    wsum_rows4_64<D>(rows, vb);
+    return;
+  }
+  for (int r = 0; r < n; ++r) wsum_d512<D>(rows[r].o, rows[r].w, vb, 0, rows[r].cnt, hd);
+}
+
+IKV_ATT512 inline void wsum_rows_v512(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
+  if ((hd & 15) != 0) {
+    wsum_rows_v(rows, n, vb, dt, hd);
+    return;
+  }
+  switch (dt) {
+    case KvDtype::f32: wsum_rows_t512<KvDtype::f32>(rows, n, vb, hd); break;
+    case KvDtype::f16: wsum_rows_t512<KvDtype::f16>(rows, n, vb, hd); break;
+    case KvDtype::bf16: wsum_rows_t512<KvDtype::bf16>(rows, n, vb, hd); break;
   }
 }
 

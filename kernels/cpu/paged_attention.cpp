@@ -48,23 +48,36 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
   return {kvbuf, KvDtype::f32};
 }
 
+// The SCORES and FLUSH steps of the AVX2 and portable tiles: each query's group scored at once (no batch).
+IKV_AVX2 inline void scores_v_b(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
+                                int32_t cnt, int32_t hd, float scale, ScoreBatch &) {
+  scores_v(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
+}
+inline void scores_s_b(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
+                       int32_t cnt, int32_t hd, float scale, ScoreBatch &) {
+  scores_s(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
+}
+inline void no_flush(ScoreBatch &, const void *, int32_t, float) {}
+
 // Queries t0 .. t1-1 of one KV head g over one view, query t seeing vis0 + t slots: each K and V block is converted
 // once for the whole tile instead of once per query. Each query's scores for the group's heads, their softmax and
 // the weighted sum of V are computed in the same order whatever the tile, so a tile of one query (t0 = 0, t1 = 1,
 // vis0 = its visible count: how a decode step is attended) gives the same bits as that query in any tile.
 // p: [t1 - t0][group][vis0 + t1 - 1] scratch (row hh of query t at (t - t0) * group * max_vis + hh * vis),
 // kvbuf: [block_size][head_dim] scratch.
-#define IKV_ATTEND_TILE_BODY(SCORES, WSUM_ROWS, DIRECT)                                                                \
+#define IKV_ATTEND_TILE_BODY(SCORES, FLUSH, WSUM_ROWS, DIRECT)                                                         \
   const int32_t hd = kv.head_dim;                                                                                      \
   const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                         \
   const int64_t qstride = static_cast<int64_t>(group) * max_vis;                                                       \
   for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                            \
     const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, max_vis - s0), DIRECT && t1 - t0 == 1, kvbuf);    \
+    ScoreBatch batch;                                                                                                  \
     for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
       const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);                     \
       const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                      \
-      SCORES(p + (t - t0) * qstride + s0, vis, qg, group, blk.first, blk.second, cnt, hd, scale);                      \
+      SCORES(p + (t - t0) * qstride + s0, vis, qg, group, blk.first, blk.second, cnt, hd, scale, batch);               \
     }                                                                                                                  \
+    FLUSH(batch, blk.first, hd, scale);                                                                                \
   }                                                                                                                    \
   for (int64_t t = t0; t < t1; ++t) {                                                                                  \
     const int32_t vis = vis0 + static_cast<int32_t>(t);                                                                \
@@ -89,12 +102,27 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
 
 IKV_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                                int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_v, wsum_rows_v, true)
+  IKV_ATTEND_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, true)
+}
+
+IKV_ATT512 void attend_tile_avx512(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
+                                   int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
+  IKV_ATTEND_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, true)
 }
 
 void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                          int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_s, wsum_rows_s, false)
+  IKV_ATTEND_TILE_BODY(scores_s_b, no_flush, wsum_rows_s, false)
+}
+
+// The tile a CPU takes: AVX-512, AVX2 or portable. All three give the same bits for the AVX2-capable paths (the
+// AVX-512 one pairs the AVX2 chains); the portable one is its own order.
+void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv, int32_t g,
+                 int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
+  static const bool wide = cpu_has_avx512();
+  if (wide) attend_tile_avx512(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
+  else if (have_f16c()) attend_tile_avx2(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
+  else attend_tile_generic(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 }
 
 #undef IKV_ATTEND_TILE_BODY
@@ -105,18 +133,20 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
 // unnormalised exp(s - m)-weighted sum of V o[(u * group + hh) * head_dim ...] (merged by merge_chunks). One query
 // (t0 = 0, t1 = 1, vis0 = its visible count) gives the same bits as in any tile.
 // p: [t1 - t0][group][chunk] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
-#define IKV_PARTIAL_TILE_BODY(SCORES, WSUM_ROWS, DIRECT)                                                               \
+#define IKV_PARTIAL_TILE_BODY(SCORES, FLUSH, WSUM_ROWS, DIRECT)                                                        \
   const int32_t hd = kv.head_dim;                                                                                      \
   const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                                     \
   const int64_t qstride = static_cast<int64_t>(group) * chunk;                                                         \
   for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                             \
     const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, b_end - s0), DIRECT && t1 - t0 == 1, kvbuf);      \
+    ScoreBatch batch;                                                                                                  \
     for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
       const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                            \
       const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                            \
       const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                      \
-      SCORES(p + (t - t0) * qstride + (s0 - b0), n, qg, group, blk.first, blk.second, cnt, hd, scale);                 \
+      SCORES(p + (t - t0) * qstride + (s0 - b0), n, qg, group, blk.first, blk.second, cnt, hd, scale, batch);          \
     }                                                                                                                  \
+    FLUSH(batch, blk.first, hd, scale);                                                                                \
   }                                                                                                                    \
   for (int64_t t = std::max<int64_t>(t0, b0 - vis0 + 1); t < t1; ++t) {                                                \
     const int32_t n = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk) - b0;                                       \
@@ -145,14 +175,34 @@ template <typename UnitOf>
 IKV_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                      const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                      float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_v, wsum_rows_v, true)
+  IKV_PARTIAL_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, true)
+}
+
+template <typename UnitOf>
+IKV_ATT512 void attend_chunk_tile_avx512(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1,
+                                         int32_t n_heads, const PagedKv &kv, int32_t g, int32_t group, int32_t vis0,
+                                         int32_t b0, int32_t chunk, float scale, float *p, float *kvbuf, UnitOf unit_of) {
+  IKV_PARTIAL_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, true)
 }
 
 template <typename UnitOf>
 void attend_chunk_tile_generic(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_s, wsum_rows_s, false)
+  IKV_PARTIAL_TILE_BODY(scores_s_b, no_flush, wsum_rows_s, false)
+}
+
+template <typename UnitOf>
+void attend_chunk_tile(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
+                       const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk, float scale,
+                       float *p, float *kvbuf, UnitOf unit_of) {
+  static const bool wide = cpu_has_avx512();
+  if (wide)
+    attend_chunk_tile_avx512(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
+  else if (have_f16c())
+    attend_chunk_tile_avx2(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
+  else
+    attend_chunk_tile_generic(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
 }
 
 #undef IKV_PARTIAL_TILE_BODY
@@ -198,7 +248,6 @@ void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
                   ViewFor view_for, int32_t prefill_vis0 = 0) {
   const int32_t hd = kv.head_dim, G = kv.n_kv_heads, group = n_heads / G;
   const int32_t chunk = std::max(kv.block_size, (kSplitChunk + kv.block_size - 1) / kv.block_size * kv.block_size);
-  const bool avx2 = have_f16c();
   // Units: (query t, KV head g, chunk c), listed query by query; first_unit[t] is query t's first.
   std::vector<int64_t> first_unit(static_cast<size_t>(n_q) + 1, 0);
   std::vector<int32_t> n_chunks(static_cast<size_t>(n_q));
@@ -229,12 +278,9 @@ void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
         std::fill(ou, ou + static_cast<int64_t>(group) * hd, 0.0f);
         std::fill(mu, mu + group, -INFINITY);
         std::fill(lu, lu + group, 0.0);
-      } else if (avx2) {
-        attend_chunk_tile_avx2(ou, mu, lu, qt, 0, 1, n_heads, vv.first, g, group, vv.second, b0, chunk, scale, p.data(),
-                               kvbuf.data(), unit0);
       } else {
-        attend_chunk_tile_generic(ou, mu, lu, qt, 0, 1, n_heads, vv.first, g, group, vv.second, b0, chunk, scale, p.data(),
-                                  kvbuf.data(), unit0);
+        attend_chunk_tile(ou, mu, lu, qt, 0, 1, n_heads, vv.first, g, group, vv.second, b0, chunk, scale, p.data(),
+                          kvbuf.data(), unit0);
       }
     }
   };
@@ -257,12 +303,8 @@ void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
       auto unit_of = [&](int64_t t) {
         return first_unit[static_cast<size_t>(t)] + static_cast<int64_t>(g) * n_chunks[static_cast<size_t>(t)] + c;
       };
-      if (avx2)
-        attend_chunk_tile_avx2(o.data(), m.data(), l.data(), q, t0, t1, n_heads, kv, g, group, prefill_vis0, c * chunk,
-                               chunk, scale, p.data(), kvbuf.data(), unit_of);
-      else
-        attend_chunk_tile_generic(o.data(), m.data(), l.data(), q, t0, t1, n_heads, kv, g, group, prefill_vis0, c * chunk,
-                                  chunk, scale, p.data(), kvbuf.data(), unit_of);
+      attend_chunk_tile(o.data(), m.data(), l.data(), q, t0, t1, n_heads, kv, g, group, prefill_vis0, c * chunk, chunk,
+                        scale, p.data(), kvbuf.data(), unit_of);
     }
   };
   if (prefill_vis0 > 0) {
@@ -290,7 +332,6 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
                     float *acc, float *acc_count, ThreadPool *pool, ViewFor view_for) {
   const int32_t hd = kv.head_dim;
   const int32_t group = n_heads / kv.n_kv_heads;
-  const bool avx2 = have_f16c();
   const size_t width = static_cast<size_t>(std::max(1, max_vis));
   // One work item: query t, KV head g. acc_row / count_row receive its H2O sums (null: none).
   auto run = [&](int64_t it, float *acc_row, float *count_row, std::vector<float> &p, std::vector<float> &kvbuf) {
@@ -299,8 +340,7 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
     const std::pair<PagedKv, int32_t> vv = view_for(t);
     const int32_t vis = vv.second;
     const int64_t row = t * n_heads * hd;  // query t alone: a tile of one, p laid out [group][vis]
-    if (avx2) attend_tile_avx2(out + row, q + row, 0, 1, n_heads, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
-    else attend_tile_generic(out + row, q + row, 0, 1, n_heads, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
+    attend_tile(out + row, q + row, 0, 1, n_heads, vv.first, g, group, vis, scale, p.data(), kvbuf.data());
     if (acc_row) {
       const float inv_h = 1.0f / static_cast<float>(n_heads);
       for (int32_t hh = 0; hh < group; ++hh) {
@@ -349,7 +389,6 @@ void attend_tiles(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
                   float scale, ThreadPool *pool) {
   const int32_t G = kv.n_kv_heads, group = n_heads / G, hd = kv.head_dim;
   const int32_t max_vis = visible0 + static_cast<int32_t>(n_q) - 1;
-  const bool avx2 = have_f16c();
   const int64_t n_tiles = (n_q + kQueryTile - 1) / kQueryTile;
   auto body = [&](int64_t i0, int64_t i1) {
     std::vector<float> p(static_cast<size_t>(kQueryTile * group) * static_cast<size_t>(max_vis));
@@ -357,8 +396,7 @@ void attend_tiles(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
     for (int64_t it = i0; it < i1; ++it) {
       const int64_t t0 = it / G * kQueryTile, t1 = std::min(n_q, t0 + kQueryTile);
       const int32_t g = static_cast<int32_t>(it % G);
-      if (avx2) attend_tile_avx2(out, q, t0, t1, n_heads, kv, g, group, visible0, scale, p.data(), kvbuf.data());
-      else attend_tile_generic(out, q, t0, t1, n_heads, kv, g, group, visible0, scale, p.data(), kvbuf.data());
+      attend_tile(out, q, t0, t1, n_heads, kv, g, group, visible0, scale, p.data(), kvbuf.data());
     }
   };
   const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;

@@ -331,6 +331,66 @@ TEST_P(CpuTwinsDtype, LongContextAttentionMatchesPlainSoftmaxForAnyThreadCount) 
   }
 }
 
+// Prefill tiles pair their query heads two to a vector with AVX-512 (lanes of two AVX2 chains, finished together),
+// four rows at a time across the tile's queries, with the keys all four see first: for head dims that do and do not
+// suit the pairs (multiples of 16, of 8 only, neither), groups of one to four heads (so the rows of a tile split
+// across queries), and a diagonal block where the rows' key counts differ, every query's output is the bits of
+// attending it alone, whatever the thread count; and close to a plain softmax attention.
+TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATimeForAnyHeadShape) {
+  const KvDtype dt = GetParam();
+  std::mt19937 g(test_seed());
+  ThreadPool tp(2);
+  for (int32_t hd : {16, 64, 128, 24, 12})
+    for (int32_t group : {1, 2, 3, 4}) {
+      const int32_t nkv = 2, nh = nkv * group, bs = 16, visible0 = 9, n_q = 29, n = visible0 + n_q - 1;
+      const int32_t nb = (n + bs - 1) / bs;
+      const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+      std::vector<int32_t> table(static_cast<size_t>(nb));
+      for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 2 + 1) % nb;
+      std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
+      const PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
+      const std::vector<float> k = randn(static_cast<size_t>(n) * nkv * hd, g, 2.0f), v = randn(k.size(), g);
+      cpu::kv_append(kv, 0, k.data(), v.data(), n);
+      const std::vector<float> q = randn(static_cast<size_t>(n_q) * nh * hd, g);
+      const size_t row = static_cast<size_t>(nh) * hd;
+      std::vector<float> alone(q.size(), NAN);
+      for (int32_t t = 0; t < n_q; ++t)
+        cpu::paged_attention(alone.data() + t * row, q.data() + t * row, 1, nh, kv, visible0 + t, 0.3f, nullptr, nullptr,
+                             nullptr);
+      for (ThreadPool *tpp : {static_cast<ThreadPool *>(nullptr), &tp}) {
+        std::vector<float> tiled(q.size(), NAN);
+        cpu::paged_attention(tiled.data(), q.data(), n_q, nh, kv, visible0, 0.3f, nullptr, nullptr, tpp);
+        EXPECT_EQ(0, std::memcmp(tiled.data(), alone.data(), alone.size() * 4))
+            << kv_dtype_name(dt) << " hd " << hd << " group " << group << (tpp ? ", two threads" : ", one thread");
+      }
+      // and the values: a plain double softmax over what the cache holds, for the last query
+      const int32_t t = n_q - 1, vis = visible0 + t;
+      std::vector<float> kr(static_cast<size_t>(hd)), vr(static_cast<size_t>(hd));
+      double worst = 0;
+      for (int32_t h = 0; h < nh; ++h) {
+        const float *qh = q.data() + (static_cast<size_t>(t) * nh + h) * hd;
+        std::vector<double> sc(static_cast<size_t>(vis)), acc(static_cast<size_t>(hd), 0.0);
+        double mx = -INFINITY, sum = 0;
+        for (int32_t j = 0; j < vis; ++j) {
+          cpu::kv_read(kr.data(), kv, j, h / group, 0);
+          double d = 0;
+          for (int32_t i = 0; i < hd; ++i) d += static_cast<double>(qh[i]) * kr[static_cast<size_t>(i)];
+          sc[static_cast<size_t>(j)] = d * 0.3;
+          mx = std::max(mx, sc[static_cast<size_t>(j)]);
+        }
+        for (int32_t j = 0; j < vis; ++j) {
+          const double w = std::exp(sc[static_cast<size_t>(j)] - mx);
+          sum += w;
+          cpu::kv_read(vr.data(), kv, j, h / group, 1);
+          for (int32_t i = 0; i < hd; ++i) acc[static_cast<size_t>(i)] += w * vr[static_cast<size_t>(i)];
+        }
+        const float *got = alone.data() + static_cast<size_t>(t) * row + static_cast<size_t>(h) * hd;
+        for (int32_t i = 0; i < hd; ++i) worst = std::max(worst, std::fabs(got[i] - acc[static_cast<size_t>(i)] / sum));
+      }
+      EXPECT_LT(worst, 2e-5) << kv_dtype_name(dt) << " hd " << hd << " group " << group;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(KvDtypes, CpuTwinsDtype, infokv_test::all_kv_dtypes(), infokv_test::kv_dtype_param_name);
 
 // The batch forms equal the per-sequence calls they replace, bit for bit.
