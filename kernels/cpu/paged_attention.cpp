@@ -240,6 +240,9 @@ constexpr int32_t kSplitMinSlots = 1024;
 constexpr int32_t kSplitChunk = 512;
 // Queries of one prefill attended together, so each K/V block they share is converted once for all of them.
 constexpr int64_t kQueryTile = 8;
+// A prefill's tiles cost more the later their queries (causal): handed out in 16 chunks per thread, the last ones
+// are small enough that the threads finish together.
+constexpr int kPrefillChunksPerThread = 16;
 
 // prefill_vis0 > 0: the queries are a prefill of one view, query t seeing prefill_vis0 + t slots; work items are
 // then (kQueryTile queries, KV head, chunk) and each K/V block is converted once per tile (the same bits).
@@ -309,7 +312,7 @@ void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
   };
   if (prefill_vis0 > 0) {
     if (pool == nullptr) tile_body(0, first_tile_unit.back());
-    else pool->parallel_for(first_tile_unit.back(), 1, tile_body);
+    else pool->parallel_for(first_tile_unit.back(), 1, tile_body, kPrefillChunksPerThread);
   } else if (pool == nullptr) {
     body(0, units);
   } else {
@@ -401,7 +404,7 @@ void attend_tiles(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
   };
   const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
   if (pool == nullptr || work < (int64_t{1} << 16)) body(0, n_tiles * G);
-  else pool->parallel_for(n_tiles * G, 1, body);
+  else pool->parallel_for(n_tiles * G, 1, body, kPrefillChunksPerThread);
 }
 
 }  // namespace

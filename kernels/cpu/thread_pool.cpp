@@ -49,12 +49,13 @@ void ThreadPool::run_chunks() {
   for (int c; (c = next_chunk_.fetch_add(1)) < chunks;) (*job_)(n * c / chunks, n * (c + 1) / chunks);
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn, int per_thread) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  // Up to four chunks per thread, taken dynamically: work whose cost varies along the range (causal attention)
+  // Up to per_thread chunks per thread, taken dynamically: work whose cost varies along the range (causal attention)
   // still balances.
-  const int chunks = static_cast<int>(std::min<int64_t>(int64_t{4} * n_threads_, (n + grain - 1) / grain));
+  const int chunks = static_cast<int>(
+      std::min<int64_t>(int64_t{std::max(1, per_thread)} * n_threads_, (n + grain - 1) / grain));
   if (chunks <= 1 || n_threads_ == 1) {
     fn(0, n);
     return;

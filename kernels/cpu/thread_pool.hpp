@@ -19,9 +19,11 @@ class ThreadPool {
   ThreadPool &operator=(const ThreadPool &) = delete;
 
   int size() const { return n_threads_; }
-  // Calls fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items (up to 4 per thread,
-  // handed out dynamically). Runs inline when the work is too small to share. Not reentrant.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn);
+  // Calls fn(begin, end) over [0, n) split into contiguous chunks of at least `grain` items (up to per_thread per
+  // thread, handed out dynamically). Runs inline when the work is too small to share. Not reentrant. More chunks
+  // balance work whose items are few or uneven (a prefill's causal attention, 18 row groups on 2 threads) but cost a
+  // hand-off each, which decode-sized products cannot afford.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn, int per_thread = 4);
 
  private:
   void worker(int index);
