@@ -386,8 +386,74 @@ IKV_ATT512 inline void scores_rows512(const ScoreRow *rows, int n, const float *
   if (r < n) scores_nq8<1, 8, KvDtype::f32>(rows[r].out, 0, rows[r].q, kb, rows[r].cnt, hd, scale);
 }
 
-// The SCORES step of the AVX-512 tiles: a group's rows join the batch when the block is f32 and the head dim suits
-// the pairs (flushed four at a time, and by scores_flush512 at the end of the block); any other block as scores_v.
+// Two keys per vector (key j + 2kp in the low half, j + 2kp + 1 in the high half) against a query chunk broadcast to
+// both: NQ heads (up to 4) x KP key pairs at a time, read from f16/bf16 (or f32) K directly, each pair of key chunks
+// widened once for the NQ heads. How a decode step scores its group. Lane i of the low half of lane_sums16's result
+// is head i / KP, key j + 2 (i % KP); the high half the key after it. The keys left over go through scores_nq.
+template <int NQ, KvDtype D>
+IKV_ATT512 inline void scores_keypairs512(float *ph, int64_t pstride, const float *qg, const void *kb, int32_t cnt,
+                                          int32_t hd, float scale) {
+  constexpr int KP = NQ == 1 ? 8 : NQ == 2 ? 4 : 2, KEYS = 2 * KP;
+  const __m512 sv = _mm512_set1_ps(scale);
+  int32_t j = 0;
+  for (; j + KEYS <= cnt; j += KEYS) {
+    __m512 a[8];
+    for (int i = 0; i < 8; ++i) a[i] = _mm512_setzero_ps();  // NQ x KP < 8: the unused ones sum zeros
+    const int64_t e0 = static_cast<int64_t>(j) * hd;
+    for (int32_t c = 0; c < hd; c += 8) {
+      __m512 kv[KP];
+      for (int kp = 0; kp < KP; ++kp) {
+        const int64_t ea = e0 + static_cast<int64_t>(2 * kp) * hd + c, eb = ea + hd;
+        if constexpr (D == KvDtype::f32) {
+          const auto *k = static_cast<const float *>(kb);
+          kv[kp] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(k + ea)), _mm256_loadu_ps(k + eb), 1);
+        } else {
+          const auto *k = static_cast<const uint16_t *>(kb);
+          const __m256i h = _mm256_inserti128_si256(
+              _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(k + ea))),
+              _mm_loadu_si128(reinterpret_cast<const __m128i *>(k + eb)), 1);
+          if constexpr (D == KvDtype::f16) kv[kp] = _mm512_cvtph_ps(h);
+          else kv[kp] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        }
+      }
+      for (int q = 0; q < NQ; ++q) {
+        const __m512 qv = _mm512_broadcast_f32x8(_mm256_loadu_ps(qg + static_cast<int64_t>(q) * hd + c));
+        for (int kp = 0; kp < KP; ++kp) a[q * KP + kp] = _mm512_fmadd_ps(qv, kv[kp], a[q * KP + kp]);
+      }
+    }
+    alignas(64) float t[16];
+    _mm512_store_ps(t, _mm512_mul_ps(lane_sums16(a), sv));
+    for (int q = 0; q < NQ; ++q)
+      for (int kp = 0; kp < KP; ++kp) {
+        ph[q * pstride + j + 2 * kp] = t[q * KP + kp];
+        ph[q * pstride + j + 2 * kp + 1] = t[8 + q * KP + kp];
+      }
+  }
+  if (j < cnt) {
+    const int64_t es = D == KvDtype::f32 ? 4 : 2;
+    scores_nq<NQ, D>(ph + j, pstride, qg, static_cast<const uint8_t *>(kb) + static_cast<int64_t>(j) * hd * es, cnt - j,
+                     hd, scale);
+  }
+}
+
+template <KvDtype D>
+IKV_ATT512 inline void scores_keypairs_d(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb,
+                                         int32_t cnt, int32_t hd, float scale) {
+  for (int32_t hh = 0; hh < group; hh += 4) {
+    float *p = ph + hh * pstride;
+    const float *qh = qg + static_cast<int64_t>(hh) * hd;
+    switch (std::min(4, group - hh)) {
+      case 1: scores_keypairs512<1, D>(p, pstride, qh, kb, cnt, hd, scale); break;
+      case 2: scores_keypairs512<2, D>(p, pstride, qh, kb, cnt, hd, scale); break;
+      case 3: scores_keypairs512<3, D>(p, pstride, qh, kb, cnt, hd, scale); break;
+      default: scores_keypairs512<4, D>(p, pstride, qh, kb, cnt, hd, scale); break;
+    }
+  }
+}
+
+// The SCORES step of the AVX-512 tiles: a group's rows join the batch when the block is f32 (a tile's widened block)
+// and the head dim suits the query pairs (flushed four at a time, and by scores_flush512 at the end of the block);
+// f16/bf16 blocks read in place (a decode step) take the key pairs; head dims not a multiple of 8 take scores_v.
 struct ScoreBatch {
   ScoreRow rows[kScoreRows];
   int n = 0;
@@ -395,10 +461,13 @@ struct ScoreBatch {
 
 IKV_ATT512 inline void scores_b512(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
                                    int32_t cnt, int32_t hd, float scale, ScoreBatch &b) {
-  if (dt != KvDtype::f32 || (hd & 7) != 0 || hd > kPairMaxHd) {
+  if ((hd & 7) != 0) {
     scores_v(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
     return;
   }
+  if (dt == KvDtype::f16) return scores_keypairs_d<KvDtype::f16>(ph, pstride, qg, group, kb, cnt, hd, scale);
+  if (dt == KvDtype::bf16) return scores_keypairs_d<KvDtype::bf16>(ph, pstride, qg, group, kb, cnt, hd, scale);
+  if (hd > kPairMaxHd) return scores_keypairs_d<KvDtype::f32>(ph, pstride, qg, group, kb, cnt, hd, scale);
   for (int32_t hh = 0; hh < group; ++hh) {
     b.rows[b.n++] = {ph + hh * pstride, qg + static_cast<int64_t>(hh) * hd, cnt};
     if (b.n == kScoreRows) scores_rows512(b.rows, b.n, static_cast<const float *>(kb), hd, scale), b.n = 0;
@@ -432,34 +501,39 @@ IKV_ATT512 inline void wsum_d512(float *o, const float *w, const void *vb, int32
   }
 }
 
-// Four rows of head dim 64 over one block: each V vector loaded once for the four, up to the keys they all see,
-// then each row's remaining keys (still in key order).
-template <KvDtype D>
-IKV_ATT512 inline void wsum_rows4_64(const WsumRow *rows, const void *vb) {
+// R rows (1 to 4) of head dim 64 over one block: each V vector loaded (and widened) once for all of them, up to the
+// keys they all see, then each row's remaining keys (still in key order). A decode step's group of query heads
+// shares every f16 V load this way.
+template <KvDtype D, int R>
+IKV_ATT512 inline void wsum_rows_64(const WsumRow *rows, const void *vb) {
   int32_t common = rows[0].cnt;
-  for (int r = 1; r < 4; ++r) common = std::min(common, rows[r].cnt);
-  __m512 a[4][4];
-  for (int r = 0; r < 4; ++r)
+  for (int r = 1; r < R; ++r) common = std::min(common, rows[r].cnt);
+  __m512 a[R][4];
+  for (int r = 0; r < R; ++r)
     for (int c = 0; c < 4; ++c) a[r][c] = _mm512_loadu_ps(rows[r].o + 16 * c);
   for (int32_t j = 0; j < common; ++j) {
     __m512 v[4];
     for (int c = 0; c < 4; ++c) v[c] = tile::load16(vb, static_cast<int64_t>(j) * 64 + 16 * c, D);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < R; ++r) {
       const __m512 wv = _mm512_set1_ps(rows[r].w[j]);
       for (int c = 0; c < 4; ++c) a[r][c] = _mm512_fmadd_ps(wv, v[c], a[r][c]);
     }
   }
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < R; ++r)
     for (int c = 0; c < 4; ++c) _mm512_storeu_ps(rows[r].o + 16 * c, a[r][c]);
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < R; ++r)
     if (common < rows[r].cnt) wsum_d512<D>(rows[r].o, rows[r].w, vb, common, rows[r].cnt, 64);
 }
 
 template <KvDtype D>
 IKV_ATT512 inline void wsum_rows_t512(const WsumRow *rows, int n, const void *vb, int32_t hd) {
-  if (hd == 64 && n == 4) {
-    wsum_rows4_64<D>(rows, vb);
-    return;
+  if (hd == 64) {
+    switch (n) {
+      case 1: wsum_rows_64<D, 1>(rows, vb); return;
+      case 2: wsum_rows_64<D, 2>(rows, vb); return;
+      case 3: wsum_rows_64<D, 3>(rows, vb); return;
+      default: wsum_rows_64<D, 4>(rows, vb); return;
+    }
   }
   for (int r = 0; r < n; ++r) wsum_d512<D>(rows[r].o, rows[r].w, vb, 0, rows[r].cnt, hd);
 }
