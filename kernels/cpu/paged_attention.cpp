@@ -42,7 +42,8 @@ using namespace attn;  // NOLINT(build/namespaces): the attention arithmetic, in
 constexpr int32_t kPrefetchBlocks = 3;
 
 // Where a tile reads block s0 (n slots) of K (which = 0) or V (1) of head g from: the cache itself when `direct`
-// (a tile of one query on the AVX2 path widens f16/bf16 inside its products, each element is read once anyway),
+// (a tile of one query on the AVX2 and AVX-512 paths widens f16/bf16 inside its products, each element is read once
+// anyway),
 // else kvbuf, the block widened to f32 once for every query of the tile. Same values either way.
 inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0, int32_t g, int which, int32_t n,
                                                   bool direct, float *kvbuf) {
@@ -50,11 +51,9 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
   // The blocks sit anywhere in the pool, so the hardware prefetchers cannot guess the next one: ask for the block
   // kPrefetchBlocks on (its K or V rows of head g) while this one is worked on.
   const int32_t next = s0 + kPrefetchBlocks * kv.block_size;
-  if (next < kv.n_slots) {
-    const auto *np = reinterpret_cast<const char *>(slot_ptr(kv, next, g, which));
-    const int64_t bytes = static_cast<int64_t>(kv.block_size) * kv.head_dim * kv_dtype_size(kv.dtype);
-    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(np + b, _MM_HINT_T0);
-  }
+  if (next < kv.n_slots)
+    tile::prefetch_l1(slot_ptr(kv, next, g, which), 0,
+                      static_cast<int64_t>(kv.block_size) * kv.head_dim * kv_dtype_size(kv.dtype));
   if (direct) return {src, kv.dtype};
   load_row(kvbuf, src, n * kv.head_dim, kv.dtype);
   return {kvbuf, KvDtype::f32};
