@@ -44,6 +44,19 @@ bool dequantize_f16(uint16_t *out, const void *src, uint32_t type, int64_t n);
 // it does not handle (nothing written).
 bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool);
 
+// Several products of one input x[n, k] (a layer's q, k and v; gate and up): parts[i].out[n, parts[i].m] =
+// x · W_i^T, each the same bits as matmul of that part alone. For a lone token (n == 1) on a pool the parts share one
+// hand-off to the threads, split by rows across all of them: alone, k and v (192 rows on SmolLM2) are too small to
+// share and run on the calling thread while the others wait. False, with nothing written, when a part's type is not
+// one matmul handles or k is not a multiple of its block size.
+struct MatmulPart {
+  float *out;
+  const void *w;
+  uint32_t type;
+  int64_t m;
+};
+bool matmul_parts(const MatmulPart *parts, int count, const float *x, int64_t n, int64_t k, ThreadPool *pool);
+
 // ---- f16/bf16 weights in the CPU's grouped layout ----
 // Rows in groups of kWeightGroup, each group k-major: element (r, i) of W[m, k] at ((r / 32) * k + i) * 32 + r % 32,
 // the last group padded with zero rows (grouped_elems(m, k) elements in all). The CPU backend makes this copy of

@@ -2,6 +2,7 @@
 #include "kernels/cpu/simd.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -123,6 +124,64 @@ bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t 
     pool->parallel_for(m, grain, body);
   }
   return true;
+}
+
+namespace {
+
+// Rows per unit of a part's row range (a grouped matrix splits only at its 32-row groups) and the bytes of one
+// unit; false for a type matmul does not take or a k it cannot split into blocks.
+bool part_units(uint32_t type, int64_t k, int64_t *rows, int64_t *bytes) {
+  if (type == kF16Grouped || type == kBf16Grouped) {
+    *rows = kWeightGroup;
+    *bytes = kWeightGroup * k * 2;
+    return true;
+  }
+  if (!weight_type_supported(type)) return false;
+  const GgmlTypeTraits t = ggml_type_traits(type);
+  if (t.name == nullptr || t.block_elems == 0 || k % t.block_elems != 0) return false;
+  *rows = 1;
+  *bytes = k / t.block_elems * t.block_bytes;
+  return true;
+}
+
+}  // namespace
+
+bool matmul_parts(const MatmulPart *parts, int count, const float *x, int64_t n, int64_t k, ThreadPool *pool) {
+  if (count <= 0) return true;
+  std::vector<int64_t> unit_rows(static_cast<size_t>(count)), unit_bytes(unit_rows.size()), first(unit_rows.size() + 1, 0);
+  for (int i = 0; i < count; ++i) {
+    if (!part_units(parts[i].type, k, &unit_rows[static_cast<size_t>(i)], &unit_bytes[static_cast<size_t>(i)])) return false;
+    const int64_t ur = unit_rows[static_cast<size_t>(i)];
+    first[static_cast<size_t>(i) + 1] = first[static_cast<size_t>(i)] + (parts[i].m + ur - 1) / ur;
+  }
+  const int64_t total = first.back();
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) rows += parts[i].m;
+  // Batched products keep their own split (each part's outputs are [n, m], so a row range is not one span of them);
+  // so do products too small to share at all.
+  if (n != 1 || pool == nullptr || pool->size() <= 1 || count == 1 || rows * k < (int64_t{1} << 17)) {
+    for (int i = 0; i < count; ++i)
+      if (!matmul(parts[i].out, x, parts[i].w, parts[i].type, n, parts[i].m, k, pool)) return false;
+    return true;
+  }
+  // Units [a, b) of the concatenated range: each part's share computed by matmul on this thread, over the rows
+  // from its first unit in the range (a row's result does not depend on the rows computed beside it).
+  std::atomic<bool> ok{true};
+  auto body = [&](int64_t a, int64_t b) {
+    for (int i = 0; i < count; ++i) {
+      const size_t s = static_cast<size_t>(i);
+      const int64_t lo = std::max(a, first[s]), hi = std::min(b, first[s + 1]);
+      if (lo >= hi) continue;
+      const int64_t u0 = lo - first[s], r0 = u0 * unit_rows[s], r1 = std::min(parts[i].m, (hi - first[s]) * unit_rows[s]);
+      const auto *w = static_cast<const uint8_t *>(parts[i].w) + u0 * unit_bytes[s];
+      if (!matmul(parts[i].out + r0, x, w, parts[i].type, 1, r1 - r0, k, nullptr)) ok.store(false);
+    }
+  };
+  // about 64K multiply-adds of a row's worth per work item, as matmul takes for a lone token
+  const int64_t avg_unit_rows = std::max<int64_t>(1, rows / std::max<int64_t>(1, total));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / (k * avg_unit_rows));
+  pool->parallel_for(total, grain, body);
+  return ok.load();
 }
 
 }  // namespace cpu

@@ -65,6 +65,11 @@ class DeviceOps {
   virtual void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) = 0;
   // out[n, w.rows] = x[n, w.cols] · W^T
   virtual void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) = 0;
+  // outs[i][n, ws[i]->rows] = x[n, cols] · W_i^T for matrices of one input width (q, k and v; gate and up): the
+  // results of matmul on each; a backend may run them as one job (the CPU does for a lone token).
+  virtual void matmul_parts(float *const *outs, const float *x, const DevMatrix *const *ws, int count, int64_t n) {
+    for (int i = 0; i < count; ++i) matmul(outs[i], x, *ws[i], n);
+  }
   virtual void swiglu(float *out, const float *gate, const float *up, int64_t n) = 0;
   virtual void add_inplace(float *x, const float *y, int64_t n) = 0;
   virtual void add_bias(float *x, const float *b, int64_t n, int64_t d) = 0;

@@ -286,9 +286,11 @@ class OpsForward final : public DeviceForward {
     const int32_t *pos = pos_.as<int32_t>();
     const DevLayer &L = layers_[static_cast<size_t>(l)];
     o.rmsnorm(xn, x, L.attn_norm, T, d, hp.rms_eps);
-    o.matmul(q, xn, L.wq, T);
-    o.matmul(k, xn, L.wk, T);
-    o.matmul(v, xn, L.wv, T);
+    {
+      float *const outs[3] = {q, k, v};
+      const DevMatrix *const ws[3] = {&L.wq, &L.wk, &L.wv};
+      o.matmul_parts(outs, xn, ws, 3, T);
+    }
     if (L.bq != nullptr) o.add_bias(q, L.bq, T, p.qd);
     if (L.bk != nullptr) o.add_bias(k, L.bk, T, p.kvd);
     if (L.bv != nullptr) o.add_bias(v, L.bv, T, p.kvd);
@@ -304,8 +306,11 @@ class OpsForward final : public DeviceForward {
     if (L.bo != nullptr) o.add_bias(ob, L.bo, T, d);
     o.add_inplace(x, ob, T * d);
     o.rmsnorm(xn, x, L.ffn_norm, T, d, hp.rms_eps);
-    o.matmul(gb, xn, L.gate, T);
-    o.matmul(ub, xn, L.up, T);
+    {
+      float *const outs[2] = {gb, ub};
+      const DevMatrix *const ws[2] = {&L.gate, &L.up};
+      o.matmul_parts(outs, xn, ws, 2, T);
+    }
     o.swiglu(gb, gb, ub, T * p.ff);
     o.matmul(ob, gb, L.down, T);
     o.add_inplace(x, ob, T * d);

@@ -85,6 +85,15 @@ class HostOps final : public DeviceOps {
   void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) override {
     if (!cpu::matmul(out, x, w.data, w.type, n, w.rows, w.cols, pool_)) fail(Status::unsupported, "unsupported weight type");
   }
+  void matmul_parts(float *const *outs, const float *x, const DevMatrix *const *ws, int count, int64_t n) override {
+    cpu::MatmulPart parts[4];
+    if (count < 1 || count > 4) return DeviceOps::matmul_parts(outs, x, ws, count, n);
+    for (int i = 0; i < count; ++i) {
+      if (ws[i]->cols != ws[0]->cols) return DeviceOps::matmul_parts(outs, x, ws, count, n);
+      parts[i] = {outs[i], ws[i]->data, ws[i]->type, ws[i]->rows};
+    }
+    if (!cpu::matmul_parts(parts, count, x, n, ws[0]->cols, pool_)) fail(Status::unsupported, "unsupported weight type");
+  }
   void swiglu(float *out, const float *gate, const float *up, int64_t n) override {
     split(n, 1, [&](int64_t a, int64_t b) { cpu::swiglu(out + a, gate + a, up + a, b - a); });
   }

@@ -194,6 +194,69 @@ TEST(QuantMatmul, PrefillIsTheBitsOfTheF32ProductOfTheDequantisedRows) {
   }
 }
 
+// matmul_parts (a layer's q, k, v or gate, up in one hand-off): every part's outputs are the bits of matmul of that
+// part alone, for a lone token (the shared split) and for a batch, on one thread and two; for every quantised type,
+// f32, and f16 in the grouped layout (split only at its 32-row groups; 200 rows leave a padded last group). An
+// unsupported type or a k that is not whole blocks is refused with nothing written.
+TEST(QuantMatmul, PartsAreTheBitsOfEachPartAlone) {
+  std::mt19937_64 rng(31);
+  infokv::ThreadPool pool2(2);
+  std::vector<uint32_t> types;
+  for (GgmlType t : kQuantTypes) types.push_back(u(t));
+  types.push_back(u(GgmlType::F32));
+  types.push_back(infokv::cpu::kF16Grouped);
+  const int64_t k = 512;
+  const std::vector<int64_t> ms = {576, 200, 192};  // q, k, v of a small model, one not a multiple of 32
+  for (uint32_t type : types) {
+    std::vector<std::vector<uint8_t>> w;
+    for (int64_t m : ms) {
+      if (type == u(GgmlType::F32)) {
+        std::vector<float> f(static_cast<size_t>(m * k));
+        std::normal_distribution<float> nd(0, 0.05f);
+        for (float &v : f) v = nd(rng);
+        w.emplace_back(reinterpret_cast<const uint8_t *>(f.data()), reinterpret_cast<const uint8_t *>(f.data() + f.size()));
+      } else if (type == infokv::cpu::kF16Grouped) {
+        std::vector<uint16_t> h(static_cast<size_t>(m * k));
+        std::normal_distribution<float> nd(0, 0.05f);
+        for (uint16_t &v : h) v = infokv::float_to_fp16(nd(rng));
+        std::vector<uint16_t> g(static_cast<size_t>(infokv::cpu::grouped_elems(m, k)));
+        infokv::cpu::group_rows(g.data(), h.data(), m, k, nullptr);
+        w.emplace_back(reinterpret_cast<const uint8_t *>(g.data()), reinterpret_cast<const uint8_t *>(g.data() + g.size()));
+      } else {
+        const infokv::GgmlTypeTraits tr = infokv::ggml_type_traits(type);
+        w.push_back(infokv_test::random_quant_blocks(static_cast<GgmlType>(type), static_cast<size_t>(m * k / tr.block_elems), 0.01f, rng));
+      }
+    }
+    for (int64_t n : {1, 3}) {
+      std::vector<float> x(static_cast<size_t>(n * k));
+      std::normal_distribution<float> nd(0, 1);
+      for (float &v : x) v = nd(rng);
+      for (infokv::ThreadPool *pool : {static_cast<infokv::ThreadPool *>(nullptr), &pool2}) {
+        std::vector<std::vector<float>> alone, got;
+        std::vector<infokv::cpu::MatmulPart> parts;
+        for (size_t i = 0; i < ms.size(); ++i) {
+          alone.emplace_back(static_cast<size_t>(n * ms[i]), NAN);
+          got.emplace_back(static_cast<size_t>(n * ms[i]), NAN);
+          ASSERT_TRUE(infokv::cpu::matmul(alone[i].data(), x.data(), w[i].data(), type, n, ms[i], k, pool));
+        }
+        for (size_t i = 0; i < ms.size(); ++i) parts.push_back({got[i].data(), w[i].data(), type, ms[i]});
+        ASSERT_TRUE(infokv::cpu::matmul_parts(parts.data(), static_cast<int>(parts.size()), x.data(), n, k, pool));
+        for (size_t i = 0; i < ms.size(); ++i)
+          EXPECT_EQ(0, std::memcmp(alone[i].data(), got[i].data(), got[i].size() * 4))
+              << "type " << type << " part " << i << " n=" << n << (pool ? " two threads" : " one thread");
+      }
+    }
+  }
+  // refusals: nothing written
+  std::vector<float> x(64, 1.0f), out(8, 7.0f);
+  std::vector<uint8_t> blocks(8 * 2 * 20, 0);
+  infokv::cpu::MatmulPart bad[2] = {{out.data(), blocks.data(), u(GgmlType::Q4_1), 4}, {out.data() + 4, blocks.data(), u(GgmlType::Q2_K), 4}};
+  EXPECT_FALSE(infokv::cpu::matmul_parts(bad, 2, x.data(), 1, 64, &pool2));
+  infokv::cpu::MatmulPart partial[1] = {{out.data(), blocks.data(), u(GgmlType::Q4_1), 4}};
+  EXPECT_FALSE(infokv::cpu::matmul_parts(partial, 1, x.data(), 1, 48, &pool2));
+  for (float v : out) EXPECT_EQ(v, 7.0f);
+}
+
 TEST(QuantMatmul, EmbeddingRowsEqualDequantisedRows) {
   std::mt19937_64 rng(3);
   for (GgmlType t : kQuantTypes) {
