@@ -2,7 +2,8 @@
 """infokv against llama.cpp on the same GGUF files and machine, interleaved, as ratio tables.
 
     python3 packaging/tools/bench_vs_llamacpp.py --infokv build/infokv --models smollm2.gguf[,q8_0.gguf,...] \
-        [--work /tmp/llamacpp] [-p 256,512] [-n 128] [-t 1,2] [-r 3] [--rounds 6] [--json out.json]
+        [--work /tmp/llamacpp] [-p 256,512] [-n 128] [-t 1,2] [-r 3] [--rounds 6] [--json out.json] \
+        [-d 3500,7000 [--policy snapkv --budget 0.25]]
 
 llama.cpp is built from the `llama-cpp-python` source package on PyPI (`pip download --no-binary :all: --no-deps
 llama-cpp-python==0.3.36`) into --work, never into this repository (about 8 minutes on 2 cores, once; later runs
@@ -12,6 +13,14 @@ kernels then run), and says so in the table's heading. Each round runs `llama-be
 json` with the same options one after the other, alternating which goes first, and the tables report, per model x test x threads, the medians over rounds of
 each tool's avg_ts and their ratio (infokv / llama.cpp). `--markdown` prints the table the README's speed section
 is made from, headed by the date and the machine.
+
+Long context: `-d D1,D2` runs every test after filling the cache with D tokens (llama-bench's and infokv bench's
+-d), each depth in processes of its own, and adds each process's peak RSS (from wait4) to the table. `--policy P`
+(with `--budget B`, default 0.25) runs infokv once more per depth with the cache compressed to B of the depth
+before the timed test, and the table gains that run's speed and its ratio to the full cache's:
+
+    python3 packaging/tools/bench_vs_llamacpp.py --infokv build/infokv --models smollm2.gguf -p 256 -n 32 -t 2 \
+        -r 2 --rounds 2 -d 3500,7000 --policy snapkv --markdown
 """
 import argparse
 import datetime
@@ -83,12 +92,22 @@ def cpu_name() -> str:
 
 
 def bench_rows(cmd):
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout.decode()
-    return json.loads(out)
+    """The JSON rows a bench prints, and the process's peak RSS in MiB."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = proc.stdout.read().decode()
+    proc.stdout.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return json.loads(out), usage.ru_maxrss / 1024.0
 
 
 def key(row, model):
     test = f"pp{row['n_prompt']}" if row["n_prompt"] > 0 else f"tg{row['n_gen']}"
+    depth = int(row.get("n_depth", 0) or 0)
+    if depth > 0:
+        test += f" @ d{depth}"
     return (os.path.basename(model), test, int(row["n_threads"]))
 
 
@@ -106,6 +125,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--json", default=None, help="write every round's rows here")
     ap.add_argument("--markdown", action="store_true", help="print the README table")
+    ap.add_argument("-d", default=None, help="comma-separated depths: tokens in the cache before each test")
+    ap.add_argument("--policy", default=None, help="also run infokv with this compression policy at each depth")
+    ap.add_argument("--budget", default="0.25", help="the policy's budget, a fraction of the depth")
     a = ap.parse_args()
     models = a.models.split(",")
     llama = a.llama_bench or build_llama_bench(a.work, a.jobs)
@@ -114,18 +136,32 @@ def main() -> int:
         print("llama-bench died of SIGILL (AMX advertised but not usable here): rebuilding llama.cpp with "
               + NO_AMX, file=sys.stderr)
         llama, no_amx = build_llama_bench(a.work, a.jobs, no_amx=True), True
+    if a.policy is not None and a.d is None:
+        ap.error("--policy needs -d (the depth whose cache it compresses)")
+    depths = [None] if a.d is None else a.d.split(",")
     common = ["-p", a.p, "-n", a.n, "-t", a.t, "-r", a.r, "-o", "json"]
-    samples = {}  # (model, test, threads) -> {"infokv": [...], "llama.cpp": [...]}
+    compressed = f"infokv {a.policy} {a.budget}" if a.policy else None
+    samples = {}  # (model, test, threads) -> {"infokv": [...], "llama.cpp": [...], compressed: [...]}
+    rss = {}  # (model, test, threads) -> {tool: [peak MiB of the process that ran it]}
     raw = []
     for rnd in range(a.rounds):
         for model in models:
-            order = [("llama.cpp", [llama, "-m", model] + common), ("infokv", [a.infokv, "bench", "-m", model] + common)]
-            if rnd % 2:
-                order.reverse()
-            for tool, cmd in order:
-                for row in bench_rows(cmd):
-                    samples.setdefault(key(row, model), {}).setdefault(tool, []).append(float(row["avg_ts"]))
-                    raw.append({"round": rnd, "tool": tool, "model": model, **row})
+            for depth in depths:
+                opts = common + ([] if depth is None else ["-d", depth])
+                order = [("llama.cpp", [llama, "-m", model] + opts),
+                         ("infokv", [a.infokv, "bench", "-m", model] + opts)]
+                if compressed:
+                    order.append((compressed, [a.infokv, "bench", "-m", model] + opts
+                                  + ["--policy", a.policy, "--budget", a.budget]))
+                if rnd % 2:
+                    order.reverse()
+                for tool, cmd in order:
+                    rows, peak = bench_rows(cmd)
+                    for row in rows:
+                        k = key(row, model)
+                        samples.setdefault(k, {}).setdefault(tool, []).append(float(row["avg_ts"]))
+                        rss.setdefault(k, {}).setdefault(tool, []).append(peak)
+                        raw.append({"round": rnd, "tool": tool, "model": model, "peak_rss_mib": peak, **row})
             print(f"round {rnd + 1}/{a.rounds} done for {os.path.basename(model)}", file=sys.stderr)
     if a.json:
         with open(a.json, "w") as f:
@@ -136,12 +172,30 @@ def main() -> int:
         lines.append(f"Measured {datetime.date.today().isoformat()} on {os.cpu_count()} vCPUs ({cpu_name()}), "
                      f"{a.rounds} interleaved rounds, medians; llama.cpp from {LLAMA_CPP_PYTHON} (GGML_NATIVE{amx}).")
         lines.append("")
-    lines.append("| model | test | threads | infokv t/s | llama.cpp t/s | ratio |")
-    lines.append("|---|---|---:|---:|---:|---:|")
-    for (model, test, threads), tools in sorted(samples.items()):
-        ours = statistics.median(tools.get("infokv", [float("nan")]))
-        theirs = statistics.median(tools.get("llama.cpp", [float("nan")]))
-        lines.append(f"| {model} | {test} | {threads} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
+    med = lambda tools, tool: statistics.median(tools.get(tool, [float("nan")]))
+    if a.d is None:
+        lines.append("| model | test | threads | infokv t/s | llama.cpp t/s | ratio |")
+        lines.append("|---|---|---:|---:|---:|---:|")
+        for (model, test, threads), tools in sorted(samples.items()):
+            ours, theirs = med(tools, "infokv"), med(tools, "llama.cpp")
+            lines.append(f"| {model} | {test} | {threads} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
+    else:
+        head = "| model | test | threads | infokv t/s | llama.cpp t/s | ratio | infokv peak RSS | llama.cpp peak RSS |"
+        rule = "|---|---|---:|---:|---:|---:|---:|---:|"
+        if compressed:
+            head += f" {compressed} t/s | vs full cache | its peak RSS |"
+            rule += "---:|---:|---:|"
+        lines += [head, rule]
+        for k, tools in sorted(samples.items(), key=lambda kv: (kv[0][0], int(kv[0][1].split("@ d")[-1]) if "@ d" in kv[0][1] else 0, kv[0][1], kv[0][2])):
+            model, test, threads = k
+            ours, theirs = med(tools, "infokv"), med(tools, "llama.cpp")
+            line = (f"| {model} | {test} | {threads} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} "
+                    f"| {max(rss[k].get('infokv', [float('nan')])):.0f} MiB "
+                    f"| {max(rss[k].get('llama.cpp', [float('nan')])):.0f} MiB |")
+            if compressed:
+                c = med(tools, compressed)
+                line += f" {c:.1f} | {c / ours:.2f} | {max(rss[k].get(compressed, [float('nan')])):.0f} MiB |"
+            lines.append(line)
     print("\n".join(lines))
     return 0
 
