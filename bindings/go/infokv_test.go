@@ -413,6 +413,44 @@ func TestSequencesAccountingAndCompression(t *testing.T) {
 	}
 }
 
+func TestABudgetHoldsAfterEveryGeneratedTokenWithDefaultSettings(t *testing.T) {
+	m := load(t)
+	text := strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 3)
+	toks, _ := m.Tokenize(text, true)
+	c, err := m.NewSession(infokv.WithPolicy(infokv.PolicySnapKV), infokv.WithBudgetFraction(0.25))
+	noErr(t, err)
+	defer c.Close()
+	noErr(t, c.Decode(0, toks))
+	smp := infokv.Greedy()
+	defer smp.Close()
+	for i := 0; i < 100; i++ {
+		if _, err := c.Generate(context.Background(), 0, nil, 1, smp, nil); err != nil {
+			t.Fatal(err)
+		}
+		budget, slack, err := c.Budget(0)
+		noErr(t, err)
+		var kept int64
+		for l := 0; l < m.NLayer(); l++ {
+			k, _ := c.Kept(0, l)
+			kept += k
+		}
+		if budget < 1 || slack < 16 || kept > int64(m.NLayer())*(budget+slack) {
+			t.Fatalf("step %d: %d tokens kept in all layers, budget %d + slack %d per layer", i, kept, budget, slack)
+		}
+	}
+	held, _ := c.KVBytes(0)
+	full, err := c.KVBytesUncompressed(0)
+	if err != nil || held <= 0 || held >= full {
+		t.Fatalf("held %d of %d uncompressed: %v", held, full, err)
+	}
+	if p, r, err := c.Protection(0); err != nil || p != 0 || r != 0 {
+		t.Fatalf("protection %d %d %v", p, r, err)
+	}
+	if _, _, err := c.Budget(42); !errors.Is(err, infokv.ErrNotFound) {
+		t.Fatalf("unknown sequence: %v", err)
+	}
+}
+
 func TestPressureEstimateReportsBlocksAndCostAndChangesNothing(t *testing.T) {
 	m := load(t)
 	text := strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 3)

@@ -137,6 +137,30 @@ func (s *Session) KVBytes(seq int32) (int64, error) {
 	return v, err
 }
 
+// KVBytesUncompressed is the bytes of KV blocks the sequence would hold uncompressed (its whole length in every
+// layer), counted as KVBytes counts what it holds.
+func (s *Session) KVBytesUncompressed(seq int32) (int64, error) {
+	var v int64
+	err := s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_seq_kv_bytes_uncompressed(&v, h, int(seq)) })
+	return v, err
+}
+
+// Budget is what compression holds the sequence to now, per layer: it is compressed back to budget whenever it
+// holds more than budget + slack. Both are 0 without a policy.
+func (s *Session) Budget(seq int32) (budget, slack int64, err error) {
+	err = s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_seq_budget(&budget, &slack, h, int(seq)) })
+	return budget, slack, err
+}
+
+// Protection is the sequence's never-evicted tokens now and the protected tokens released so far so that
+// protection stays within the budget (oldest spans first, the first span last).
+func (s *Session) Protection(seq int32) (protected, released int64, err error) {
+	err = s.with(func(h capi.Struct_SS_ikv_session) int {
+		return capi.Ikv_seq_protection(&protected, &released, h, int(seq))
+	})
+	return protected, released, err
+}
+
 // PressureEstimate is what compressing the sequence to its budget now would free (KV blocks returned to the pool)
 // and its estimated loss per freed block (the share of the policy's score mass evicted, over the blocks): the
 // ranking memory pressure compresses by. Both are 0 at or under the budget or without a policy. Changes nothing.

@@ -369,6 +369,38 @@ int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32_t seq) 
   return seq_value(out, session, seq, [](const infokv::SeqInfo &i) { return i.bytes; });
 }
 
+int32_t ikv_seq_kv_bytes_uncompressed(int64_t *out, const ikv_session *session, int32_t seq) {
+  return seq_value(out, session, seq, [](const infokv::SeqInfo &i) { return i.uncompressed_bytes; });
+}
+
+int32_t ikv_seq_budget(int64_t *out_budget_tokens, int64_t *out_slack_tokens, const ikv_session *session, int32_t seq) {
+  if (out_budget_tokens != nullptr) *out_budget_tokens = 0;
+  if (out_slack_tokens != nullptr) *out_slack_tokens = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(out_budget_tokens != nullptr && out_slack_tokens != nullptr,
+            "out_budget_tokens and out_slack_tokens must not be NULL");
+    const infokv::Session::Bound b = sess->session->bound(seq);
+    *out_budget_tokens = b.budget;
+    *out_slack_tokens = b.slack;
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_protection(int64_t *out_protected_tokens, int64_t *out_released_tokens, const ikv_session *session,
+                           int32_t seq) {
+  if (out_protected_tokens != nullptr) *out_protected_tokens = 0;
+  if (out_released_tokens != nullptr) *out_released_tokens = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(out_protected_tokens != nullptr && out_released_tokens != nullptr,
+            "out_protected_tokens and out_released_tokens must not be NULL");
+    *out_protected_tokens = sess->session->protected_tokens(seq);
+    *out_released_tokens = sess->session->seq_state(seq).protected_released;
+    return IKV_OK;
+  });
+}
+
 int32_t ikv_decode(ikv_session *session, int32_t seq, const int32_t *tokens, size_t n_tokens) {
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");

@@ -176,7 +176,8 @@ class WindowEval {
 
   void reference(Row &r) { score(r, full_); }
 
-  // Each budget prefilled in chunks with compression between them, as generate prefills a long prompt.
+  // Each budget prefilled as generate prefills a prompt (Session::prefill: chunks, compressed at the end and
+  // part-way only when memory requires it).
   void chunked(const std::string &pname, std::vector<Row> &rows, size_t &ri) {
     for (double b : e_.budgets) {
       SessionOptions so = e_.base;
@@ -271,7 +272,7 @@ void print_json(const std::vector<Row> &rows, bool chunked) {
 void print_table(const std::vector<Row> &rows, const EvalSetup &e) {
   std::printf("prefix %lld tokens, continuation %lld, %lld window(s), KV %s%s\n", static_cast<long long>(e.N),
               static_cast<long long>(e.M), static_cast<long long>(e.windows), kv_dtype_name(e.base.kv_dtype),
-              e.chunked ? ", prefix prefilled in chunks with compression between them" : "");
+              e.chunked ? ", prefix prefilled in chunks as generate does" : "");
   std::printf("%-10s %7s %10s %10s %10s %7s %12s %8s\n", "policy", "budget", "ppl", "KL mean", "KL median", "top-1",
               "KV bytes", "of full");
   for (const Row &r : rows) {

@@ -5,6 +5,7 @@
 
 #include "cli/args.hpp"
 #include "cli/json.hpp"
+#include "cli/report.hpp"
 #include "cli/svg_plot.hpp"
 #include "compress/auto_report.hpp"
 #include "session/chat.hpp"
@@ -19,23 +20,6 @@ namespace infokv {
 namespace cli {
 
 namespace {
-
-std::string kv_json(const Session &s, int32_t seq) {
-  const SeqInfo info = s.info(seq);
-  const KvStats st = s.kv().stats();
-  JsonObject o;
-  o.integer("bytes", info.bytes)
-      .integer("blocks_used", info.blocks)
-      .ints("tokens_kept_per_layer", info.kept_per_layer)
-      .integer("logical_length", info.length)
-      .integer("pool_blocks_total", st.blocks_total)
-      .integer("pool_blocks_used", st.blocks_used)
-      .integer("pool_bytes_used", st.bytes_used)
-      .integer("block_bytes", st.block_bytes)
-      .integer("block_size", s.kv().config().block_size)
-      .str("dtype", kv_dtype_name(s.kv().config().dtype));
-  return o.dump();
-}
 
 std::string snapshot_json(const std::string &path, int64_t bytes) {
   snapshot::FileSource f(path);
@@ -162,30 +146,6 @@ void print_summary(const Session &session, int32_t seq, const std::vector<int32_
                static_cast<long long>(session.info(seq).bytes), static_cast<double>(peak_rss_bytes()) / (1 << 20));
   print_auto(session, seq, "");
   if (r.error != Status::ok) fail(r.error, "after " + std::to_string(r.tokens.size()) + " tokens: " + r.error_message);
-}
-
-// Protected spans of `seq`, checked against the cache itself: is every protected position still held in every
-// layer? Empty when the sequence has none.
-std::string protected_json(const Session &session, int32_t seq) {
-  if (session.protected_spans(seq).empty()) return "";
-  const SeqCache &sc = session.kv().seq(seq);
-  bool all = true;
-  int64_t n_protected = 0;
-  std::string spans = "[";
-  for (const ProtectedSpan &sp : session.protected_spans(seq)) {
-    spans += (spans.size() > 1 ? "," : "") + std::string("[") + std::to_string(sp.begin) + "," + std::to_string(sp.end) + "]";
-    if (sp.fair) continue;
-    const int64_t end = std::min<int64_t>(sp.end, sc.length);
-    for (const LayerSlots &L : sc.layers) {
-      const auto lo = std::lower_bound(L.pos.begin(), L.pos.end(), sp.begin);
-      const auto hi = std::lower_bound(L.pos.begin(), L.pos.end(), end);
-      all = all && (hi - lo) == std::max<int64_t>(0, end - sp.begin);
-    }
-    n_protected += std::max<int64_t>(0, end - sp.begin);
-  }
-  JsonObject pj;
-  pj.raw("spans", spans + "]").integer("tokens", n_protected).boolean("kept_in_every_layer", all);
-  return pj.dump();
 }
 
 std::string timings_json(const GenerateResult &r) {

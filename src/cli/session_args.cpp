@@ -88,7 +88,7 @@ CompressionConfig compression_from(const Args &a, const CompressionConfig &base)
                                        std::string(policy_name(c.policy)));
   if (c.policy != PolicyKind::none && !c.quality_target() && c.budget_fraction <= 0 && c.budget_tokens <= 0)
     fail(Status::invalid_argument, c.is_auto() ? "--policy auto needs --budget or --max-loss" : "--policy needs --budget");
-  c.interval = static_cast<int32_t>(a.integer("compress-interval", c.interval, 1, 1 << 30));
+  c.interval = static_cast<int32_t>(a.integer("compress-interval", c.interval, 0, 1 << 30));
   c.window = static_cast<int32_t>(a.integer("window", c.window, -1, 4096));
   c.alpha = static_cast<float>(a.number("alpha", c.alpha, 0.0, 1.0));
   c.tau = static_cast<float>(a.number("tau", c.tau, 0.0, 1e6));

@@ -271,7 +271,10 @@ std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int3
     used += blocks(cv.grid[at[l]]);
     loss_sum += cv.best_loss(at[l]);
   }
-  const bool target = total_blocks <= 0;
+  // A quality target (max_loss > 0) stops as soon as the mean loss holds it; a block cap (total_blocks > 0) bounds
+  // either kind.
+  const bool target = max_loss > 0;
+  const bool capped = total_blocks > 0;
   // Greedy on the lower convex hull: the move (one layer to a larger budget, up to kLook grid steps ahead) that
   // lowers the loss most per block, while it fits.
   constexpr size_t kLook = 16;
@@ -284,7 +287,7 @@ std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int3
       const float cur = cv.best_loss(at[l]);
       for (size_t g = at[l] + 1; g < cv.grid.size() && g <= at[l] + kLook; ++g) {
         const int64_t extra = blocks(cv.grid[g]) - blocks(cv.grid[at[l]]);
-        if (!target && used + extra > total_blocks) break;
+        if (capped && used + extra > total_blocks) break;
         const double rate = (static_cast<double>(cur) - cv.best_loss(g)) / static_cast<double>(std::max<int64_t>(extra, 1));
         if (rate > best_rate) {
           best_rate = rate;

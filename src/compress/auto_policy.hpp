@@ -92,9 +92,10 @@ struct AutoLayerCurves {
 // Measures a layer for a compression whose observation window is `window` slots, on a grid of `block_size`.
 AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerInput &in, int32_t window, int32_t block_size);
 
-// Spreads the budget across layers: a grid index per layer. total_blocks > 0: at most that many blocks in all
-// (ceil(budget / block_size) per layer), as few losses as possible; otherwise the fewest blocks whose mean loss is
-// at or under max_loss. `floor[l]` is the least budget (tokens) layer l may get.
+// Spreads the budget across layers: a grid index per layer. max_loss > 0: the fewest blocks whose mean loss is at
+// or under max_loss; otherwise as low a loss as possible. total_blocks > 0: at most that many blocks in all
+// (ceil(budget / block_size) per layer), with or without a target. `floor[l]` is the least budget (tokens) layer l
+// may get.
 std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int32_t block_size, int64_t total_blocks,
                                 double max_loss, const std::vector<int32_t> &floor);
 

@@ -43,7 +43,9 @@ std::string auto_report_summary(const AutoReport &r) {
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return count[a] > count[b]; });
   std::string s = std::to_string(r.layers.size()) + " layers, mean proxy loss " + short_text(r.loss) + ", kept " +
                   std::to_string(r.tokens) + " tokens (";
-  s += r.max_loss > 0 ? "quality target: max loss " + short_text(r.max_loss) : "uniform budget: " + std::to_string(r.uniform_tokens);
+  s += r.max_loss > 0 ? "quality target: max loss " + short_text(r.max_loss) +
+                           (r.uniform_tokens > 0 ? ", at most a budget's " + std::to_string(r.uniform_tokens) : std::string())
+                     : "uniform budget: " + std::to_string(r.uniform_tokens);
   s += "); evidence:";
   for (size_t i = 0; i < order.size(); ++i)
     s += std::string(i ? ", " : " ") + evidence_name(static_cast<Evidence>(order[i])) + " x" + std::to_string(count[order[i]]);

@@ -25,7 +25,8 @@ int32_t whole_block_budget(int32_t b, int32_t bs) {
 }
 
 // What a policy's scorer reads of layer l of sequence `seq` (window_probs unset: the caller adds the backend's).
-LayerScoreInput layer_score_input(KvCache &kv, int32_t seq, int32_t l, const Session::SeqState &st, const HParams &hp) {
+LayerScoreInput layer_score_input(KvCache &kv, int32_t seq, int32_t l, const Session::SeqState &st, const HParams &hp,
+                                  const std::vector<ProtectedSpan> &spans) {
   const SeqCache &sc = kv.seq(seq);
   LayerScoreInput in;
   in.kv = kv.view(seq, l);
@@ -35,19 +36,44 @@ LayerScoreInput layer_score_input(KvCache &kv, int32_t seq, int32_t l, const Ses
   in.n_heads = hp.n_head;
   in.head_dim = hp.head_dim;
   in.prefill = st.n_compressions == 0;
-  in.spans = &st.spans;
+  in.spans = &spans;
   return in;
 }
 
 }  // namespace
 
-int32_t Session::budget_for(int32_t seq) const {
+int32_t Session::budget_for(int32_t seq) const { return budget_at(seq, kv_->seq(seq).length); }
+
+int32_t Session::budget_at(int32_t seq, int64_t length) const {
+  (void)seq;
   const CompressionConfig &c = opts_.compression;
   if (c.budget_tokens > 0) return c.budget_tokens;
-  // A quality target has no budget: any sequence longer than the window is a candidate, and auto decides how far.
-  if (c.quality_target()) return window_capacity();
-  const int64_t len = kv_->seq(seq).length;
-  return static_cast<int32_t>(std::max<int64_t>(1, std::llround(c.budget_fraction * static_cast<double>(len))));
+  // A quality target alone has no budget: any sequence longer than the window is a candidate, and auto decides how
+  // far.
+  if (!c.has_budget()) return window_capacity();
+  const double b = std::llround(c.budget_fraction * static_cast<double>(length));
+  return static_cast<int32_t>(std::min<double>(INT32_MAX, std::max(1.0, b)));
+}
+
+std::vector<ProtectedSpan> Session::spans_for_compression(int32_t seq, int32_t budget, int64_t *released) const {
+  const CompressionConfig &c = opts_.compression;
+  const std::vector<ProtectedSpan> &spans = state(seq).spans;
+  *released = 0;
+  if (spans.empty() || !c.has_budget()) return spans;
+  const int32_t w = c.policy == PolicyKind::tova ? 1 : window_size(c, budget);
+  const SeqCache &sc = kv_->seq(seq);
+  // The observation window's first position: the window is the last w slots, and the latest positions are kept in
+  // every layer.
+  int64_t cand_end = sc.length;
+  if (!sc.layers.empty()) {
+    const LayerSlots &L = sc.layers[0];
+    cand_end = L.n() > w ? L.pos[static_cast<size_t>(L.n() - w)] : 0;
+  }
+  // In all, never-evicted tokens may fill what the slack leaves above the budget (the layer then holds budget + slack,
+  // the trigger's bound); the spans after the first, a share of the budget.
+  const int64_t all = std::max<int64_t>(0, int64_t{budget} + slack_for(budget) - w);
+  const auto rest = static_cast<int64_t>(kProtectedShare * static_cast<double>(std::max(0, budget - w)));
+  return protection_within(spans, cand_end, all, rest, released);
 }
 
 Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_tokens) {
@@ -56,18 +82,21 @@ Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_t
   const SeqState &st = state(seq);
   const SeqCache &sc = kv_->seq(seq);
   const int32_t B = budget_tokens > 0 ? budget_tokens : budget_for(seq);
-  if (c.is_auto()) return plan_auto(seq, budget_tokens > 0 || !c.quality_target() ? B : 0);
+  // An explicit budget is a byte budget; otherwise the configured budget and quality target, either or both.
+  if (c.is_auto())
+    return plan_auto(seq, budget_tokens > 0 || c.has_budget() ? B : 0, budget_tokens > 0 ? 0.0 : c.max_loss);
   const HParams &hp = model_->hparams();
+  CompressionPlan plan;
+  plan.spans = spans_for_compression(seq, B, &plan.released_tokens);
   std::vector<int32_t> counts;
   for (const LayerSlots &L : sc.layers) counts.push_back(L.n());
   std::vector<int32_t> budgets = layer_budgets(c, counts, B);
   const int32_t bs = kv_->config().block_size;
   for (int32_t &b : budgets) b = whole_block_budget(b, bs);
-  CompressionPlan plan;
   plan.keep.resize(sc.layers.size());
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const LayerSlots &L = sc.layers[static_cast<size_t>(l)];
-    LayerScoreInput in = layer_score_input(*kv_, seq, l, st, hp);
+    LayerScoreInput in = layer_score_input(*kv_, seq, l, st, hp, plan.spans);
     in.window_probs = [this](float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads,
                              float scale) { device_->window_probs(out, q, vis, rows, kv, n_heads, scale); };
     double share = 0;
@@ -100,8 +129,10 @@ void Session::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, st
     }
 }
 
-Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
+Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B, double max_loss) {
   const CompressionConfig &c = opts_.compression;
+  CompressionPlan plan;
+  plan.spans = B > 0 ? spans_for_compression(seq, B, &plan.released_tokens) : state(seq).spans;
   const SeqState &st = state(seq);
   const SeqCache &sc = kv_->seq(seq);
   const HParams &hp = model_->hparams();
@@ -121,7 +152,7 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
   }
   std::vector<AutoLayerInput> inputs(L);
   for (size_t l = 0; l < L; ++l) {
-    inputs[l].score = layer_score_input(*kv_, seq, static_cast<int32_t>(l), st, hp);
+    inputs[l].score = layer_score_input(*kv_, seq, static_cast<int32_t>(l), st, hp, plan.spans);
     inputs[l].n_kv_heads = hp.n_head_kv;
   }
   std::vector<AutoLayerCurves> curves(L);
@@ -144,27 +175,27 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
     }
   });
   if (failed) std::rethrow_exception(failed);
-  // Under a byte budget no layer goes below kAutoLayerFloor of it (auto_policy.hpp says why).
+  // Under a byte budget no layer goes below kAutoLayerFloor of it (auto_policy.hpp says why); a quality target
+  // with a budget as its ceiling takes as few tokens as the loss allows, without floors.
   std::vector<int32_t> floor_tokens;
   // With a profile set, each layer's floor follows the profile's layer shape (its share, clamped to [0.5, 1.5]).
-  if (B > 0) {
+  if (B > 0 && max_loss <= 0) {
     floor_tokens.assign(L, static_cast<int32_t>(kAutoLayerFloor * B));
     if (profile_guides_ && profile_)
       for (size_t l = 0; l < L; ++l) floor_tokens[l] = static_cast<int32_t>(kAutoLayerFloor * B * profile_->floor_factor(l));
   }
-  std::vector<size_t> at = auto_spread(curves, bs, total_blocks, c.max_loss, floor_tokens);
-  if (B > 0) {
+  std::vector<size_t> at = auto_spread(curves, bs, total_blocks, max_loss, floor_tokens);
+  if (B > 0 && max_loss <= 0) {
     // The uniform spread (the same blocks per layer as the fixed policies) unless the chosen one is clearly better.
     const int32_t b = whole_block_budget(B, bs);
     std::vector<size_t> uni(L);
     for (size_t l = 0; l < L; ++l) uni[l] = auto_uniform_index(curves[l], b, bs);
     if (!auto_clearly_better(curves, at, uni)) at = std::move(uni);
   }
-  CompressionPlan plan;
   plan.keep.resize(L);
   plan.report.layers.resize(L);
   plan.report.uniform_tokens = uniform_tokens;
-  plan.report.max_loss = B > 0 ? 0.0 : c.max_loss;
+  plan.report.max_loss = max_loss;
   for (size_t l = 0; l < L; ++l) {
     std::vector<int32_t> &k = plan.keep[l];
     AutoLayerChoice &ch = plan.report.layers[l];
@@ -181,8 +212,12 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B) {
 void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
   SeqState &st = state(seq);
   if (plan.evicts) kv_->compact(seq, plan.keep);
+  if (plan.released_tokens > 0) {
+    st.spans = plan.spans;
+    st.protected_released += plan.released_tokens;
+  }
   st.auto_report = plan.report;  // empty when another policy compressed: the report is of the latest compression
-  if (!plan.report.empty() && plan.report.uniform_tokens > 0) {
+  if (!plan.report.empty() && plan.report.uniform_tokens > 0 && plan.report.max_loss <= 0) {
     if (!profile_)
       profile_ = TuningProfile::empty(model_->weights_fingerprint(), model_->tokenizer().fingerprint(), model_->hparams().n_layer);
     profile_->refine(plan.report);

@@ -84,6 +84,36 @@ void add_span(std::vector<ProtectedSpan> &spans, const ProtectedSpan &span) {
   spans.push_back(span);
 }
 
+std::vector<ProtectedSpan> protection_within(const std::vector<ProtectedSpan> &spans, int64_t candidates_end,
+                                             int64_t all_cap, int64_t rest_cap, int64_t *released) {
+  if (released != nullptr) *released = 0;
+  auto held = [&](const ProtectedSpan &s) {
+    return s.fair ? int64_t{0} : std::max<int64_t>(0, std::min(s.end, candidates_end) - s.begin);
+  };
+  std::vector<size_t> order;  // never-evicted spans holding candidates, by position
+  int64_t total = 0;
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (held(spans[i]) > 0) {
+      order.push_back(i);
+      total += held(spans[i]);
+    }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return spans[a].begin < spans[b].begin; });
+  const int64_t first = order.empty() ? 0 : held(spans[order[0]]);
+  if (total <= all_cap && total - first <= rest_cap) return spans;
+  std::vector<char> drop(spans.size(), 0);
+  auto release = [&](size_t i) {
+    drop[i] = 1;
+    total -= held(spans[i]);
+    if (released != nullptr) *released += held(spans[i]);
+  };
+  for (size_t k = 1; k < order.size() && (total > all_cap || total - first > rest_cap); ++k) release(order[k]);
+  if (total > all_cap) release(order[0]);
+  std::vector<ProtectedSpan> out;
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (!drop[i]) out.push_back(spans[i]);
+  return out;
+}
+
 void CompressionConfig::validate() const {
   auto bad = [](const std::string &what) { fail(Status::invalid_argument, "compression parameter " + what); };
   if (!(budget_fraction >= 0.0 && budget_fraction <= 1.0)) bad("budget fraction must be in (0, 1]");
@@ -98,7 +128,7 @@ void CompressionConfig::validate() const {
   if (!(alpha >= 0.0f && alpha <= 1.0f)) bad("alpha must be in [0, 1]");
   if (!(tau >= 0.0f && std::isfinite(tau))) bad("tau must be finite and >= 0");
   if (entropy_top_k < 1) bad("entropy top-k must be >= 1");
-  if (interval < 1) bad("interval must be >= 1");
+  if (interval < 0) bad("interval must be >= 0 (0: compress when memory requires it)");
   if (!(beta > 1.0f && std::isfinite(beta))) bad("beta must be > 1");
   if (sink < 0) bad("sink must be >= 0");
 }

@@ -30,6 +30,19 @@ constexpr int32_t kMaxProtectedSpans = 4096;
 // begin < 0 or end < begin, and Error(out_of_range) when the list would exceed kMaxProtectedSpans.
 void add_span(std::vector<ProtectedSpan> &spans, const ProtectedSpan &span);
 
+// Protection lives inside the budget (DESIGN.md §9): a long chat's markup or a long system prompt can neither
+// crowd out everything else nor make a sequence hold more than its budget plus the trigger's slack. The spans after
+// the first may hold at most kProtectedShare of what a layer keeps beyond its observation window.
+constexpr double kProtectedShare = 0.5;
+
+// The never-evicted spans that fit among positions [0, candidates_end) (the tokens before the observation window):
+// at most `all_cap` tokens in all, and at most `rest_cap` in the spans after the first (by position). Spans beyond
+// that are released whole (their tokens become ordinary candidates the policy ranks), the oldest first and the first
+// span (a system prompt) last. Fair spans are kept: they share what is left by design. `released` (optional)
+// receives the tokens released. The result keeps the order of `spans`.
+std::vector<ProtectedSpan> protection_within(const std::vector<ProtectedSpan> &spans, int64_t candidates_end,
+                                             int64_t all_cap, int64_t rest_cap, int64_t *released = nullptr);
+
 struct CompressionConfig {
   PolicyKind policy = PolicyKind::none;
   double budget_fraction = 0.0;  // of the logical length at compression time, in (0, 1]; used when budget_tokens == 0
@@ -40,7 +53,10 @@ struct CompressionConfig {
   float alpha = defaults::alpha;
   float tau = defaults::tau;
   int32_t entropy_top_k = defaults::entropy_top_k;
-  int32_t interval = defaults::interval;  // decode steps between compressions
+  // When compression runs. 0 or defaults::interval (1024, the released default): when memory requires it, i.e. when
+  // the sequence holds more than its budget plus a slack the runtime chooses (Session::slack_for). Any other value:
+  // every `interval` tokens appended while over the budget, the fixed schedule of earlier releases.
+  int32_t interval = defaults::interval;
   BudgetShape shape = BudgetShape::uniform;  // pyramidkv forces pyramid
   float beta = defaults::beta;
   int32_t sink = defaults::sink;  // streaming
@@ -52,6 +68,9 @@ struct CompressionConfig {
   bool is_auto() const { return policy == PolicyKind::auto_; }
   bool quality_target() const { return is_auto() && max_loss > 0.0; }
   bool enabled() const { return policy != PolicyKind::none; }
+  bool has_budget() const { return budget_tokens > 0 || budget_fraction > 0.0; }
+  // A fixed step schedule (an explicit interval) rather than the memory trigger.
+  bool step_interval() const { return interval != 0 && interval != defaults::interval; }
   bool needs_window_queries() const;
   bool needs_accumulated_attention() const { return policy == PolicyKind::h2o || policy == PolicyKind::auto_; }
   bool needs_entropy() const { return policy == PolicyKind::infokv || policy == PolicyKind::auto_; }

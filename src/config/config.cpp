@@ -209,7 +209,7 @@ void validate_config(const Config &c) {
   in_range("compression.budget_fraction", k.budget_fraction, 0.0, 1.0);
   in_range("compression.budget_tokens", k.budget_tokens, 0, 1 << 30);
   in_range("compression.window", k.window, -1, 4096);
-  in_range("compression.interval", k.interval, 1, 1 << 30);
+  in_range("compression.interval", k.interval, 0, 1 << 30);  // 0 and 1024: when memory requires it
   in_range("compression.alpha", k.alpha, 0.0f, 1.0f);
   in_range("compression.tau", k.tau, 0.0f, 1e6f);
   in_range("compression.entropy_top_k", k.entropy_top_k, 1, 1 << 24);

@@ -179,6 +179,8 @@ SeqInfo Session::info(int32_t seq) const {
     i.blocks += static_cast<int64_t>(L.blocks.size());
   }
   i.bytes = i.blocks * kv_->block_bytes();
+  const int32_t bs = kv_->config().block_size;
+  i.uncompressed_bytes = (c.length + bs - 1) / bs * static_cast<int64_t>(c.layers.size()) * kv_->block_bytes();
   return i;
 }
 
@@ -284,7 +286,7 @@ void Session::decode(const std::vector<BatchToken> &batch) {
       if (!s.prefilled) {
         s.prefilled = true;
         if (opts_.compression.compress_after_prefill) prefill.push_back(id);
-      } else if (s.since_compress >= opts_.compression.interval) {
+      } else if (id != prefill_seq_ && compression_due(id)) {  // prefill() decides for its own chunks
         decoded.push_back(id);
       }
     }
@@ -297,25 +299,23 @@ void Session::decode(const std::vector<BatchToken> &batch) {
 }
 
 void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
-  const size_t chunk = static_cast<size_t>(opts_.ubatch);
-  std::vector<BatchToken> batch;
-  auto decode_range = [&](size_t b, size_t e) {
-    batch.clear();
-    for (size_t i = b; i < e; ++i) batch.push_back({seq, tokens[i], false});
-    decode(batch);
-  };
-  if (!opts_.compression.enabled() || tokens.size() <= chunk) {
-    if (!tokens.empty()) decode_range(0, tokens.size());
+  if (tokens.empty()) return;
+  const CompressionConfig &cc = opts_.compression;
+  const size_t ubatch = static_cast<size_t>(opts_.ubatch);
+  // Without a policy, or as one chunk that fits: one decode(), which compresses as after any step.
+  if (!cc.enabled() || (tokens.size() <= ubatch && chunk_that_fits(seq, tokens.size()) == tokens.size())) {
+    decode_tokens(seq, tokens, 0, tokens.size());
     return;
   }
-  // Compression between chunks evicts for good, so a failure part-way is undone from a copy: an empty sequence needs
-  // none (it is emptied again); otherwise a fork holds the old blocks (shared, no copy) until the prompt is in.
+  // Compression part-way evicts for good, so a failure part-way is undone from a copy: an empty sequence needs none
+  // (it is emptied again); otherwise a fork holds the old blocks (shared, no copy) until the message is in.
   const SeqState saved = state(seq);
   const bool was_empty = kv_->seq(seq).length == 0;
   const int32_t backup = was_empty ? -1 : fork_sequence(seq);
   try {
-    const bool after = opts_.compression.compress_after_prefill;
-    opts_.compression.compress_after_prefill = false;  // the chunks' own decodes must not count as "the" prefill
+    const bool after_prefill = cc.compress_after_prefill;
+    // The chunks' own decodes neither count as "the" prefill nor trigger compression: this function decides.
+    opts_.compression.compress_after_prefill = false;
     // Memory pressure during the chunks may compress only this sequence: another one's evictions could not be
     // undone if a later chunk failed.
     prefill_seq_ = seq;
@@ -326,22 +326,31 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
         s.opts_.compression.compress_after_prefill = after;
         s.prefill_seq_ = -1;
       }
-    } restore{*this, after};
-    for (size_t b = 0; b < tokens.size(); b += chunk) {
-      decode_range(b, std::min(tokens.size(), b + chunk));
-      int32_t kept = 0;
-      for (const LayerSlots &L : kv_->seq(seq).layers) kept = std::max(kept, L.n());
-      const bool last = b + chunk >= tokens.size();
-      // Between chunks, compress once the cache holds a chunk beyond the budget; after the last, as a prefill would.
-      // A compaction that cannot copy its shared blocks (no free block) changes nothing: go on, as decode() does.
-      if (last ? (after && kept > budget_for(seq)) : kept > budget_for(seq) + static_cast<int32_t>(chunk)) {
-        try {
-          compress(seq);
-        } catch (const Error &e) {
-          if (e.status() != Status::kv_full) throw;
-        }
+    } restore{*this, after_prefill};
+    const int64_t end_length = kv_->seq(seq).length + static_cast<int64_t>(tokens.size());
+    const int32_t end_budget = budget_at(seq, end_length);
+    // The most a message may hold before its end: kPrefillCeiling x the budget it will have at its end.
+    const double ceiling = cc.has_budget() ? kPrefillCeiling * static_cast<double>(end_budget) : INFINITY;
+    for (size_t b = 0; b < tokens.size();) {
+      const size_t want = std::min(tokens.size() - b, ubatch);
+      // Past the ceiling, a gentle compression: to the end budget, not the (smaller) current one.
+      if (mean_kept(seq) + static_cast<double>(want) > ceiling && mean_kept(seq) > end_budget) try_compress(seq, end_budget);
+      size_t n = chunk_that_fits(seq, want);
+      if (n == 0) {
+        // Memory requires it: compress to the end budget, or to the current one if the sequence holds less, and
+        // take what then fits.
+        const int32_t target = mean_kept(seq) > end_budget ? end_budget : budget_for(seq);
+        if (mean_kept(seq) > target) try_compress(seq, target);
+        n = chunk_that_fits(seq, want);
       }
+      // Nothing fits even so: one token, which decode() refuses with KV full having changed nothing.
+      n = std::max<size_t>(n, 1);
+      decode_tokens(seq, tokens, b, b + n);
+      b += n;
     }
+    // The end of the message: as decode() after a step, compressed to the budget after the sequence's first decode
+    // (compress_after_prefill), later when the trigger asks.
+    if (saved.prefilled ? compression_due(seq) : after_prefill) maybe_compress_after({seq});
   } catch (...) {
     kv_->remove(seq);
     if (was_empty) {
@@ -354,6 +363,121 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
     throw;
   }
   if (backup >= 0) remove_sequence(backup);
+}
+
+void Session::decode_tokens(int32_t seq, const std::vector<int32_t> &tokens, size_t b, size_t e) {
+  std::vector<BatchToken> batch;
+  batch.reserve(e - b);
+  for (size_t i = b; i < e; ++i) batch.push_back({seq, tokens[i], false});
+  decode(batch);
+}
+
+size_t Session::chunk_that_fits(int32_t seq, size_t n) {
+  const int64_t free = kv_->free_blocks();
+  auto fits = [&](size_t k) { return kv_->blocks_needed({seq}, {static_cast<int32_t>(k)}) <= free; };
+  if (fits(n)) return n;
+  size_t lo = 0, hi = n;  // fits(lo), !fits(hi)
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+bool Session::try_compress(int32_t seq, int32_t budget) {
+  // A compaction that cannot copy its shared blocks (no free block) changes nothing: go on, as decode() does.
+  try {
+    compress(seq, budget);
+    return true;
+  } catch (const Error &e) {
+    if (e.status() != Status::kv_full) throw;
+    return false;
+  }
+}
+
+double Session::mean_kept(int32_t seq) const {
+  const SeqCache &c = kv_->seq(seq);
+  if (c.layers.empty()) return 0;
+  int64_t sum = 0;
+  for (const LayerSlots &L : c.layers) sum += L.n();
+  return static_cast<double>(sum) / static_cast<double>(c.layers.size());
+}
+
+int32_t Session::slack_for(int32_t budget_tokens) const {
+  const int32_t bs = kv_->config().block_size;
+  const auto want = static_cast<int64_t>(std::ceil(kSlackShare * static_cast<double>(budget_tokens)));
+  const int64_t blocks = std::max<int64_t>(1, (want + bs - 1) / bs);
+  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX / 2, blocks * bs));
+}
+
+bool Session::compression_due(int32_t seq) const {
+  const CompressionConfig &c = opts_.compression;
+  if (!c.enabled()) return false;
+  const SeqState &st = state(seq);
+  if (c.step_interval()) return st.since_compress >= c.interval;
+  const double kept = mean_kept(seq);
+  if (c.has_budget()) {
+    const int32_t B = budget_for(seq);
+    if (kept > static_cast<double>(B) + slack_for(B)) return true;
+  }
+  return c.quality_target() && st.since_compress > quality_slack(seq);
+}
+
+int64_t Session::quality_slack(int32_t seq) const {
+  // Growth since the latest compression, against the slack of what it kept (at least the window).
+  const double base = std::max(mean_kept(seq) - static_cast<double>(state(seq).since_compress), 1.0 * window_capacity());
+  return slack_for(static_cast<int32_t>(std::min<double>(INT32_MAX, base)));
+}
+
+Session::Bound Session::bound(int32_t seq) const {
+  const CompressionConfig &c = opts_.compression;
+  Bound b;
+  state(seq);  // not_found for an unknown sequence
+  if (!c.enabled()) return b;
+  if (c.has_budget()) b.budget = budget_for(seq);
+  if (c.step_interval()) b.slack = c.interval;
+  else b.slack = c.has_budget() ? slack_for(static_cast<int32_t>(b.budget)) : quality_slack(seq);
+  return b;
+}
+
+int64_t Session::protected_tokens(int32_t seq) const {
+  const int64_t len = kv_->seq(seq).length;
+  int64_t n = 0;
+  for (const ProtectedSpan &sp : state(seq).spans)
+    if (!sp.fair) n += std::max<int64_t>(0, std::min(sp.end, len) - sp.begin);
+  return n;
+}
+
+int64_t Session::tokens_until_compression(int32_t seq) const {
+  const CompressionConfig &c = opts_.compression;
+  const SeqState &st = state(seq);
+  if (!c.enabled()) return INT64_MAX;
+  const double kept = mean_kept(seq);
+  // The fixed schedule: every `interval` tokens (maybe_compress_after then compresses if over the budget).
+  if (c.step_interval()) return std::max<int64_t>(0, c.interval - st.since_compress);
+  int64_t until = INT64_MAX;
+  if (c.has_budget()) {
+    const int64_t len = kv_->seq(seq).length;
+    const int32_t B = budget_for(seq);
+    const double excess = kept - (static_cast<double>(B) + slack_for(B));
+    if (excess > 0) return 0;
+    // Each token appended adds one to what is held, and to budget + slack about budget_fraction x 1.25 (a fraction
+    // of 0.8 or more grows its bound as fast as the sequence: it is never over it again).
+    const double growth = c.budget_tokens > 0 ? 1.0 : 1.0 - c.budget_fraction * (1.0 + kSlackShare);
+    const auto over = [&](int64_t a) {
+      const int32_t Ba = budget_at(seq, len + a);
+      return kept + static_cast<double>(a) > static_cast<double>(Ba) + slack_for(Ba);
+    };
+    if (growth > 1e-3) {
+      // The estimate ignores the budget's rounding and the slack's whole blocks: walk to the first length over.
+      int64_t a = std::max<int64_t>(1, static_cast<int64_t>(std::floor(-excess / growth)));
+      while (a > 1 && over(a - 1)) --a;
+      for (int64_t steps = 0; !over(a) && steps < (int64_t{1} << 20); ++steps) ++a;
+      if (over(a)) until = a;
+    }
+  }
+  if (c.quality_target()) until = std::min(until, std::max<int64_t>(0, quality_slack(seq) + 1 - st.since_compress));
+  return until;
 }
 
 void Session::forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
@@ -426,20 +550,12 @@ int64_t Session::compressions(int32_t seq) const { return state(seq).n_compressi
 
 void Session::maybe_compress_after(const std::vector<int32_t> &seqs) {
   for (int32_t id : seqs) {
-    const SeqCache &c = kv_->seq(id);
+    // The step is committed by now, so its status must be OK. Compacting a sequence that shares blocks with a fork
+    // needs fresh blocks for the copies; when the pool has none, compact() refuses before touching anything, and
+    // the sequence simply stays over budget: since_compress is kept, so the next step tries again.
     int32_t kept = 0;
-    for (const LayerSlots &L : c.layers) kept = std::max(kept, L.n());
-    if (kept > budget_for(id)) {
-      // The step is committed by now, so its status must be OK. Compacting a sequence that shares blocks with a fork
-      // needs fresh blocks for the copies; when the pool has none, compact() refuses before touching anything, and
-      // the sequence simply stays over budget: since_compress is kept, so the next step tries again.
-      try {
-        compress(id);
-      } catch (const Error &e) {
-        if (e.status() != Status::kv_full) throw;
-        continue;
-      }
-    }
+    for (const LayerSlots &L : kv_->seq(id).layers) kept = std::max(kept, L.n());
+    if (kept > budget_for(id) && !try_compress(id, 0)) continue;
     state(id).since_compress = 0;
   }
 }

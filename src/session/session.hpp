@@ -43,6 +43,11 @@ struct SessionOptions {
   std::string device = "cpu";
 };
 
+// The slack of the memory trigger as a share of the budget (Session::slack_for), and how far past its end budget a
+// message may grow before prefill() compresses it part-way (Session::prefill).
+constexpr double kSlackShare = 0.25;
+constexpr double kPrefillCeiling = 4.0;
+
 struct BatchToken {
   int32_t seq = 0;
   int32_t token = 0;
@@ -54,6 +59,9 @@ struct SeqInfo {
   std::vector<int32_t> kept_per_layer;
   int64_t bytes = 0;
   int64_t blocks = 0;
+  // What the sequence would hold uncompressed: every position of its logical length in every layer, in whole
+  // blocks, as `bytes` counts them.
+  int64_t uncompressed_bytes = 0;
 };
 
 class Session {
@@ -88,11 +96,13 @@ class Session {
   // Appends the batch's tokens to their sequences and runs the model. All or nothing: on any error (bad token,
   // unknown sequence, KV full) the caches, lengths and logits are exactly as before and Error is thrown.
   void decode(const std::vector<BatchToken> &batch);
-  // Appends `tokens` to `seq` like decode(), but with a compression policy on and more tokens than one chunk
-  // (options().ubatch) it prefills chunk by chunk, compressing between chunks whenever the sequence holds more than
-  // its budget plus a chunk, so the prompt's full cache never exists and a prompt longer than the pool can fit.
-  // Compresses at the end as decode() would after a prefill. All or nothing: on any error the sequence (cache,
-  // state, counters) is as before and Error is thrown.
+  // Appends `tokens` to `seq` like decode(), as one message: with a compression policy on it is compressed once at
+  // the end (the message's last tokens, a question or a turn's end, are the best evidence a compressor gets), and
+  // in between only when memory requires it: when the sequence would hold more than kPrefillCeiling x its budget at
+  // the end (the process peak stays bounded), or when the pool cannot take the next chunk. Chunks are
+  // options().ubatch tokens, or fewer when the pool has less room (down to one token); a step fails with KV full
+  // only when not one more token fits after compressing this sequence to its budget. All or nothing: on any error
+  // the sequence (cache, state, counters) is as before and Error is thrown.
   void prefill(int32_t seq, const std::vector<int32_t> &tokens);
   // Logits of the latest token of `seq` [n_vocab]; throws bad_state before the first decode.
   const std::vector<float> &logits(int32_t seq) const;
@@ -110,6 +120,35 @@ class Session {
   void compress(int32_t seq, int32_t budget_tokens = 0);
   int64_t compressions(int32_t seq) const;
 
+  // When compression runs (DESIGN.md §9, "When"). With the memory trigger (CompressionConfig::step_interval()
+  // false, the default) a sequence is compressed back to its budget as soon as it holds, on average over layers,
+  // more than budget + slack_for(budget) tokens: after every decode step, every message (prefill) and every chat
+  // turn. Under a quality target alone (max_loss, no budget) it is compressed once it has grown by
+  // slack_for(what it kept) since its latest compression.
+  // The slack: a quarter of the budget (kSlackShare), at least one block, in whole blocks. Compression costs about
+  // as much as decoding 1/40 of the tokens it scores (SmolLM2-135M, 2 threads), so a slack of B/4 keeps its cost
+  // near 10% of decode time while what a sequence holds never exceeds 1.25 x its budget.
+  int32_t slack_for(int32_t budget_tokens) const;
+  // The budget (tokens per layer, mean over layers) of `seq` if its logical length were `length`: a token budget as
+  // it is, a fraction of `length`; under a quality target alone, the observation window.
+  int32_t budget_at(int32_t seq, int64_t length) const;
+  // Tokens kept per layer, mean over layers.
+  double mean_kept(int32_t seq) const;
+  // Whether the trigger (memory or the fixed interval) asks for a compression of `seq` now.
+  bool compression_due(int32_t seq) const;
+  // The fewest tokens that can be appended to `seq` before its next scheduled compression (0: it is due now).
+  int64_t tokens_until_compression(int32_t seq) const;
+  // What the trigger holds `seq` to now, in tokens per layer (mean over layers): its budget and the slack above it
+  // (with an explicit interval, the interval). Without a policy both are 0; under a quality target alone the budget
+  // is 0 and the slack is the growth since the latest compression that triggers the next.
+  struct Bound {
+    int64_t budget = 0;
+    int64_t slack = 0;
+  };
+  Bound bound(int32_t seq) const;
+  // Never-evicted tokens of `seq` (its protected spans within its length).
+  int64_t protected_tokens(int32_t seq) const;
+
   // Tuning profile (src/compress/profile.hpp). set_profile: the session's byte-budget auto compressions start from
   // the profile's layer shape (each layer's floor is kAutoLayerFloor x budget x its share clamped to [0.5, 1.5]) and
   // refine it. Throws Error(wrong_model) when its fingerprints or layer count are not this model's, and
@@ -126,6 +165,10 @@ class Session {
     bool evicts = false;                     // some layer drops a slot
     double evicted_share = 0;                // the policy's score mass dropped, mean over layers (0..1)
     AutoReport report;                       // policy auto: what it chose, per layer
+    // Protection within the budget: the spans the compression keeps (the sequence's, less those released because
+    // protected tokens would have taken more than their share of the budget) and the tokens released.
+    std::vector<ProtectedSpan> spans;
+    int64_t released_tokens = 0;
   };
   // A sequence that memory pressure could compress: what the pool would gain (blocks, net of the step's own needs
   // for it) and the estimated loss per block gained.
@@ -155,6 +198,9 @@ class Session {
     int64_t n_compressions = 0;
     std::vector<ProtectedSpan> spans;
     AutoReport auto_report;         // policy auto: its choice at the latest compression (empty before one)
+    // Protected tokens released so that protection stays within the budget (kProtectedShare), oldest spans first,
+    // since the sequence was made or restored (not saved in snapshots: the saved spans already lack them).
+    int64_t protected_released = 0;
   };
   const SeqState &seq_state(int32_t seq) const { return state(seq); }
   // Adds a sequence from a cache whose blocks the caller already took from kv() (see KvCache::adopt) and its
@@ -167,16 +213,28 @@ class Session {
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                std::map<int32_t, SeqState> &staged, std::map<int32_t, StepChannels> &steps);
   void maybe_compress_after(const std::vector<int32_t> &seqs);
+  // decode() of tokens[b, e) of `seq`.
+  void decode_tokens(int32_t seq, const std::vector<int32_t> &tokens, size_t b, size_t e);
+  // The most tokens, at most n, that the pool can take for `seq` now.
+  size_t chunk_that_fits(int32_t seq, size_t n);
   CompressionPlan plan_compression(int32_t seq, int32_t budget_tokens);
+  // The protected spans a compression to `budget` tokens per layer keeps (protection_within_budget).
+  std::vector<ProtectedSpan> spans_for_compression(int32_t seq, int32_t budget, int64_t *released) const;
   void apply_compression(int32_t seq, const CompressionPlan &plan);
-  // plan_compression for policy auto: B tokens per layer on average, or 0 for the quality target.
-  CompressionPlan plan_auto(int32_t seq, int32_t B);
+  // plan_compression for policy auto: B tokens per layer on average (0: none), max_loss a quality target (0: none);
+  // with both, as few tokens as hold max_loss and never more blocks than B holds.
+  CompressionPlan plan_auto(int32_t seq, int32_t B, double max_loss);
   // Layer `layer` of `seq`: keys and values as f32 on the host, [n, n_kv_heads, head_dim] each.
   void layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, std::vector<float> &v);
   // Memory pressure, decided like an allocator: compresses the cheapest sequences (loss per freed block) until a
   // step needing `need` blocks fits, and only if it then fits; otherwise throws kv_full having changed nothing.
   void relieve_pressure(const std::map<int32_t, int32_t> &appending, int64_t need);
   int32_t budget_for(int32_t seq) const;
+  // Under a quality target: the growth since the latest compression that triggers the next.
+  int64_t quality_slack(int32_t seq) const;
+  // Compresses `seq` to `budget` tokens per layer, going on (false) when a compaction finds no block for its
+  // copies (KV full).
+  bool try_compress(int32_t seq, int32_t budget);
   int32_t window_capacity() const;
   SeqState &state(int32_t seq);
   const SeqState &state(int32_t seq) const;

@@ -47,7 +47,8 @@ int64_t saved_window_rows(const Session &session, const SaveOptions &opts, int32
   if (opts.window_queries != SaveOptions::WindowQueries::automatic)
     return opts.window_queries == SaveOptions::WindowQueries::always ? rows : 0;
   if (!cc.enabled() || !cc.needs_window_queries() || rows == 0) return 0;
-  const int64_t ahead = std::max<int64_t>(0, cc.interval - session.seq_state(id).since_compress);
+  // The fewest tokens before the next compression the trigger schedules (memory or a fixed interval).
+  const int64_t ahead = std::min<int64_t>(rows, session.tokens_until_compression(id));
   const int64_t next_len = c.length + ahead;
   const int64_t budget = cc.budget_tokens > 0 ? cc.budget_tokens
                                               : std::max<int64_t>(1, std::llround(cc.budget_fraction * static_cast<double>(next_len)));

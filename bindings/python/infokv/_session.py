@@ -132,6 +132,26 @@ class Session(_Owner):
         with self._lock:
             return int(_check(_c.ikv_seq_kv_bytes(self.handle, seq)))
 
+    def kv_bytes_uncompressed(self, seq: int = 0) -> int:
+        """Bytes of KV blocks the sequence would hold uncompressed (its whole length in every layer), counted as
+        kv_bytes counts what it holds."""
+        with self._lock:
+            return int(_check(_c.ikv_seq_kv_bytes_uncompressed(self.handle, seq)))
+
+    def budget(self, seq: int = 0) -> Tuple[int, int]:
+        """What compression holds the sequence to now, as (budget_tokens, slack_tokens) per layer: it is compressed
+        back to its budget whenever it holds more than budget + slack. (0, 0) without a policy."""
+        with self._lock:
+            budget, slack = _check(_c.ikv_seq_budget(self.handle, seq))
+            return int(budget), int(slack)
+
+    def protection(self, seq: int = 0) -> Tuple[int, int]:
+        """(protected_tokens, released_tokens): never-evicted tokens now, and protected tokens released so far so
+        that protection stays within the budget (oldest spans first, the first span last)."""
+        with self._lock:
+            protected, released = _check(_c.ikv_seq_protection(self.handle, seq))
+            return int(protected), int(released)
+
     def pressure_estimate(self, seq: int = 0) -> Tuple[int, float]:
         """What compressing the sequence to its budget now would free, as (blocks, cost_per_block): KV blocks returned
         to the pool and the estimated loss per freed block (the share of the policy's score mass evicted, over the

@@ -291,6 +291,28 @@ def test_compression_policy_and_budget_reduce_the_cache(model):
         assert s.kept(0, 0) == s.length(0)
 
 
+def test_a_budget_holds_after_every_generated_token_with_default_settings(model):
+    text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " * 3
+    with model.session(policy="snapkv", budget=0.25) as s:
+        steps = 0
+        for _ in s.generate(text, 150, temperature=0):
+            budget, slack = s.budget(0)
+            assert budget >= 1 and slack >= 16
+            assert sum(s.kept(0, l) for l in range(model.n_layer)) <= model.n_layer * (budget + slack)
+            steps += 1
+        assert steps > 0
+        assert 0 < s.kv_bytes(0) < s.kv_bytes_uncompressed(0)
+        assert s.protection(0) == (0, 0)
+        s.protect(0, 8)
+        assert s.protection(0) == (8, 0)
+        with pytest.raises(infokv.NotFoundError):
+            s.budget(42)
+    with model.session() as s:  # no policy: nothing held to a budget, nothing compressed
+        s.decode(model.tokenize(text))
+        assert s.budget() == (0, 0)
+        assert s.kv_bytes() == s.kv_bytes_uncompressed()
+
+
 def test_pressure_estimate_reports_blocks_and_cost_and_changes_nothing(model):
     text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " * 3
     with model.session(policy="snapkv", budget=0.25, compress_after_prefill=False) as s:

@@ -58,9 +58,10 @@ IKV_API int32_t ikv_chat_tokenize(int32_t *out_tokens, size_t capacity, size_t *
 
 /**
  * Appends one message (role "system", "user", "assistant", or another lower-case word) to `seq` and decodes it,
- * protected as `protect` says. A sequence of length 0 opens the conversation (as `first` above). A long message is
- * prefilled in chunks with compression between them, as ikv_generate's prompt; its protection applies from the
- * first chunk. All or nothing: on failure the sequence, its protected spans and its logits are as before.
+ * protected as `protect` says. A sequence of length 0 opens the conversation (as `first` above). The message is
+ * prefilled as ikv_generate's prompt (in chunks that fit the pool, compressed once at its end when the sequence
+ * then holds more than its budget plus slack, part-way only when memory requires it); its protection applies from
+ * the first chunk and lives inside the budget (ikv_seq_protection). All or nothing: on failure the sequence, its protected spans and its logits are as before.
  * @param out_begin, out_end  receive the positions [begin, end) the message took, its markup included (may be NULL).
  * @return IKV_OK; IKV_ERR_UNSUPPORTED (no known chat format); IKV_ERR_INVALID_ARGUMENT (bad role or protect, NULL
  *         arguments); IKV_ERR_NOT_FOUND (no such sequence); IKV_ERR_OUT_OF_RANGE (too many protected spans);

@@ -57,9 +57,12 @@ typedef int32_t (*ikv_token_callback)(void *user_data, int32_t token, const char
 /**
  * Generates up to max_tokens tokens into `seq`: decodes `prompt` first (may be NULL/0 when the sequence already has
  * logits), then samples, streaming each token to `callback` (may be NULL). Stops at EOS. With a compression policy,
- * a prompt longer than one chunk (the session's ubatch, 256) is prefilled chunk by chunk with compression between
- * chunks, so its full cache never exists and a prompt longer than the pool can fit; that prefill is all or nothing
- * (on failure the sequence is as before; meanwhile memory pressure compresses only this sequence).
+ * the prompt is prefilled in chunks of the session's ubatch (256) tokens, or fewer when the pool has less room
+ * (down to one token), and compressed once at its end; part-way only when it would otherwise hold more than 4x the
+ * budget it will have at its end, or when the pool cannot take the next chunk (so a prompt longer than the pool
+ * fits, and fails with IKV_ERR_KV_FULL only when not one more token fits after compressing it to its budget). Then
+ * each generated token is compressed by the session's trigger (ikv_seq_budget). The prefill is all or nothing (on
+ * failure the sequence is as before; meanwhile memory pressure compresses only this sequence).
  * @param out_tokens  buffer for the generated ids (may be NULL: then capacity must be 0 and only *out_count is
  *                    set); *out_count receives how many were generated. When out_tokens is not NULL and capacity
  *                    < max_tokens the call returns IKV_ERR_BUFFER_TOO_SMALL before doing anything, with

@@ -63,7 +63,9 @@ typedef struct ikv_session_options {
   int32_t budget_tokens;     /* tokens kept per layer; 0: use budget_fraction */
   double budget_fraction;    /* of the sequence's length at compression time, (0, 1] */
   int32_t window;            /* observation window; -1: min(32, budget / 4) */
-  int32_t interval;          /* decode steps between compressions; default 1024 */
+  int32_t interval;          /* 0 or 1024 (default): compress when the sequence holds more than its budget plus a slack
+                              * the runtime chooses (ikv_seq_budget); 1024, once a step count, is read as 0. Another
+                              * value: every `interval` tokens appended, if then over the budget (a fixed schedule) */
   float alpha;               /* attention weight in the InfoKV mix; default 0.9 */
   float tau;                 /* representation-change offset; default 1 */
   int32_t entropy_top_k;     /* default 256 */
@@ -170,6 +172,39 @@ IKV_API int32_t ikv_seq_kept(int64_t *out, const ikv_session *session, int32_t s
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
  */
 IKV_API int32_t ikv_seq_kv_bytes(int64_t *out, const ikv_session *session, int32_t seq);
+/**
+ * Bytes of KV blocks the sequence would hold uncompressed: every position of its logical length in every layer, in
+ * whole blocks, counted as ikv_seq_kv_bytes counts what it holds (compare the two for what compression saved) into
+ * *out (0 on failure). A query; changes nothing.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_seq_kv_bytes_uncompressed(int64_t *out, const ikv_session *session, int32_t seq);
+/**
+ * What compression holds the sequence to now, in tokens per layer (mean over layers): its budget
+ * (*out_budget_tokens: budget_tokens, or budget_fraction x its length rounded, at least 1) and the slack above it
+ * (*out_slack_tokens). With the default `interval` the session compresses the sequence back to its budget whenever
+ * it holds more than budget + slack after a decode, a message or a generated token (the slack is a quarter of the
+ * budget rounded up to whole blocks, at least one block); with an explicit interval the slack is that interval.
+ * Protected tokens never take a layer past budget + slack (README "When compression runs"). With
+ * IKV_POLICY_NONE both are 0; with a quality target alone (max_loss, no budget) the budget is 0 and the slack is
+ * how far the sequence may grow past what its latest compression kept. A query; changes nothing.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_budget_tokens or out_slack_tokens); IKV_ERR_NOT_FOUND;
+ *         IKV_ERR_BAD_HANDLE. On failure both outputs are 0.
+ */
+IKV_API int32_t ikv_seq_budget(int64_t *out_budget_tokens, int64_t *out_slack_tokens, const ikv_session *session,
+                               int32_t seq);
+/**
+ * The sequence's protection: never-evicted tokens (its protected spans, within its length: *out_protected_tokens)
+ * and the protected tokens released so far (*out_released_tokens) because protection must stay within the budget:
+ * when never-evicted tokens would take more than budget + slack of a layer, or the spans after the first more than
+ * half of the budget beyond the observation window, whole spans are released at the next compression, the oldest
+ * first and the first span (a system prompt) last, and become ordinary tokens the policy ranks. The released count
+ * starts at 0 for a restored sequence. A query; changes nothing.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_protected_tokens or out_released_tokens); IKV_ERR_NOT_FOUND;
+ *         IKV_ERR_BAD_HANDLE. On failure both outputs are 0.
+ */
+IKV_API int32_t ikv_seq_protection(int64_t *out_protected_tokens, int64_t *out_released_tokens,
+                                   const ikv_session *session, int32_t seq);
 
 /**
  * Appends tokens to one sequence and runs the model; the logits of the last token become available.

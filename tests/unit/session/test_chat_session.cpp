@@ -70,17 +70,30 @@ TEST(ChatSession, SystemPromptAndControlTokensAreHeldInEveryLayerThroughCompress
   ASSERT_GT(s.compressions(seq), 2) << "the conversation should have been compressed several times";
   ASSERT_GE(s.info(seq).length, 3 * 96);
   EXPECT_TRUE(held(s, seq, sys.begin, sys.end)) << "system turn [" << sys.begin << ", " << sys.end << ") evicted";
-  // every control token of the template (<|im_start|>, <|im_end|>) is held too
+  // Every control token of the template (<|im_start|>, <|im_end|>) still protected is held too; protection lives
+  // inside the budget, so the oldest turns' markup may have been released (Trigger.ProtectedTokensStayInside...),
+  // the latest turn's never.
   const infokv::Tokenizer &tok = m->tokenizer();
   const int32_t im_start = tok.find_piece("<|im_start|>"), im_end = tok.find_piece("<|im_end|>");
   const std::vector<int32_t> &ids = s.tokens(seq);
-  int controls = 0;
+  auto protected_at = [&](int64_t p) {
+    for (const infokv::ProtectedSpan &sp : s.protected_spans(seq))
+      if (!sp.fair && sp.begin <= p && p < sp.end) return true;
+    return false;
+  };
+  int controls = 0, held_controls = 0;
+  int64_t last_turn = 0;
   for (size_t p = 0; p < ids.size(); ++p)
     if (ids[p] == im_start || ids[p] == im_end) {
       ++controls;
+      if (ids[p] == im_start) last_turn = static_cast<int64_t>(p);
+      if (!protected_at(static_cast<int64_t>(p))) continue;
+      ++held_controls;
       EXPECT_TRUE(held(s, seq, static_cast<int64_t>(p), static_cast<int64_t>(p) + 1)) << "control token at " << p;
     }
   EXPECT_GE(controls, 2 * 9);
+  EXPECT_GE(held_controls, 6);
+  EXPECT_TRUE(protected_at(last_turn)) << "the latest turn's markup must still be protected";
 }
 
 TEST(ChatSession, WithoutProtectionTheSameConversationLosesPartOfItsSystemPrompt) {

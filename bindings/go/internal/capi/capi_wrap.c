@@ -221,7 +221,7 @@ SWIGINTERN void delete_ikv_session_options(struct ikv_session_options *self){
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_6ea70338d980e943(void *_swig_go_0) {
+void _wrap_Swig_free_capi_592d202a8be24ad1(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -231,7 +231,7 @@ void _wrap_Swig_free_capi_6ea70338d980e943(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_6ea70338d980e943(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_592d202a8be24ad1(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -244,7 +244,7 @@ void *_wrap_Swig_malloc_capi_6ea70338d980e943(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_IKV_VERSION_NUMBER_capi_6ea70338d980e943() {
+intgo _wrap_IKV_VERSION_NUMBER_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -255,7 +255,7 @@ intgo _wrap_IKV_VERSION_NUMBER_capi_6ea70338d980e943() {
 }
 
 
-_gostring_ _wrap_ikv_version_string_capi_6ea70338d980e943() {
+_gostring_ _wrap_ikv_version_string_capi_592d202a8be24ad1() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -266,7 +266,7 @@ _gostring_ _wrap_ikv_version_string_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_ikv_version_number_capi_6ea70338d980e943() {
+intgo _wrap_ikv_version_number_capi_592d202a8be24ad1() {
   int32_t result;
   intgo _swig_go_result;
   
@@ -277,7 +277,7 @@ intgo _wrap_ikv_version_number_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -288,7 +288,7 @@ intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_IO_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_IO_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -299,7 +299,7 @@ intgo _wrap_IKV_ERR_IO_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_MODEL_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_BAD_MODEL_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -310,7 +310,7 @@ intgo _wrap_IKV_ERR_BAD_MODEL_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_UNSUPPORTED_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_UNSUPPORTED_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -321,7 +321,7 @@ intgo _wrap_IKV_ERR_UNSUPPORTED_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -332,7 +332,7 @@ intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_KV_FULL_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_KV_FULL_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -343,7 +343,7 @@ intgo _wrap_IKV_ERR_KV_FULL_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -354,7 +354,7 @@ intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_CANCELLED_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_CANCELLED_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -365,7 +365,7 @@ intgo _wrap_IKV_ERR_CANCELLED_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -376,7 +376,7 @@ intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_WRONG_MODEL_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_WRONG_MODEL_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -387,7 +387,7 @@ intgo _wrap_IKV_ERR_WRONG_MODEL_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_VERSION_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_VERSION_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -398,7 +398,7 @@ intgo _wrap_IKV_ERR_VERSION_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_CONFIG_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_BAD_CONFIG_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -409,7 +409,7 @@ intgo _wrap_IKV_ERR_BAD_CONFIG_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_NO_DEVICE_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_NO_DEVICE_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -420,7 +420,7 @@ intgo _wrap_IKV_ERR_NO_DEVICE_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -431,7 +431,7 @@ intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_NOT_FOUND_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_NOT_FOUND_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -442,7 +442,7 @@ intgo _wrap_IKV_ERR_NOT_FOUND_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_STATE_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_BAD_STATE_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -453,7 +453,7 @@ intgo _wrap_IKV_ERR_BAD_STATE_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_HANDLE_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_BAD_HANDLE_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -464,7 +464,7 @@ intgo _wrap_IKV_ERR_BAD_HANDLE_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_BUSY_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_BUSY_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -475,7 +475,7 @@ intgo _wrap_IKV_ERR_BUSY_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_IKV_ERR_INTERNAL_capi_6ea70338d980e943() {
+intgo _wrap_IKV_ERR_INTERNAL_capi_592d202a8be24ad1() {
   int result;
   intgo _swig_go_result;
   
@@ -486,7 +486,7 @@ intgo _wrap_IKV_ERR_INTERNAL_capi_6ea70338d980e943() {
 }
 
 
-_gostring_ _wrap_ikv_status_string_capi_6ea70338d980e943(intgo _swig_go_0) {
+_gostring_ _wrap_ikv_status_string_capi_592d202a8be24ad1(intgo _swig_go_0) {
   int32_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -499,7 +499,7 @@ _gostring_ _wrap_ikv_status_string_capi_6ea70338d980e943(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_ikv_last_error_message_capi_6ea70338d980e943() {
+_gostring_ _wrap_ikv_last_error_message_capi_592d202a8be24ad1() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -510,7 +510,7 @@ _gostring_ _wrap_ikv_last_error_message_capi_6ea70338d980e943() {
 }
 
 
-intgo _wrap_ikv_device_count_capi_6ea70338d980e943(int *_swig_go_0) {
+intgo _wrap_ikv_device_count_capi_592d202a8be24ad1(int *_swig_go_0) {
   int32_t *arg1 = (int32_t *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -524,7 +524,7 @@ intgo _wrap_ikv_device_count_capi_6ea70338d980e943(int *_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_device_name_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_device_name_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, intgo _swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -545,7 +545,7 @@ intgo _wrap_ikv_device_name_capi_6ea70338d980e943(_goslice_ _swig_go_0, long lon
 }
 
 
-intgo _wrap_ikv_model_load_capi_6ea70338d980e943(ikv_model **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_model_load_capi_592d202a8be24ad1(ikv_model **_swig_go_0, _gostring_ _swig_go_1) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -566,7 +566,7 @@ intgo _wrap_ikv_model_load_capi_6ea70338d980e943(ikv_model **_swig_go_0, _gostri
 }
 
 
-void _wrap_ikv_model_free_capi_6ea70338d980e943(struct ikv_model *_swig_go_0) {
+void _wrap_ikv_model_free_capi_592d202a8be24ad1(struct ikv_model *_swig_go_0) {
   ikv_model *arg1 = (ikv_model *) 0 ;
   
   arg1 = *(ikv_model **)&_swig_go_0; 
@@ -576,7 +576,7 @@ void _wrap_ikv_model_free_capi_6ea70338d980e943(struct ikv_model *_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_model_get_int_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_model *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_model_get_int_capi_592d202a8be24ad1(long long *_swig_go_0, struct ikv_model *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   int32_t arg3 ;
@@ -594,7 +594,7 @@ intgo _wrap_ikv_model_get_int_capi_6ea70338d980e943(long long *_swig_go_0, struc
 }
 
 
-intgo _wrap_ikv_model_describe_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2) {
+intgo _wrap_ikv_model_describe_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -615,7 +615,7 @@ intgo _wrap_ikv_model_describe_capi_6ea70338d980e943(_goslice_ _swig_go_0, long 
 }
 
 
-intgo _wrap_ikv_tokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_ikv_tokenize_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -642,7 +642,7 @@ intgo _wrap_ikv_tokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *
 }
 
 
-intgo _wrap_ikv_detokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _goslice_ _swig_go_3) {
+intgo _wrap_ikv_detokenize_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _goslice_ _swig_go_3) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -668,7 +668,7 @@ intgo _wrap_ikv_detokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long
 }
 
 
-void _wrap_ikv_session_options_struct_size_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_struct_size_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t arg2 ;
   
@@ -680,7 +680,7 @@ void _wrap_ikv_session_options_struct_size_set_capi_6ea70338d980e943(struct ikv_
 }
 
 
-intgo _wrap_ikv_session_options_struct_size_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_struct_size_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -693,7 +693,7 @@ intgo _wrap_ikv_session_options_struct_size_get_capi_6ea70338d980e943(struct ikv
 }
 
 
-void _wrap_ikv_session_options_version_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_version_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t arg2 ;
   
@@ -705,7 +705,7 @@ void _wrap_ikv_session_options_version_set_capi_6ea70338d980e943(struct ikv_sess
 }
 
 
-intgo _wrap_ikv_session_options_version_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_version_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -718,7 +718,7 @@ intgo _wrap_ikv_session_options_version_get_capi_6ea70338d980e943(struct ikv_ses
 }
 
 
-void _wrap_ikv_session_options_n_threads_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_n_threads_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -730,7 +730,7 @@ void _wrap_ikv_session_options_n_threads_set_capi_6ea70338d980e943(struct ikv_se
 }
 
 
-intgo _wrap_ikv_session_options_n_threads_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_n_threads_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -743,7 +743,7 @@ intgo _wrap_ikv_session_options_n_threads_get_capi_6ea70338d980e943(struct ikv_s
 }
 
 
-void _wrap_ikv_session_options_kv_dtype_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_kv_dtype_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -755,7 +755,7 @@ void _wrap_ikv_session_options_kv_dtype_set_capi_6ea70338d980e943(struct ikv_ses
 }
 
 
-intgo _wrap_ikv_session_options_kv_dtype_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_kv_dtype_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -768,7 +768,7 @@ intgo _wrap_ikv_session_options_kv_dtype_get_capi_6ea70338d980e943(struct ikv_se
 }
 
 
-void _wrap_ikv_session_options_block_size_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_block_size_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -780,7 +780,7 @@ void _wrap_ikv_session_options_block_size_set_capi_6ea70338d980e943(struct ikv_s
 }
 
 
-intgo _wrap_ikv_session_options_block_size_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_block_size_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -793,7 +793,7 @@ intgo _wrap_ikv_session_options_block_size_get_capi_6ea70338d980e943(struct ikv_
 }
 
 
-void _wrap_ikv_session_options_ubatch_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_ubatch_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -805,7 +805,7 @@ void _wrap_ikv_session_options_ubatch_set_capi_6ea70338d980e943(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_ubatch_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_ubatch_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -818,7 +818,7 @@ intgo _wrap_ikv_session_options_ubatch_get_capi_6ea70338d980e943(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_kv_pool_blocks_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_session_options_kv_pool_blocks_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t arg2 ;
   
@@ -830,7 +830,7 @@ void _wrap_ikv_session_options_kv_pool_blocks_set_capi_6ea70338d980e943(struct i
 }
 
 
-long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -843,7 +843,7 @@ long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_6ea70338d980e943(str
 }
 
 
-void _wrap_ikv_session_options_kv_pool_bytes_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_session_options_kv_pool_bytes_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t arg2 ;
   
@@ -855,7 +855,7 @@ void _wrap_ikv_session_options_kv_pool_bytes_set_capi_6ea70338d980e943(struct ik
 }
 
 
-long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -868,7 +868,7 @@ long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_6ea70338d980e943(stru
 }
 
 
-void _wrap_ikv_session_options_policy_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_policy_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -880,7 +880,7 @@ void _wrap_ikv_session_options_policy_set_capi_6ea70338d980e943(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_policy_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_policy_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -893,7 +893,7 @@ intgo _wrap_ikv_session_options_policy_get_capi_6ea70338d980e943(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_budget_tokens_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_budget_tokens_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -905,7 +905,7 @@ void _wrap_ikv_session_options_budget_tokens_set_capi_6ea70338d980e943(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_budget_tokens_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_budget_tokens_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -918,7 +918,7 @@ intgo _wrap_ikv_session_options_budget_tokens_get_capi_6ea70338d980e943(struct i
 }
 
 
-void _wrap_ikv_session_options_budget_fraction_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
+void _wrap_ikv_session_options_budget_fraction_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double arg2 ;
   
@@ -930,7 +930,7 @@ void _wrap_ikv_session_options_budget_fraction_set_capi_6ea70338d980e943(struct 
 }
 
 
-double _wrap_ikv_session_options_budget_fraction_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+double _wrap_ikv_session_options_budget_fraction_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double result;
   double _swig_go_result;
@@ -943,7 +943,7 @@ double _wrap_ikv_session_options_budget_fraction_get_capi_6ea70338d980e943(struc
 }
 
 
-void _wrap_ikv_session_options_window_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_window_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -955,7 +955,7 @@ void _wrap_ikv_session_options_window_set_capi_6ea70338d980e943(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_window_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_window_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -968,7 +968,7 @@ intgo _wrap_ikv_session_options_window_get_capi_6ea70338d980e943(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_interval_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_interval_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -980,7 +980,7 @@ void _wrap_ikv_session_options_interval_set_capi_6ea70338d980e943(struct ikv_ses
 }
 
 
-intgo _wrap_ikv_session_options_interval_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_interval_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -993,7 +993,7 @@ intgo _wrap_ikv_session_options_interval_get_capi_6ea70338d980e943(struct ikv_se
 }
 
 
-void _wrap_ikv_session_options_alpha_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_alpha_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -1005,7 +1005,7 @@ void _wrap_ikv_session_options_alpha_set_capi_6ea70338d980e943(struct ikv_sessio
 }
 
 
-float _wrap_ikv_session_options_alpha_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_alpha_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1018,7 +1018,7 @@ float _wrap_ikv_session_options_alpha_get_capi_6ea70338d980e943(struct ikv_sessi
 }
 
 
-void _wrap_ikv_session_options_tau_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_tau_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -1030,7 +1030,7 @@ void _wrap_ikv_session_options_tau_set_capi_6ea70338d980e943(struct ikv_session_
 }
 
 
-float _wrap_ikv_session_options_tau_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_tau_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1043,7 +1043,7 @@ float _wrap_ikv_session_options_tau_get_capi_6ea70338d980e943(struct ikv_session
 }
 
 
-void _wrap_ikv_session_options_entropy_top_k_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_entropy_top_k_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1055,7 +1055,7 @@ void _wrap_ikv_session_options_entropy_top_k_set_capi_6ea70338d980e943(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_entropy_top_k_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_entropy_top_k_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1068,7 +1068,7 @@ intgo _wrap_ikv_session_options_entropy_top_k_get_capi_6ea70338d980e943(struct i
 }
 
 
-void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1080,7 +1080,7 @@ void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_6ea70338d980e943(str
 }
 
 
-intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1093,7 +1093,7 @@ intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_6ea70338d980e943(st
 }
 
 
-void _wrap_ikv_session_options_pool_kernel_decode_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_pool_kernel_decode_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1105,7 +1105,7 @@ void _wrap_ikv_session_options_pool_kernel_decode_set_capi_6ea70338d980e943(stru
 }
 
 
-intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1118,7 +1118,7 @@ intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_6ea70338d980e943(str
 }
 
 
-void _wrap_ikv_session_options_shape_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_shape_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1130,7 +1130,7 @@ void _wrap_ikv_session_options_shape_set_capi_6ea70338d980e943(struct ikv_sessio
 }
 
 
-intgo _wrap_ikv_session_options_shape_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_shape_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1143,7 +1143,7 @@ intgo _wrap_ikv_session_options_shape_get_capi_6ea70338d980e943(struct ikv_sessi
 }
 
 
-void _wrap_ikv_session_options_beta_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_beta_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -1155,7 +1155,7 @@ void _wrap_ikv_session_options_beta_set_capi_6ea70338d980e943(struct ikv_session
 }
 
 
-float _wrap_ikv_session_options_beta_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_beta_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1168,7 +1168,7 @@ float _wrap_ikv_session_options_beta_get_capi_6ea70338d980e943(struct ikv_sessio
 }
 
 
-void _wrap_ikv_session_options_sink_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_sink_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1180,7 +1180,7 @@ void _wrap_ikv_session_options_sink_set_capi_6ea70338d980e943(struct ikv_session
 }
 
 
-intgo _wrap_ikv_session_options_sink_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_sink_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1193,7 +1193,7 @@ intgo _wrap_ikv_session_options_sink_get_capi_6ea70338d980e943(struct ikv_sessio
 }
 
 
-void _wrap_ikv_session_options_compress_after_prefill_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_compress_after_prefill_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1205,7 +1205,7 @@ void _wrap_ikv_session_options_compress_after_prefill_set_capi_6ea70338d980e943(
 }
 
 
-intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1218,7 +1218,7 @@ intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_6ea70338d980e943
 }
 
 
-void _wrap_ikv_session_options_device_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_ikv_session_options_device_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, _gostring_ _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1242,7 +1242,7 @@ void _wrap_ikv_session_options_device_set_capi_6ea70338d980e943(struct ikv_sessi
 }
 
 
-_gostring_ _wrap_ikv_session_options_device_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+_gostring_ _wrap_ikv_session_options_device_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1255,7 +1255,7 @@ _gostring_ _wrap_ikv_session_options_device_get_capi_6ea70338d980e943(struct ikv
 }
 
 
-void _wrap_ikv_session_options_max_sequences_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_max_sequences_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1267,7 +1267,7 @@ void _wrap_ikv_session_options_max_sequences_set_capi_6ea70338d980e943(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_max_sequences_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_max_sequences_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1280,7 +1280,7 @@ intgo _wrap_ikv_session_options_max_sequences_get_capi_6ea70338d980e943(struct i
 }
 
 
-void _wrap_ikv_session_options_max_loss_set_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
+void _wrap_ikv_session_options_max_loss_set_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double arg2 ;
   
@@ -1292,7 +1292,7 @@ void _wrap_ikv_session_options_max_loss_set_capi_6ea70338d980e943(struct ikv_ses
 }
 
 
-double _wrap_ikv_session_options_max_loss_get_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+double _wrap_ikv_session_options_max_loss_get_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double result;
   double _swig_go_result;
@@ -1305,7 +1305,7 @@ double _wrap_ikv_session_options_max_loss_get_capi_6ea70338d980e943(struct ikv_s
 }
 
 
-void _wrap_delete_ikv_session_options_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+void _wrap_delete_ikv_session_options_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   
   arg1 = *(struct ikv_session_options **)&_swig_go_0; 
@@ -1315,7 +1315,7 @@ void _wrap_delete_ikv_session_options_capi_6ea70338d980e943(struct ikv_session_o
 }
 
 
-struct ikv_session_options *_wrap_new_ikv_session_options_capi_6ea70338d980e943() {
+struct ikv_session_options *_wrap_new_ikv_session_options_capi_592d202a8be24ad1() {
   struct ikv_session_options *result = 0 ;
   struct ikv_session_options *_swig_go_result;
   
@@ -1326,7 +1326,7 @@ struct ikv_session_options *_wrap_new_ikv_session_options_capi_6ea70338d980e943(
 }
 
 
-intgo _wrap_ikv_session_options_init_capi_6ea70338d980e943(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_init_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0) {
   ikv_session_options *arg1 = (ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1339,7 +1339,7 @@ intgo _wrap_ikv_session_options_init_capi_6ea70338d980e943(struct ikv_session_op
 }
 
 
-intgo _wrap_ikv_session_create_capi_6ea70338d980e943(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_session_options *_swig_go_2) {
+intgo _wrap_ikv_session_create_capi_592d202a8be24ad1(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_session_options *_swig_go_2) {
   ikv_session **arg1 = (ikv_session **) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   ikv_session_options *arg3 = (ikv_session_options *) 0 ;
@@ -1357,7 +1357,7 @@ intgo _wrap_ikv_session_create_capi_6ea70338d980e943(ikv_session **_swig_go_0, s
 }
 
 
-void _wrap_ikv_session_free_capi_6ea70338d980e943(struct ikv_session *_swig_go_0) {
+void _wrap_ikv_session_free_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   
   arg1 = *(ikv_session **)&_swig_go_0; 
@@ -1367,7 +1367,7 @@ void _wrap_ikv_session_free_capi_6ea70338d980e943(struct ikv_session *_swig_go_0
 }
 
 
-intgo _wrap_ikv_seq_add_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_session *_swig_go_1) {
+intgo _wrap_ikv_seq_add_capi_592d202a8be24ad1(int *_swig_go_0, struct ikv_session *_swig_go_1) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t result;
@@ -1383,7 +1383,7 @@ intgo _wrap_ikv_seq_add_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_sessio
 }
 
 
-intgo _wrap_ikv_seq_remove_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_ikv_seq_remove_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t result;
@@ -1398,7 +1398,7 @@ intgo _wrap_ikv_seq_remove_capi_6ea70338d980e943(struct ikv_session *_swig_go_0,
 }
 
 
-intgo _wrap_ikv_seq_fork_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_fork_capi_592d202a8be24ad1(int *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1416,7 +1416,7 @@ intgo _wrap_ikv_seq_fork_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_seq_truncate_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2) {
+intgo _wrap_ikv_seq_truncate_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1433,7 +1433,7 @@ intgo _wrap_ikv_seq_truncate_capi_6ea70338d980e943(struct ikv_session *_swig_go_
 }
 
 
-intgo _wrap_ikv_seq_remove_range_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3) {
+intgo _wrap_ikv_seq_remove_range_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1452,7 +1452,7 @@ intgo _wrap_ikv_seq_remove_range_capi_6ea70338d980e943(struct ikv_session *_swig
 }
 
 
-intgo _wrap_ikv_seq_length_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_length_capi_592d202a8be24ad1(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1470,7 +1470,7 @@ intgo _wrap_ikv_seq_length_capi_6ea70338d980e943(long long *_swig_go_0, struct i
 }
 
 
-intgo _wrap_ikv_seq_kept_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_seq_kept_capi_592d202a8be24ad1(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1490,7 +1490,7 @@ intgo _wrap_ikv_seq_kept_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv
 }
 
 
-intgo _wrap_ikv_seq_kv_bytes_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_kv_bytes_capi_592d202a8be24ad1(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1508,7 +1508,67 @@ intgo _wrap_ikv_seq_kv_bytes_capi_6ea70338d980e943(long long *_swig_go_0, struct
 }
 
 
-intgo _wrap_ikv_decode_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_ikv_seq_kv_bytes_uncompressed_capi_592d202a8be24ad1(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  ikv_session *arg2 = (ikv_session *) 0 ;
+  int32_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)_swig_go_0;
+  arg2 = *(ikv_session **)&_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_seq_kv_bytes_uncompressed(arg1,(struct ikv_session const *)arg2,arg3);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_seq_budget_capi_592d202a8be24ad1(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  ikv_session *arg3 = (ikv_session *) 0 ;
+  int32_t arg4 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)_swig_go_0;
+  arg2 = (int64_t *)_swig_go_1;
+  arg3 = *(ikv_session **)&_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  result = (int32_t)ikv_seq_budget(arg1,arg2,(struct ikv_session const *)arg3,arg4);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_seq_protection_capi_592d202a8be24ad1(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  ikv_session *arg3 = (ikv_session *) 0 ;
+  int32_t arg4 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)_swig_go_0;
+  arg2 = (int64_t *)_swig_go_1;
+  arg3 = *(ikv_session **)&_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  result = (int32_t)ikv_seq_protection(arg1,arg2,(struct ikv_session const *)arg3,arg4);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_decode_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1528,7 +1588,7 @@ intgo _wrap_ikv_decode_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, int
 }
 
 
-intgo _wrap_ikv_decode_batch_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_ikv_decode_batch_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, _goslice_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1561,7 +1621,7 @@ intgo _wrap_ikv_decode_batch_capi_6ea70338d980e943(struct ikv_session *_swig_go_
 }
 
 
-intgo _wrap_ikv_get_logits_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_get_logits_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   float *arg1 = (float *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1584,7 +1644,7 @@ intgo _wrap_ikv_get_logits_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long
 }
 
 
-intgo _wrap_ikv_kv_stat_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_kv_stat_capi_592d202a8be24ad1(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1602,7 +1662,7 @@ intgo _wrap_ikv_kv_stat_capi_6ea70338d980e943(long long *_swig_go_0, struct ikv_
 }
 
 
-intgo _wrap_ikv_seq_pressure_estimate_capi_6ea70338d980e943(long long *_swig_go_0, double *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_seq_pressure_estimate_capi_592d202a8be24ad1(long long *_swig_go_0, double *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   double *arg2 = (double *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -1623,7 +1683,7 @@ intgo _wrap_ikv_seq_pressure_estimate_capi_6ea70338d980e943(long long *_swig_go_
 }
 
 
-intgo _wrap_ikv_seq_protect_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_ikv_seq_protect_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3, intgo _swig_go_4) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1644,7 +1704,7 @@ intgo _wrap_ikv_seq_protect_capi_6ea70338d980e943(struct ikv_session *_swig_go_0
 }
 
 
-intgo _wrap_ikv_seq_compress_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_compress_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t arg3 ;
@@ -1661,7 +1721,7 @@ intgo _wrap_ikv_seq_compress_capi_6ea70338d980e943(struct ikv_session *_swig_go_
 }
 
 
-_gostring_ _wrap_ikv_evidence_name_capi_6ea70338d980e943(intgo _swig_go_0) {
+_gostring_ _wrap_ikv_evidence_name_capi_592d202a8be24ad1(intgo _swig_go_0) {
   int32_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1674,7 +1734,7 @@ _gostring_ _wrap_ikv_evidence_name_capi_6ea70338d980e943(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_ikv_seq_auto_report_capi_6ea70338d980e943(int *_swig_go_0, long long *_swig_go_1, long long *_swig_go_2, double *_swig_go_3, double *_swig_go_4, struct ikv_session *_swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_seq_auto_report_capi_592d202a8be24ad1(int *_swig_go_0, long long *_swig_go_1, long long *_swig_go_2, double *_swig_go_3, double *_swig_go_4, struct ikv_session *_swig_go_5, intgo _swig_go_6) {
   int32_t *arg1 = (int32_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -1704,7 +1764,7 @@ intgo _wrap_ikv_seq_auto_report_capi_6ea70338d980e943(int *_swig_go_0, long long
 }
 
 
-intgo _wrap_ikv_seq_auto_layer_capi_6ea70338d980e943(int *_swig_go_0, int *_swig_go_1, double *_swig_go_2, double *_swig_go_3, struct ikv_session *_swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_seq_auto_layer_capi_592d202a8be24ad1(int *_swig_go_0, int *_swig_go_1, double *_swig_go_2, double *_swig_go_3, struct ikv_session *_swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
   int32_t *arg1 = (int32_t *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1733,7 +1793,7 @@ intgo _wrap_ikv_seq_auto_layer_capi_6ea70338d980e943(int *_swig_go_0, int *_swig
 }
 
 
-intgo _wrap_ikv_session_load_profile_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_session_load_profile_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -1753,7 +1813,7 @@ intgo _wrap_ikv_session_load_profile_capi_6ea70338d980e943(struct ikv_session *_
 }
 
 
-intgo _wrap_ikv_session_save_profile_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_session_save_profile_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -1773,7 +1833,7 @@ intgo _wrap_ikv_session_save_profile_capi_6ea70338d980e943(struct ikv_session *_
 }
 
 
-intgo _wrap_ikv_session_profile_info_capi_6ea70338d980e943(long long *_swig_go_0, int *_swig_go_1, int *_swig_go_2, struct ikv_session *_swig_go_3) {
+intgo _wrap_ikv_session_profile_info_capi_592d202a8be24ad1(long long *_swig_go_0, int *_swig_go_1, int *_swig_go_2, struct ikv_session *_swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1795,7 +1855,7 @@ intgo _wrap_ikv_session_profile_info_capi_6ea70338d980e943(long long *_swig_go_0
 }
 
 
-intgo _wrap_ikv_session_profile_tag_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2) {
+intgo _wrap_ikv_session_profile_tag_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1816,7 +1876,7 @@ intgo _wrap_ikv_session_profile_tag_capi_6ea70338d980e943(_goslice_ _swig_go_0, 
 }
 
 
-void _wrap_ikv_sampler_options_struct_size_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_struct_size_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t arg2 ;
   
@@ -1828,7 +1888,7 @@ void _wrap_ikv_sampler_options_struct_size_set_capi_6ea70338d980e943(struct ikv_
 }
 
 
-intgo _wrap_ikv_sampler_options_struct_size_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_struct_size_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -1841,7 +1901,7 @@ intgo _wrap_ikv_sampler_options_struct_size_get_capi_6ea70338d980e943(struct ikv
 }
 
 
-void _wrap_ikv_sampler_options_version_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_version_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t arg2 ;
   
@@ -1853,7 +1913,7 @@ void _wrap_ikv_sampler_options_version_set_capi_6ea70338d980e943(struct ikv_samp
 }
 
 
-intgo _wrap_ikv_sampler_options_version_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_version_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -1866,7 +1926,7 @@ intgo _wrap_ikv_sampler_options_version_get_capi_6ea70338d980e943(struct ikv_sam
 }
 
 
-void _wrap_ikv_sampler_options_temperature_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_temperature_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1878,7 +1938,7 @@ void _wrap_ikv_sampler_options_temperature_set_capi_6ea70338d980e943(struct ikv_
 }
 
 
-float _wrap_ikv_sampler_options_temperature_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_temperature_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1891,7 +1951,7 @@ float _wrap_ikv_sampler_options_temperature_get_capi_6ea70338d980e943(struct ikv
 }
 
 
-void _wrap_ikv_sampler_options_top_k_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_top_k_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t arg2 ;
   
@@ -1903,7 +1963,7 @@ void _wrap_ikv_sampler_options_top_k_set_capi_6ea70338d980e943(struct ikv_sample
 }
 
 
-intgo _wrap_ikv_sampler_options_top_k_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_top_k_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1916,7 +1976,7 @@ intgo _wrap_ikv_sampler_options_top_k_get_capi_6ea70338d980e943(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_top_p_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_top_p_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1928,7 +1988,7 @@ void _wrap_ikv_sampler_options_top_p_set_capi_6ea70338d980e943(struct ikv_sample
 }
 
 
-float _wrap_ikv_sampler_options_top_p_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_top_p_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1941,7 +2001,7 @@ float _wrap_ikv_sampler_options_top_p_get_capi_6ea70338d980e943(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_min_p_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_min_p_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1953,7 +2013,7 @@ void _wrap_ikv_sampler_options_min_p_set_capi_6ea70338d980e943(struct ikv_sample
 }
 
 
-float _wrap_ikv_sampler_options_min_p_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_min_p_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1966,7 +2026,7 @@ float _wrap_ikv_sampler_options_min_p_get_capi_6ea70338d980e943(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_repeat_penalty_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_repeat_penalty_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1978,7 +2038,7 @@ void _wrap_ikv_sampler_options_repeat_penalty_set_capi_6ea70338d980e943(struct i
 }
 
 
-float _wrap_ikv_sampler_options_repeat_penalty_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_repeat_penalty_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1991,7 +2051,7 @@ float _wrap_ikv_sampler_options_repeat_penalty_get_capi_6ea70338d980e943(struct 
 }
 
 
-void _wrap_ikv_sampler_options_repeat_last_n_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_repeat_last_n_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t arg2 ;
   
@@ -2003,7 +2063,7 @@ void _wrap_ikv_sampler_options_repeat_last_n_set_capi_6ea70338d980e943(struct ik
 }
 
 
-intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2016,7 +2076,7 @@ intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_6ea70338d980e943(struct i
 }
 
 
-void _wrap_ikv_sampler_options_seed_set_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_sampler_options_seed_set_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint64_t arg2 ;
   
@@ -2028,7 +2088,7 @@ void _wrap_ikv_sampler_options_seed_set_capi_6ea70338d980e943(struct ikv_sampler
 }
 
 
-long long _wrap_ikv_sampler_options_seed_get_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+long long _wrap_ikv_sampler_options_seed_get_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -2041,7 +2101,7 @@ long long _wrap_ikv_sampler_options_seed_get_capi_6ea70338d980e943(struct ikv_sa
 }
 
 
-struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_6ea70338d980e943() {
+struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_592d202a8be24ad1() {
   struct ikv_sampler_options *result = 0 ;
   struct ikv_sampler_options *_swig_go_result;
   
@@ -2052,7 +2112,7 @@ struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_6ea70338d980e943(
 }
 
 
-void _wrap_delete_ikv_sampler_options_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+void _wrap_delete_ikv_sampler_options_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   
   arg1 = *(struct ikv_sampler_options **)&_swig_go_0; 
@@ -2062,7 +2122,7 @@ void _wrap_delete_ikv_sampler_options_capi_6ea70338d980e943(struct ikv_sampler_o
 }
 
 
-intgo _wrap_ikv_sampler_options_init_capi_6ea70338d980e943(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_init_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0) {
   ikv_sampler_options *arg1 = (ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2075,7 +2135,7 @@ intgo _wrap_ikv_sampler_options_init_capi_6ea70338d980e943(struct ikv_sampler_op
 }
 
 
-intgo _wrap_ikv_sampler_create_capi_6ea70338d980e943(ikv_sampler **_swig_go_0, struct ikv_sampler_options *_swig_go_1) {
+intgo _wrap_ikv_sampler_create_capi_592d202a8be24ad1(ikv_sampler **_swig_go_0, struct ikv_sampler_options *_swig_go_1) {
   ikv_sampler **arg1 = (ikv_sampler **) 0 ;
   ikv_sampler_options *arg2 = (ikv_sampler_options *) 0 ;
   int32_t result;
@@ -2091,7 +2151,7 @@ intgo _wrap_ikv_sampler_create_capi_6ea70338d980e943(ikv_sampler **_swig_go_0, s
 }
 
 
-void _wrap_ikv_sampler_free_capi_6ea70338d980e943(struct ikv_sampler *_swig_go_0) {
+void _wrap_ikv_sampler_free_capi_592d202a8be24ad1(struct ikv_sampler *_swig_go_0) {
   ikv_sampler *arg1 = (ikv_sampler *) 0 ;
   
   arg1 = *(ikv_sampler **)&_swig_go_0; 
@@ -2101,7 +2161,7 @@ void _wrap_ikv_sampler_free_capi_6ea70338d980e943(struct ikv_sampler *_swig_go_0
 }
 
 
-intgo _wrap_ikv_sample_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_sampler *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_sample_capi_592d202a8be24ad1(int *_swig_go_0, struct ikv_sampler *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_sampler *arg2 = (ikv_sampler *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -2121,7 +2181,7 @@ intgo _wrap_ikv_sample_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_sampler
 }
 
 
-intgo _wrap_ikv_generate_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, struct ikv_sampler *_swig_go_6, ikv_token_callback _swig_go_7) {
+intgo _wrap_ikv_generate_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, struct ikv_sampler *_swig_go_6, ikv_token_callback _swig_go_7) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2157,7 +2217,7 @@ intgo _wrap_ikv_generate_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *
 }
 
 
-intgo _wrap_ikv_config_create_capi_6ea70338d980e943(ikv_config **_swig_go_0) {
+intgo _wrap_ikv_config_create_capi_592d202a8be24ad1(ikv_config **_swig_go_0) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2171,7 +2231,7 @@ intgo _wrap_ikv_config_create_capi_6ea70338d980e943(ikv_config **_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_config_from_json_capi_6ea70338d980e943(ikv_config **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_config_from_json_capi_592d202a8be24ad1(ikv_config **_swig_go_0, _gostring_ _swig_go_1) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   char *arg2 = (char *) 0 ;
   size_t arg3 ;
@@ -2189,7 +2249,7 @@ intgo _wrap_ikv_config_from_json_capi_6ea70338d980e943(ikv_config **_swig_go_0, 
 }
 
 
-intgo _wrap_ikv_config_from_binary_capi_6ea70338d980e943(ikv_config **_swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_ikv_config_from_binary_capi_592d202a8be24ad1(ikv_config **_swig_go_0, _goslice_ _swig_go_1) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2208,7 +2268,7 @@ intgo _wrap_ikv_config_from_binary_capi_6ea70338d980e943(ikv_config **_swig_go_0
 }
 
 
-intgo _wrap_ikv_config_to_json_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_to_json_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2229,7 +2289,7 @@ intgo _wrap_ikv_config_to_json_capi_6ea70338d980e943(_goslice_ _swig_go_0, long 
 }
 
 
-intgo _wrap_ikv_config_to_binary_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_to_binary_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2250,7 +2310,7 @@ intgo _wrap_ikv_config_to_binary_capi_6ea70338d980e943(_goslice_ _swig_go_0, lon
 }
 
 
-void _wrap_ikv_config_free_capi_6ea70338d980e943(struct ikv_config *_swig_go_0) {
+void _wrap_ikv_config_free_capi_592d202a8be24ad1(struct ikv_config *_swig_go_0) {
   ikv_config *arg1 = (ikv_config *) 0 ;
   
   arg1 = *(ikv_config **)&_swig_go_0; 
@@ -2260,7 +2320,7 @@ void _wrap_ikv_config_free_capi_6ea70338d980e943(struct ikv_config *_swig_go_0) 
 }
 
 
-intgo _wrap_ikv_config_get_model_path_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_get_model_path_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2281,7 +2341,7 @@ intgo _wrap_ikv_config_get_model_path_capi_6ea70338d980e943(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_ikv_model_load_with_config_capi_6ea70338d980e943(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1) {
+intgo _wrap_ikv_model_load_with_config_capi_592d202a8be24ad1(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   int32_t result;
@@ -2297,7 +2357,7 @@ intgo _wrap_ikv_model_load_with_config_capi_6ea70338d980e943(ikv_model **_swig_g
 }
 
 
-intgo _wrap_ikv_model_load_with_config_confined_capi_6ea70338d980e943(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_ikv_model_load_with_config_confined_capi_592d202a8be24ad1(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1, _gostring_ _swig_go_2) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2320,7 +2380,7 @@ intgo _wrap_ikv_model_load_with_config_confined_capi_6ea70338d980e943(ikv_model 
 }
 
 
-intgo _wrap_ikv_session_create_with_config_capi_6ea70338d980e943(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_session_create_with_config_capi_592d202a8be24ad1(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_config *_swig_go_2) {
   ikv_session **arg1 = (ikv_session **) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   ikv_config *arg3 = (ikv_config *) 0 ;
@@ -2338,7 +2398,7 @@ intgo _wrap_ikv_session_create_with_config_capi_6ea70338d980e943(ikv_session **_
 }
 
 
-intgo _wrap_ikv_sampler_create_with_config_capi_6ea70338d980e943(ikv_sampler **_swig_go_0, struct ikv_config *_swig_go_1) {
+intgo _wrap_ikv_sampler_create_with_config_capi_592d202a8be24ad1(ikv_sampler **_swig_go_0, struct ikv_config *_swig_go_1) {
   ikv_sampler **arg1 = (ikv_sampler **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   int32_t result;
@@ -2354,7 +2414,7 @@ intgo _wrap_ikv_sampler_create_with_config_capi_6ea70338d980e943(ikv_sampler **_
 }
 
 
-intgo _wrap_ikv_session_save_file_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, struct ikv_sampler *_swig_go_2, _gostring_ _swig_go_3) {
+intgo _wrap_ikv_session_save_file_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1, struct ikv_sampler *_swig_go_2, _gostring_ _swig_go_3) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   ikv_sampler *arg3 = (ikv_sampler *) 0 ;
@@ -2378,7 +2438,7 @@ intgo _wrap_ikv_session_save_file_capi_6ea70338d980e943(struct ikv_session *_swi
 }
 
 
-intgo _wrap_ikv_session_save_buffer_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, struct ikv_sampler *_swig_go_4) {
+intgo _wrap_ikv_session_save_buffer_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, struct ikv_sampler *_swig_go_4) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2403,7 +2463,7 @@ intgo _wrap_ikv_session_save_buffer_capi_6ea70338d980e943(_goslice_ _swig_go_0, 
 }
 
 
-intgo _wrap_ikv_session_restore_file_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _gostring_ _swig_go_4) {
+intgo _wrap_ikv_session_restore_file_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _gostring_ _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2433,7 +2493,7 @@ intgo _wrap_ikv_session_restore_file_capi_6ea70338d980e943(_goslice_ _swig_go_0,
 }
 
 
-intgo _wrap_ikv_session_restore_buffer_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _goslice_ _swig_go_4) {
+intgo _wrap_ikv_session_restore_buffer_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _goslice_ _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2461,7 +2521,7 @@ intgo _wrap_ikv_session_restore_buffer_capi_6ea70338d980e943(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_ikv_snapshot_inspect_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_ikv_snapshot_inspect_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2487,7 +2547,7 @@ intgo _wrap_ikv_snapshot_inspect_capi_6ea70338d980e943(_goslice_ _swig_go_0, lon
 }
 
 
-intgo _wrap_ikv_chat_format_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_model *_swig_go_1) {
+intgo _wrap_ikv_chat_format_capi_592d202a8be24ad1(int *_swig_go_0, struct ikv_model *_swig_go_1) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   int32_t result;
@@ -2503,7 +2563,7 @@ intgo _wrap_ikv_chat_format_capi_6ea70338d980e943(int *_swig_go_0, struct ikv_mo
 }
 
 
-intgo _wrap_ikv_chat_tokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_chat_tokenize_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2539,7 +2599,7 @@ intgo _wrap_ikv_chat_tokenize_capi_6ea70338d980e943(_goslice_ _swig_go_0, long l
 }
 
 
-intgo _wrap_ikv_chat_add_capi_6ea70338d980e943(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _gostring_ _swig_go_4, _gostring_ _swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_chat_add_capi_592d202a8be24ad1(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _gostring_ _swig_go_4, _gostring_ _swig_go_5, intgo _swig_go_6) {
   int64_t *arg1 = (int64_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -2573,7 +2633,7 @@ intgo _wrap_ikv_chat_add_capi_6ea70338d980e943(long long *_swig_go_0, long long 
 }
 
 
-intgo _wrap_ikv_chat_reply_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, struct ikv_sampler *_swig_go_5, ikv_token_callback _swig_go_6, intgo _swig_go_7) {
+intgo _wrap_ikv_chat_reply_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, struct ikv_sampler *_swig_go_5, ikv_token_callback _swig_go_6, intgo _swig_go_7) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2606,7 +2666,7 @@ intgo _wrap_ikv_chat_reply_capi_6ea70338d980e943(_goslice_ _swig_go_0, long long
 }
 
 
-intgo _wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_chat_begin_reply_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t arg3 ;
@@ -2623,7 +2683,7 @@ intgo _wrap_ikv_chat_begin_reply_capi_6ea70338d980e943(struct ikv_session *_swig
 }
 
 
-intgo _wrap_ikv_chat_end_reply_capi_6ea70338d980e943(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_chat_end_reply_capi_592d202a8be24ad1(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t arg3 ;

@@ -108,6 +108,37 @@ public final class Session implements AutoCloseable {
   /** Bytes of KV blocks the sequence holds. */
   public long kvBytes(int seq) { return longOut(out -> InfokvNative.ikv_seq_kv_bytes(out, h(), seq)); }
 
+  /** Bytes of KV blocks the sequence would hold uncompressed, counted as {@link #kvBytes} counts what it holds. */
+  public long kvBytesUncompressed(int seq) {
+    return longOut(out -> InfokvNative.ikv_seq_kv_bytes_uncompressed(out, h(), seq));
+  }
+
+  /**
+   * What compression holds the sequence to now, per layer: {@code {budgetTokens, slackTokens}}; it is compressed back
+   * to its budget whenever it holds more than budget + slack. Zeros without a policy.
+   */
+  public long[] budget(int seq) {
+    synchronized (state) {
+      long[] budget = new long[1];
+      long[] slack = new long[1];
+      InfokvException.check(InfokvNative.ikv_seq_budget(budget, slack, h(), seq));
+      return new long[] {budget[0], slack[0]};
+    }
+  }
+
+  /**
+   * {@code {protectedTokens, releasedTokens}}: never-evicted tokens now, and protected tokens released so far so that
+   * protection stays within the budget (oldest spans first, the first span last).
+   */
+  public long[] protection(int seq) {
+    synchronized (state) {
+      long[] prot = new long[1];
+      long[] released = new long[1];
+      InfokvException.check(InfokvNative.ikv_seq_protection(prot, released, h(), seq));
+      return new long[] {prot[0], released[0]};
+    }
+  }
+
   /**
    * What compressing the sequence to its budget now would free and its estimated loss per freed block (the ranking
    * memory pressure compresses by); zeros at or under the budget or without a policy. Changes nothing.

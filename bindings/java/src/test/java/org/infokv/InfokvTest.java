@@ -260,6 +260,26 @@ class InfokvTest {
   }
 
   @Test
+  void aBudgetHoldsAfterEveryGeneratedTokenWithDefaultSettings() {
+    String text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ".repeat(3);
+    try (Session c = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_SNAPKV).budgetFraction(0.25));
+         Sampler greedy = Sampler.greedy()) {
+      c.decode(0, model.tokenize(text, true));
+      for (int i = 0; i < 100; ++i) {
+        c.generate(0, null, 1, greedy, null);
+        long[] b = c.budget(0);
+        long kept = 0;
+        for (int l = 0; l < model.nLayer(); ++l) kept += c.kept(0, l);
+        assertTrue(b[0] >= 1 && b[1] >= 16, "budget " + b[0] + " slack " + b[1]);
+        assertTrue(kept <= model.nLayer() * (b[0] + b[1]), "step " + i + ": " + kept + " kept");
+      }
+      assertTrue(c.kvBytes(0) > 0 && c.kvBytes(0) < c.kvBytesUncompressed(0));
+      assertArrayEquals(new long[] {0, 0}, c.protection(0));
+      assertEquals(Status.NOT_FOUND, assertThrows(InfokvException.class, () -> c.budget(42)).kind());
+    }
+  }
+
+  @Test
   void pressureEstimateReportsBlocksAndCostAndChangesNothing() {
     String text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ".repeat(3);
     try (Session c = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_SNAPKV).budgetFraction(0.25)
