@@ -20,20 +20,22 @@ PROMPT="${1:-Once upon a time, there was a little girl named Lily. She loved to 
 echo "== generate, full cache"
 "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --temperature 0 --max-tokens 120
 echo
-echo "== generate, auto-compressed cache at 25% of the prompt (compressed after the prompt and every 32 tokens)"
+echo "== generate, auto-compressed cache at 25% (compressed after the prompt, then whenever it holds more than"
+echo "   its budget plus a slack of a quarter of it: no interval to set)"
 "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --temperature 0 --max-tokens 120 \
-  --policy auto --budget 0.25 --compress-interval 32
+  --policy auto --budget 0.25
 "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --temperature 0 --max-tokens 120 \
-  --policy auto --budget 0.25 --compress-interval 32 --json | python3 -c '
+  --policy auto --budget 0.25 --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 c = d["compression"]; b = c["kv_before"]; a = c["kv_after"]; e = d["kv"]
 print("   KV after the prompt: %d bytes for %d tokens; after compression: %d bytes (%.0f%%), kept per layer %s"
       % (b["bytes"], b["logical_length"], a["bytes"], 100.0 * a["bytes"] / b["bytes"], a["tokens_kept_per_layer"]))
-bs = e["block_size"]
-full = -(-e["logical_length"] // bs) * e["block_bytes"] * len(e["tokens_kept_per_layer"])
-print("   at the end: %d bytes for %d tokens, %.0f%% of the %d bytes a full cache would hold; %d compressions"
-      % (e["bytes"], e["logical_length"], 100.0 * e["bytes"] / full, full, c["compressions"]))
+full = e["uncompressed_bytes"]
+print("   at the end: %d bytes for %d tokens, %.0f%% of the %d bytes a full cache would hold; %d compressions,"
+      " held to a budget of %d + slack %d tokens per layer"
+      % (e["bytes"], e["logical_length"], 100.0 * e["bytes"] / full, full, c["compressions"], e["budget_tokens"],
+         e["slack_tokens"]))
 r = c["auto"]
 if r:
     from collections import Counter

@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
     goto done;
   }
   {
-    /* a small budget, so that the conversation is compressed as it grows */
+    /* a small budget: the conversation is compressed whenever it holds more than 64 tokens plus a slack */
     ikv_session_options so = IKV_SESSION_OPTIONS_INIT;
     ikv_sampler_options sa = IKV_SAMPLER_OPTIONS_INIT;
     so.policy = IKV_POLICY_SNAPKV;
@@ -60,17 +60,21 @@ int main(int argc, char **argv) {
   }
   for (i = 0; i < n_turns; ++i) {
     size_t made = 0;
-    int64_t kv = 0, length = 0;
+    int64_t kv = 0, full = 0, length = 0, budget = 0, slack = 0;
     printf("> %s\n", turns[i]);
     st = ikv_chat_add(NULL, NULL, session, 0, "user", turns[i], strlen(turns[i]), IKV_CHAT_PROTECT_SYSTEM);
     if (st != IKV_OK) { fail("ikv_chat_add", st); goto done; }
     st = ikv_chat_reply(NULL, 0, &made, session, 0, 48, sampler, print_piece, NULL, IKV_CHAT_PROTECT_SYSTEM);
     if (st != IKV_OK) { fail("ikv_chat_reply", st); goto done; }
     ikv_seq_kv_bytes(&kv, session, 0);
+    ikv_seq_kv_bytes_uncompressed(&full, session, 0);
+    ikv_seq_budget(&budget, &slack, session, 0);
     ikv_seq_length(&length, session, 0);
     printf("\n");
-    fprintf(stderr, "[turn %d: %zu tokens; the conversation is %lld tokens long, its KV %lld bytes]\n", i + 1, made,
-            (long long)length, (long long)kv);
+    fprintf(stderr,
+            "[turn %d: %zu tokens; the conversation is %lld tokens long, its KV %lld bytes of %lld uncompressed, held to "
+            "%lld + %lld tokens per layer]\n",
+            i + 1, made, (long long)length, (long long)kv, (long long)full, (long long)budget, (long long)slack);
   }
   rc = 0;
 done:

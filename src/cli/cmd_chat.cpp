@@ -2,6 +2,7 @@
 // appended to the same sequence, so the conversation is never re-read; the session's compression policy (if
 // --policy is given) keeps a long chat within its KV budget, with the system prompt and the template's control tokens
 // protected (--protect system, the default; fair; none).
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <unistd.h>
@@ -61,6 +62,7 @@ int cmd_chat(int argc, char **argv) {
   for (int64_t turn = 1;; ++turn) {
     if (tty) std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line) || line.empty()) break;
+    const auto t0 = std::chrono::steady_clock::now();
     chat_add(session, seq, {"user", line}, protect);
     GenerateResult r = chat_reply(session, seq, max_tokens, sampler, [json](int32_t, const std::string &text) {
       if (!json) {
@@ -69,12 +71,13 @@ int cmd_chat(int argc, char **argv) {
       }
       return true;
     }, protect);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const SeqInfo info = session.info(seq);
     held.points.emplace_back(static_cast<double>(turn), static_cast<double>(info.bytes) / mib);
     full.points.emplace_back(static_cast<double>(turn), static_cast<double>(info.uncompressed_bytes) / mib);
     if (json) {
       JsonObject o;
-      o.integer("turn", turn).str("user", line).str("reply", r.text).raw("kv", kv_json(session, seq));
+      o.integer("turn", turn).str("user", line).str("reply", r.text).num("seconds", seconds).raw("kv", kv_json(session, seq));
       o.integer("compressions", session.compressions(seq));
       const std::string prot = protected_json(session, seq);
       if (!prot.empty()) o.raw("protected", prot);

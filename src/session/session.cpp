@@ -337,10 +337,14 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
       if (mean_kept(seq) + static_cast<double>(want) > ceiling && mean_kept(seq) > end_budget) try_compress(seq, end_budget);
       size_t n = chunk_that_fits(seq, want);
       if (n == 0) {
-        // Memory requires it: compress to the end budget, or to the current one if the sequence holds less, and
-        // take what then fits.
-        const int32_t target = mean_kept(seq) > end_budget ? end_budget : budget_for(seq);
-        if (mean_kept(seq) > target) try_compress(seq, target);
+        // Memory requires it: compress to the end budget, or to the current one if the sequence holds less (a
+        // quality target alone: as its target allows), and take what then fits.
+        if (!cc.has_budget()) {
+          try_compress(seq, 0);
+        } else {
+          const int32_t target = mean_kept(seq) > end_budget ? end_budget : budget_for(seq);
+          if (mean_kept(seq) > target) try_compress(seq, target);
+        }
         n = chunk_that_fits(seq, want);
       }
       // Nothing fits even so: one token, which decode() refuses with KV full having changed nothing.
