@@ -4,6 +4,9 @@
 #include <cstring>
 #include <new>
 #include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
 
 #include "compress/policy_table.hpp"
 #include "handles.hpp"
@@ -170,6 +173,19 @@ int32_t seq_value(int64_t *out, const ikv_session *session, int32_t seq, F &&get
     const auto sess = infokv::capi::use(session, "session");
     require(out != nullptr, "out must not be NULL");
     *out = get(sess->session->info(seq));
+    return IKV_OK;
+  });
+}
+
+// Two facts of a sequence into *out_a and *out_b (both 0 on any failure); `get` returns them as a pair.
+template <typename A, typename B, typename F>
+int32_t seq_pair(A *out_a, B *out_b, const char *names, const ikv_session *session, F &&get) {
+  if (out_a != nullptr) *out_a = 0;
+  if (out_b != nullptr) *out_b = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    if (out_a == nullptr || out_b == nullptr) fail(Status::invalid_argument, std::string(names) + " must not be NULL");
+    std::tie(*out_a, *out_b) = get(*sess->session);
     return IKV_OK;
   });
 }
@@ -374,31 +390,19 @@ int32_t ikv_seq_kv_bytes_uncompressed(int64_t *out, const ikv_session *session, 
 }
 
 int32_t ikv_seq_budget(int64_t *out_budget_tokens, int64_t *out_slack_tokens, const ikv_session *session, int32_t seq) {
-  if (out_budget_tokens != nullptr) *out_budget_tokens = 0;
-  if (out_slack_tokens != nullptr) *out_slack_tokens = 0;
-  return guard([&] {
-    const auto sess = infokv::capi::use(session, "session");
-    require(out_budget_tokens != nullptr && out_slack_tokens != nullptr,
-            "out_budget_tokens and out_slack_tokens must not be NULL");
-    const infokv::Session::Bound b = sess->session->bound(seq);
-    *out_budget_tokens = b.budget;
-    *out_slack_tokens = b.slack;
-    return IKV_OK;
-  });
+  return seq_pair(out_budget_tokens, out_slack_tokens, "out_budget_tokens and out_slack_tokens", session,
+                  [seq](const infokv::Session &s) {
+                    const infokv::Session::Bound b = s.bound(seq);
+                    return std::make_pair(b.budget, b.slack);
+                  });
 }
 
 int32_t ikv_seq_protection(int64_t *out_protected_tokens, int64_t *out_released_tokens, const ikv_session *session,
                            int32_t seq) {
-  if (out_protected_tokens != nullptr) *out_protected_tokens = 0;
-  if (out_released_tokens != nullptr) *out_released_tokens = 0;
-  return guard([&] {
-    const auto sess = infokv::capi::use(session, "session");
-    require(out_protected_tokens != nullptr && out_released_tokens != nullptr,
-            "out_protected_tokens and out_released_tokens must not be NULL");
-    *out_protected_tokens = sess->session->protected_tokens(seq);
-    *out_released_tokens = sess->session->seq_state(seq).protected_released;
-    return IKV_OK;
-  });
+  return seq_pair(out_protected_tokens, out_released_tokens, "out_protected_tokens and out_released_tokens", session,
+                  [seq](const infokv::Session &s) {
+                    return std::make_pair(s.protected_tokens(seq), s.seq_state(seq).protected_released);
+                  });
 }
 
 int32_t ikv_decode(ikv_session *session, int32_t seq, const int32_t *tokens, size_t n_tokens) {
@@ -461,17 +465,11 @@ int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat) {
 
 int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_per_block, const ikv_session *session,
                                   int32_t seq) {
-  if (out_blocks != nullptr) *out_blocks = 0;
-  if (out_cost_per_block != nullptr) *out_cost_per_block = 0;
-  return guard([&] {
-    const auto sess = infokv::capi::use(session, "session");
-    require(out_blocks != nullptr && out_cost_per_block != nullptr,
-            "out_blocks and out_cost_per_block must not be NULL");
-    const infokv::Session::PressureCandidate c = sess->session->pressure_estimate(seq);
-    *out_blocks = c.blocks;
-    *out_cost_per_block = c.cost_per_block;
-    return IKV_OK;
-  });
+  return seq_pair(out_blocks, out_cost_per_block, "out_blocks and out_cost_per_block", session,
+                  [seq](infokv::Session &s) {
+                    const infokv::Session::PressureCandidate c = s.pressure_estimate(seq);
+                    return std::make_pair(c.blocks, c.cost_per_block);
+                  });
 }
 
 const char *ikv_evidence_name(int32_t evidence) {

@@ -91,6 +91,19 @@ public final class Session implements AutoCloseable {
     }
   }
 
+  /** A native call with two int64 out-parameters. */
+  private interface LongPairCall { int apply(long[] a, long[] b); }
+
+  /** Runs a native call with two int64 out-parameters and returns them as {a, b}. */
+  private long[] longPair(LongPairCall f) {
+    synchronized (state) {
+      long[] a = new long[1];
+      long[] b = new long[1];
+      InfokvException.check(f.apply(a, b));
+      return new long[] {a[0], b[0]};
+    }
+  }
+
   public int addSequence() { return intOut(out -> InfokvNative.ikv_seq_add(out, h())); }
 
   /** A new sequence sharing src's cache (copy-on-write) and logits. */
@@ -117,26 +130,14 @@ public final class Session implements AutoCloseable {
    * What compression holds the sequence to now, per layer: {@code {budgetTokens, slackTokens}}; it is compressed back
    * to its budget whenever it holds more than budget + slack. Zeros without a policy.
    */
-  public long[] budget(int seq) {
-    synchronized (state) {
-      long[] budget = new long[1];
-      long[] slack = new long[1];
-      InfokvException.check(InfokvNative.ikv_seq_budget(budget, slack, h(), seq));
-      return new long[] {budget[0], slack[0]};
-    }
-  }
+  public long[] budget(int seq) { return longPair((b, sl) -> InfokvNative.ikv_seq_budget(b, sl, h(), seq)); }
 
   /**
    * {@code {protectedTokens, releasedTokens}}: never-evicted tokens now, and protected tokens released so far so that
    * protection stays within the budget (oldest spans first, the first span last).
    */
   public long[] protection(int seq) {
-    synchronized (state) {
-      long[] prot = new long[1];
-      long[] released = new long[1];
-      InfokvException.check(InfokvNative.ikv_seq_protection(prot, released, h(), seq));
-      return new long[] {prot[0], released[0]};
-    }
+    return longPair((p, r) -> InfokvNative.ikv_seq_protection(p, r, h(), seq));
   }
 
   /**
