@@ -124,9 +124,12 @@ class OpsForward final : public DeviceForward {
 
   void window_probs(float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads,
                     float scale) override {
+    const int64_t qd = static_cast<int64_t>(n_heads) * kv.head_dim, n = kv.n_slots;
+    // No rows (a sequence restored without observation-window queries) or no slots: nothing to score, and no
+    // zero-byte copies from null buffers.
+    if (rows <= 0 || n <= 0) return;
     DeviceOps &o = *ops_;
     o.activate();
-    const int64_t qd = static_cast<int64_t>(n_heads) * kv.head_dim, n = kv.n_slots;
     DevBuf table, dq, dp;
     const int32_t nb = (kv.n_slots + kv.block_size - 1) / kv.block_size;
     table.ensure(o, static_cast<size_t>(nb) * 4);

@@ -39,9 +39,9 @@ bool TuningProfile::refine(const AutoReport &r) {
     const double s = static_cast<double>(c.budget) / uniform;
     layers[l].share = (layers[l].share * n + s) / (n + 1.0);
     const auto e = static_cast<int32_t>(c.evidence);
-    if (e >= 0 && e < kEvidenceKinds) ++layers[l].evidence[static_cast<size_t>(e)];
+    if (e >= 0 && e < kEvidenceKinds && compressions < kProfileMaxCompressions) ++layers[l].evidence[static_cast<size_t>(e)];
   }
-  ++compressions;
+  if (compressions < kProfileMaxCompressions) ++compressions;
   return true;
 }
 
@@ -53,7 +53,8 @@ double TuningProfile::floor_factor(size_t layer) const {
 void TuningProfile::validate() const {
   if (layers.empty() || layers.size() > static_cast<size_t>(kProfileMaxLayers))
     bad("layers: " + std::to_string(layers.size()) + " layers, expected 1.." + std::to_string(kProfileMaxLayers));
-  if (compressions < 0) bad("compressions is negative");
+  if (compressions < 0 || compressions > kProfileMaxCompressions)
+    bad("compressions = " + std::to_string(compressions) + " is outside 0.." + std::to_string(kProfileMaxCompressions));
   for (size_t l = 0; l < layers.size(); ++l) {
     const ProfileLayer &L = layers[l];
     if (!finite_nonneg(L.share) || L.share > 1e6) bad("layers[" + std::to_string(l) + "].share is not a finite value in [0, 1e6]");

@@ -16,6 +16,9 @@ namespace infokv {
 constexpr int32_t kProfileFormatVersion = 1;
 constexpr int32_t kProfileMaxLayers = 4096;
 constexpr int64_t kProfileMaxBytes = int64_t{64} << 20;
+// The most compressions a profile counts (2^40): a loaded profile above it is refused, and refining one at it keeps
+// averaging the shares but counts no further (a counter near INT64_MAX overflowed the running mean's arithmetic).
+constexpr int64_t kProfileMaxCompressions = int64_t{1} << 40;
 
 struct ProfileLayer {
   double share = 1.0;                                // mean of budget / uniform budget over the compressions seen
@@ -41,8 +44,8 @@ struct TuningProfile {
   // An empty profile for a model of n_layer layers (shares 1, no counts).
   static TuningProfile empty(uint64_t weights_fp, uint64_t tokenizer_fp, int32_t n_layer);
   // Folds one byte-budget auto compression in: each layer's budget / (uniform_tokens / n_layer) into the running
-  // mean of its share, its evidence counted, compressions + 1. A report without a uniform budget (a quality
-  // target) or of another layer count changes nothing and returns false.
+  // mean of its share, its evidence counted, compressions + 1 (saturating at kProfileMaxCompressions). A report
+  // without a uniform budget (a quality target) or of another layer count changes nothing and returns false.
   bool refine(const AutoReport &r);
   // The layer's floor factor for plan_auto: its share clamped to [0.5, 1.5] (1 before any compression).
   double floor_factor(size_t layer) const;

@@ -168,6 +168,32 @@ TEST(Profile, SemanticChecksNameTheField) {
   EXPECT_EQ(status_of([&] { p.validate(); }), Status::bad_config);
 }
 
+TEST(Profile, HugeCountersAreRefusedOnLoadAndSaturateWhenRefined) {
+  TuningProfile p = sample_profile();
+  for (int64_t c : {INT64_MAX, kProfileMaxCompressions + 1}) {
+    p.compressions = c;
+    EXPECT_EQ(status_of([&] { p.validate(); }), Status::bad_config) << c;
+    EXPECT_EQ(status_of([&] { profile_to_bytes(p); }), Status::bad_config) << c;
+  }
+  // At the limit a profile loads; a session's auto compressions refine its shares, the counters stay in range and
+  // the profile still saves.
+  p = sample_profile();
+  p.compressions = kProfileMaxCompressions;
+  p.layers[0].evidence[0] = kProfileMaxCompressions;
+  const std::string bytes = profile_to_bytes(p);
+  const TuningProfile loaded = profile_from_bytes(bytes.data(), bytes.size());
+  Session s(stories(), auto_options(48));
+  s.set_profile(loaded);
+  const int32_t id = add_story(s);
+  s.compress(s.fork_sequence(id), 40);
+  s.compress(s.fork_sequence(id), 32);
+  ASSERT_NE(s.profile(), nullptr);
+  EXPECT_EQ(s.profile()->compressions, kProfileMaxCompressions);
+  for (const ProfileLayer &L : s.profile()->layers)
+    for (int64_t e : L.evidence) EXPECT_LE(e, kProfileMaxCompressions);
+  EXPECT_NO_THROW(profile_to_bytes(*s.profile()));
+}
+
 TEST(Profile, AnotherModelsProfileIsRefusedAndTheSessionUnchanged) {
   Session s(stories(), auto_options(48));
   TuningProfile p = sample_profile();

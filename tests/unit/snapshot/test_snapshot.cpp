@@ -109,7 +109,10 @@ INSTANTIATE_TEST_SUITE_P(PoliciesAndSampling, SnapshotContinuation,
                                            Case{PolicyKind::h2o, 0.4, 5, 0.9f}, Case{PolicyKind::snapkv, 0.3, 7, 0.0f},
                                            // compression every step or two: window rows trimmed to what the next uses
                                            Case{PolicyKind::infokv, 0.25, 1, 0.9f}, Case{PolicyKind::tova, 0.3, 3, 0.0f},
-                                           Case{PolicyKind::pyramidkv, 0.4, 2, 0.9f}));
+                                           Case{PolicyKind::pyramidkv, 0.4, 2, 0.9f},
+                                           // the default trigger (memory: budget + slack), window rows saved for it
+                                           Case{PolicyKind::snapkv, 0.3, 1024, 0.0f}, Case{PolicyKind::auto_, 0.25, 1024, 0.9f},
+                                           Case{PolicyKind::tova, 0.2, 0, 0.0f}));
 
 // With compression every step, the observation-window queries used to dominate a compressed snapshot (stored as
 // f32, all 32 rows: 48% of the full cache's snapshot at 25%); now they are stored in the KV dtype and only the rows
@@ -168,6 +171,29 @@ TEST(Snapshot, F16SnapshotRestoresIntoF32AndBf16Sessions) {
     double max_diff = 0;
     for (size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[i] - want[i])));
     EXPECT_LT(max_diff, dt == KvDtype::f32 ? 0.02 : 0.25) << kv_dtype_name(dt);
+  }
+}
+
+// A sequence saved without a policy has no observation-window queries; restored under a window policy it compresses
+// with none (the scorer sees zero rows: no zero-byte copies from null buffers, which the sanitizer build aborts on),
+// and goes on decoding and compressing as its new rows arrive.
+TEST(Snapshot, ASequenceSavedWithoutAPolicyCompressesUnderAWindowPolicy) {
+  auto m = stories_model();
+  Session a(m, session_opts());
+  const int32_t seq = a.add_sequence();
+  prefill(a, seq, nullptr, story_prompt(*m));
+  const std::vector<uint8_t> snap = save_bytes(a, seq, nullptr);
+  for (PolicyKind p : {PolicyKind::snapkv, PolicyKind::infokv, PolicyKind::tova, PolicyKind::pyramidkv, PolicyKind::auto_}) {
+    Session b(m, session_opts(p, 0.5));
+    const std::vector<int32_t> ids = restore_bytes(b, nullptr, snap);
+    ASSERT_EQ(ids.size(), 1u);
+    ASSERT_NO_THROW(b.compress(ids[0])) << policy_name(p);
+    EXPECT_LT(b.info(ids[0]).kept_per_layer[0], b.info(ids[0]).length) << policy_name(p);
+    SamplerParams sp;
+    sp.temperature = 0;
+    Sampler greedy(sp);
+    continue_n(b, ids[0], greedy, 40);
+    b.kv().check_invariants();
   }
 }
 
