@@ -50,15 +50,17 @@ func (s *Session) stream(ctx context.Context, maxTokens int, sampler *Sampler, o
 	var cause error
 	cb := capi.NewCallback(func(token int32, b []byte) bool {
 		text.Write(b)
-		if err := ctx.Err(); err != nil {
-			cause = err
-			return true
-		}
+		// The token is in the sequence by now: onToken sees it even when ctx was cancelled meanwhile, so that every
+		// token the sequence holds was reported.
 		if onToken != nil {
 			if err := onToken(Token{ID: token, Text: string(b)}); err != nil {
 				cause = err
 				return true
 			}
+		}
+		if err := ctx.Err(); err != nil {
+			cause = err
+			return true
 		}
 		return false
 	})

@@ -247,14 +247,42 @@ func TestCallbackAndContextCancelGeneration(t *testing.T) {
 		t.Fatalf("length after cancel %d", n)
 	}
 
+	// Cancelled from onToken after 5 tokens (a stop button): every token the sequence holds was reported.
 	ctx, cancel := context.WithCancel(context.Background())
 	s.Truncate(0, 0)
+	seen := 0
 	res, err = s.GenerateText(ctx, "Once upon a time", 40, nil, func(tok infokv.Token) error {
-		cancel()
+		if tok.ID >= 0 {
+			seen++
+		}
+		if seen == 5 {
+			cancel()
+		}
 		return nil
 	})
-	if !errors.Is(err, infokv.ErrCancelled) || !errors.Is(err, context.Canceled) || len(res.Tokens) >= 40 {
-		t.Fatalf("context cancel: err %v tokens %d", err, len(res.Tokens))
+	if !errors.Is(err, infokv.ErrCancelled) || !errors.Is(err, context.Canceled) || len(res.Tokens) != 5 || seen != 5 {
+		t.Fatalf("context cancel: err %v tokens %d, onToken saw %d", err, len(res.Tokens), seen)
+	}
+	if n, _ := s.Length(0); n != 5+5 {
+		t.Fatalf("length after a context cancel %d, onToken saw %d tokens", n, seen)
+	}
+	// Cancelled from another goroutine while generating: the same holds.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	s.Truncate(0, 0)
+	seen = 0
+	res, err = s.GenerateText(ctx2, "Once upon a time", 40, nil, func(tok infokv.Token) error {
+		if tok.ID >= 0 {
+			seen++
+		}
+		if seen == 3 {
+			done := make(chan struct{})
+			go func() { cancel2(); close(done) }()
+			<-done
+		}
+		return nil
+	})
+	if n, _ := s.Length(0); !errors.Is(err, context.Canceled) || int(n) != 5+seen || len(res.Tokens) != seen {
+		t.Fatalf("cancel from a goroutine: err %v, length %d, tokens %d, onToken saw %d", err, n, len(res.Tokens), seen)
 	}
 }
 
