@@ -62,10 +62,10 @@ std::vector<ProtectedSpan> Session::spans_for_compression(int32_t seq, int32_t b
   if (spans.empty() || !c.has_budget()) return spans;
   const int32_t w = c.policy == PolicyKind::tova ? 1 : window_size(c, budget);
   const SeqCache &sc = kv_->seq(seq);
-  // The observation window's first position: the window is the last w slots, and the latest positions are kept in
-  // every layer.
+  // The observation window's first position: the window is the last w slots (none for a budget under 4), and the
+  // latest positions are kept in every layer.
   int64_t cand_end = sc.length;
-  if (!sc.layers.empty()) {
+  if (!sc.layers.empty() && w > 0) {
     const LayerSlots &L = sc.layers[0];
     cand_end = L.n() > w ? L.pos[static_cast<size_t>(L.n() - w)] : 0;
   }
