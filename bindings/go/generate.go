@@ -23,7 +23,8 @@ type Result struct {
 // Generate decodes prompt into seq (may be empty when the sequence has logits), then samples up to maxTokens
 // tokens, stopping at EOS. onToken (may be nil) sees each token; returning an error stops generation. When ctx
 // is cancelled or onToken fails, the error matches ErrCancelled and unwraps to the cause; the tokens made so far
-// are returned and stay in the sequence. onToken runs on the generating goroutine and may call the session, its
+// are returned and stay in the sequence, and onToken has seen each of them (a token decoded before ctx was found
+// cancelled is still reported). onToken runs on the generating goroutine and may call the session, its
 // sampler and its model (reading, decoding, forking: the next token is drawn from the sequence as it then is);
 // Close of the session or sampler from onToken returns ErrBadState. Other goroutines calling the session wait
 // until Generate returns.
