@@ -751,3 +751,52 @@ def test_chat_answers_and_continues_turn_by_turn(smollm2):
             s.chat([("Not A Role", "x")], 4)
         with pytest.raises(infokv.InvalidArgumentError):
             s.chat([("user", "x")], 4, protect="everything")
+
+
+def test_the_shipped_stubs_describe_every_public_name_and_signature():
+    """__init__.pyi (what mypy and editors read) against the package itself: every public class, method and
+    property is in the stubs with the same parameter names, and nothing in the stubs is missing from the package."""
+    import ast
+    import inspect
+    import pathlib
+    tree = ast.parse(pathlib.Path(infokv.__file__).with_name("__init__.pyi").read_text())
+    stub_names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    stub_names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    stub_names |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    missing = [n for n in infokv.__all__ if n not in stub_names]
+    assert not missing, f"public names without a stub: {missing}"
+    problems = []
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or not hasattr(infokv, node.name):
+            continue
+        cls = getattr(infokv, node.name)
+        stubbed = {}
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef):
+                stubbed[item.name] = [a.arg for a in item.args.posonlyargs + item.args.args + item.args.kwonlyargs]
+            elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                stubbed[item.target.id] = None
+        if issubclass(cls, (tuple, Exception)) or isinstance(cls, type(infokv.Policy)):
+            continue  # named tuples, errors and enums: fields, not methods
+        for name, member in vars(cls).items():
+            if name.startswith("_") or not (callable(member) or isinstance(member, (property, classmethod, staticmethod))):
+                continue
+            if name not in stubbed:
+                problems.append(f"{node.name}.{name} is not in the stubs")
+        for name, params in stubbed.items():
+            if name.startswith("__") or params is None:
+                continue
+            member = inspect.getattr_static(cls, name, None)
+            if member is None:
+                problems.append(f"{node.name}.{name} is in the stubs, not in the package")
+                continue
+            if isinstance(member, property):
+                continue
+            fn = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+            real = [p.name for p in inspect.signature(fn).parameters.values()
+                    if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            want = [p for p in params if p not in ("self", "cls")]
+            real = [p for p in real if p not in ("self", "cls")]
+            if real != want:
+                problems.append(f"{node.name}.{name}: stub parameters {want}, package {real}")
+    assert not problems, "\n".join(problems)
