@@ -40,8 +40,10 @@ class Model(_Owner):
             self._h = _check(config._use(lambda h: _c.ikv_model_load_with_config_confined(h, d)))
             self.path = config.model_path
         elif config is not None:
-            self._h = _check_path(config._use(_c.ikv_model_load_with_config), config.model_path)
-            self.path = config.model_path
+            # Read before the load: a later size query would overwrite the load's error message.
+            where = config.model_path
+            self._h = _check_path(config._use(_c.ikv_model_load_with_config), where)
+            self.path = where
         else:
             self._h = _check_path(_c.ikv_model_load(os.fspath(path)), os.fspath(path))  # type: ignore[arg-type]
             self.path = os.fspath(path)  # type: ignore[arg-type]

@@ -800,3 +800,15 @@ def test_the_shipped_stubs_describe_every_public_name_and_signature():
             if real != want:
                 problems.append(f"{node.name}.{name}: stub parameters {want}, package {real}")
     assert not problems, "\n".join(problems)
+
+
+def test_a_config_without_a_model_path_or_with_a_missing_file_says_so(tmp_path):
+    with infokv.Config() as cfg:
+        with pytest.raises(infokv.Error) as e:
+            infokv.Model.from_config(cfg)
+        assert "model_path" in e.value.message and "buffer" not in e.value.message, e.value.message
+    missing = str(tmp_path / "nowhere.gguf")
+    with infokv.Config.from_dict({"model_path": missing}) as cfg:
+        with pytest.raises(infokv.MissingFileError) as e:
+            infokv.Model.from_config(cfg)
+        assert "buffer" not in e.value.message, e.value.message
