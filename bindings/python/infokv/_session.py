@@ -298,8 +298,9 @@ class Session(_Owner):
         called with each :class:`Token`; returning ``False`` stops early (the result then has cancelled=True);
         an exception it raises stops generation and propagates. Sampling keywords (temperature, top_k, ...) make
         a fresh :class:`Sampler` when none is given."""
+        n = _whole("max_tokens", max_tokens)
         ids = self._prompt_ids(prompt, add_bos)
-        return self._streamed(sampler, sampling, on_token, lambda smp, cb: self._run(ids, max_tokens, seq, smp, cb))
+        return self._streamed(sampler, sampling, on_token, lambda smp, cb: self._run(ids, n, seq, smp, cb))
 
     def _streamed(self, sampler: Optional[Sampler], sampling: Dict[str, Any], on_token: Optional[Callable[[Token], Any]],
                   run: Callable[[Sampler, Callable[[int, bytes], int]], Any]) -> Completion:
@@ -393,10 +394,11 @@ class Session(_Owner):
         token is asked for. The GIL is released while a step runs; Ctrl-C is seen between steps. Text is split at
         character boundaries: a character spread over several tokens comes with the token that completes it, and
         held-back bytes at the end come as a final ``Token(-1, text)``."""
+        n = max(_whole("max_tokens", max_tokens), 0)
         own = sampler is None
         smp = Sampler(**sampling) if own else sampler
         ids = self._prompt_ids(prompt, add_bos)
-        return self._steps(ids, max(int(max_tokens), 0), seq, smp, own)
+        return self._steps(ids, n, seq, smp, own)
 
     def _steps(self, ids: List[int], max_tokens: int, seq: int, smp: Sampler, own: bool) -> Iterator[Token]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -812,3 +812,12 @@ def test_a_config_without_a_model_path_or_with_a_missing_file_says_so(tmp_path):
         with pytest.raises(infokv.MissingFileError) as e:
             infokv.Model.from_config(cfg)
         assert "buffer" not in e.value.message, e.value.message
+
+
+def test_complete_generate_and_chat_refuse_a_fractional_max_tokens_alike(model):
+    with model.session() as s:
+        for call in (lambda: s.complete("Once", 2.5), lambda: s.generate("Once", 2.5), lambda: s.complete("Once", True)):
+            with pytest.raises(infokv.InvalidArgumentError):
+                call()
+        assert s.length() == 0  # refused before anything was decoded
+        assert len(s.complete("Once", 3.0, temperature=0).tokens) == 3
