@@ -103,7 +103,7 @@ def _fill(struct: Any, options: Dict[str, Any], aliases: Dict[str, Callable[[Any
             fields = sorted(n for n, v in vars(type(struct)).items() if isinstance(v, property)
                             and n not in ("struct_size", "version", "thisown"))
             raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT,
-                                       f"unknown option {key!r}; options: {fields + sorted(aliases)}")
+                                       f"unknown option {key!r}; options: {sorted(set(fields) | set(aliases))}")
         else:
             current = getattr(struct, key)
             if isinstance(current, bool) or isinstance(current, int):

@@ -821,3 +821,11 @@ def test_complete_generate_and_chat_refuse_a_fractional_max_tokens_alike(model):
                 call()
         assert s.length() == 0  # refused before anything was decoded
         assert len(s.complete("Once", 3.0, temperature=0).tokens) == 3
+
+
+def test_an_unknown_option_lists_each_known_name_once(model):
+    with pytest.raises(infokv.InvalidArgumentError) as e:
+        model.session(bogus=1)
+    listed = e.value.message.split("options: ")[1]
+    names = [n.strip(" '[]") for n in listed.split(",")]
+    assert len(names) == len(set(names)) and "budget" in names and "interval" in names, names
