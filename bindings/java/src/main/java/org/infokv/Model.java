@@ -41,18 +41,21 @@ public final class Model implements AutoCloseable {
   /** Loads a model; InfokvException (Status.IO, BAD_MODEL, UNSUPPORTED, ...) on failure. */
   public static Model load(String path) {
     long[] out = new long[1];
-    NoSuchFileException.check(InfokvNative.ikv_model_load(out, path), path);
+    MissingFileException.check(InfokvNative.ikv_model_load(out, path), path);
     return new Model(path, new SWIGTYPE_p_ikv_model(out[0], false));
   }
 
   /** Loads a GGUF model (or a safetensors checkpoint directory); see {@link #load(String)}. */
   public static Model load(java.nio.file.Path path) { return load(path.toString()); }
 
-  /** Loads the model named by the config's model_path (Status.BAD_CONFIG when it is empty). */
+  /** Loads the model named by the config's model_path (Status.BAD_CONFIG when it is empty; a MissingFileException
+   * when it names no file). */
   public static Model load(Config config) {
     long[] out = new long[1];
-    InfokvException.check(config.use(h -> InfokvNative.ikv_model_load_with_config(out, h)));
-    return new Model(config.modelPath(), new SWIGTYPE_p_ikv_model(out[0], false));
+    // Read before the load: the size query would overwrite the load's error message.
+    String path = config.modelPath();
+    MissingFileException.check(config.use(h -> InfokvNative.ikv_model_load_with_config(out, h)), path.isEmpty() ? null : path);
+    return new Model(path, new SWIGTYPE_p_ikv_model(out[0], false));
   }
 
   /**

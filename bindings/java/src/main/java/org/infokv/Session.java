@@ -186,7 +186,7 @@ public final class Session implements AutoCloseable {
    */
   public void loadProfile(String path) {
     synchronized (state) {
-      NoSuchFileException.check(InfokvNative.ikv_session_load_profile(h(), path), path);
+      MissingFileException.check(InfokvNative.ikv_session_load_profile(h(), path), path);
     }
   }
 
@@ -350,7 +350,7 @@ public final class Session implements AutoCloseable {
     try {
       return restoreWith((ids, n) -> InfokvNative.ikv_session_restore_file(ids, n, h(), smp, path));
     } catch (InfokvException e) {
-      throw NoSuchFileException.about(e, path);
+      throw MissingFileException.about(e, path);
     }
   }
 

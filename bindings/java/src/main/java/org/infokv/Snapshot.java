@@ -19,7 +19,11 @@ public final class Snapshot {
 
   /** Describes a snapshot file as JSON (header, policy, sizes, per-layer kept counts). */
   public static String inspect(String path) {
-    return new String(Config.sized((b, n) -> InfokvNative.ikv_snapshot_inspect(b, n, path)), StandardCharsets.UTF_8);
+    try {
+      return new String(Config.sized((b, n) -> InfokvNative.ikv_snapshot_inspect(b, n, path)), StandardCharsets.UTF_8);
+    } catch (InfokvException e) {
+      throw MissingFileException.about(e, path);
+    }
   }
 
   public static String inspect(Path path) { return inspect(path.toString()); }

@@ -396,16 +396,21 @@ class InfokvTest {
   }
 
   @Test
-  void aMissingModelIsANoSuchFileException(@org.junit.jupiter.api.io.TempDir Path dir) {
+  void aMissingFileIsAMissingFileException(@org.junit.jupiter.api.io.TempDir Path dir) {
     String missing = dir.resolve("not-here.gguf").toString();
-    NoSuchFileException e = assertThrows(NoSuchFileException.class, () -> Model.load(missing));
+    MissingFileException e = assertThrows(MissingFileException.class, () -> Model.load(missing));
     assertEquals(Status.IO, e.kind());
     assertEquals(missing, e.file());
     assertTrue(e.getCause() instanceof java.nio.file.NoSuchFileException);
-    assertThrows(NoSuchFileException.class, () -> Model.load(Path.of(missing)));
+    assertThrows(MissingFileException.class, () -> Model.load(Path.of(missing)));
+    assertThrows(MissingFileException.class, () -> Snapshot.inspect(dir.resolve("not-here.ikvs").toString()));
+    try (Config cfg = Config.fromJson("{\"model_path\": \"" + missing + "\"}")) {
+      MissingFileException c = assertThrows(MissingFileException.class, () -> Model.load(cfg));
+      assertFalse(c.getMessage().contains("buffer"), c.getMessage());
+    }
     try (Session s = model.newSession(SessionOptions.defaults())) {
-      assertThrows(NoSuchFileException.class, () -> s.restore(missing, null));
-      assertThrows(NoSuchFileException.class, () -> s.loadProfile(missing));
+      assertThrows(MissingFileException.class, () -> s.restore(missing, null));
+      assertThrows(MissingFileException.class, () -> s.loadProfile(missing));
       InfokvException empty = assertThrows(InfokvException.class, () -> s.restore(new byte[0], null));
       assertEquals(Status.BAD_SNAPSHOT, empty.kind());
       assertTrue(empty.getMessage().contains("empty"), empty.getMessage());
