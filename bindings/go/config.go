@@ -129,9 +129,15 @@ func (c *Config) ModelPath() (string, error) {
 	return string(out), err
 }
 
-// LoadWithConfig loads the model named by the config's model_path (ErrBadConfig when it is empty).
+// LoadWithConfig loads the model named by the config's model_path (ErrBadConfig when it is empty; an error matching
+// ErrIO and fs.ErrNotExist when it names no file).
 func LoadWithConfig(c *Config) (*Model, error) {
-	return loadWithConfig(c, func(p *uintptr, h capi.Struct_SS_ikv_config) int { return capi.Ikv_model_load_with_config(p, h) })
+	path, _ := c.ModelPath()
+	m, err := loadWithConfig(c, func(p *uintptr, h capi.Struct_SS_ikv_config) int { return capi.Ikv_model_load_with_config(p, h) })
+	if err != nil && path != "" {
+		return nil, withPath(err, path)
+	}
+	return m, err
 }
 
 // LoadWithConfigConfined loads the config's model_path only when it resolves inside allowedDir (symlinks and ".."

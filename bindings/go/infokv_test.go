@@ -720,6 +720,12 @@ func TestAMissingFileMatchesFsErrNotExistAndErrIO(t *testing.T) {
 	if _, err := infokv.InspectSnapshot(missing); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("InspectSnapshot: %v", err)
 	}
+	cfg, err := infokv.ConfigFromJSON(`{"model_path": "` + missing + `"}`)
+	noErr(t, err)
+	defer cfg.Close()
+	if _, err := infokv.LoadWithConfig(cfg); !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, infokv.ErrIO) {
+		t.Fatalf("LoadWithConfig of a missing model_path: %v", err)
+	}
 	junk := filepath.Join(t.TempDir(), "junk.gguf")
 	os.WriteFile(junk, make([]byte, 100), 0o600)
 	if _, err := infokv.Load(junk); errors.Is(err, fs.ErrNotExist) || !errors.Is(err, infokv.ErrBadModel) {
