@@ -40,7 +40,7 @@ const char *kUsage =
     "              --format safetensors --out DIR writes the same model as a Hugging Face checkpoint\n"
     "              (model.safetensors, config.json, tokenizer.json, tokenizer_config.json)\n"
     "  snapshot    inspect FILE [--json]                       check a snapshot and describe it (no model needed)\n"
-    "  version     print the version\n"
+    "  version     [--json]                                   print the version\n"
     "\n"
     "--model defaults to $INFOKV_MODELS_DIR/stories260K/stories260K.gguf (INFOKV_MODELS_DIR defaults to\n"
     "../shared/models). --model smollm2 names SmolLM2-135M-Instruct as installed by packaging/fetch_models.sh\n"
@@ -116,7 +116,11 @@ int main(int argc, char **argv) {
     if (cmd == "eval-chat") return infokv::cli::cmd_eval_chat(argc, argv);
     if (cmd == "bench") return infokv::cli::cmd_bench(argc, argv);
     if (cmd == "version" || cmd == "--version") {
-      std::printf("infokv %s\n", IKV_VERSION_STRING);
+      infokv::cli::Args a(argc, argv, 2, {}, {"json"});
+      if (a.flag("json"))
+        std::printf("{\"version\":\"%s\",\"version_number\":%d}\n", IKV_VERSION_STRING, IKV_VERSION_NUMBER);
+      else
+        std::printf("infokv %s\n", IKV_VERSION_STRING);
       return 0;
     }
     std::fprintf(stderr, "infokv: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);

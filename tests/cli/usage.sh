@@ -19,7 +19,14 @@ expect 0 --help
 expect 0 generate --help
 expect 0 eval -h
 expect 0 version
+expect 0 version --json
+expect 2 version --bogus
 "$cli" benchh --help 2>&1 | grep -q "unknown command .benchh." || { echo "FAIL: no message naming the command"; fail=1; }
+# every command takes --json: version's is an object, chat's one object per turn
+"$cli" version --json | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["version"] and d["version_number"] > 0' \
+  || { echo "FAIL: version --json is not a JSON object"; fail=1; }
+printf '' | "$cli" chat --json >/dev/null 2>/tmp/infokv-usage.$$
+if grep -q "unknown option" /tmp/infokv-usage.$$; then echo "FAIL: chat --json is an unknown option"; fail=1; fi
 rm -f /tmp/infokv-usage.$$
 [ $fail = 0 ] && echo "ok"
 exit $fail
