@@ -29,12 +29,11 @@ std::string kv_json(const Session &s, int32_t seq) {
 }
 
 // Protected spans of `seq`, checked against the cache itself: is every protected position still held in every
-// layer? Empty when the sequence has none.
+// layer? And the tokens released to keep protection within the budget. Empty when it has no spans and released none.
 std::string protected_json(const Session &session, int32_t seq) {
   if (session.protected_spans(seq).empty() && session.seq_state(seq).protected_released == 0) return "";
   const SeqCache &sc = session.kv().seq(seq);
   bool all = true;
-  int64_t n_protected = 0;
   std::string spans = "[";
   for (const ProtectedSpan &sp : session.protected_spans(seq)) {
     spans += (spans.size() > 1 ? "," : "") + std::string("[") + std::to_string(sp.begin) + "," + std::to_string(sp.end) + "]";
@@ -45,11 +44,10 @@ std::string protected_json(const Session &session, int32_t seq) {
       const auto hi = std::lower_bound(L.pos.begin(), L.pos.end(), end);
       all = all && (hi - lo) == std::max<int64_t>(0, end - sp.begin);
     }
-    n_protected += std::max<int64_t>(0, end - sp.begin);
   }
   JsonObject pj;
   pj.raw("spans", spans + "]")
-      .integer("tokens", n_protected)
+      .integer("tokens", session.protected_tokens(seq))
       .boolean("kept_in_every_layer", all)
       .integer("released", session.seq_state(seq).protected_released);
   return pj.dump();

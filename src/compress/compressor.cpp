@@ -42,10 +42,9 @@ LayerScoreInput layer_score_input(KvCache &kv, int32_t seq, int32_t l, const Ses
 
 }  // namespace
 
-int32_t Session::budget_for(int32_t seq) const { return budget_at(seq, kv_->seq(seq).length); }
+int32_t Session::budget_for(int32_t seq) const { return budget_at(kv_->seq(seq).length); }
 
-int32_t Session::budget_at(int32_t seq, int64_t length) const {
-  (void)seq;
+int32_t Session::budget_at(int64_t length) const {
   const CompressionConfig &c = opts_.compression;
   if (c.budget_tokens > 0) return c.budget_tokens;
   // A quality target alone has no budget: any sequence longer than the window is a candidate, and auto decides how
@@ -249,9 +248,7 @@ void Session::set_profile(const TuningProfile &p) {
 void Session::compress(int32_t seq, int32_t budget_tokens) { apply_compression(seq, plan_compression(seq, budget_tokens)); }
 
 bool Session::pressure_candidate(int32_t id, int32_t n_new, PressureCandidate *out) {
-  int32_t kept = 0;
-  for (const LayerSlots &L : kv_->seq(id).layers) kept = std::max(kept, L.n());
-  if (kept <= budget_for(id)) return false;
+  if (max_kept(id) <= budget_for(id)) return false;
   PressureCandidate cand;
   cand.seq = id;
   cand.plan = plan_compression(id, 0);

@@ -328,7 +328,7 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
       }
     } restore{*this, after_prefill};
     const int64_t end_length = kv_->seq(seq).length + static_cast<int64_t>(tokens.size());
-    const int32_t end_budget = budget_at(seq, end_length);
+    const int32_t end_budget = budget_at(end_length);
     // The most a message may hold before its end: kPrefillCeiling x the budget it will have at its end.
     const double ceiling = cc.has_budget() ? kPrefillCeiling * static_cast<double>(end_budget) : INFINITY;
     for (size_t b = 0; b < tokens.size();) {
@@ -407,6 +407,12 @@ double Session::mean_kept(int32_t seq) const {
   return static_cast<double>(sum) / static_cast<double>(c.layers.size());
 }
 
+int32_t Session::max_kept(int32_t seq) const {
+  int32_t kept = 0;
+  for (const LayerSlots &L : kv_->seq(seq).layers) kept = std::max(kept, L.n());
+  return kept;
+}
+
 int32_t Session::slack_for(int32_t budget_tokens) const {
   const int32_t bs = kv_->config().block_size;
   const auto want = static_cast<int64_t>(std::ceil(kSlackShare * static_cast<double>(budget_tokens)));
@@ -469,7 +475,7 @@ int64_t Session::tokens_until_compression(int32_t seq) const {
     // of 0.8 or more grows its bound as fast as the sequence: it is never over it again).
     const double growth = c.budget_tokens > 0 ? 1.0 : 1.0 - c.budget_fraction * (1.0 + kSlackShare);
     const auto over = [&](int64_t a) {
-      const int32_t Ba = budget_at(seq, len + a);
+      const int32_t Ba = budget_at(len + a);
       return kept + static_cast<double>(a) > static_cast<double>(Ba) + slack_for(Ba);
     };
     if (growth > 1e-3) {
@@ -557,9 +563,7 @@ void Session::maybe_compress_after(const std::vector<int32_t> &seqs) {
     // The step is committed by now, so its status must be OK. Compacting a sequence that shares blocks with a fork
     // needs fresh blocks for the copies; when the pool has none, compact() refuses before touching anything, and
     // the sequence simply stays over budget: since_compress is kept, so the next step tries again.
-    int32_t kept = 0;
-    for (const LayerSlots &L : kv_->seq(id).layers) kept = std::max(kept, L.n());
-    if (kept > budget_for(id) && !try_compress(id, 0)) continue;
+    if (max_kept(id) > budget_for(id) && !try_compress(id, 0)) continue;
     state(id).since_compress = 0;
   }
 }

@@ -129,11 +129,13 @@ class Session {
   // as much as decoding 1/40 of the tokens it scores (SmolLM2-135M, 2 threads), so a slack of B/4 keeps its cost
   // near 10% of decode time while what a sequence holds never exceeds 1.25 x its budget.
   int32_t slack_for(int32_t budget_tokens) const;
-  // The budget (tokens per layer, mean over layers) of `seq` if its logical length were `length`: a token budget as
-  // it is, a fraction of `length`; under a quality target alone, the observation window.
-  int32_t budget_at(int32_t seq, int64_t length) const;
-  // Tokens kept per layer, mean over layers.
+  // The budget (tokens per layer, mean over layers) of a sequence whose logical length is `length`: a token budget
+  // as it is, a fraction of `length`; under a quality target alone, the observation window.
+  int32_t budget_at(int64_t length) const;
+  // Tokens kept per layer: the mean over layers (what the memory trigger compares) and the largest layer (what the
+  // fixed schedule and memory pressure compare).
   double mean_kept(int32_t seq) const;
+  int32_t max_kept(int32_t seq) const;
   // Whether the trigger (memory or the fixed interval) asks for a compression of `seq` now.
   bool compression_due(int32_t seq) const;
   // The fewest tokens that can be appended to `seq` before its next scheduled compression (0: it is due now).
