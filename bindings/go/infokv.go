@@ -35,15 +35,15 @@ const (
 // "last_query", "recency", "key_norm"); "unknown" for any other value.
 func EvidenceName(evidence int) string { return capi.Ikv_evidence_name(evidence) }
 
-// Pool statistics for Session.KVStat (IKV_KV_*).
+// Pool statistics for Session.KVStat (IKV_KV_STAT_*).
 const (
-	KVBlocksTotal = capi.IKV_KV_BLOCKS_TOTAL
-	KVBlocksUsed  = capi.IKV_KV_BLOCKS_USED
-	KVBlocksFree  = capi.IKV_KV_BLOCKS_FREE
-	KVBlockBytes  = capi.IKV_KV_BLOCK_BYTES
-	KVBytesUsed   = capi.IKV_KV_BYTES_USED
-	KVBlockSize   = capi.IKV_KV_BLOCK_SIZE
+	KVBlocksTotal = capi.IKV_KV_STAT_BLOCKS_TOTAL
+	KVBlocksUsed  = capi.IKV_KV_STAT_BLOCKS_USED
+	KVBlocksFree  = capi.IKV_KV_STAT_BLOCKS_FREE
+	KVBlockBytes  = capi.IKV_KV_STAT_BLOCK_BYTES
+	KVBytesUsed   = capi.IKV_KV_STAT_BYTES_USED
+	KVBlockSize   = capi.IKV_KV_STAT_BLOCK_SIZE
 	// KVHostBytes is host memory outside the pool: block bookkeeping and every sequence's tables, windows, tokens
 	// and logits.
-	KVHostBytes = capi.IKV_KV_HOST_BYTES
+	KVHostBytes = capi.IKV_KV_STAT_HOST_BYTES
 )

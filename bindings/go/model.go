@@ -121,19 +121,34 @@ func (m *Model) Info() (map[string]any, error) {
 	return v, json.Unmarshal(raw, &v)
 }
 
-// Tokenize turns text into token ids; addBOS prepends the model's BOS token.
+// Tokenize turns text into token ids; addBOS prepends the model's BOS token. Text is text: "<|im_start|>" in it
+// is tokenised as those characters, never as the control token, so user input cannot forge a chat turn
+// (TokenizeSpecial parses such texts).
 func (m *Model) Tokenize(text string, addBOS bool) ([]int32, error) {
-	bos := 0
+	return m.tokenize(text, addBOS, false)
+}
+
+// TokenizeSpecial is Tokenize with the texts of control tokens ("<|im_start|>") turned into those tokens: only for
+// text the program trusts (chats should use ChatTokenize or Session.Chat).
+func (m *Model) TokenizeSpecial(text string, addBOS bool) ([]int32, error) {
+	return m.tokenize(text, addBOS, true)
+}
+
+func (m *Model) tokenize(text string, addBOS, parseSpecial bool) ([]int32, error) {
+	var flags uint
 	if addBOS {
-		bos = 1
+		flags |= capi.IKV_TOKENIZE_ADD_BOS
+	}
+	if parseSpecial {
+		flags |= capi.IKV_TOKENIZE_PARSE_SPECIAL
 	}
 	out := make([]int32, len(text)+2)
 	var n uint64
 	err := m.with(func(h capi.Struct_SS_ikv_model) error {
-		err := call(func() int { return capi.Ikv_tokenize(out, &n, h, text, bos) })
+		err := call(func() int { return capi.Ikv_tokenize_ex(out, &n, h, text, flags) })
 		if errors.Is(err, ErrBufferTooSmall) {
 			out = make([]int32, n)
-			err = call(func() int { return capi.Ikv_tokenize(out, &n, h, text, bos) })
+			err = call(func() int { return capi.Ikv_tokenize_ex(out, &n, h, text, flags) })
 		}
 		return err
 	})

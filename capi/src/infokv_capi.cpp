@@ -87,6 +87,31 @@ constexpr size_t kSessionOptionsV3Size = offsetof(ikv_session_options, max_seque
 constexpr size_t kSessionOptionsV4Size = offsetof(ikv_session_options, max_loss) + sizeof(double);
 static_assert(IKV_SESSION_OPTIONS_VERSION == 4, "a new ikv_session_options revision needs its size and reader here");
 
+// The versioned initialisers: the defaults of revision `version`, written no further than that revision's fields
+// (sizes[version - 1] bytes), into a struct the caller says is `struct_size` bytes. Nothing is written on failure.
+template <typename Options, size_t N>
+int32_t init_options(Options *opts, const Options *defaults, size_t struct_size, uint32_t version,
+                     const size_t (&sizes)[N], const char *name, uint32_t current) {
+  const std::string n(name);
+  if (opts == nullptr) return infokv::capi::fail_status(IKV_ERR_INVALID_ARGUMENT, "opts must not be NULL");
+  if (version == 0) return infokv::capi::fail_status(IKV_ERR_INVALID_ARGUMENT, (n + ": version must be >= 1").c_str());
+  if (version > current)
+    return infokv::capi::fail_status(IKV_ERR_VERSION, (n + " version " + std::to_string(version) +
+                                                       " is newer than this library's " + std::to_string(current) +
+                                                       ": link the library your header came with")
+                                                          .c_str());
+  const size_t need = sizes[version - 1];
+  if (struct_size < need || static_cast<uint64_t>(struct_size) > UINT32_MAX)
+    return infokv::capi::fail_status(IKV_ERR_INVALID_ARGUMENT,
+                                     (n + ": struct_size " + std::to_string(struct_size) + " cannot hold version " +
+                                      std::to_string(version) + " (" + std::to_string(need) + " bytes)")
+                                         .c_str());
+  std::memcpy(static_cast<void *>(opts), static_cast<const void *>(defaults), need);
+  opts->struct_size = static_cast<uint32_t>(struct_size);
+  opts->version = version;
+  return IKV_OK;
+}
+
 infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   infokv::SessionOptions so;
   if (o == nullptr) return so;
@@ -274,18 +299,27 @@ int32_t ikv_model_describe(char *out, size_t capacity, size_t *out_len, const ik
   });
 }
 
-int32_t ikv_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_model *model, const char *text,
-                     size_t text_len, int32_t add_bos) {
+int32_t ikv_tokenize_ex(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_model *model,
+                        const char *text, size_t text_len, uint32_t flags) {
   if (out_count != nullptr) *out_count = 0;
   return guard([&] {
     const auto mdl = infokv::capi::use(model, "model");
     require(out_count != nullptr, "out_count must not be NULL");
     require(text != nullptr || text_len == 0, "text is NULL");
     require(out_tokens != nullptr || capacity == 0, "out_tokens is NULL but capacity is not 0");
-    const std::vector<int32_t> ids =
-        mdl->model->tokenizer().encode(std::string_view(text ? text : "", text_len), add_bos != 0);
+    constexpr uint32_t known = IKV_TOKENIZE_ADD_BOS | IKV_TOKENIZE_PARSE_SPECIAL;
+    require((flags & ~known) == 0, ("unknown tokenize flags " + std::to_string(flags & ~known) +
+                                    " (known: IKV_TOKENIZE_ADD_BOS 1, IKV_TOKENIZE_PARSE_SPECIAL 2)").c_str());
+    const std::vector<int32_t> ids = mdl->model->tokenizer().encode(std::string_view(text ? text : "", text_len),
+                                                                    (flags & IKV_TOKENIZE_ADD_BOS) != 0,
+                                                                    (flags & IKV_TOKENIZE_PARSE_SPECIAL) != 0);
     return infokv::capi::copy_out_ids(out_tokens, capacity, out_count, ids);
   });
+}
+
+int32_t ikv_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_model *model, const char *text,
+                     size_t text_len, int32_t add_bos) {
+  return ikv_tokenize_ex(out_tokens, capacity, out_count, model, text, text_len, add_bos != 0 ? IKV_TOKENIZE_ADD_BOS : 0u);
 }
 
 int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, const ikv_model *model, const int32_t *tokens,
@@ -301,11 +335,17 @@ int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, const ikv_mo
   });
 }
 
-int32_t ikv_session_options_init(ikv_session_options *opts) {
-  if (opts == nullptr) return infokv::capi::fail_status(IKV_ERR_INVALID_ARGUMENT, "opts must not be NULL");
+int32_t ikv_session_options_init_version(ikv_session_options *opts, size_t struct_size, uint32_t version) {
+  static constexpr size_t sizes[] = {kSessionOptionsV1Size, kSessionOptionsV2Size, kSessionOptionsV3Size,
+                                     kSessionOptionsV4Size};
+  static_assert(sizeof(sizes) / sizeof(sizes[0]) == IKV_SESSION_OPTIONS_VERSION, "one size per revision");
   const ikv_session_options defaults = IKV_SESSION_OPTIONS_INIT;
-  *opts = defaults;
-  return IKV_OK;
+  return init_options(opts, &defaults, struct_size, version, sizes, "ikv_session_options", IKV_SESSION_OPTIONS_VERSION);
+}
+
+#undef ikv_session_options_init
+int32_t ikv_session_options_init(ikv_session_options *opts) {
+  return ikv_session_options_init_version(opts, kSessionOptionsV1Size, 1);
 }
 
 int32_t ikv_session_create(ikv_session **out, ikv_model *model, const ikv_session_options *opts) {
@@ -450,13 +490,13 @@ int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat) {
     require(out != nullptr, "out must not be NULL");
     const infokv::KvStats s = sess->session->kv_stats();
     switch (stat) {
-      case IKV_KV_BLOCKS_TOTAL: *out = s.blocks_total; break;
-      case IKV_KV_BLOCKS_USED: *out = s.blocks_used; break;
-      case IKV_KV_BLOCKS_FREE: *out = s.blocks_free; break;
-      case IKV_KV_BLOCK_BYTES: *out = s.block_bytes; break;
-      case IKV_KV_BYTES_USED: *out = s.bytes_used; break;
-      case IKV_KV_BLOCK_SIZE: *out = sess->session->kv().config().block_size; break;
-      case IKV_KV_HOST_BYTES: *out = s.host_bytes; break;
+      case IKV_KV_STAT_BLOCKS_TOTAL: *out = s.blocks_total; break;
+      case IKV_KV_STAT_BLOCKS_USED: *out = s.blocks_used; break;
+      case IKV_KV_STAT_BLOCKS_FREE: *out = s.blocks_free; break;
+      case IKV_KV_STAT_BLOCK_BYTES: *out = s.block_bytes; break;
+      case IKV_KV_STAT_BYTES_USED: *out = s.bytes_used; break;
+      case IKV_KV_STAT_BLOCK_SIZE: *out = sess->session->kv().config().block_size; break;
+      case IKV_KV_STAT_HOST_BYTES: *out = s.host_bytes; break;
       default: fail(Status::invalid_argument, "unknown KV statistic " + std::to_string(stat));
     }
     return IKV_OK;
@@ -542,11 +582,16 @@ int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_token
   });
 }
 
-int32_t ikv_sampler_options_init(ikv_sampler_options *opts) {
-  if (opts == nullptr) return infokv::capi::fail_status(IKV_ERR_INVALID_ARGUMENT, "opts must not be NULL");
+int32_t ikv_sampler_options_init_version(ikv_sampler_options *opts, size_t struct_size, uint32_t version) {
+  static constexpr size_t sizes[] = {kSamplerOptionsV1Size};
+  static_assert(sizeof(sizes) / sizeof(sizes[0]) == IKV_SAMPLER_OPTIONS_VERSION, "one size per revision");
   const ikv_sampler_options defaults = IKV_SAMPLER_OPTIONS_INIT;
-  *opts = defaults;
-  return IKV_OK;
+  return init_options(opts, &defaults, struct_size, version, sizes, "ikv_sampler_options", IKV_SAMPLER_OPTIONS_VERSION);
+}
+
+#undef ikv_sampler_options_init
+int32_t ikv_sampler_options_init(ikv_sampler_options *opts) {
+  return ikv_sampler_options_init_version(opts, kSamplerOptionsV1Size, 1);
 }
 
 int32_t ikv_sampler_create(ikv_sampler **out, const ikv_sampler_options *opts) {

@@ -92,8 +92,8 @@ int main(int argc, char **argv) {
   /* KV accounting: what this sequence holds, and the pool it lives in. */
   ikv_seq_length(&length, session, 0);
   ikv_seq_kv_bytes(&seq_bytes, session, 0);
-  ikv_kv_stat(&blocks_used, session, IKV_KV_BLOCKS_USED);
-  ikv_kv_stat(&blocks_total, session, IKV_KV_BLOCKS_TOTAL);
+  ikv_kv_stat(&blocks_used, session, IKV_KV_STAT_BLOCKS_USED);
+  ikv_kv_stat(&blocks_total, session, IKV_KV_STAT_BLOCKS_TOTAL);
   ikv_kv_stat(&block_bytes, session, IKV_KV_BLOCK_BYTES);
   fprintf(stderr, "prompt tokens %lu, generated %lu, sequence length %lld\n", (unsigned long)n_tokens,
           (unsigned long)n_generated, (long long)length);

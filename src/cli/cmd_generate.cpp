@@ -99,7 +99,7 @@ std::vector<int32_t> encode_prompt(const Args &a, Session &session, int32_t seq,
     for (const ChatPiece &pc : pieces) prompt.insert(prompt.end(), pc.ids.begin(), pc.ids.end());
     for (const ProtectedSpan &sp : chat_spans(pieces, 0, ChatProtect::system)) session.protect(seq, sp);
   } else {
-    prompt = model.tokenizer().encode(prompt_text, !a.flag("no-bos"));
+    prompt = model.tokenizer().encode(prompt_text, !a.flag("no-bos"), a.flag("special"));
   }
   if (prompt.empty()) fail(Status::invalid_argument, "the prompt is empty and the model has no BOS token");
   return prompt;
@@ -251,7 +251,7 @@ int cmd_generate(int argc, char **argv) {
                                   "repeat-penalty", "repeat-last-n", "seed", "parallel", "protect-prefix",
                                   "save-snapshot", "load-snapshot", "system", "plot"};
   for (const auto &n : session_option_names()) valued.insert(n);
-  Args a(argc, argv, 2, valued, {"json", "no-bos", "chat"});
+  Args a(argc, argv, 2, valued, {"json", "no-bos", "chat", "special"});
   const Config cfg = config_from_args(a);
   const std::string path = model_path_from(a);
   const std::string load_path = a.str("load-snapshot");
@@ -284,7 +284,7 @@ int cmd_generate(int argc, char **argv) {
   if (!load_path.empty()) {
     if (a.flag("chat")) fail(Status::invalid_argument, "--chat starts a conversation; it cannot continue a snapshot");
     seq = continue_snapshot(session, sampler, sp, load_path, loaded_json);
-    prompt = model->tokenizer().encode(prompt_text, false);
+    prompt = model->tokenizer().encode(prompt_text, false, a.flag("special"));
   } else {
     seq = session.add_sequence();
     prompt = encode_prompt(a, session, seq, prompt_text);

@@ -11,12 +11,15 @@ namespace infokv {
 namespace cli {
 
 int cmd_tokenize(int argc, char **argv) {
-  Args a(argc, argv, 2, {"model", "text", "file"}, {"json", "bos", "no-special", "pieces"});
+  Args a(argc, argv, 2, {"model", "text", "file"}, {"json", "bos", "special", "no-special", "pieces"});
   if (a.has("text") == a.has("file")) fail(Status::invalid_argument, "give exactly one of --text T and --file F");
   const std::string text = a.has("text") ? a.str("text") : read_file(a.str("file"));
   // Only the tokenizer is needed (a GGUF file or a Hugging Face directory): the weights are not checked or touched.
   const Tokenizer tok = Model::load_tokenizer(resolve_model_path(a.str("model", default_model_path())));
-  const std::vector<int32_t> ids = tok.encode(text, a.flag("bos"), !a.flag("no-special"));
+  // Text is text by default (as ikv_tokenize): --special parses control-token texts; --no-special, the default,
+  // is still accepted.
+  if (a.flag("special") && a.flag("no-special")) fail(Status::invalid_argument, "give at most one of --special and --no-special");
+  const std::vector<int32_t> ids = tok.encode(text, a.flag("bos"), a.flag("special"));
   if (a.flag("json")) {
     JsonObject o;
     o.integer("n_tokens", static_cast<int64_t>(ids.size())).ints("ids", ids);

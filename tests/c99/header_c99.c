@@ -36,13 +36,13 @@ int32_t infokv_header_c99_probe(void) {
   generic_fn all[] = {
       (generic_fn)ikv_version_string, (generic_fn)ikv_version_number, (generic_fn)ikv_last_error_message,
       (generic_fn)ikv_model_get_int, (generic_fn)ikv_model_describe, (generic_fn)ikv_tokenize,
-      (generic_fn)ikv_detokenize, (generic_fn)ikv_session_options_init, (generic_fn)ikv_session_create,
+      (generic_fn)ikv_detokenize, (generic_fn)ikv_session_options_init, (generic_fn)ikv_session_options_init_version, (generic_fn)ikv_tokenize_ex, (generic_fn)ikv_session_create,
       (generic_fn)ikv_session_free, (generic_fn)ikv_seq_add, (generic_fn)ikv_seq_remove,
       (generic_fn)ikv_seq_fork, (generic_fn)ikv_seq_truncate, (generic_fn)ikv_seq_length,
       (generic_fn)ikv_seq_kept, (generic_fn)ikv_seq_kv_bytes, (generic_fn)ikv_decode,
       (generic_fn)ikv_decode_batch, (generic_fn)ikv_get_logits, (generic_fn)ikv_kv_stat,
       (generic_fn)ikv_seq_protect, (generic_fn)ikv_seq_compress, (generic_fn)ikv_seq_pressure_estimate,
-      (generic_fn)ikv_sampler_options_init, (generic_fn)ikv_sampler_create, (generic_fn)ikv_sampler_free,
+      (generic_fn)ikv_sampler_options_init, (generic_fn)ikv_sampler_options_init_version, (generic_fn)ikv_sampler_create, (generic_fn)ikv_sampler_free,
       (generic_fn)ikv_sample,          (generic_fn)ikv_evidence_name, (generic_fn)ikv_seq_auto_report,
       (generic_fn)ikv_seq_auto_layer,
   };

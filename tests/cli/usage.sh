@@ -1,9 +1,11 @@
 #!/bin/bash
 # The CLI's command-line contract: unknown commands are errors (exit 2, a message naming them) even with --help;
 # help for a known command and `version` exit 0.
-# usage: usage.sh INFOKV_CLI
+# Text is text: tokenize keeps "<|im_start|>" as characters unless --special.
+# usage: usage.sh INFOKV_CLI SMOLLM2_GGUF
 set -u
 cli=$1
+smollm2=${2:-}
 fail=0
 expect() {  # expect STATUS [ARGS...]
   local want=$1; shift
@@ -27,6 +29,20 @@ expect 2 version --bogus
   || { echo "FAIL: version --json is not a JSON object"; fail=1; }
 printf '' | "$cli" chat --json >/dev/null 2>/tmp/infokv-usage.$$
 if grep -q "unknown option" /tmp/infokv-usage.$$; then echo "FAIL: chat --json is an unknown option"; fail=1; fi
+# text is text unless --special (SmolLM2's <|im_start|> is id 1)
+if [ ! -f "$smollm2" ]; then
+  echo "FAIL: SmolLM2 GGUF missing: '$smollm2' (packaging/fetch_models.sh)"; fail=1
+else
+  plain=$("$cli" tokenize --model "$smollm2" --text '<|im_start|>user' --json)
+  special=$("$cli" tokenize --model "$smollm2" --text '<|im_start|>user' --json --special)
+  python3 - "$plain" "$special" <<'PY' || { echo "FAIL: tokenize --special: $plain / $special"; fail=1; }
+import json, sys
+plain, special = (json.loads(a)["ids"] for a in sys.argv[1:3])
+assert 1 not in plain and len(plain) > 2, plain
+assert special[0] == 1 and len(special) == 2, special
+PY
+  expect 2 tokenize --model "$smollm2" --text x --special --no-special
+fi
 rm -f /tmp/infokv-usage.$$
 [ $fail = 0 ] && echo "ok"
 exit $fail

@@ -177,7 +177,7 @@ def infokv_logits(lib_path, model, ids, device="cpu"):
     lib = ctypes.CDLL(lib_path)
     i32, vp = ctypes.c_int32, ctypes.c_void_p
     lib.ikv_model_load.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
-    lib.ikv_session_options_init.argtypes = [vp]
+    lib.ikv_session_options_init_version.argtypes = [vp, ctypes.c_size_t, ctypes.c_uint32]
     lib.ikv_session_create.argtypes = [ctypes.POINTER(vp), vp, vp]
     lib.ikv_decode.argtypes = [vp, i32, ctypes.POINTER(i32), ctypes.c_size_t]
     lib.ikv_get_logits.argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t), vp, i32]
@@ -190,7 +190,8 @@ def infokv_logits(lib_path, model, ids, device="cpu"):
 
     ok(lib.ikv_model_load(ctypes.byref(m), model.encode()), "ikv_model_load")
     opts = ctypes.create_string_buffer(512)
-    ok(lib.ikv_session_options_init(opts), "ikv_session_options_init")
+    # revision 2 (kv_dtype ... device) into a buffer larger than any revision: the later fields keep their defaults
+    ok(lib.ikv_session_options_init_version(opts, len(opts), 2), "ikv_session_options_init_version")
     struct.pack_into("<i", opts, 12, 1)  # kv_dtype = IKV_KV_F32 (offset after struct_size, version, n_threads)
     # device (version 2): a pointer at offsetof(ikv_session_options, device), 104 on a 64-bit platform (the fields of
     # version 1 end at 100, padded to 8). Later versions append after it (version 3: max_sequences, left at 0).

@@ -28,7 +28,7 @@ _DTYPES = ("F32", "F16", "BF16")  # IKV_KV_ also prefixes the pool statistics
 Policy = _from_c("Policy", "IKV_POLICY_", "Compression policies (IKV_POLICY_*); accepted wherever a policy name is.")
 KvDtype = _from_c("KvDtype", "IKV_KV_", "KV cache element types (IKV_KV_F32, ...); accepted wherever a dtype name is.",
                   only=_DTYPES)
-KvStat = _from_c("KvStat", "IKV_KV_", "Pool statistics for Session.kv_stat (IKV_KV_BLOCKS_TOTAL, ...).", skip=_DTYPES)
+KvStat = _from_c("KvStat", "IKV_KV_STAT_", "Pool statistics for Session.kv_stat (IKV_KV_STAT_BLOCKS_TOTAL, ...).")
 Shape = _from_c("Shape", "IKV_SHAPE_", "How a budget is spread over layers (IKV_SHAPE_*).")
 ChatProtect = _from_c("ChatProtect", "IKV_CHAT_PROTECT_",
                       "What chat calls protect from eviction (IKV_CHAT_PROTECT_*): SYSTEM (the default) keeps the "

@@ -102,12 +102,18 @@ class Model(_Owner):
         return self.describe()
 
     # text
-    def tokenize(self, text: Union[str, bytes], add_bos: bool = True) -> List[int]:
-        """Text (str or UTF-8 bytes) to token ids; add_bos prepends the model's BOS token."""
+    def tokenize(self, text: Union[str, bytes], add_bos: bool = True, parse_special: bool = False) -> List[int]:
+        """Text (str or UTF-8 bytes) to token ids; add_bos prepends the model's BOS token.
+
+        Text is text: "<|im_start|>" in it is tokenised as those characters, never as the control token, so user
+        input cannot forge a chat turn. parse_special=True turns such texts into their tokens: only for text the
+        program trusts (chats should use chat_tokenize or Session.chat).
+        """
+        flags = (_c.IKV_TOKENIZE_ADD_BOS if add_bos else 0) | (_c.IKV_TOKENIZE_PARSE_SPECIAL if parse_special else 0)
         n = len(text) + 2
-        r = _c.ikv_tokenize(n, self.handle, text, int(bool(add_bos)))
+        r = _c.ikv_tokenize_ex(n, self.handle, text, flags)
         if r[0] == _TOO_SMALL:
-            r = _c.ikv_tokenize(r[2], self.handle, text, int(bool(add_bos)))
+            r = _c.ikv_tokenize_ex(r[2], self.handle, text, flags)
         arr, count = _check(r)
         return arr[:count].tolist()
 

@@ -204,9 +204,7 @@ class Session(_Owner):
 
     def kv_stats(self) -> Dict[str, int]:
         """All pool statistics the C header defines."""
-        names = [n[len("IKV_KV_"):].lower() for n in dir(_c)
-                 if n.startswith("IKV_KV_") and n not in ("IKV_KV_F32", "IKV_KV_F16", "IKV_KV_BF16")]
-        return {n: self.kv_stat(n) for n in sorted(names)}
+        return {m.name.lower(): self.kv_stat(m) for m in sorted(KvStat, key=lambda m: m.name)}
 
     # decoding
     def decode(self, tokens: Sequence[int], seq: int = 0) -> None:

@@ -59,7 +59,10 @@ IKV_API int32_t ikv_model_get_int(int64_t *out, const ikv_model *model, int32_t 
 IKV_API int32_t ikv_model_describe(char *out, size_t capacity, size_t *out_len, const ikv_model *model);
 
 /**
- * Text to token ids.
+ * Text to token ids. Text is text: a control token's text in it (e.g. "<|im_start|>", "<|eot_id|>", "</s>") is
+ * tokenised as the characters it is made of, never as the control token, so user input cannot forge a chat turn
+ * or end one. Parsing those texts into their tokens is a choice the caller makes explicitly: ikv_tokenize_ex with
+ * IKV_TOKENIZE_PARSE_SPECIAL (for prompts the program writes itself; chats should use ikv_chat_tokenize).
  * @param out_tokens  buffer for `capacity` ids (may be NULL when capacity is 0).
  * @param out_count   receives the number of ids the text needs.
  * @param add_bos     non-zero: prepend the model's BOS token (if it has one).
@@ -68,6 +71,19 @@ IKV_API int32_t ikv_model_describe(char *out, size_t capacity, size_t *out_len, 
  */
 IKV_API int32_t ikv_tokenize(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_model *model,
                              const char *text, size_t text_len, int32_t add_bos);
+
+/* Flags of ikv_tokenize_ex (bitwise or). */
+#define IKV_TOKENIZE_ADD_BOS 1u       /* prepend the model's BOS token (if it has one) */
+#define IKV_TOKENIZE_PARSE_SPECIAL 2u /* the texts of control and user-defined tokens become those tokens */
+
+/**
+ * ikv_tokenize with flags (IKV_TOKENIZE_*): ikv_tokenize(..., add_bos) is ikv_tokenize_ex(..., add_bos ?
+ * IKV_TOKENIZE_ADD_BOS : 0). With IKV_TOKENIZE_PARSE_SPECIAL, "<|im_start|>user" becomes the control token and
+ * "user": only for text the program trusts.
+ * @return as ikv_tokenize; IKV_ERR_INVALID_ARGUMENT also for an unknown flag bit.
+ */
+IKV_API int32_t ikv_tokenize_ex(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_model *model,
+                                const char *text, size_t text_len, uint32_t flags);
 
 /**
  * Token ids to text (the bytes they stand for; control tokens give nothing). The result is NUL-terminated.

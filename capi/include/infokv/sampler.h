@@ -30,8 +30,25 @@ typedef struct ikv_sampler_options {
 #define IKV_SAMPLER_OPTIONS_INIT \
   { (uint32_t)sizeof(ikv_sampler_options), IKV_SAMPLER_OPTIONS_VERSION, 0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0 }
 
-/** Fills `opts` with the defaults (same values as IKV_SAMPLER_OPTIONS_INIT). */
+/**
+ * Fills `opts` with the defaults of revision `version` (same values as IKV_SAMPLER_OPTIONS_INIT): writes at most
+ * `struct_size` bytes (sizeof(ikv_sampler_options) as the caller compiled it), sets opts->struct_size to it and
+ * opts->version to `version`, and never writes past the fields that revision has. Call it through
+ * ikv_sampler_options_init(opts), which passes this header's size and version.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL opts; version 0; struct_size smaller than that revision's fields);
+ *         IKV_ERR_VERSION (version newer than this library's IKV_SAMPLER_OPTIONS_VERSION: the message gives both).
+ *         On failure nothing is written.
+ */
+IKV_API int32_t ikv_sampler_options_init_version(ikv_sampler_options *opts, size_t struct_size, uint32_t version);
+/**
+ * The entry point of programs built against older headers (no size, no version): writes revision 1 only
+ * (its size and version 1), so it never writes past an older caller's struct. Sources built against this header
+ * reach ikv_sampler_options_init_version instead through the macro below, with this header's size and version.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL opts).
+ */
 IKV_API int32_t ikv_sampler_options_init(ikv_sampler_options *opts);
+#define ikv_sampler_options_init(opts) \
+  ikv_sampler_options_init_version((opts), sizeof(ikv_sampler_options), IKV_SAMPLER_OPTIONS_VERSION)
 /**
  * Creates a sampler (NULL opts: defaults). A temperature <= 0 (negative included) means greedy, as in llama.cpp.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (out NULL; a temperature that is NaN or infinite; top_p NaN or < 0; min_p

@@ -103,8 +103,26 @@ typedef struct ikv_session_options {
   { (uint32_t)sizeof(ikv_session_options), IKV_SESSION_OPTIONS_VERSION, 0, IKV_KV_F16, 16, 256, 0, 0,   \
     IKV_POLICY_NONE, 0, 0.0, -1, 1024, 0.9f, 1.0f, 256, 5, 7, IKV_SHAPE_UNIFORM, 20.0f, 4, 1, NULL, 0, 0.0 }
 
-/** Fills `opts` with the defaults (same values as IKV_SESSION_OPTIONS_INIT). IKV_ERR_INVALID_ARGUMENT on NULL. */
+/**
+ * Fills `opts` with the defaults of revision `version` (same values as IKV_SESSION_OPTIONS_INIT): writes at most
+ * `struct_size` bytes (sizeof(ikv_session_options) as the caller compiled it), sets opts->struct_size to it and
+ * opts->version to `version`, and never writes past the fields that revision has (libgit2's pattern). Call it
+ * through ikv_session_options_init(opts), which passes this header's size and version.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL opts; version 0; struct_size smaller than that revision's fields);
+ *         IKV_ERR_VERSION (version newer than this library's IKV_SESSION_OPTIONS_VERSION: the message gives both).
+ *         On failure nothing is written.
+ */
+IKV_API int32_t ikv_session_options_init_version(ikv_session_options *opts, size_t struct_size, uint32_t version);
+/**
+ * The entry point of programs built against older headers (no size, no version): writes revision 1 only (its
+ * size, offsetof(ikv_session_options, device), and version 1), so it never writes past an older caller's struct;
+ * ikv_session_create then gives the later fields their defaults. Sources built against this header reach
+ * ikv_session_options_init_version instead through the macro below, with this header's size and version.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL opts).
+ */
 IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
+#define ikv_session_options_init(opts) \
+  ikv_session_options_init_version((opts), sizeof(ikv_session_options), IKV_SESSION_OPTIONS_VERSION)
 
 /**
  * Creates a session over a model with one empty sequence, id 0.
@@ -147,12 +165,19 @@ IKV_API int32_t ikv_seq_remove(ikv_session *session, int32_t seq);
  *         host-side state could not be allocated); IKV_ERR_BAD_HANDLE. On failure nothing changed.
  */
 IKV_API int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src);
-/** Drops positions >= length (logits are cleared; decode before sampling). IKV_ERR_OUT_OF_RANGE beyond the length. */
+/**
+ * Drops positions >= length in every layer (logits are cleared; decode before sampling). Emptied blocks return to
+ * the pool; blocks shared with a fork stay with it.
+ * @return IKV_OK; IKV_ERR_OUT_OF_RANGE (length < 0 or beyond the sequence's length); IKV_ERR_NOT_FOUND;
+ *         IKV_ERR_BAD_HANDLE. On failure nothing changed.
+ */
 IKV_API int32_t ikv_seq_truncate(ikv_session *session, int32_t seq, int64_t length);
 /**
  * Drops the cached tokens at positions [begin, end) in every layer (the logical length is unchanged; later tokens
- * keep their positions). Emptied blocks return to the pool. IKV_ERR_OUT_OF_RANGE for begin < 0 or end < begin;
- * IKV_ERR_KV_FULL when blocks shared with a fork would need copies and the pool has no room (nothing changes).
+ * keep their positions; an empty range or one past the end drops nothing). Emptied blocks return to the pool.
+ * @return IKV_OK; IKV_ERR_OUT_OF_RANGE (begin < 0 or end < begin); IKV_ERR_KV_FULL (blocks shared with a fork
+ *         would need copies and the pool has no room); IKV_ERR_OUT_OF_MEMORY (host memory for the compaction);
+ *         IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. On failure nothing changed.
  */
 IKV_API int32_t ikv_seq_remove_range(ikv_session *session, int32_t seq, int64_t begin, int64_t end);
 /**
@@ -232,17 +257,26 @@ IKV_API int32_t ikv_decode_batch(ikv_session *session, const int32_t *seq_ids, c
 IKV_API int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, const ikv_session *session, int32_t seq);
 
 /* ---- KV accounting ---- */
+/* Pool statistics for ikv_kv_stat. Their own prefix, apart from the IKV_KV_F32/F16/BF16 element types. */
+#define IKV_KV_STAT_BLOCKS_TOTAL 1
+#define IKV_KV_STAT_BLOCKS_USED 2
+#define IKV_KV_STAT_BLOCKS_FREE 3
+#define IKV_KV_STAT_BLOCK_BYTES 4
+#define IKV_KV_STAT_BYTES_USED 5
+#define IKV_KV_STAT_BLOCK_SIZE 6
+/* Host memory outside the pool, in bytes: the pool's block bookkeeping and every sequence's block tables, importance
+ * channels, observation window, token history and logits (a fork copies all but the blocks). */
+#define IKV_KV_STAT_HOST_BYTES 7
+/* The names before IKV_KV_STAT_*, kept as aliases (same values). */
 #define IKV_KV_BLOCKS_TOTAL 1
 #define IKV_KV_BLOCKS_USED 2
 #define IKV_KV_BLOCKS_FREE 3
 #define IKV_KV_BLOCK_BYTES 4
 #define IKV_KV_BYTES_USED 5
 #define IKV_KV_BLOCK_SIZE 6
-/* Host memory outside the pool, in bytes: the pool's block bookkeeping and every sequence's block tables, importance
- * channels, observation window, token history and logits (a fork copies all but the blocks). */
 #define IKV_KV_HOST_BYTES 7
 /**
- * Reads one pool statistic (IKV_KV_*) into *out (0 on failure).
+ * Reads one pool statistic (IKV_KV_STAT_*) into *out (0 on failure).
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out or an unknown stat); IKV_ERR_BAD_HANDLE.
  */
 IKV_API int32_t ikv_kv_stat(int64_t *out, const ikv_session *session, int32_t stat);
@@ -271,9 +305,12 @@ IKV_API int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_
  */
 IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair);
 /**
- * Compresses `seq` now, to budget_tokens per layer (0: the session's configured budget). Freed blocks return
- * to the pool. IKV_ERR_BAD_STATE when the session's policy is IKV_POLICY_NONE; IKV_ERR_KV_FULL (nothing changed)
- * when the sequence shares blocks with a fork and the pool has no free blocks for the copies that compaction needs.
+ * Compresses `seq` now, to budget_tokens per layer (0: the session's configured budget; a layer holding no more
+ * than that is left as it is). Freed blocks return to the pool.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (budget_tokens < 0); IKV_ERR_BAD_STATE (the session's policy is
+ *         IKV_POLICY_NONE); IKV_ERR_KV_FULL (the sequence shares blocks with a fork and the pool has no free blocks
+ *         for the copies compaction needs); IKV_ERR_OUT_OF_MEMORY (scoring's scratch or the compaction's host
+ *         memory); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. On failure nothing changed.
  */
 IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens);
 

@@ -3,8 +3,11 @@
 // macro against init() alone could not fail: init() copies the macro).
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <flatbuffers/idl.h>
 
@@ -87,9 +90,9 @@ void expect_revision(const T &o, int version) {
   EXPECT_EQ(o.version, static_cast<uint32_t>(version));
 }
 
-// What an _init() function writes over garbage (0x5A bytes); it refuses NULL.
-template <typename T>
-T init_over_garbage(int32_t (*init)(T *)) {
+// What an _init() call writes over garbage (0x5A bytes); it refuses NULL.
+template <typename T, typename Init>
+T init_over_garbage(Init init) {
   T o;
   std::memset(&o, 0x5A, sizeof o);
   if (init(&o) != IKV_OK) ADD_FAILURE() << "_init() failed: " << ikv_last_error_message();
@@ -104,8 +107,10 @@ TEST(Defaults, SessionOptionsInitMacroMatchesTheCore) {
 }
 
 // The function is checked against the core on its own (not against the macro, which it may copy), over garbage.
+// ikv_session_options_init(&o) in a source built against this header is the versioned call with this header's size
+// and version.
 TEST(Defaults, SessionOptionsInitFunctionMatchesTheCore) {
-  const ikv_session_options o = init_over_garbage(ikv_session_options_init);
+  const auto o = init_over_garbage<ikv_session_options>([](ikv_session_options *p) { return ikv_session_options_init(p); });
   expect_revision(o, IKV_SESSION_OPTIONS_VERSION);
   expect_session_options_match_core(o, "ikv_session_options_init");
 }
@@ -114,9 +119,78 @@ TEST(Defaults, SamplerOptionsInitMacroAndFunctionMatchTheCore) {
   const ikv_sampler_options a = IKV_SAMPLER_OPTIONS_INIT;
   expect_revision(a, IKV_SAMPLER_OPTIONS_VERSION);
   expect_sampler_options_match_core(a, "IKV_SAMPLER_OPTIONS_INIT");
-  const ikv_sampler_options b = init_over_garbage(ikv_sampler_options_init);
+  const auto b = init_over_garbage<ikv_sampler_options>([](ikv_sampler_options *p) { return ikv_sampler_options_init(p); });
   expect_revision(b, IKV_SAMPLER_OPTIONS_VERSION);
   expect_sampler_options_match_core(b, "ikv_sampler_options_init");
+  // the exported symbol (what programs built against older headers call) writes revision 1, which is all there is
+  const auto c = init_over_garbage<ikv_sampler_options>(&(ikv_sampler_options_init));
+  expect_revision(c, 1);
+  expect_sampler_options_match_core(c, "the ikv_sampler_options_init symbol");
+}
+
+// A program built against an older header (revision 1, no size or version to pass) calls the exported
+// ikv_session_options_init symbol with its smaller struct: the library writes revision 1's bytes and nothing past
+// them, and a session made from that struct takes the later fields' defaults.
+TEST(Defaults, TheOldInitSymbolWritesRevisionOneAndNothingPast) {
+  const size_t v1 = offsetof(ikv_session_options, device);
+  std::vector<unsigned char> buf(v1 + 64, 0xA5);
+  auto *o = reinterpret_cast<ikv_session_options *>(buf.data());
+  int32_t (*old_init)(ikv_session_options *) = &(ikv_session_options_init);
+  ASSERT_EQ(old_init(o), IKV_OK);
+  EXPECT_EQ(o->struct_size, v1);
+  EXPECT_EQ(o->version, 1u);
+  EXPECT_EQ(o->budget_fraction, 0.0);
+  EXPECT_EQ(o->compress_after_prefill, 1);
+  for (size_t i = v1; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0xA5) << "byte " << i << " past revision 1 was written";
+  EXPECT_EQ(old_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
+}
+
+// The versioned initialisers: each revision's bytes and no more; a newer revision than the library's, a size too
+// small for the revision, version 0 and NULL are refused with nothing written.
+TEST(Defaults, VersionedInitWritesExactlyTheRevisionAsked) {
+  const size_t ends[] = {offsetof(ikv_session_options, device), offsetof(ikv_session_options, max_sequences),
+                         offsetof(ikv_session_options, max_sequences) + sizeof(int32_t), sizeof(ikv_session_options)};
+  static_assert(sizeof(ends) / sizeof(ends[0]) == IKV_SESSION_OPTIONS_VERSION, "one end per revision");
+  for (uint32_t v = 1; v <= IKV_SESSION_OPTIONS_VERSION; ++v) {
+    SCOPED_TRACE("version " + std::to_string(v));
+    const size_t end = ends[v - 1];
+    std::vector<unsigned char> buf(sizeof(ikv_session_options) + 32, 0xA5);
+    auto *o = reinterpret_cast<ikv_session_options *>(buf.data());
+    ASSERT_EQ(ikv_session_options_init_version(o, end, v), IKV_OK) << ikv_last_error_message();
+    EXPECT_EQ(o->struct_size, end);
+    EXPECT_EQ(o->version, v);
+    EXPECT_EQ(o->kv_dtype, IKV_KV_F16);
+    if (v >= 2) {
+      EXPECT_EQ(o->device, nullptr);
+    }
+    if (v >= 4) {
+      EXPECT_EQ(o->max_loss, 0.0);
+    }
+    // the tail after the revision's last field (alignment padding within `end` aside) keeps its bytes
+    for (size_t i = end; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0xA5) << "byte " << i;
+    // one byte short of the revision is refused, writing nothing
+    std::vector<unsigned char> again(buf.size(), 0xA5);
+    auto *p = reinterpret_cast<ikv_session_options *>(again.data());
+    EXPECT_EQ(ikv_session_options_init_version(p, end - 1, v), IKV_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(ikv_last_error_message()).find("struct_size"), std::string::npos);
+    for (unsigned char c : again) ASSERT_EQ(c, 0xA5);
+  }
+  ikv_session_options o;
+  std::memset(&o, 0xA5, sizeof o);
+  const ikv_session_options before = o;
+  EXPECT_EQ(ikv_session_options_init_version(&o, sizeof o, IKV_SESSION_OPTIONS_VERSION + 1), IKV_ERR_VERSION);
+  EXPECT_NE(std::string(ikv_last_error_message()).find("newer than this library"), std::string::npos);
+  EXPECT_EQ(ikv_session_options_init_version(&o, sizeof o, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_session_options_init_version(&o, SIZE_MAX, 1), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::memcmp(&o, &before, sizeof o), 0);
+  EXPECT_EQ(ikv_session_options_init_version(nullptr, sizeof o, 1), IKV_ERR_INVALID_ARGUMENT);
+
+  ikv_sampler_options so;
+  std::memset(&so, 0xA5, sizeof so);
+  EXPECT_EQ(ikv_sampler_options_init_version(&so, sizeof so, IKV_SAMPLER_OPTIONS_VERSION + 1), IKV_ERR_VERSION);
+  EXPECT_EQ(ikv_sampler_options_init_version(&so, sizeof so - 1, 1), IKV_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(ikv_sampler_options_init_version(&so, sizeof so, 1), IKV_OK);
+  expect_sampler_options_match_core(so, "ikv_sampler_options_init_version");
 }
 
 // The schema's own default for a field (its `= value`, "0" when none), read from the schema compiled into the

@@ -190,7 +190,8 @@ TEST(TokenizeCli, PrintsTheIdsOfATextAndOfAFile) {
     return r.out;
   };
   EXPECT_EQ(run("--text 'Hello world, 42'"), "19556 905 28 216 36 34\n");
-  EXPECT_EQ(run("--text '<|im_start|>x' --json"), "{\"n_tokens\":2,\"ids\":[1,104]}\n");
+  EXPECT_EQ(run("--text '<|im_start|>x' --json --special"), "{\"n_tokens\":2,\"ids\":[1,104]}\n");
+  EXPECT_EQ(run("--text '<|im_start|>x' --json"), "{\"n_tokens\":8,\"ids\":[44,108,306,79,3738,108,46,104]}\n");
   const std::string path = (std::filesystem::temp_directory_path() / "infokv_tokenize_test.txt").string();
   std::ofstream(path) << "Hello world, 42";
   EXPECT_EQ(run("--file '" + path + "'"), "19556 905 28 216 36 34\n");

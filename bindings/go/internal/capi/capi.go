@@ -36,49 +36,53 @@ typedef _goslice_ swig_type_6;
 typedef _goslice_ swig_type_7;
 typedef _gostring_ swig_type_8;
 typedef _goslice_ swig_type_9;
-typedef _goslice_ swig_type_10;
-typedef long long swig_type_11;
-typedef long long swig_type_12;
+typedef _gostring_ swig_type_10;
+typedef _goslice_ swig_type_11;
+typedef _goslice_ swig_type_12;
 typedef long long swig_type_13;
 typedef long long swig_type_14;
-typedef _gostring_ swig_type_15;
-typedef _gostring_ swig_type_16;
-typedef long long swig_type_17;
-typedef long long swig_type_18;
+typedef long long swig_type_15;
+typedef long long swig_type_16;
+typedef _gostring_ swig_type_17;
+typedef _gostring_ swig_type_18;
 typedef long long swig_type_19;
-typedef _goslice_ swig_type_20;
-typedef _goslice_ swig_type_21;
-typedef _goslice_ swig_type_22;
-typedef long long swig_type_23;
-typedef long long swig_type_24;
-typedef _gostring_ swig_type_25;
-typedef _gostring_ swig_type_26;
-typedef _gostring_ swig_type_27;
-typedef _goslice_ swig_type_28;
-typedef long long swig_type_29;
-typedef long long swig_type_30;
+typedef long long swig_type_20;
+typedef long long swig_type_21;
+typedef long long swig_type_22;
+typedef _goslice_ swig_type_23;
+typedef _goslice_ swig_type_24;
+typedef _goslice_ swig_type_25;
+typedef long long swig_type_26;
+typedef long long swig_type_27;
+typedef _gostring_ swig_type_28;
+typedef _gostring_ swig_type_29;
+typedef _gostring_ swig_type_30;
 typedef _goslice_ swig_type_31;
-typedef _goslice_ swig_type_32;
-typedef _gostring_ swig_type_33;
-typedef _goslice_ swig_type_34;
+typedef long long swig_type_32;
+typedef long long swig_type_33;
+typedef long long swig_type_34;
 typedef _goslice_ swig_type_35;
 typedef _goslice_ swig_type_36;
-typedef _goslice_ swig_type_37;
-typedef _gostring_ swig_type_38;
-typedef _gostring_ swig_type_39;
+typedef _gostring_ swig_type_37;
+typedef _goslice_ swig_type_38;
+typedef _goslice_ swig_type_39;
 typedef _goslice_ swig_type_40;
 typedef _goslice_ swig_type_41;
 typedef _gostring_ swig_type_42;
-typedef _goslice_ swig_type_43;
+typedef _gostring_ swig_type_43;
 typedef _goslice_ swig_type_44;
 typedef _goslice_ swig_type_45;
 typedef _gostring_ swig_type_46;
 typedef _goslice_ swig_type_47;
-typedef _gostring_ swig_type_48;
-typedef _gostring_ swig_type_49;
+typedef _goslice_ swig_type_48;
+typedef _goslice_ swig_type_49;
 typedef _gostring_ swig_type_50;
-typedef _gostring_ swig_type_51;
-typedef _goslice_ swig_type_52;
+typedef _goslice_ swig_type_51;
+typedef _gostring_ swig_type_52;
+typedef _gostring_ swig_type_53;
+typedef _gostring_ swig_type_54;
+typedef _gostring_ swig_type_55;
+typedef _goslice_ swig_type_56;
 extern void _wrap_Swig_free_capi_592d202a8be24ad1(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_592d202a8be24ad1(swig_intgo arg1);
 extern swig_intgo _wrap_IKV_VERSION_NUMBER_capi_592d202a8be24ad1(void);
@@ -112,7 +116,8 @@ extern void _wrap_ikv_model_free_capi_592d202a8be24ad1(uintptr_t arg1);
 extern swig_intgo _wrap_ikv_model_get_int_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_model_describe_capi_592d202a8be24ad1(swig_type_6 arg1, swig_voidp arg2, uintptr_t arg3);
 extern swig_intgo _wrap_ikv_tokenize_capi_592d202a8be24ad1(swig_type_7 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_8 arg4, swig_intgo arg5);
-extern swig_intgo _wrap_ikv_detokenize_capi_592d202a8be24ad1(swig_type_9 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_10 arg4);
+extern swig_intgo _wrap_ikv_tokenize_ex_capi_592d202a8be24ad1(swig_type_9 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_10 arg4, swig_intgo arg5);
+extern swig_intgo _wrap_ikv_detokenize_capi_592d202a8be24ad1(swig_type_11 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_12 arg4);
 extern void _wrap_ikv_session_options_struct_size_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
 extern swig_intgo _wrap_ikv_session_options_struct_size_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_session_options_version_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
@@ -125,10 +130,10 @@ extern void _wrap_ikv_session_options_block_size_set_capi_592d202a8be24ad1(uintp
 extern swig_intgo _wrap_ikv_session_options_block_size_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_session_options_ubatch_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
 extern swig_intgo _wrap_ikv_session_options_ubatch_get_capi_592d202a8be24ad1(uintptr_t arg1);
-extern void _wrap_ikv_session_options_kv_pool_blocks_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_11 arg2);
-extern swig_type_12 _wrap_ikv_session_options_kv_pool_blocks_get_capi_592d202a8be24ad1(uintptr_t arg1);
-extern void _wrap_ikv_session_options_kv_pool_bytes_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_13 arg2);
-extern swig_type_14 _wrap_ikv_session_options_kv_pool_bytes_get_capi_592d202a8be24ad1(uintptr_t arg1);
+extern void _wrap_ikv_session_options_kv_pool_blocks_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_13 arg2);
+extern swig_type_14 _wrap_ikv_session_options_kv_pool_blocks_get_capi_592d202a8be24ad1(uintptr_t arg1);
+extern void _wrap_ikv_session_options_kv_pool_bytes_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_15 arg2);
+extern swig_type_16 _wrap_ikv_session_options_kv_pool_bytes_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_session_options_policy_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
 extern swig_intgo _wrap_ikv_session_options_policy_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_session_options_budget_tokens_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
@@ -157,42 +162,43 @@ extern void _wrap_ikv_session_options_sink_set_capi_592d202a8be24ad1(uintptr_t a
 extern swig_intgo _wrap_ikv_session_options_sink_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_session_options_compress_after_prefill_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
 extern swig_intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_592d202a8be24ad1(uintptr_t arg1);
-extern void _wrap_ikv_session_options_device_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_15 arg2);
-extern swig_type_16 _wrap_ikv_session_options_device_get_capi_592d202a8be24ad1(uintptr_t arg1);
+extern void _wrap_ikv_session_options_device_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_17 arg2);
+extern swig_type_18 _wrap_ikv_session_options_device_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_session_options_max_sequences_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
 extern swig_intgo _wrap_ikv_session_options_max_sequences_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_session_options_max_loss_set_capi_592d202a8be24ad1(uintptr_t arg1, double arg2);
 extern double _wrap_ikv_session_options_max_loss_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_delete_ikv_session_options_capi_592d202a8be24ad1(uintptr_t arg1);
 extern uintptr_t _wrap_new_ikv_session_options_capi_592d202a8be24ad1(void);
+extern swig_intgo _wrap_ikv_session_options_init_version_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_19 arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_session_options_init_capi_592d202a8be24ad1(uintptr_t arg1);
 extern swig_intgo _wrap_ikv_session_create_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
 extern void _wrap_ikv_session_free_capi_592d202a8be24ad1(uintptr_t arg1);
 extern swig_intgo _wrap_ikv_seq_add_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2);
 extern swig_intgo _wrap_ikv_seq_remove_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
 extern swig_intgo _wrap_ikv_seq_fork_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_seq_truncate_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_type_17 arg3);
-extern swig_intgo _wrap_ikv_seq_remove_range_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_type_18 arg3, swig_type_19 arg4);
+extern swig_intgo _wrap_ikv_seq_truncate_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_type_20 arg3);
+extern swig_intgo _wrap_ikv_seq_remove_range_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_type_21 arg3, swig_type_22 arg4);
 extern swig_intgo _wrap_ikv_seq_length_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_seq_kept_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_intgo arg4);
 extern swig_intgo _wrap_ikv_seq_kv_bytes_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_seq_kv_bytes_uncompressed_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_seq_budget_capi_592d202a8be24ad1(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
 extern swig_intgo _wrap_ikv_seq_protection_capi_592d202a8be24ad1(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_decode_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_type_20 arg3);
-extern swig_intgo _wrap_ikv_decode_batch_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_21 arg2);
-extern swig_intgo _wrap_ikv_get_logits_capi_592d202a8be24ad1(swig_type_22 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_decode_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_type_23 arg3);
+extern swig_intgo _wrap_ikv_decode_batch_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_24 arg2);
+extern swig_intgo _wrap_ikv_get_logits_capi_592d202a8be24ad1(swig_type_25 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
 extern swig_intgo _wrap_ikv_kv_stat_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_seq_pressure_estimate_capi_592d202a8be24ad1(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_seq_protect_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_type_23 arg3, swig_type_24 arg4, swig_intgo arg5);
+extern swig_intgo _wrap_ikv_seq_protect_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_type_26 arg3, swig_type_27 arg4, swig_intgo arg5);
 extern swig_intgo _wrap_ikv_seq_compress_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_type_25 _wrap_ikv_evidence_name_capi_592d202a8be24ad1(swig_intgo arg1);
+extern swig_type_28 _wrap_ikv_evidence_name_capi_592d202a8be24ad1(swig_intgo arg1);
 extern swig_intgo _wrap_ikv_seq_auto_report_capi_592d202a8be24ad1(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4, swig_voidp arg5, uintptr_t arg6, swig_intgo arg7);
 extern swig_intgo _wrap_ikv_seq_auto_layer_capi_592d202a8be24ad1(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4, uintptr_t arg5, swig_intgo arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_session_load_profile_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_26 arg2);
-extern swig_intgo _wrap_ikv_session_save_profile_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_27 arg2);
+extern swig_intgo _wrap_ikv_session_load_profile_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_29 arg2);
+extern swig_intgo _wrap_ikv_session_save_profile_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_30 arg2);
 extern swig_intgo _wrap_ikv_session_profile_info_capi_592d202a8be24ad1(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, uintptr_t arg4);
-extern swig_intgo _wrap_ikv_session_profile_tag_capi_592d202a8be24ad1(swig_type_28 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_session_profile_tag_capi_592d202a8be24ad1(swig_type_31 arg1, swig_voidp arg2, uintptr_t arg3);
 extern void _wrap_ikv_sampler_options_struct_size_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
 extern swig_intgo _wrap_ikv_sampler_options_struct_size_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_sampler_options_version_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
@@ -209,35 +215,36 @@ extern void _wrap_ikv_sampler_options_repeat_penalty_set_capi_592d202a8be24ad1(u
 extern float _wrap_ikv_sampler_options_repeat_penalty_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern void _wrap_ikv_sampler_options_repeat_last_n_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2);
 extern swig_intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_592d202a8be24ad1(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_seed_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_29 arg2);
-extern swig_type_30 _wrap_ikv_sampler_options_seed_get_capi_592d202a8be24ad1(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_seed_set_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_32 arg2);
+extern swig_type_33 _wrap_ikv_sampler_options_seed_get_capi_592d202a8be24ad1(uintptr_t arg1);
 extern uintptr_t _wrap_new_ikv_sampler_options_capi_592d202a8be24ad1(void);
 extern void _wrap_delete_ikv_sampler_options_capi_592d202a8be24ad1(uintptr_t arg1);
+extern swig_intgo _wrap_ikv_sampler_options_init_version_capi_592d202a8be24ad1(uintptr_t arg1, swig_type_34 arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_sampler_options_init_capi_592d202a8be24ad1(uintptr_t arg1);
 extern swig_intgo _wrap_ikv_sampler_create_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2);
 extern void _wrap_ikv_sampler_free_capi_592d202a8be24ad1(uintptr_t arg1);
 extern swig_intgo _wrap_ikv_sample_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_generate_capi_592d202a8be24ad1(swig_type_31 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_32 arg5, swig_intgo arg6, uintptr_t arg7, uintptr_t arg8);
+extern swig_intgo _wrap_ikv_generate_capi_592d202a8be24ad1(swig_type_35 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_36 arg5, swig_intgo arg6, uintptr_t arg7, uintptr_t arg8);
 extern swig_intgo _wrap_ikv_config_create_capi_592d202a8be24ad1(swig_voidp arg1);
-extern swig_intgo _wrap_ikv_config_from_json_capi_592d202a8be24ad1(swig_voidp arg1, swig_type_33 arg2);
-extern swig_intgo _wrap_ikv_config_from_binary_capi_592d202a8be24ad1(swig_voidp arg1, swig_type_34 arg2);
-extern swig_intgo _wrap_ikv_config_to_json_capi_592d202a8be24ad1(swig_type_35 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_ikv_config_to_binary_capi_592d202a8be24ad1(swig_type_36 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_config_from_json_capi_592d202a8be24ad1(swig_voidp arg1, swig_type_37 arg2);
+extern swig_intgo _wrap_ikv_config_from_binary_capi_592d202a8be24ad1(swig_voidp arg1, swig_type_38 arg2);
+extern swig_intgo _wrap_ikv_config_to_json_capi_592d202a8be24ad1(swig_type_39 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_config_to_binary_capi_592d202a8be24ad1(swig_type_40 arg1, swig_voidp arg2, uintptr_t arg3);
 extern void _wrap_ikv_config_free_capi_592d202a8be24ad1(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_config_get_model_path_capi_592d202a8be24ad1(swig_type_37 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_config_get_model_path_capi_592d202a8be24ad1(swig_type_41 arg1, swig_voidp arg2, uintptr_t arg3);
 extern swig_intgo _wrap_ikv_model_load_with_config_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_model_load_with_config_confined_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_type_38 arg3);
+extern swig_intgo _wrap_ikv_model_load_with_config_confined_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, swig_type_42 arg3);
 extern swig_intgo _wrap_ikv_session_create_with_config_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
 extern swig_intgo _wrap_ikv_sampler_create_with_config_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_session_save_file_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, swig_type_39 arg4);
-extern swig_intgo _wrap_ikv_session_save_buffer_capi_592d202a8be24ad1(swig_type_40 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, uintptr_t arg5);
-extern swig_intgo _wrap_ikv_session_restore_file_capi_592d202a8be24ad1(swig_type_41 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_42 arg5);
-extern swig_intgo _wrap_ikv_session_restore_buffer_capi_592d202a8be24ad1(swig_type_43 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_44 arg5);
-extern swig_intgo _wrap_ikv_snapshot_inspect_capi_592d202a8be24ad1(swig_type_45 arg1, swig_voidp arg2, swig_type_46 arg3);
+extern swig_intgo _wrap_ikv_session_save_file_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, swig_type_43 arg4);
+extern swig_intgo _wrap_ikv_session_save_buffer_capi_592d202a8be24ad1(swig_type_44 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, uintptr_t arg5);
+extern swig_intgo _wrap_ikv_session_restore_file_capi_592d202a8be24ad1(swig_type_45 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_46 arg5);
+extern swig_intgo _wrap_ikv_session_restore_buffer_capi_592d202a8be24ad1(swig_type_47 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_48 arg5);
+extern swig_intgo _wrap_ikv_snapshot_inspect_capi_592d202a8be24ad1(swig_type_49 arg1, swig_voidp arg2, swig_type_50 arg3);
 extern swig_intgo _wrap_ikv_chat_format_capi_592d202a8be24ad1(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_chat_tokenize_capi_592d202a8be24ad1(swig_type_47 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_48 arg4, swig_type_49 arg5, swig_intgo arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_chat_add_capi_592d202a8be24ad1(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_50 arg5, swig_type_51 arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_chat_reply_capi_592d202a8be24ad1(swig_type_52 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, uintptr_t arg7, swig_intgo arg8);
+extern swig_intgo _wrap_ikv_chat_tokenize_capi_592d202a8be24ad1(swig_type_51 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_52 arg4, swig_type_53 arg5, swig_intgo arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_chat_add_capi_592d202a8be24ad1(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_54 arg5, swig_type_55 arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_chat_reply_capi_592d202a8be24ad1(swig_type_56 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, uintptr_t arg7, swig_intgo arg8);
 extern swig_intgo _wrap_ikv_chat_begin_reply_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_chat_end_reply_capi_592d202a8be24ad1(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
 #undef intgo
@@ -558,13 +565,32 @@ func Ikv_tokenize(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 str
 	return swig_r
 }
 
+const IKV_TOKENIZE_ADD_BOS uint = 1
+const IKV_TOKENIZE_PARSE_SPECIAL uint = 2
+func Ikv_tokenize_ex(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 string, arg5 uint) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := getSwigcptr(arg3)
+	_swig_i_3 := arg4
+	_swig_i_4 := arg5
+	swig_r = (int)(C._wrap_ikv_tokenize_ex_capi_592d202a8be24ad1(*(*C.swig_type_9)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_10)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4)))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg1
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg4
+	}
+	return swig_r
+}
+
 func Ikv_detokenize(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 []int32) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_detokenize_capi_592d202a8be24ad1(*(*C.swig_type_9)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_10)(unsafe.Pointer(&_swig_i_3))))
+	swig_r = (int)(C._wrap_ikv_detokenize_capi_592d202a8be24ad1(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_12)(unsafe.Pointer(&_swig_i_3))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -678,7 +704,7 @@ func (arg1 SwigcptrIkv_session_options) GetUbatch() (_swig_ret int) {
 func (arg1 SwigcptrIkv_session_options) SetKv_pool_blocks(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_kv_pool_blocks_set_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_type_11(_swig_i_1))
+	C._wrap_ikv_session_options_kv_pool_blocks_set_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetKv_pool_blocks() (_swig_ret int64) {
@@ -691,7 +717,7 @@ func (arg1 SwigcptrIkv_session_options) GetKv_pool_blocks() (_swig_ret int64) {
 func (arg1 SwigcptrIkv_session_options) SetKv_pool_bytes(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_kv_pool_bytes_set_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
+	C._wrap_ikv_session_options_kv_pool_bytes_set_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_type_15(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetKv_pool_bytes() (_swig_ret int64) {
@@ -886,7 +912,7 @@ func (arg1 SwigcptrIkv_session_options) GetCompress_after_prefill() (_swig_ret i
 func (arg1 SwigcptrIkv_session_options) SetDevice(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_device_set_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), *(*C.swig_type_15)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_ikv_session_options_device_set_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), *(*C.swig_type_17)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -994,6 +1020,15 @@ type Ikv_session_options interface {
 	GetMax_loss() (_swig_ret float64)
 }
 
+func Ikv_session_options_init_version(arg1 Ikv_session_options, arg2 int64, arg3 uint) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := getSwigcptr(arg1)
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r = (int)(C._wrap_ikv_session_options_init_version_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_type_19(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	return swig_r
+}
+
 func Ikv_session_options_init(arg1 Ikv_session_options) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
@@ -1047,7 +1082,7 @@ func Ikv_seq_truncate(arg1 Struct_SS_ikv_session, arg2 int, arg3 int64) (_swig_r
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_seq_truncate_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_17(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_seq_truncate_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_20(_swig_i_2)))
 	return swig_r
 }
 
@@ -1057,7 +1092,7 @@ func Ikv_seq_remove_range(arg1 Struct_SS_ikv_session, arg2 int, arg3 int64, arg4
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_seq_remove_range_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_18(_swig_i_2), C.swig_type_19(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_seq_remove_range_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_21(_swig_i_2), C.swig_type_22(_swig_i_3)))
 	return swig_r
 }
 
@@ -1123,7 +1158,7 @@ func Ikv_decode(arg1 Struct_SS_ikv_session, arg2 int, arg3 []int32) (_swig_ret i
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_decode_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_20)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int)(C._wrap_ikv_decode_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1134,7 +1169,7 @@ func Ikv_decode_batch(arg1 Struct_SS_ikv_session, arg2 []int32) (_swig_ret int) 
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_decode_batch_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), *(*C.swig_type_21)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_decode_batch_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1147,13 +1182,20 @@ func Ikv_get_logits(arg1 []float32, arg2 *uint64, arg3 Struct_SS_ikv_session, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_get_logits_capi_592d202a8be24ad1(*(*C.swig_type_22)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_get_logits_capi_592d202a8be24ad1(*(*C.swig_type_25)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
 	return swig_r
 }
 
+const IKV_KV_STAT_BLOCKS_TOTAL int = 1
+const IKV_KV_STAT_BLOCKS_USED int = 2
+const IKV_KV_STAT_BLOCKS_FREE int = 3
+const IKV_KV_STAT_BLOCK_BYTES int = 4
+const IKV_KV_STAT_BYTES_USED int = 5
+const IKV_KV_STAT_BLOCK_SIZE int = 6
+const IKV_KV_STAT_HOST_BYTES int = 7
 const IKV_KV_BLOCKS_TOTAL int = 1
 const IKV_KV_BLOCKS_USED int = 2
 const IKV_KV_BLOCKS_FREE int = 3
@@ -1187,7 +1229,7 @@ func Ikv_seq_protect(arg1 Struct_SS_ikv_session, arg2 int, arg3 int64, arg4 int6
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_seq_protect_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_23(_swig_i_2), C.swig_type_24(_swig_i_3), C.swig_intgo(_swig_i_4)))
+	swig_r = (int)(C._wrap_ikv_seq_protect_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_26(_swig_i_2), C.swig_type_27(_swig_i_3), C.swig_intgo(_swig_i_4)))
 	return swig_r
 }
 
@@ -1246,7 +1288,7 @@ func Ikv_session_load_profile(arg1 Struct_SS_ikv_session, arg2 string) (_swig_re
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_session_load_profile_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), *(*C.swig_type_26)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_session_load_profile_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1257,7 +1299,7 @@ func Ikv_session_save_profile(arg1 Struct_SS_ikv_session, arg2 string) (_swig_re
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_session_save_profile_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), *(*C.swig_type_27)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_session_save_profile_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1279,7 +1321,7 @@ func Ikv_session_profile_tag(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_sessi
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_session_profile_tag_capi_592d202a8be24ad1(*(*C.swig_type_28)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_session_profile_tag_capi_592d202a8be24ad1(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1403,7 +1445,7 @@ func (arg1 SwigcptrIkv_sampler_options) GetRepeat_last_n() (_swig_ret int) {
 func (arg1 SwigcptrIkv_sampler_options) SetSeed(arg2 uint64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_seed_set_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_type_29(_swig_i_1))
+	C._wrap_ikv_sampler_options_seed_set_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_type_32(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetSeed() (_swig_ret uint64) {
@@ -1445,6 +1487,15 @@ type Ikv_sampler_options interface {
 	GetRepeat_last_n() (_swig_ret int)
 	SetSeed(arg2 uint64)
 	GetSeed() (_swig_ret uint64)
+}
+
+func Ikv_sampler_options_init_version(arg1 Ikv_sampler_options, arg2 int64, arg3 uint) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := getSwigcptr(arg1)
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	swig_r = (int)(C._wrap_ikv_sampler_options_init_version_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_type_34(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	return swig_r
 }
 
 func Ikv_sampler_options_init(arg1 Ikv_sampler_options) (_swig_ret int) {
@@ -1489,7 +1540,7 @@ func Ikv_generate(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 i
 	_swig_i_5 := arg6
 	_swig_i_6 := getSwigcptr(arg7)
 	_swig_i_7 := arg8
-	swig_r = (int)(C._wrap_ikv_generate_capi_592d202a8be24ad1(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_32)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6), C.uintptr_t(_swig_i_7)))
+	swig_r = (int)(C._wrap_ikv_generate_capi_592d202a8be24ad1(*(*C.swig_type_35)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6), C.uintptr_t(_swig_i_7)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1513,7 +1564,7 @@ func Ikv_config_from_json(arg1 *uintptr, arg2 string) (_swig_ret int) {
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_config_from_json_capi_592d202a8be24ad1(C.swig_voidp(_swig_i_0), *(*C.swig_type_33)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_config_from_json_capi_592d202a8be24ad1(C.swig_voidp(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1526,7 +1577,7 @@ func Ikv_config_from_binary(arg1 *uintptr, arg2 []byte) (_swig_ret int) {
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_config_from_binary_capi_592d202a8be24ad1(C.swig_voidp(_swig_i_0), *(*C.swig_type_34)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_config_from_binary_capi_592d202a8be24ad1(C.swig_voidp(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1539,7 +1590,7 @@ func Ikv_config_to_json(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_to_json_capi_592d202a8be24ad1(*(*C.swig_type_35)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_to_json_capi_592d202a8be24ad1(*(*C.swig_type_39)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1551,7 +1602,7 @@ func Ikv_config_to_binary(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_to_binary_capi_592d202a8be24ad1(*(*C.swig_type_36)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_to_binary_capi_592d202a8be24ad1(*(*C.swig_type_40)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1568,7 +1619,7 @@ func Ikv_config_get_model_path(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_con
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_get_model_path_capi_592d202a8be24ad1(*(*C.swig_type_37)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_get_model_path_capi_592d202a8be24ad1(*(*C.swig_type_41)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1591,7 +1642,7 @@ func Ikv_model_load_with_config_confined(arg1 *uintptr, arg2 Struct_SS_ikv_confi
 _swig_i_0 = arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_model_load_with_config_confined_capi_592d202a8be24ad1(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int)(C._wrap_ikv_model_load_with_config_confined_capi_592d202a8be24ad1(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_2))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
@@ -1626,7 +1677,7 @@ func Ikv_session_save_file(arg1 Struct_SS_ikv_session, arg2 int, arg3 Struct_SS_
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_session_save_file_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_39)(unsafe.Pointer(&_swig_i_3))))
+	swig_r = (int)(C._wrap_ikv_session_save_file_capi_592d202a8be24ad1(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_3))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1640,7 +1691,7 @@ func Ikv_session_save_buffer(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_sessi
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
 	_swig_i_4 := getSwigcptr(arg5)
-	swig_r = (int)(C._wrap_ikv_session_save_buffer_capi_592d202a8be24ad1(*(*C.swig_type_40)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int)(C._wrap_ikv_session_save_buffer_capi_592d202a8be24ad1(*(*C.swig_type_44)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1654,7 +1705,7 @@ func Ikv_session_restore_file(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_ses
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := getSwigcptr(arg4)
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_session_restore_file_capi_592d202a8be24ad1(*(*C.swig_type_41)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_4))))
+	swig_r = (int)(C._wrap_ikv_session_restore_file_capi_592d202a8be24ad1(*(*C.swig_type_45)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_4))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1671,7 +1722,7 @@ func Ikv_session_restore_buffer(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_s
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := getSwigcptr(arg4)
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_session_restore_buffer_capi_592d202a8be24ad1(*(*C.swig_type_43)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_44)(unsafe.Pointer(&_swig_i_4))))
+	swig_r = (int)(C._wrap_ikv_session_restore_buffer_capi_592d202a8be24ad1(*(*C.swig_type_47)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_4))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1686,7 +1737,7 @@ func Ikv_snapshot_inspect(arg1 []byte, arg2 *uint64, arg3 string) (_swig_ret int
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_snapshot_inspect_capi_592d202a8be24ad1(*(*C.swig_type_45)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int)(C._wrap_ikv_snapshot_inspect_capi_592d202a8be24ad1(*(*C.swig_type_49)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1719,7 +1770,7 @@ func Ikv_chat_tokenize(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_model, arg
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int)(C._wrap_ikv_chat_tokenize_capi_592d202a8be24ad1(*(*C.swig_type_47)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_49)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
+	swig_r = (int)(C._wrap_ikv_chat_tokenize_capi_592d202a8be24ad1(*(*C.swig_type_51)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1741,7 +1792,7 @@ func Ikv_chat_add(arg1 *int64, arg2 *int64, arg3 Struct_SS_ikv_session, arg4 int
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int)(C._wrap_ikv_chat_add_capi_592d202a8be24ad1(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_4)), *(*C.swig_type_51)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6)))
+	swig_r = (int)(C._wrap_ikv_chat_add_capi_592d202a8be24ad1(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_4)), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg5
 	}
@@ -1761,7 +1812,7 @@ func Ikv_chat_reply(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4
 	_swig_i_5 := getSwigcptr(arg6)
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
-	swig_r = (int)(C._wrap_ikv_chat_reply_capi_592d202a8be24ad1(*(*C.swig_type_52)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.uintptr_t(_swig_i_6), C.swig_intgo(_swig_i_7)))
+	swig_r = (int)(C._wrap_ikv_chat_reply_capi_592d202a8be24ad1(*(*C.swig_type_56)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.uintptr_t(_swig_i_6), C.swig_intgo(_swig_i_7)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}

@@ -642,6 +642,33 @@ intgo _wrap_ikv_tokenize_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *
 }
 
 
+intgo _wrap_ikv_tokenize_ex_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_model *arg4 = (ikv_model *) 0 ;
+  char *arg5 = (char *) 0 ;
+  size_t arg6 ;
+  uint32_t arg7 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_model **)&_swig_go_2; 
+  arg5 = (char *)_swig_go_3.p;
+  arg6 = (size_t)_swig_go_3.n;
+  arg7 = (uint32_t)_swig_go_4; 
+  
+  result = (int32_t)ikv_tokenize_ex(arg1,arg2,arg3,(struct ikv_model const *)arg4,(char const *)arg5,arg6,arg7);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
 intgo _wrap_ikv_detokenize_capi_592d202a8be24ad1(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _goslice_ _swig_go_3) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
@@ -1322,6 +1349,23 @@ struct ikv_session_options *_wrap_new_ikv_session_options_capi_592d202a8be24ad1(
   
   result = (struct ikv_session_options *)calloc(1, sizeof(struct ikv_session_options));
   *(struct ikv_session_options **)&_swig_go_result = (struct ikv_session_options *)result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_session_options_init_version_capi_592d202a8be24ad1(struct ikv_session_options *_swig_go_0, long long _swig_go_1, intgo _swig_go_2) {
+  ikv_session_options *arg1 = (ikv_session_options *) 0 ;
+  size_t arg2 ;
+  uint32_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_session_options **)&_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  arg3 = (uint32_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_session_options_init_version(arg1,arg2,arg3);
+  _swig_go_result = result; 
   return _swig_go_result;
 }
 
@@ -2119,6 +2163,23 @@ void _wrap_delete_ikv_sampler_options_capi_592d202a8be24ad1(struct ikv_sampler_o
   
   free((char *) arg1);
   
+}
+
+
+intgo _wrap_ikv_sampler_options_init_version_capi_592d202a8be24ad1(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1, intgo _swig_go_2) {
+  ikv_sampler_options *arg1 = (ikv_sampler_options *) 0 ;
+  size_t arg2 ;
+  uint32_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_sampler_options **)&_swig_go_0; 
+  arg2 = (size_t)_swig_go_1; 
+  arg3 = (uint32_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_sampler_options_init_version(arg1,arg2,arg3);
+  _swig_go_result = result; 
+  return _swig_go_result;
 }
 
 

@@ -113,15 +113,29 @@ public final class Model implements AutoCloseable {
     return new String(buf, 0, (int) len[0], StandardCharsets.UTF_8);
   }
 
-  /** Text to token ids; addBos prepends the model's BOS token. */
+  /**
+   * Text to token ids; addBos prepends the model's BOS token. Text is text: "&lt;|im_start|&gt;" in it is tokenised
+   * as those characters, never as the control token, so user input cannot forge a chat turn (see
+   * {@link #tokenize(String, boolean, boolean)} to parse such texts).
+   */
   public int[] tokenize(String text, boolean addBos) {
+    return tokenize(text, addBos, false);
+  }
+
+  /**
+   * Text to token ids; with parseSpecial the texts of control tokens ("&lt;|im_start|&gt;") become those tokens: only
+   * for text the program trusts (chats should use {@link #chatTokenize} or Session.chat).
+   */
+  public int[] tokenize(String text, boolean addBos, boolean parseSpecial) {
     byte[] utf8 = text.getBytes(StandardCharsets.UTF_8);
     int[] out = new int[utf8.length + 2];
     long[] count = new long[1];
-    int st = InfokvNative.ikv_tokenize(out, count, handle(), utf8, addBos ? 1 : 0);
+    long flags = (addBos ? InfokvNativeConstants.IKV_TOKENIZE_ADD_BOS : 0)
+        | (parseSpecial ? InfokvNativeConstants.IKV_TOKENIZE_PARSE_SPECIAL : 0);
+    int st = InfokvNative.ikv_tokenize_ex(out, count, handle(), utf8, flags);
     if (st == Status.BUFFER_TOO_SMALL.code()) {
       out = new int[(int) count[0]];
-      st = InfokvNative.ikv_tokenize(out, count, handle(), utf8, addBos ? 1 : 0);
+      st = InfokvNative.ikv_tokenize_ex(out, count, handle(), utf8, flags);
     }
     InfokvException.check(st);
     return Arrays.copyOf(out, (int) count[0]);

@@ -9,14 +9,14 @@ import java.util.Arrays;
  * (a session may be handed between threads); sessions on one model run in parallel.
  */
 public final class Session implements AutoCloseable {
-  public static final int KV_BLOCKS_TOTAL = InfokvNativeConstants.IKV_KV_BLOCKS_TOTAL;
-  public static final int KV_BLOCKS_USED = InfokvNativeConstants.IKV_KV_BLOCKS_USED;
-  public static final int KV_BLOCKS_FREE = InfokvNativeConstants.IKV_KV_BLOCKS_FREE;
-  public static final int KV_BLOCK_BYTES = InfokvNativeConstants.IKV_KV_BLOCK_BYTES;
-  public static final int KV_BYTES_USED = InfokvNativeConstants.IKV_KV_BYTES_USED;
-  public static final int KV_BLOCK_SIZE = InfokvNativeConstants.IKV_KV_BLOCK_SIZE;
+  public static final int KV_BLOCKS_TOTAL = InfokvNativeConstants.IKV_KV_STAT_BLOCKS_TOTAL;
+  public static final int KV_BLOCKS_USED = InfokvNativeConstants.IKV_KV_STAT_BLOCKS_USED;
+  public static final int KV_BLOCKS_FREE = InfokvNativeConstants.IKV_KV_STAT_BLOCKS_FREE;
+  public static final int KV_BLOCK_BYTES = InfokvNativeConstants.IKV_KV_STAT_BLOCK_BYTES;
+  public static final int KV_BYTES_USED = InfokvNativeConstants.IKV_KV_STAT_BYTES_USED;
+  public static final int KV_BLOCK_SIZE = InfokvNativeConstants.IKV_KV_STAT_BLOCK_SIZE;
   /** Host memory outside the pool: block bookkeeping and every sequence's tables, windows, tokens and logits. */
-  public static final int KV_HOST_BYTES = InfokvNativeConstants.IKV_KV_HOST_BYTES;
+  public static final int KV_HOST_BYTES = InfokvNativeConstants.IKV_KV_STAT_HOST_BYTES;
 
   private final Model model;
   private final Handles.Owned<SWIGTYPE_p_ikv_session> state;
