@@ -1,6 +1,8 @@
 // Tokenizer::from_hf: a Hugging Face tokenizer.json (byte-level BPE) turned into the same tables the GGUF path
 // builds, so encoding and decoding are shared. The pre-tokeniser is recognised from its description.
 #include <algorithm>
+#include <string>
+#include <unordered_map>
 
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
@@ -164,6 +166,11 @@ struct HfVocab {
   std::vector<int32_t> added_ids;  // in the file's order
 };
 
+// Ids are dense in every real tokenizer (0 .. n-1, each named once; Llama 3, Qwen2.5 and SmolLM2 have no hole). A
+// few unnamed ids are allowed (kept as unused tokens); more would size the tables by an id the file names rather
+// than by what it holds: one token at id 2^24 - 1 would cost ~0.6 GB for a file of a few bytes.
+int64_t allowed_holes(int64_t named) { return std::max<int64_t>(256, named / 8); }
+
 HfVocab read_vocab(const JsonValue &vocab, const JsonValue *added) {
   constexpr int64_t kMaxVocab = int64_t{1} << 24;
   int64_t n = 0;
@@ -174,6 +181,10 @@ HfVocab read_vocab(const JsonValue &vocab, const JsonValue *added) {
   for (const auto &[piece, id] : vocab.members()) check_id(&id, "'" + piece + "'");
   if (added != nullptr)
     for (const JsonValue &a : added->items()) check_id(a.find("id"), "an added token");
+  const int64_t named = static_cast<int64_t>(vocab.members().size() + (added != nullptr ? added->items().size() : 0));
+  if (n > named + allowed_holes(named))
+    bad("token ids are sparse: the highest is " + std::to_string(n - 1) + " but the file names " + std::to_string(named) +
+        " tokens (at most " + std::to_string(allowed_holes(named)) + " unnamed ids are accepted)");
 
   HfVocab v;
   v.pieces.assign(static_cast<size_t>(n), std::string());
@@ -242,18 +253,41 @@ HfSpecials read_specials(const Tokenizer &t, const JsonValue &tj, const JsonValu
   return s;
 }
 
-// model.merges as "a b" strings (the file holds "a b" or ["a", "b"]).
-std::vector<std::string> read_merges(const JsonValue &merges) {
+// model.merges as "a b" strings (the file holds "a b" or ["a", "b"]). As Hugging Face's BPE builder, each merge's
+// halves and their join must be tokens of the vocabulary; a merge given twice is refused (the file is malformed, and
+// a repeated list would otherwise cost memory without bound). Memory stays proportional to the file's content.
+std::vector<std::string> read_merges(const JsonValue &merges, const Tokenizer &t) {
+  if (merges.items().size() > static_cast<size_t>(t.n_vocab()) * 4)
+    bad("model.merges has " + std::to_string(merges.items().size()) + " entries for a vocabulary of " +
+        std::to_string(t.n_vocab()) + " tokens");
   std::vector<std::string> out;
   out.reserve(merges.items().size());
+  std::unordered_map<std::string, size_t> first;
+  first.reserve(merges.items().size());
   for (const JsonValue &m : merges.items()) {
+    std::string a, b;
     if (m.is_string()) {
-      out.push_back(m.as_string());
+      const std::string &ab = m.as_string();
+      const size_t sp = ab.size() < 2 ? std::string::npos : ab.find(' ', 1);
+      if (sp == std::string::npos || sp + 1 >= ab.size())
+        bad("merge " + std::to_string(out.size()) + " is not of the form \"left right\"");
+      a = ab.substr(0, sp);
+      b = ab.substr(sp + 1);
     } else if (m.is_array() && m.items().size() == 2 && m.items()[0].is_string() && m.items()[1].is_string()) {
-      out.push_back(m.items()[0].as_string() + " " + m.items()[1].as_string());
+      a = m.items()[0].as_string();
+      b = m.items()[1].as_string();
     } else {
       bad("merge " + std::to_string(out.size()) + " is neither \"a b\" nor [\"a\", \"b\"]");
     }
+    for (const std::string *piece : {&a, &b})
+      if (t.find_piece(*piece) < 0)
+        bad("merge " + std::to_string(out.size()) + ": '" + *piece + "' is not in the vocabulary");
+    if (t.find_piece(a + b) < 0) bad("merge " + std::to_string(out.size()) + ": '" + a + b + "' is not in the vocabulary");
+    std::string joined = a + " " + b;
+    const auto [it, fresh] = first.emplace(joined, out.size());
+    if (!fresh)
+      bad("merge " + std::to_string(out.size()) + " '" + joined + "' repeats merge " + std::to_string(it->second));
+    out.push_back(std::move(joined));
   }
   return out;
 }
@@ -299,7 +333,7 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
   t.add_space_prefix_ = false;
   t.init_eog();
 
-  const std::vector<std::string> merge_strings = read_merges(*merges);
+  const std::vector<std::string> merge_strings = read_merges(*merges, t);
   if (is_spm) {
     t.init_hf_spm(*model, spm, merge_strings);
   } else {

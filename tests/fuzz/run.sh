@@ -1,15 +1,18 @@
 #!/bin/sh
 # Builds the libFuzzer targets with clang in their own build folder and fuzzes each reader for N seconds:
-# the GGUF reader (fuzz_gguf), the snapshot reader (fuzz_snapshot: inspect, and restore into a stories260K session)
-# and the config reader (fuzz_config: JSON and binary).
-# usage: tests/fuzz/run.sh [SECONDS per target (default 60)] [TARGETS (default "gguf snapshot config")]
+# the GGUF reader (fuzz_gguf), the snapshot reader (fuzz_snapshot: inspect, and restore into a stories260K session),
+# the config reader (fuzz_config: JSON and binary), tuning profiles (fuzz_profile), safetensors headers
+# (fuzz_safetensors), Hugging Face tokenizer.json (fuzz_tokenizer_json) and chat inputs (fuzz_chat: roles, contents
+# and template texts; no control token may come out of a message's content).
+# usage: tests/fuzz/run.sh [SECONDS per target (default 60)]
+#        [TARGETS (default "gguf snapshot config profile safetensors tokenizer_json chat")]
 # env: FUZZ_BUILD_DIR (default <repo>/build-fuzz), INFOKV_MODELS_DIR (default <repo>/../shared/models), JOBS (build
 #      parallelism, default: all cores).
 # Findings are written to $FUZZ_BUILD_DIR/fuzz-artifacts/<target>/; corpora grow in $FUZZ_BUILD_DIR/fuzz-corpus/<target>/
 # and are reused by later runs. Exit status: non-zero when a fuzzer found a crash, leak, timeout or sanitizer report.
 set -eu
 secs=${1:-60}
-targets=${2:-"gguf snapshot config"}
+targets=${2:-"gguf snapshot config profile safetensors tokenizer_json chat"}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 models=${INFOKV_MODELS_DIR:-$root/../shared/models}
@@ -19,7 +22,8 @@ command -v clang++ >/dev/null || { echo "run.sh: clang++ not found (apt-get inst
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DINFOKV_FUZZ=ON -DINFOKV_BUILD_TESTS=OFF -DINFOKV_WITH_CUDA=OFF >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_snapshot fuzz_config fuzz_gguf_seeds -j "$jobs"
+cmake --build "$build" --target fuzz_gguf fuzz_snapshot fuzz_config fuzz_profile fuzz_safetensors \
+  fuzz_tokenizer_json fuzz_chat fuzz_gguf_seeds -j "$jobs"
 
 model="$models/stories260K/stories260K.gguf"
 [ -f "$model" ] || echo "run.sh: warning: $model is missing; the snapshot fuzzer cannot exercise restore" >&2
@@ -46,6 +50,17 @@ for t in $targets; do
       cp "$root"/tests/data/golden/config_v1.json "$root"/tests/data/golden/config_v1.bin "$seeds"/
       extra="-max_len=8192"
       ;;
+    safetensors)
+      cp "$root"/tests/data/tf_made/tf-llama3/model.safetensors "$seeds"/llama3.safetensors
+      head -c 4096 "$root"/tests/data/tf_made/tf-qwen2/model.safetensors >"$seeds"/qwen2_head4k.safetensors
+      extra="-max_len=500000"
+      ;;
+    tokenizer_json)
+      for d in hf_qwen2_tiny hf_llama2_tiny hf_llama2meta_tiny; do cp "$root/tests/data/$d/tokenizer.json" "$seeds/$d.json"; done
+      extra="-max_len=100000"
+      ;;
+    profile) extra="-max_len=16384" ;;
+    chat) extra="-max_len=4096" ;;
   esac
   # Earlier findings (regression inputs, also replayed by ctest's fuzz_replay_<target>) seed the run too.
   [ -d "$root/tests/data/fuzz/$t" ] && cp "$root/tests/data/fuzz/$t"/* "$seeds"/ 2>/dev/null || true

@@ -165,3 +165,28 @@ TEST(HfTokenizer, RefusesLayoutsItDoesNotImplement) {
   expect_refused("hf_llama2_tiny", "\"merges\": [", "\"merges\": [\"nospace\",", B, "merge 0");
   expect_refused("hf_llama2_tiny", "\"type\": \"BPE\"", "\"type\": \"WordPiece\"", U, "'WordPiece'");
 }
+
+// Issue 38, weakness 3: a small hostile tokenizer.json must not cost memory out of proportion to its content.
+// Sparse ids (one token at 2^24 - 1 once cost ~660 MB), repeated merges (2M once cost 475 MB) and merges of pieces
+// the vocabulary lacks are refused with a message naming what is wrong.
+TEST(HfTokenizer, RefusesSparseIdsRepeatedMergesAndMergesOutsideTheVocabulary) {
+  const Status B = Status::bad_model;
+  expect_refused("hf_qwen2_tiny", "\"!\": 0,", "\"!\": 16777215,", B, "token ids are sparse: the highest is 16777215");
+  // a few holes are accepted (kept as unused ids), many are not
+  expect_refused("hf_qwen2_tiny", "\"!\": 0,", "\"!\": 2000,", B, "token ids are sparse");
+  expect_refused("hf_qwen2_tiny", "\"merges\": [", "\"merges\": [[\"\xC4\xA0\", \"t\"],", B,
+                 "merge 1 '\xC4\xA0 t' repeats merge 0");
+  expect_refused("hf_qwen2_tiny", "\"merges\": [", "\"merges\": [\"\xC4\xA0t \xC4\xA0t\",", B,
+                 "merge 0: '\xC4\xA0t\xC4\xA0t' is not in the vocabulary");
+  expect_refused("hf_qwen2_tiny", "\"merges\": [", "\"merges\": [[\"zz-not-a-token\", \"t\"],", B,
+                 "merge 0: 'zz-not-a-token' is not in the vocabulary");
+  // a hole near the top is fine: the id is named nowhere else, and the table grows by one
+  std::string text = read_text(fixture("hf_qwen2_tiny") + "/tokenizer.json");
+  const size_t at = text.find("\"!\": 0,");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 7, "\"!\": 1300,");
+  const JsonValue j = JsonValue::parse(text, static_cast<int32_t>(Status::bad_model), "tokenizer.json");
+  const Tokenizer t = Tokenizer::from_hf(j, nullptr, nullptr);
+  EXPECT_EQ(t.find_piece("!"), 1300);
+  EXPECT_GE(t.n_vocab(), 1301);
+}
