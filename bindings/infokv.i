@@ -32,7 +32,8 @@
  *
  * The per-language shape of these typemaps (what the generated functions look like):
  *   Python: outputs are appended to the returned list [status, out1, out2...]; buffer outputs take the
- *           capacity (an int) and return bytes / numpy arrays; inputs take str/bytes and int sequences.
+ *           capacity (an int) and return bytes / numpy arrays; inputs take str/bytes and int sequences
+ *           (NumPy through its Python API only: no NumPy C API, so no NumPy ABI to match).
  *   Java:   outputs are one-element arrays (long[] for handles and 64-bit/size_t values, int[] for int32);
  *           buffers are byte[]/int[]/float[] passed by the caller; callbacks are NativeTokenSink objects.
  *   Go:     outputs are pointers (*uintptr for handles, *int64, *int32, *uint64); buffers and arrays are slices;
@@ -52,8 +53,37 @@
 #if defined(SWIGPYTHON)
 /* ====================================================================================================== */
 %{
-#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/arrayobject.h>
+/* NumPy through its Python API only (numpy.empty, numpy.asarray) and the buffer protocol, never its C API: the
+ * extension has no NumPy ABI to match, so one build imports beside NumPy 1.x and 2.x alike. */
+static PyObject *ikv_np = NULL;
+
+/* A new 1-d numpy array of n elements of `dtype` and its writable buffer (release `view` after use). */
+static PyObject *ikv_py_new_array(Py_ssize_t n, const char *dtype, Py_buffer *view) {
+  PyObject *a = PyObject_CallMethod(ikv_np, "empty", "ns", n, dtype);
+  if (a == NULL) return NULL;
+  if (PyObject_GetBuffer(a, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) != 0) { Py_DECREF(a); return NULL; }
+  return a;
+}
+
+/* Any 1-d sequence of ints (or array) as a C-contiguous int32 numpy array, cast as numpy.asarray casts, and its
+ * buffer (release `view` after use). Anything but one dimension is a ValueError naming `what`. */
+static PyObject *ikv_py_int32_array(PyObject *obj, const char *what, Py_buffer *view) {
+  PyObject *a = PyObject_CallMethod(ikv_np, "asarray", "Os", obj, "int32");
+  if (a == NULL) return NULL;
+  PyObject *nd = PyObject_GetAttrString(a, "ndim");
+  long ndim = nd != NULL ? PyLong_AsLong(nd) : -1;
+  Py_XDECREF(nd);
+  if (ndim != 1) {
+    Py_DECREF(a);
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s must be a 1-d sequence of ints (got %ld dimensions)", what, ndim);
+    return NULL;
+  }
+  PyObject *c = PyObject_CallMethod(ikv_np, "ascontiguousarray", "O", a);
+  Py_DECREF(a);
+  if (c == NULL) return NULL;
+  if (PyObject_GetBuffer(c, view, PyBUF_C_CONTIGUOUS) != 0) { Py_DECREF(c); return NULL; }
+  return c;
+}
 
 /* Streaming callback: the Python callable is called with (token, bytes) and returns an int (non-zero stops).
  * The GIL is released around the C call (swig -threads), so it is re-taken here. A Python exception stops the
@@ -82,7 +112,8 @@ static int32_t ikv_py_token_trampoline(void *user_data, int32_t token, const cha
 }
 %}
 %init %{
-  import_array();
+  ikv_np = PyImport_ImportModule("numpy");
+  if (ikv_np == NULL) return NULL;
 %}
 
 /* handles out */
@@ -161,17 +192,17 @@ IKV_PY_BYTES_OUT(uint8_t)
 
 /* numeric buffers out: numpy arrays of the capacity */
 %define IKV_PY_ARRAY_OUT(CTYPE, NPTYPE, NAME)
-%typemap(in, noblock=1) (CTYPE *NAME, size_t capacity) (PyObject *arr = NULL) {
+%typemap(in, noblock=1) (CTYPE *NAME, size_t capacity) (PyObject *arr = NULL, Py_buffer view, int have_view = 0) {
   {
     Py_ssize_t cap = PyLong_AsSsize_t($input);
     if (cap < 0) {
       if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "capacity must be >= 0");
       SWIG_fail;
     }
-    npy_intp dims[1] = {(npy_intp)cap};
-    arr = PyArray_SimpleNew(1, dims, NPTYPE);
+    arr = ikv_py_new_array(cap, NPTYPE, &view);
     if (arr == NULL) SWIG_fail;
-    $1 = ($1_ltype)(cap > 0 ? PyArray_DATA((PyArrayObject *)arr) : NULL);
+    have_view = 1;
+    $1 = ($1_ltype)(cap > 0 ? view.buf : NULL);
     $2 = (size_t)cap;
   }
 }
@@ -179,17 +210,20 @@ IKV_PY_BYTES_OUT(uint8_t)
   Py_INCREF(arr$argnum);
   $result = SWIG_Python_AppendOutput($result, arr$argnum);
 }
-%typemap(freearg, noblock=1) (CTYPE *NAME, size_t capacity) { Py_XDECREF(arr$argnum); }
+%typemap(freearg, noblock=1) (CTYPE *NAME, size_t capacity) {
+  if (have_view$argnum) PyBuffer_Release(&view$argnum);
+  Py_XDECREF(arr$argnum);
+}
 %enddef
-IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_tokens)
-IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_ids)
-IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out_seqs)
-IKV_PY_ARRAY_OUT(float, NPY_FLOAT32, out)
-IKV_PY_ARRAY_OUT(float, NPY_FLOAT32, out_logits)
-IKV_PY_ARRAY_OUT(int32_t, NPY_INT32, out)
-IKV_PY_ARRAY_OUT(int64_t, NPY_INT64, out)
-IKV_PY_ARRAY_OUT(uint64_t, NPY_UINT64, out)
-IKV_PY_ARRAY_OUT(double, NPY_FLOAT64, out)
+IKV_PY_ARRAY_OUT(int32_t, "int32", out_tokens)
+IKV_PY_ARRAY_OUT(int32_t, "int32", out_ids)
+IKV_PY_ARRAY_OUT(int32_t, "int32", out_seqs)
+IKV_PY_ARRAY_OUT(float, "float32", out)
+IKV_PY_ARRAY_OUT(float, "float32", out_logits)
+IKV_PY_ARRAY_OUT(int32_t, "int32", out)
+IKV_PY_ARRAY_OUT(int64_t, "int64", out)
+IKV_PY_ARRAY_OUT(uint64_t, "uint64", out)
+IKV_PY_ARRAY_OUT(double, "float64", out)
 
 /* text and bytes in: str (encoded as UTF-8) or any bytes-like object */
 %define IKV_PY_BYTES_IN(CTYPE, NAME, LEN)
@@ -223,37 +257,45 @@ IKV_PY_BYTES_IN(const void *, buffer, len)
 
 /* token arrays in: any sequence of ints or a numpy array (converted to int32), or None */
 %define IKV_PY_INTS_IN(NAME, LEN)
-%typemap(in, noblock=1) (const int32_t *NAME, size_t LEN) (PyArrayObject *arr = NULL) {
+%typemap(in, noblock=1) (const int32_t *NAME, size_t LEN) (PyObject *arr = NULL, Py_buffer view, int have_view = 0) {
   if ($input == Py_None) {
     $1 = NULL; $2 = 0;
   } else {
-    arr = (PyArrayObject *)PyArray_FROMANY($input, NPY_INT32, 1, 1, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
+    arr = ikv_py_int32_array($input, "token ids", &view);
     if (arr == NULL) SWIG_fail;
-    $1 = ($1_ltype)PyArray_DATA(arr);
-    $2 = (size_t)PyArray_SIZE(arr);
+    have_view = 1;
+    $1 = ($1_ltype)view.buf;
+    $2 = (size_t)(view.len / (Py_ssize_t)sizeof(int32_t));
     if ($2 == 0) $1 = NULL;
   }
 }
-%typemap(freearg, noblock=1) (const int32_t *NAME, size_t LEN) { Py_XDECREF(arr$argnum); }
+%typemap(freearg, noblock=1) (const int32_t *NAME, size_t LEN) {
+  if (have_view$argnum) PyBuffer_Release(&view$argnum);
+  Py_XDECREF(arr$argnum);
+}
 %enddef
 IKV_PY_INTS_IN(tokens, n_tokens)
 IKV_PY_INTS_IN(prompt, n_prompt)
 %typemap(in, noblock=1) (const int32_t *seq_ids, const int32_t *tokens, size_t n_items)
-    (PyArrayObject *a1 = NULL, PyArrayObject *a2 = NULL) {
+    (PyObject *a1 = NULL, PyObject *a2 = NULL, Py_buffer v1, Py_buffer v2, int have1 = 0, int have2 = 0) {
   {
     PyObject *s = NULL, *t = NULL;
     if (!PyArg_ParseTuple($input, "OO", &s, &t)) SWIG_fail;
-    a1 = (PyArrayObject *)PyArray_FROMANY(s, NPY_INT32, 1, 1, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
+    a1 = ikv_py_int32_array(s, "seq_ids", &v1);
     if (a1 == NULL) SWIG_fail;
-    a2 = (PyArrayObject *)PyArray_FROMANY(t, NPY_INT32, 1, 1, NPY_ARRAY_IN_ARRAY | NPY_ARRAY_FORCECAST);
+    have1 = 1;
+    a2 = ikv_py_int32_array(t, "tokens", &v2);
     if (a2 == NULL) SWIG_fail;
-    if (PyArray_SIZE(a1) != PyArray_SIZE(a2)) { PyErr_SetString(PyExc_ValueError, "seq_ids and tokens differ in length"); SWIG_fail; }
-    $1 = (int32_t *)PyArray_DATA(a1);
-    $2 = (int32_t *)PyArray_DATA(a2);
-    $3 = (size_t)PyArray_SIZE(a1);
+    have2 = 1;
+    if (v1.len != v2.len) { PyErr_SetString(PyExc_ValueError, "seq_ids and tokens differ in length"); SWIG_fail; }
+    $1 = (int32_t *)v1.buf;
+    $2 = (int32_t *)v2.buf;
+    $3 = (size_t)(v1.len / (Py_ssize_t)sizeof(int32_t));
   }
 }
 %typemap(freearg, noblock=1) (const int32_t *seq_ids, const int32_t *tokens, size_t n_items) {
+  if (have1$argnum) PyBuffer_Release(&v1$argnum);
+  if (have2$argnum) PyBuffer_Release(&v2$argnum);
   Py_XDECREF(a1$argnum); Py_XDECREF(a2$argnum);
 }
 

@@ -23,6 +23,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "scikit-build-core>=0.8" >/dev/null
+# NumPy 2 beside Debian's 1.24: the Python tests run once more with it (python_tests_numpy2).
+VENV_NP2="$ROOT/build-ci/venv-numpy2"
+[ -x "$VENV_NP2/bin/python" ] || /usr/bin/python3 -m venv "$VENV_NP2"
+"$VENV_NP2/bin/python" -m pip install --quiet --disable-pip-version-check "numpy>=2,<3" pytest >/dev/null
 
 run_build() {  # name, extra cmake args...
   local dir="build-ci/$1"; shift
@@ -38,7 +42,7 @@ run_build() {  # name, extra cmake args...
 }
 
 run_build cpu -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_BINDINGS=ON -DINFOKV_BUILD_BENCHMARKS=ON \
-  -DINFOKV_TEST_WHEEL=ON -DINFOKV_WHEEL_PYTHON="$VENV/bin/python"
+  -DINFOKV_TEST_WHEEL=ON -DINFOKV_WHEEL_PYTHON="$VENV/bin/python" -DINFOKV_NUMPY2_PYTHON="$VENV_NP2/bin/python"
 # The soak test is not a CI test by default (it is meant to run for hours: tests/soak/soak.cpp, README "Guarantees");
 # CI runs its 20-second ctest entry alone, so other tests' load does not stretch it and its RSS/fd checks see only it.
 echo "=== soak test, short (20 s: mixed generate/fork/compress/save/restore/remove, RSS and fd checks)"

@@ -37,6 +37,26 @@ debs=("$BUILD"/libinfokv0_*.deb "$BUILD"/libinfokv-dev_*.deb "$BUILD"/infokv-too
 for d in "${debs[@]}"; do [ -f "$d" ] || { echo "check_debs: $d was not made" >&2; exit 1; }; done
 names="libinfokv0 libinfokv-dev infokv-tools python3-infokv libinfokv-java"
 for d in "${debs[@]}"; do dpkg-deb -f "$d" Package Version Depends | tr '\n' ' '; echo; done
+# what each package declares and carries: a copyright file; python3-infokv names the CPython it was built for;
+# libinfokv-java depends on libinfokv0 (the bundled library's system dependencies come through it), and the JNI
+# library in its jar has no build-tree RUNPATH
+pyver=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+dpkg-deb -f "$BUILD"/python3-infokv_*.deb Depends | grep -qF "python3 (>= $pyver)" \
+  || { echo "FAIL: python3-infokv does not depend on python3 (>= $pyver)" >&2; exit 1; }
+dpkg-deb -f "$BUILD"/libinfokv-java_*.deb Depends | grep -q "libinfokv0 (= " \
+  || { echo "FAIL: libinfokv-java does not depend on libinfokv0" >&2; exit 1; }
+for d in "${debs[@]}"; do
+  pkg=$(dpkg-deb -f "$d" Package)
+  dpkg-deb -c "$d" | grep -q "./usr/share/doc/$pkg/copyright" || { echo "FAIL: $pkg has no copyright file" >&2; exit 1; }
+done
+jdir=$(mktemp -d)
+(cd "$jdir" && dpkg-deb -x "$(ls "$BUILD"/libinfokv-java_*.deb)" . && unzip -q -o usr/share/java/infokv-*.jar 'org/infokv/native/*')
+for so in "$jdir"/org/infokv/native/*/*.so*; do
+  rp=$(readelf -d "$so" | sed -n 's/.*R\(UN\)\?PATH.*\[\(.*\)\]/\2/p')
+  case "$rp" in ""|'$ORIGIN') ;; *) echo "FAIL: $(basename "$so") in the jar has RUNPATH '$rp'" >&2; exit 1 ;; esac
+done
+rm -rf "$jdir"
+echo "ok: package dependencies, copyright files, the jar's RUNPATHs"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/infokv-debs.XXXXXX")
 cleanup() {
@@ -54,7 +74,16 @@ check() {  # label, output file, expected text
 cd "$tmp"
 unset LD_LIBRARY_PATH PYTHONPATH PKG_CONFIG_PATH CLASSPATH
 
-# C: the system pkg-config file, the system library (no rpath needed under /usr)
+# C: the system pkg-config file, the system library (no rpath needed under /usr). Its variables name the real
+# folders (a multiarch libdir once gave prefix=/usr/lib and includedir=/usr/lib/include).
+multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)
+for v in "prefix=/usr" "includedir=/usr/include" "libdir=/usr/lib/$multiarch"; do
+  got=$(pkg-config --variable="${v%%=*}" infokv)
+  # pkg-config prints the path as computed (/usr/lib/x86_64-linux-gnu/pkgconfig/../../..); compare real paths
+  [ "$(realpath -m "$got")" = "${v#*=}" ] || { echo "FAIL: infokv.pc ${v%%=*} is '$got', want ${v#*=}" >&2; exit 1; }
+done
+[ -f "$(pkg-config --variable=includedir infokv)/infokv/infokv.h" ] || { echo "FAIL: includedir lacks infokv/infokv.h" >&2; exit 1; }
+echo "ok: infokv.pc variables (prefix, includedir, libdir)"
 cc -std=c99 -Wall -Wextra -pedantic -Werror "$ROOT/samples/c/generate.c" $(pkg-config --cflags --libs infokv) -o c_sample
 ./c_sample "$MODEL" "Once upon a time" 40 >c.txt 2>/dev/null
 check "C sample against libinfokv-dev" c.txt "$EXPECT"

@@ -35,11 +35,30 @@ set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-infokv)
 set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
 # the module links only libinfokv (in libinfokv0, which dpkg-shlibdeps cannot see from here) and libc
 set(CPACK_DEBIAN_PYTHON_PACKAGE_SHLIBDEPS OFF)
-set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "libinfokv${PROJECT_VERSION_MAJOR} (= ${_v}), libc6, python3, python3-numpy")
+# The extension is built for one CPython minor version (its ABI: the module's name carries it), so the package
+# names that version; NumPy is used through its Python API only (no C ABI to match), so any python3-numpy will do.
+if(INFOKV_BUILD_BINDINGS)
+  find_package(Python3 REQUIRED COMPONENTS Interpreter)  # the one bindings/ builds for (Python3_EXECUTABLE)
+  set(_ikv_py "${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}")
+  math(EXPR _ikv_py_next "${Python3_VERSION_MINOR} + 1")
+  set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "libinfokv${PROJECT_VERSION_MAJOR} (= ${_v}), libc6, python3 (>= ${_ikv_py}), \
+python3 (<< ${Python3_VERSION_MAJOR}.${_ikv_py_next}), python3-numpy")
+endif()
 set(CPACK_COMPONENT_PYTHON_DESCRIPTION "infokv Python package (import infokv)")
 set(CPACK_DEBIAN_JAVA_PACKAGE_NAME libinfokv-java)
 set(CPACK_DEBIAN_JAVA_PACKAGE_SECTION java)
-set(CPACK_DEBIAN_JAVA_PACKAGE_DEPENDS "default-jre-headless | java11-runtime-headless")
+# The jar bundles libinfokv.so.0 and its JNI wrapper (so that `java -cp infokv.jar` works from Maven as from this
+# package) but not the system libraries they link: libinfokv0's dependencies (libflatbuffers2, libxxhash0,
+# libstdc++6) are declared through it.
+set(CPACK_DEBIAN_JAVA_PACKAGE_DEPENDS "libinfokv${PROJECT_VERSION_MAJOR} (= ${_v}), default-jre-headless | java11-runtime-headless")
 set(CPACK_COMPONENT_JAVA_DESCRIPTION
     "infokv Java binding: /usr/share/java/infokv-${_v}.jar (carries its native libraries) and its pom")
+# Debian's copyright file, one per package (/usr/share/doc/<package>/copyright)
+foreach(_c runtime dev tools python java)
+  string(TOUPPER ${_c} _C)
+  if(_c IN_LIST CPACK_COMPONENTS_ALL)
+    install(FILES ${CMAKE_CURRENT_LIST_DIR}/copyright DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${CPACK_DEBIAN_${_C}_PACKAGE_NAME}
+            COMPONENT ${_c})
+  endif()
+endforeach()
 include(CPack)
