@@ -47,7 +47,8 @@ dpkg-deb -f "$BUILD"/libinfokv-java_*.deb Depends | grep -q "libinfokv0 (= " \
   || { echo "FAIL: libinfokv-java does not depend on libinfokv0" >&2; exit 1; }
 for d in "${debs[@]}"; do
   pkg=$(dpkg-deb -f "$d" Package)
-  dpkg-deb -c "$d" | grep -q "./usr/share/doc/$pkg/copyright" || { echo "FAIL: $pkg has no copyright file" >&2; exit 1; }
+  listing=$(dpkg-deb -c "$d")  # not piped into grep -q: an early exit would break dpkg-deb's pipe (pipefail)
+  grep -qF "./usr/share/doc/$pkg/copyright" <<<"$listing" || { echo "FAIL: $pkg has no copyright file" >&2; exit 1; }
 done
 jdir=$(mktemp -d)
 (cd "$jdir" && dpkg-deb -x "$(ls "$BUILD"/libinfokv-java_*.deb)" . && unzip -q -o usr/share/java/infokv-*.jar 'org/infokv/native/*')

@@ -31,7 +31,7 @@ LayerScoreInput layer_score_input(KvCache &kv, int32_t seq, int32_t l, const Ses
   LayerScoreInput in;
   in.kv = kv.view(seq, l);
   in.slots = &sc.layers[static_cast<size_t>(l)];
-  in.window_q = &sc.window_q[static_cast<size_t>(l)];
+  in.window_q = &sc.window_q[static_cast<size_t>(l)].get();
   in.window_pos = &sc.window_pos;
   in.n_heads = hp.n_head;
   in.head_dim = hp.head_dim;

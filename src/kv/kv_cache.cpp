@@ -81,7 +81,13 @@ int64_t KvCache::seq_host_bytes(int32_t id) const {
     n += heap_bytes(L.blocks) + heap_bytes(L.pos);
     for (const auto &ch : L.imp) n += heap_bytes(ch);
   }
-  for (const auto &w : c.window_q) n += heap_bytes(w);
+  for (const CowRows &w : c.window_q) n += w.bytes_share();
+  return n;
+}
+
+int64_t KvCache::seq_host_bytes_unshared(int32_t id) const {
+  int64_t n = seq_host_bytes(id);
+  for (const CowRows &w : seq(id).window_q) n += static_cast<int64_t>(w.get().capacity() * sizeof(float)) - w.bytes_share();
   return n;
 }
 
@@ -236,13 +242,19 @@ void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_c
       for (size_t j = 0; j < add[l].size() && j < dst.size(); ++j) dst[j] += add[l][j];
     }
     if (l < step.window_q.size()) {
-      std::vector<float> &wq = s.window_q[l];
+      std::vector<float> &wq = s.window_q[l].mut();
+      // The oldest rows go first and the buffer grows to exactly what it holds (at most window_cap rows): inserting
+      // first would let the vector double its capacity, twice the window's memory for good.
+      const size_t cap = static_cast<size_t>(window_cap) * static_cast<size_t>(cfg_.n_q_dim);
+      const size_t add = step.window_q[l].size();
+      keep_last(wq, add >= cap ? 0 : cap - add);
+      wq.reserve(wq.size() + add);
       const size_t at = wq.size();
       wq.insert(wq.end(), step.window_q[l].begin(), step.window_q[l].end());
       // Held at the KV dtype's precision, like the keys they are scored against: a snapshot then stores them in
       // that dtype (half the bytes of f32) and a restored sequence scores exactly as the original would.
       round_to_dtype(wq.data() + at, wq.size() - at, cfg_.dtype);
-      keep_last(wq, static_cast<size_t>(window_cap) * static_cast<size_t>(cfg_.n_q_dim));
+      keep_last(wq, cap);
     }
   }
   s.window_pos.insert(s.window_pos.end(), step.window_pos.begin(), step.window_pos.end());
@@ -281,7 +293,8 @@ void KvCache::truncate(int32_t id, int64_t length) {
   while (w < s.window_pos.size() && s.window_pos[w] < length) ++w;
   const auto qd = static_cast<size_t>(cfg_.n_q_dim);
   s.window_pos.resize(w);
-  for (auto &wq : s.window_q) wq.resize(std::min(wq.size(), w * qd));
+  for (CowRows &wq : s.window_q)
+    if (wq.size() > w * qd) wq.mut().resize(w * qd);
 }
 
 void KvCache::remove_range(int32_t id, int64_t p0, int64_t p1) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "kernels/ops.hpp"
@@ -34,12 +35,45 @@ struct LayerSlots {
   int32_t n() const { return static_cast<int32_t>(pos.size()); }
 };
 
+// One layer's observation-window rows, shared copy-on-write between a sequence and its forks: a fork copies a
+// pointer, and the rows are copied only when one of the sharers changes them (its next decode appends rows). A fork
+// of a SmolLM2-135M sequence with a policy thus costs ~0.1 MiB of host memory instead of ~2.4 MiB until it decodes.
+// Sharers live in one session, which one thread uses at a time.
+class CowRows {
+ public:
+  const std::vector<float> &get() const { return p_ != nullptr ? *p_ : empty(); }
+  // The rows to change: this sequence's own copy (made now when they are shared).
+  std::vector<float> &mut() {
+    if (p_ == nullptr) p_ = std::make_shared<std::vector<float>>();
+    else if (p_.use_count() > 1) p_ = std::make_shared<std::vector<float>>(*p_);
+    return *p_;
+  }
+  void assign(std::vector<float> rows) { p_ = std::make_shared<std::vector<float>>(std::move(rows)); }
+  size_t size() const { return get().size(); }
+  // Equal rows (shared or not).
+  friend bool operator==(const CowRows &a, const CowRows &b) { return a.get() == b.get(); }
+  friend bool operator!=(const CowRows &a, const CowRows &b) { return !(a == b); }
+  // How many sequences share these rows (1 when unshared or empty).
+  int64_t owners() const { return p_ != nullptr ? static_cast<int64_t>(p_.use_count()) : 1; }
+  // Heap bytes of the rows, divided among their sharers (so that a sum over sequences counts them once).
+  int64_t bytes_share() const {
+    return p_ != nullptr ? static_cast<int64_t>(p_->capacity() * sizeof(float)) / owners() : 0;
+  }
+
+ private:
+  static const std::vector<float> &empty() {
+    static const std::vector<float> e;
+    return e;
+  }
+  std::shared_ptr<std::vector<float>> p_;
+};
+
 struct SeqCache {
   int64_t length = 0;                 // logical length: positions ever appended (minus truncation)
   std::vector<LayerSlots> layers;
   // The last few queries of each layer (post-RoPE) with their positions: the observation window that scores
   // the cached tokens at compression time. [layer] -> rows of n_q_dim floats, oldest first.
-  std::vector<std::vector<float>> window_q;
+  std::vector<CowRows> window_q;
   std::vector<int32_t> window_pos;    // positions of the rows of window_q (same for every layer)
 };
 
@@ -66,8 +100,8 @@ struct KvStats {
   int64_t bytes_used = 0;
   // Host memory outside the pool (malloc'd, so invisible in the block counts): the pool's per-block bookkeeping and
   // every sequence's block tables, positions, importance channels and observation window (the window alone is
-  // [layers x window rows x n_q_dim] floats, copied by each fork). Session::kv_stats() adds the sessions'
-  // per-sequence state (token history, logits).
+  // [layers x window rows x n_q_dim] floats, shared by forks until one changes it, counted once).
+  // Session::kv_stats() adds the sessions' per-sequence state (token history, logits).
   int64_t host_bytes = 0;
 };
 
@@ -87,6 +121,8 @@ class KvCache {
   KvStats stats() const;
   // Host bytes of one sequence's cache state (see KvStats::host_bytes), by vector capacity.
   int64_t seq_host_bytes(int32_t seq) const;
+  // What the sequence would hold on its own if every window it shares with forks were copied (its worst case).
+  int64_t seq_host_bytes_unshared(int32_t seq) const;
 
   bool has(int32_t seq) const { return seqs_.count(seq) != 0; }
   std::vector<int32_t> sequence_ids() const;

@@ -148,6 +148,7 @@ void Session::remove_sequence(int32_t seq) {
 int32_t Session::fork_sequence(int32_t src) {
   const SeqState &s = state(src);
   check_room_for_sequences(1);
+  check_host_memory_for_fork(src);
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
   const int32_t id = next_id_++;
   kv_->fork(src, id);

@@ -4,19 +4,47 @@
 
 #include "session/session.hpp"
 #include "util/error.hpp"
+#include "util/sys_memory.hpp"
 
 namespace infokv {
 
+namespace {
+
+// A std::map node (the pair and about four pointers of tree links) and the vectors' buffers of a Session::SeqState
+// (private: hence the template).
+template <typename State>
+int64_t state_bytes(const State &st) {
+  return static_cast<int64_t>(sizeof(std::pair<const int32_t, State>) + 4 * sizeof(void *) +
+                              st.tokens.capacity() * sizeof(int32_t) + st.logits.capacity() * sizeof(float) +
+                              st.spans.capacity() * sizeof(ProtectedSpan));
+}
+
+}  // namespace
+
 KvStats Session::kv_stats() const {
   KvStats s = kv_->stats();
-  for (const auto &kv : seqs_) {
-    const SeqState &st = kv.second;
-    // A std::map node (the pair and about four pointers of tree links) and the vectors' buffers.
-    s.host_bytes += static_cast<int64_t>(sizeof(std::pair<const int32_t, SeqState>) + 4 * sizeof(void *) +
-                                         st.tokens.capacity() * sizeof(int32_t) + st.logits.capacity() * sizeof(float) +
-                                         st.spans.capacity() * sizeof(ProtectedSpan));
-  }
+  for (const auto &kv : seqs_) s.host_bytes += state_bytes(kv.second);
   return s;
+}
+
+int64_t Session::committed_host_bytes() const {
+  int64_t n = kv_stats().host_bytes;
+  for (const auto &kv : seqs_) n += kv_->seq_host_bytes_unshared(kv.first) - kv_->seq_host_bytes(kv.first);
+  return n;
+}
+
+void Session::check_host_memory_for_fork(int32_t src) const {
+  const int64_t limit = opts_.host_memory_limit > 0 ? opts_.host_memory_limit : physical_memory_bytes();
+  if (limit <= 0) return;  // the OS does not say
+  // The fork's worst case: a private copy of everything src holds outside the pool (its windows once it decodes).
+  const int64_t cost = kv_->seq_host_bytes_unshared(src) + state_bytes(state(src));
+  const int64_t committed = committed_host_bytes();
+  if (committed + cost > limit)
+    fail(Status::out_of_memory,
+         "forking sequence " + std::to_string(src) + " could take up to " + std::to_string(cost >> 10) +
+             " KiB of host memory (block tables, logits, observation window) on top of the " +
+             std::to_string(committed >> 20) + " MiB the session's sequences may hold; the limit is " +
+             std::to_string(limit >> 20) + " MiB" + (opts_.host_memory_limit > 0 ? "" : " (the machine's physical memory)"));
 }
 
 void Session::check_room_for_sequences(int64_t n) const {

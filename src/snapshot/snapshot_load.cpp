@@ -525,7 +525,7 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in,
         kv.store().write_blocks(L.blocks, blocks.data());
         L.pos = std::move(SL.pos);
         L.imp = std::move(SL.imp);
-        c.window_q[l] = std::move(SL.window_q);
+        c.window_q[l].assign(std::move(SL.window_q));
       }
       loose.clear();  // adopt_sequence owns them from here, and releases them itself if it fails
       ids.push_back(session.adopt_sequence(std::move(c), std::move(s.st)));

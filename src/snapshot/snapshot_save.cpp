@@ -193,7 +193,7 @@ void write_layer_chunks(ChunkWriter &w, const KvCache &kv, const SeqCache &c, si
     for (int ch = 0; ch < kImpChannels; ++ch)
       if (sp.masks[l] & (1u << ch)) imp.insert(imp.end(), L.imp[static_cast<size_t>(ch)].begin() + first, L.imp[static_cast<size_t>(ch)].begin() + first + n);
     const std::vector<float> empty;
-    const std::vector<float> &all_rows = c.window_q[l];
+    const std::vector<float> &all_rows = c.window_q[l].get();
     if (static_cast<int64_t>(all_rows.size()) != static_cast<int64_t>(c.window_pos.size()) * qd)
       fail(Status::internal, "window queries do not match their positions");
     const std::vector<float> rows(first == 0 ? all_rows.end() - n_rows * qd : all_rows.end(), all_rows.end());

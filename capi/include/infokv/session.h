@@ -86,8 +86,8 @@ typedef struct ikv_session_options {
   /* ---- version 3 ---- */
   /* Most sequences the session holds at once, in [1, 2^20]; 0: the default, 4096. Every sequence costs host memory
    * outside the KV pool (block tables, its logits and, with a policy, an observation window of
-   * [layers x window x n_heads*head_dim] floats: 2.3 MiB for SmolLM2-135M; IKV_KV_HOST_BYTES counts it), so a server
-   * facing untrusted callers bounds it. ikv_seq_add, ikv_seq_fork and restores beyond it fail with
+   * [layers x window x n_heads*head_dim] floats: 2.3 MiB for SmolLM2-135M, which a fork shares until either
+   * decodes; IKV_KV_STAT_HOST_BYTES counts it), so a server facing untrusted callers bounds it. ikv_seq_add, ikv_seq_fork and restores beyond it fail with
    * IKV_ERR_OUT_OF_RANGE, changing nothing. */
   int32_t max_sequences;
   /* ---- version 4 ---- */
@@ -158,11 +158,14 @@ IKV_API int32_t ikv_seq_add(int32_t *out_seq, ikv_session *session);
 /** Removes a sequence and returns its blocks to the pool. IKV_OK, IKV_ERR_BAD_HANDLE, IKV_ERR_NOT_FOUND. */
 IKV_API int32_t ikv_seq_remove(ikv_session *session, int32_t seq);
 /**
- * Forks `src`: the new sequence shares its cache (copy-on-write), logits, protected spans and compression state;
- * *out_seq receives its id (-1 on failure).
+ * Forks `src`: the new sequence shares its cache blocks and its observation window (both copy-on-write: copied
+ * only when one of the two changes them), and copies its logits, protected spans and compression state; *out_seq
+ * receives its id (-1 on failure).
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_seq); IKV_ERR_NOT_FOUND (no sequence `src`);
- *         IKV_ERR_OUT_OF_RANGE (the session already holds max_sequences); IKV_ERR_OUT_OF_MEMORY (the copy of the
- *         host-side state could not be allocated); IKV_ERR_BAD_HANDLE. On failure nothing changed.
+ *         IKV_ERR_OUT_OF_RANGE (the session already holds max_sequences); IKV_ERR_OUT_OF_MEMORY (checked before
+ *         anything is made: the session's sequences could then commit more host memory outside the pool than the
+ *         machine's physical memory, every shared window counted as if copied; or an allocation failed);
+ *         IKV_ERR_BAD_HANDLE. On failure nothing changed.
  */
 IKV_API int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src);
 /**
@@ -265,7 +268,8 @@ IKV_API int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, c
 #define IKV_KV_STAT_BYTES_USED 5
 #define IKV_KV_STAT_BLOCK_SIZE 6
 /* Host memory outside the pool, in bytes: the pool's block bookkeeping and every sequence's block tables, importance
- * channels, observation window, token history and logits (a fork copies all but the blocks). */
+ * channels, observation window, token history and logits (forks share the observation window until one of them
+ * changes it; shared windows are counted once). */
 #define IKV_KV_STAT_HOST_BYTES 7
 /* The names before IKV_KV_STAT_*, kept as aliases (same values). */
 #define IKV_KV_BLOCKS_TOTAL 1

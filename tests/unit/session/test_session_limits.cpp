@@ -85,14 +85,71 @@ TEST(SessionLimits, ForksCountTheirHostMemory) {
   ASSERT_GT(window, 0);
   const int32_t b = s.fork_sequence(a);
   const int64_t two = s.kv_stats().host_bytes;
-  // A fork copies the window and the logits (and tables), not the blocks: all of that shows.
-  EXPECT_GE(two - one, window + logits);
+  // A fork copies the logits (and tables), not the blocks, and shares the window until one of the two changes it:
+  // the logits show, the window does not (yet); what the session may commit counts the window as if copied.
+  EXPECT_GE(two - one, logits);
+  EXPECT_LT(two - one, logits + window / 2);
+  EXPECT_GE(s.committed_host_bytes() - two, window - 64);
+  EXPECT_EQ(&s.kv().seq(a).window_q[0].get(), &s.kv().seq(b).window_q[0].get());
+  EXPECT_EQ(s.kv().seq(b).window_q[0].owners(), 2);
   EXPECT_EQ(s.kv_stats().blocks_used, s.kv().stats().blocks_used);
+  // the fork's next decode gives it its own window; the source's stays as it was
+  const std::vector<float> before = s.kv().seq(a).window_q[0].get();
+  s.decode({{b, prompt[1], false}});
+  EXPECT_NE(&s.kv().seq(a).window_q[0].get(), &s.kv().seq(b).window_q[0].get());
+  EXPECT_EQ(s.kv().seq(a).window_q[0].get(), before);
+  EXPECT_EQ(s.kv().seq(a).window_q[0].owners(), 1);
+  EXPECT_GE(s.kv_stats().host_bytes - two, window - 64);
+  EXPECT_EQ(s.committed_host_bytes(), s.kv_stats().host_bytes);
   s.remove_sequence(b);
   EXPECT_EQ(s.kv_stats().host_bytes, one);
   // The pool's bookkeeping counts too: 8 bytes a block before any sequence.
   Session empty(stories_model(), o);
   EXPECT_GE(empty.kv_stats().host_bytes, 8 * o.kv_pool_blocks);
+}
+
+// Issue 38, weakness 1: forks are refused with out_of_memory before, not after, they could take the session's host
+// memory past the limit (the machine's physical memory by default), counting shared windows as if copied.
+TEST(SessionLimits, ForksPastTheHostMemoryLimitAreRefusedBeforehand) {
+  SessionOptions o = session_opts(infokv::PolicyKind::infokv, 0.5);
+  o.compression.compress_after_prefill = false;
+  Session probe(stories_model(), o);
+  const int32_t p = probe.add_sequence();
+  const std::vector<int32_t> prompt = infokv_test::story_prompt(probe.model());
+  std::vector<infokv::BatchToken> batch;
+  for (int32_t t : prompt) batch.push_back({p, t, false});
+  probe.decode(batch);
+  const int64_t base = probe.committed_host_bytes();
+  const int64_t per_fork = probe.kv().seq_host_bytes_unshared(p) + static_cast<int64_t>(probe.logits(p).size() * 4);
+  // room for the source and three forks at their worst case, not a fourth
+  o.host_memory_limit = base + 3 * per_fork + per_fork / 2;
+  Session s(stories_model(), o);
+  const int32_t a = s.add_sequence();
+  for (auto &bt : batch) bt.seq = a;
+  s.decode(batch);
+  std::vector<int32_t> forks;
+  for (int i = 0; i < 3; ++i) forks.push_back(s.fork_sequence(a));
+  const int64_t seqs = s.sequence_count(), host = s.kv_stats().host_bytes;
+  std::string msg;
+  EXPECT_EQ(status_of([&] { s.fork_sequence(a); }, &msg), Status::out_of_memory);
+  EXPECT_NE(msg.find("limit is"), std::string::npos) << msg;
+  EXPECT_EQ(s.sequence_count(), seqs);
+  EXPECT_EQ(s.kv_stats().host_bytes, host);
+  // removing one makes room for one again
+  s.remove_sequence(forks.back());
+  forks.back() = s.fork_sequence(a);
+  // a fork that diverges (decodes) copies its window: memory already counted as committed when it was admitted
+  const int64_t committed = s.committed_host_bytes(), held = s.kv_stats().host_bytes;
+  ASSERT_GT(committed, held);
+  s.decode({{forks[0], prompt[2], false}});
+  EXPECT_GT(s.kv_stats().host_bytes - held, (committed - held) / 4);
+  // the default limit is the machine's physical memory: a few forks are far from it
+  SessionOptions d = session_opts(infokv::PolicyKind::infokv, 0.5);
+  Session t(stories_model(), d);
+  const int32_t x = t.add_sequence();
+  t.decode({{x, 1, false}, {x, 5, false}});
+  EXPECT_EQ(status_of([&] { t.fork_sequence(x); }), Status::ok);
+  EXPECT_LT(t.committed_host_bytes(), infokv::physical_memory_bytes());
 }
 
 TEST(SessionLimits, MaxSequencesBoundsAddForkAndRestore) {
