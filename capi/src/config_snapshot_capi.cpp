@@ -118,7 +118,7 @@ int32_t ikv_model_load_with_config(ikv_model **out, const ikv_config *config) {
   return guard([&] {
     const auto cfg = infokv::capi::use(config, "config");
     if (cfg->config.model_path.empty()) fail(Status::bad_config, "config: model_path is empty");
-    return ikv_model_load(out, cfg->config.model_path.c_str());
+    return ikv_model_load(out, infokv::resolve_config_model_path(cfg->config.model_path).c_str());
   });
 }
 

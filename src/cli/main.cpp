@@ -1,5 +1,6 @@
 // The infokv command-line tool.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -90,6 +91,9 @@ int main(int argc, char **argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  // The CLI's models folder: $INFOKV_MODELS_DIR, or ../shared/models (the repository's layout) when unset. Set here
+  // once, so --model's default and a config's relative model_path (the library's rule) both see it.
+  if (const char *d = std::getenv("INFOKV_MODELS_DIR"); d == nullptr || *d == '\0') ::setenv("INFOKV_MODELS_DIR", "../shared/models", 1);
   const std::string cmd = argv[1];
   static const char *const kCommands[] = {"info", "generate", "perplexity", "eval", "tokenize", "synth",
                                           "snapshot", "chat", "tune", "eval-chat", "bench", "version", "--version"};

@@ -52,21 +52,9 @@ std::string model_path_from(const Args &a) {
   if (a.has("model")) return resolve_model_path(a.str("model"));
   const Config c = config_from_args(a);
   if (c.model_path.empty()) return default_model_path();
-  if (c.model_path[0] == '/') return c.model_path;
-  // A relative model_path is looked up next to the config file, then under $INFOKV_MODELS_DIR (default
-  // ../shared/models, like --model's default), then as given.
-  const std::string cfg = a.str("config");
-  const size_t slash = cfg.rfind('/');
-  std::vector<std::string> candidates;
-  candidates.push_back((slash == std::string::npos ? std::string() : cfg.substr(0, slash + 1)) + c.model_path);
-  const char *d = std::getenv("INFOKV_MODELS_DIR");
-  candidates.push_back(std::string(d != nullptr && *d != '\0' ? d : "../shared/models") + "/" + c.model_path);
-  // Probed with stat, not an open: opening a FIFO found here would block.
-  for (const std::string &p : candidates) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(p, ec) || std::filesystem::is_directory(p, ec)) return p;
-  }
-  return c.model_path;
+  // The library's rule (working directory, then $INFOKV_MODELS_DIR; main() sets that to the CLI's default models
+  // folder when it is unset).
+  return resolve_config_model_path(c.model_path);
 }
 
 CompressionConfig compression_from(const Args &a) { return compression_from(a, CompressionConfig{}); }

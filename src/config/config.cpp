@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <cstdio>
 #include <cstring>
 #include <new>
@@ -238,6 +240,9 @@ void validate_config(const Config &c) {
   if (!(p.repeat_penalty > 0.0f && p.repeat_penalty <= 100.0f)) bad("sampler.repeat_penalty must be in (0, 100]");
   in_range("sampler.repeat_last_n", p.repeat_last_n, 0, 1 << 20);
   in_range<int64_t>("protection.protect_prefix", c.protect_prefix, 0, int64_t{1} << 40);
+  if (c.self_tuning.enabled)
+    bad("self_tuning is deprecated and was never applied: use compression.policy \"auto\" (it chooses per sequence and "
+        "layer; compression.max_loss sets a quality target) with a tuning profile from `infokv tune`");
   in_range("self_tuning.kl_bound", c.self_tuning.kl_bound, 0.0f, 100.0f);
   in_range("self_tuning.probe_tokens", c.self_tuning.probe_tokens, 1, 1 << 20);
 }
@@ -360,6 +365,21 @@ std::string config_to_json(const Config &c) {
     if (!flatbuffers::GenerateText(p, bin.data(), &out)) fail(Status::internal, "config: cannot write JSON");
     return out;
   });
+}
+
+std::string resolve_config_model_path(const std::string &model_path) {
+  if (model_path.empty() || model_path[0] == '/') return model_path;
+  auto exists = [](const std::string &p) {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(p, ec) || std::filesystem::is_directory(p, ec);
+  };
+  if (exists(model_path)) return model_path;
+  const char *dir = std::getenv("INFOKV_MODELS_DIR");
+  if (dir != nullptr && *dir != '\0') {
+    const std::string under = std::string(dir) + "/" + model_path;
+    if (exists(under)) return under;
+  }
+  return model_path;
 }
 
 }  // namespace infokv

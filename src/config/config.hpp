@@ -37,6 +37,11 @@ Config config_from_file(const std::string &path);
 std::string config_to_json(const Config &c);  // every field, defaults included, indented
 std::vector<uint8_t> config_to_binary(const Config &c);
 void validate_config(const Config &c);  // the semantic checks both readers run
+// The one rule for a config's model_path, in the library (ikv_model_load_with_config) and the CLI alike: an
+// absolute path is used as it is; a relative one names a file or checkpoint directory under the working directory,
+// or, when none is there, under $INFOKV_MODELS_DIR (when set). Probed with stat, never opened (a FIFO found here
+// would block); a path found nowhere is returned as given, so that the loader's error names it.
+std::string resolve_config_model_path(const std::string &model_path);
 
 // The schema texts compiled into the library (generated from schemas/*.fbs at build time).
 const char *schema_text_config();

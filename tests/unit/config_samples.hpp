@@ -11,7 +11,7 @@ constexpr const char *kEveryGroupJson = R"({
     "compression": {"policy": "infokv", "budget_fraction": 0.25, "alpha": 0.95, "interval": 128, "shape": "pyramid"},
     "protection": {"protect_prefix": 12},
     "sampler": {"temperature": 0, "seed": 99, "top_k": 5},
-    "self_tuning": {"enabled": true, "kl_bound": 0.1, "probe_tokens": 32}
+    "self_tuning": {"enabled": false, "kl_bound": 0.1, "probe_tokens": 32}
   })";
 
 }  // namespace infokv_test

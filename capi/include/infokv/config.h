@@ -78,7 +78,9 @@ IKV_API void ikv_config_free(ikv_config *config);
 IKV_API int32_t ikv_config_get_model_path(char *out, size_t capacity, size_t *out_len, const ikv_config *config);
 
 /**
- * Loads the model named by the config's model_path. The path is used as it is: any file the process can read.
+ * Loads the model named by the config's model_path: an absolute path as it is; a relative one under the working
+ * directory or, when nothing is there, under $INFOKV_MODELS_DIR (when set) — the one rule the CLI's --config follows
+ * too. Any file the process can read.
  * When configs come from someone the embedder does not trust, use ikv_model_load_with_config_confined instead.
  * @return the statuses of ikv_model_load; IKV_ERR_BAD_CONFIG when model_path is empty; IKV_ERR_BAD_HANDLE.
  */
@@ -108,7 +110,7 @@ IKV_API int32_t ikv_model_load_with_config_confined(ikv_model **out, const ikv_c
  * and protection settings. protection.protect_prefix is applied to sequence 0 and to every sequence added later
  * with ikv_seq_add. The config's device is resolved as ikv_session_options.device is (but a config defaults to
  * "auto"): "cuda" or "cuda:N" without such a usable GPU gives IKV_ERR_NO_DEVICE.
- * self_tuning is stored but has no effect yet (the tuner is not built).
+ * self_tuning is deprecated (never applied): a config with self_tuning.enabled = true is refused when read.
  * @return the statuses of ikv_session_create; IKV_ERR_NO_DEVICE.
  */
 IKV_API int32_t ikv_session_create_with_config(ikv_session **out, ikv_model *model, const ikv_config *config);

@@ -53,8 +53,23 @@ TEST(Config, JsonSetsEveryGroup) {
   EXPECT_FLOAT_EQ(c.sampler.temperature, 0.0f);
   EXPECT_EQ(c.sampler.seed, 99u);
   EXPECT_EQ(c.sampler.top_k, 5);
-  EXPECT_TRUE(c.self_tuning.enabled);
+  EXPECT_FALSE(c.self_tuning.enabled);
   EXPECT_EQ(c.self_tuning.probe_tokens, 32);
+}
+
+// Issue 38: self_tuning was stored and never applied; it is deprecated. Turning it on is refused with a message
+// naming what replaced it, so no config claims a mode that does not run; the block itself still reads.
+TEST(Config, SelfTuningEnabledIsRefusedAsDeprecated) {
+  std::string msg;
+  try {
+    config_from_json(R"({"self_tuning": {"enabled": true}})");
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::bad_config);
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("self_tuning is deprecated"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"auto\""), std::string::npos) << msg;
+  EXPECT_FALSE(config_from_json(R"({"self_tuning": {"enabled": false, "kl_bound": 0.1}})").self_tuning.enabled);
 }
 
 TEST(Config, UnknownFieldIsAnErrorNamingIt) {
@@ -478,3 +493,30 @@ TEST(ConfigMaxLoss, BinaryRefusesNonFiniteNegativeAndNonAutoTargets) {
 }
 
 }  // namespace
+
+// Issue 38: one rule for a config's relative model_path, in the library and the CLI: the working directory, then
+// $INFOKV_MODELS_DIR. (The CLI's --config calls the same function.)
+#include <cstdlib>
+#include "test_paths.hpp"
+
+TEST(Config, RelativeModelPathFollowsOneRuleInTheLibrary) {
+  const std::string models = infokv_test::models_dir();
+  const char *old = std::getenv("INFOKV_MODELS_DIR");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("INFOKV_MODELS_DIR", models.c_str(), 1);
+  EXPECT_EQ(resolve_config_model_path("stories260K/stories260K.gguf"), models + "/stories260K/stories260K.gguf");
+  EXPECT_EQ(resolve_config_model_path("/abs/x.gguf"), "/abs/x.gguf");
+  EXPECT_EQ(resolve_config_model_path("no/such.gguf"), "no/such.gguf");  // the loader's error names it as given
+  ikv_config *c = nullptr;
+  const std::string json = R"({"model_path": "stories260K/stories260K.gguf"})";
+  ASSERT_EQ(ikv_config_from_json(&c, json.data(), json.size()), IKV_OK);
+  ikv_model *m = nullptr;
+  EXPECT_EQ(ikv_model_load_with_config(&m, c), IKV_OK) << ikv_last_error_message();
+  ikv_model_free(m);
+  ::unsetenv("INFOKV_MODELS_DIR");
+  m = nullptr;
+  EXPECT_EQ(ikv_model_load_with_config(&m, c), IKV_ERR_IO);  // not under the working directory, no models dir
+  EXPECT_NE(std::string(ikv_last_error_message()).find("stories260K/stories260K.gguf"), std::string::npos);
+  ikv_config_free(c);
+  if (old != nullptr) ::setenv("INFOKV_MODELS_DIR", saved.c_str(), 1);
+}
