@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "util/error.hpp"
@@ -109,7 +110,16 @@ std::string resolve_model_path(const std::string &name) {
     const char *v = std::getenv(k);
     return v != nullptr && *v != '\0' ? std::string(v) : std::string();
   };
-  if (name == "stories260K") return default_model_path();
+  if (name == "stories260K" || name == default_model_path()) {
+    const std::string d = default_model_path();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(d, ec))
+      fail(Status::io, "no --model given and the default model " + d +
+                           " is not there ($INFOKV_MODELS_DIR, or ../shared/models when unset: the repository's "
+                           "layout): pass --model PATH (a GGUF file or a Hugging Face directory), --model smollm2 "
+                           "(installed by packaging/fetch_models.sh), or set INFOKV_MODELS_DIR");
+    return d;
+  }
   if (name == "smollm2" || name == "SmolLM2") {
     if (!env("INFOKV_SMOLLM2").empty()) return env("INFOKV_SMOLLM2");
     std::string dir = env("INFOKV_MODEL_CACHE");

@@ -51,7 +51,7 @@ Config config_from_args(const Args &a) {
 std::string model_path_from(const Args &a) {
   if (a.has("model")) return resolve_model_path(a.str("model"));
   const Config c = config_from_args(a);
-  if (c.model_path.empty()) return default_model_path();
+  if (c.model_path.empty()) return resolve_model_path(default_model_path());
   // The library's rule (working directory, then $INFOKV_MODELS_DIR; main() sets that to the CLI's default models
   // folder when it is unset).
   return resolve_config_model_path(c.model_path);
