@@ -44,6 +44,7 @@ int cmd_snapshot(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_eval_chat(int argc, char **argv);
+int cmd_eval_retrieval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
 }  // namespace cli

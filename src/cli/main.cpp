@@ -25,6 +25,9 @@ const char *kUsage =
     "              prompt and generation speed, measured as llama-bench measures it (its field names in JSON)\n"
     "  eval-chat   --model PATH --cases F.jsonl [--policies LIST --budgets LIST --protect none,system,fair]\n"
     "              what compression does to instructions: KL, top-1, exact answers, compliance, leakage\n"
+    "  eval-retrieval --model PATH [--tasks LIST --context 2048 --cases 8 --policies LIST --budgets LIST]\n"
+    "              retrieval after compression (RULER's needle tasks and variable tracking, generated from a text):\n"
+    "              the context is compressed, then the question asked; accuracy, KV bytes held, compression cost\n"
     "  perplexity  --model PATH --file PATH [--max-tokens N]  perplexity of a text\n"
     "  eval        --model PATH --file PATH --prefix N --continuation M --policies LIST --budgets LIST\n"
     "              compression quality: KL to the full cache, top-1 agreement, perplexity, KV bytes\n"
@@ -82,7 +85,13 @@ const char *kOptions =
     "          \"probe\": \"leak\"}; packaging/eval/chat_cases.jsonl) --policies LIST (snapkv,h2o,streaming,tova,\n"
     "          infokv,auto) --budgets LIST (0.5,0.25,0.125) --protect LIST (none,system,fair) --history-tokens N\n"
     "          (512: filler turns from --filler FILE, default $INFOKV_CORPORA_DIR/emma.txt, when a case has no\n"
-    "          history) --max-answer N (64) --limit K (first K cases) --threads N --json --plot F.svg\n";
+    "          history) --max-answer N (64) --limit K (first K cases) --threads N --json --plot F.svg\n"
+    "eval-retrieval: --haystack FILE (default $INFOKV_CORPORA_DIR/emma.txt) --tasks LIST (niah_single,niah_multikey,\n"
+    "          niah_multivalue,niah_multiquery,vt) --context N (2048 tokens) --cases K (8 per task, needle depths\n"
+    "          5%..95%) --seed S (1) --policies LIST (snapkv,streaming,tova,auto) --budgets LIST (0.5,0.25,0.125)\n"
+    "          --query after|inside (after: the question is a new turn after compression) --json --plot F.svg\n"
+    "          --protect system|none|fair (system: what the chat API protects by default) --verbose (every answer\n"
+    "          on stderr)\n";
 
 }  // namespace
 
@@ -96,7 +105,8 @@ int main(int argc, char **argv) {
   if (const char *d = std::getenv("INFOKV_MODELS_DIR"); d == nullptr || *d == '\0') ::setenv("INFOKV_MODELS_DIR", "../shared/models", 1);
   const std::string cmd = argv[1];
   static const char *const kCommands[] = {"info", "generate", "perplexity", "eval", "tokenize", "synth",
-                                          "snapshot", "chat", "tune", "eval-chat", "bench", "version", "--version"};
+                                          "snapshot", "chat", "tune", "eval-chat", "eval-retrieval", "bench", "version",
+                                          "--version"};
   bool known = false;
   for (const char *c : kCommands) known = known || cmd == c;
   if (!known) {  // before --help, so that `infokv typo --help` is an error, not a help page
@@ -120,6 +130,7 @@ int main(int argc, char **argv) {
     if (cmd == "chat") return infokv::cli::cmd_chat(argc, argv);
     if (cmd == "tune") return infokv::cli::cmd_tune(argc, argv);
     if (cmd == "eval-chat") return infokv::cli::cmd_eval_chat(argc, argv);
+    if (cmd == "eval-retrieval") return infokv::cli::cmd_eval_retrieval(argc, argv);
     if (cmd == "bench") return infokv::cli::cmd_bench(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       infokv::cli::Args a(argc, argv, 2, {}, {"json"});

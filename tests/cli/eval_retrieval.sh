@@ -1,0 +1,42 @@
+#!/bin/bash
+# infokv eval-retrieval (issue 39): the protocol runs end to end and reports what it held; on a model that
+# follows instructions (Qwen2.5-Coder-0.5B-Instruct) the full cache finds a single needle, so the tasks it generates
+# are answerable and a compressed cache's misses are the compression's. Also: the same seed gives the same result,
+# and bad options are refused.
+# usage: eval_retrieval.sh INFOKV_CLI QWEN_GGUF
+set -u
+cli=$1
+qwen=${2:-}
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$cli" eval-retrieval --context 256 --cases 2 --policies snapkv,auto --budgets 0.5,0.25 --json >"$tmp/a.json" 2>/dev/null \
+  || { echo "FAIL: eval-retrieval on stories260K"; fail=1; }
+"$cli" eval-retrieval --context 256 --cases 2 --policies snapkv,auto --budgets 0.5,0.25 --json >"$tmp/b.json" 2>/dev/null
+python3 - "$tmp/a.json" "$tmp/b.json" <<'PY' || fail=1
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert [r["policy"] for r in a] == ["full", "snapkv", "snapkv", "auto", "auto"], a
+assert all(r["cases"] == 10 and set(r["tasks"]) == {"niah_single", "niah_multikey", "niah_multivalue",
+           "niah_multiquery", "vt"} for r in a), a
+for r in a[1:]:  # bytes held after compression follow the budget (whole blocks)
+    ratio = r["kv_bytes"] / r["kv_bytes_full"]
+    assert abs(ratio - r["budget"]) < 0.1, (r["policy"], r["budget"], ratio)
+    assert r["compress_seconds"] > 0, r
+drop = lambda rows: [{k: v for k, v in r.items() if k != "compress_seconds"} for r in rows]
+assert drop(a) == drop(b), "the same seed must give the same cases and answers"
+PY
+for bad in "--query sideways" "--tasks niah_single,cwe" "--budgets 0" "--policies nope"; do
+  # shellcheck disable=SC2086
+  if "$cli" eval-retrieval --context 256 --cases 1 $bad >/dev/null 2>&1; then echo "FAIL: accepted $bad"; fail=1; fi
+done
+if [ ! -f "$qwen" ]; then
+  echo "FAIL: Qwen2.5-Coder-0.5B GGUF missing: '$qwen' (packaging/fetch_models.sh --model qwen2.5-coder-0.5b)"; fail=1
+else
+  "$cli" eval-retrieval --model "$qwen" --tasks niah_single --context 512 --cases 2 --policies streaming \
+    --budgets 0.5 --json >"$tmp/q.json" 2>/dev/null || { echo "FAIL: eval-retrieval on Qwen"; fail=1; }
+  python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r[0]["policy"] == "full" and r[0]["accuracy"] == 1.0, r' \
+    "$tmp/q.json" || { echo "FAIL: the full cache misses a needle: $(cat "$tmp/q.json")"; fail=1; }
+fi
+[ $fail = 0 ] && echo "ok"
+exit $fail
