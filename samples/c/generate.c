@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
   ikv_seq_kv_bytes(&seq_bytes, session, 0);
   ikv_kv_stat(&blocks_used, session, IKV_KV_STAT_BLOCKS_USED);
   ikv_kv_stat(&blocks_total, session, IKV_KV_STAT_BLOCKS_TOTAL);
-  ikv_kv_stat(&block_bytes, session, IKV_KV_BLOCK_BYTES);
+  ikv_kv_stat(&block_bytes, session, IKV_KV_STAT_BLOCK_BYTES);
   fprintf(stderr, "prompt tokens %lu, generated %lu, sequence length %lld\n", (unsigned long)n_tokens,
           (unsigned long)n_generated, (long long)length);
   fprintf(stderr, "kv: sequence holds %lld bytes; pool uses %lld of %lld blocks of %lld bytes\n", (long long)seq_bytes,
