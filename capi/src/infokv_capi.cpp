@@ -343,9 +343,13 @@ int32_t ikv_session_options_init_version(ikv_session_options *opts, size_t struc
   return init_options(opts, &defaults, struct_size, version, sizes, "ikv_session_options", IKV_SESSION_OPTIONS_VERSION);
 }
 
+// The exported symbol that programs built before the versioned initialiser call: it writes revision 4, the one the
+// released 0.1 header had (packaging/abi/libinfokv.abi), frozen here so that no later revision is ever written into
+// their structs. (Revision 1 would silently drop the device, max_sequences and max_loss every such program sets.)
+constexpr uint32_t kLegacySessionOptionsRevision = 4;
 #undef ikv_session_options_init
 int32_t ikv_session_options_init(ikv_session_options *opts) {
-  return ikv_session_options_init_version(opts, kSessionOptionsV1Size, 1);
+  return ikv_session_options_init_version(opts, kSessionOptionsV4Size, kLegacySessionOptionsRevision);
 }
 
 int32_t ikv_session_create(ikv_session **out, ikv_model *model, const ikv_session_options *opts) {
@@ -589,6 +593,7 @@ int32_t ikv_sampler_options_init_version(ikv_sampler_options *opts, size_t struc
   return init_options(opts, &defaults, struct_size, version, sizes, "ikv_sampler_options", IKV_SAMPLER_OPTIONS_VERSION);
 }
 
+// As above: revision 1 is the released one, frozen.
 #undef ikv_sampler_options_init
 int32_t ikv_sampler_options_init(ikv_sampler_options *opts) {
   return ikv_sampler_options_init_version(opts, kSamplerOptionsV1Size, 1);

@@ -114,7 +114,7 @@ std::string resolve_model_path(const std::string &name) {
     const std::string d = default_model_path();
     std::error_code ec;
     if (!std::filesystem::is_regular_file(d, ec))
-      fail(Status::io, "no --model given and the default model " + d +
+      fail(Status::io, "the default model " + d +
                            " is not there ($INFOKV_MODELS_DIR, or ../shared/models when unset: the repository's "
                            "layout): pass --model PATH (a GGUF file or a Hugging Face directory), --model smollm2 "
                            "(installed by packaging/fetch_models.sh), or set INFOKV_MODELS_DIR");

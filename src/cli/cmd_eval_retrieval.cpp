@@ -368,22 +368,16 @@ int cmd_eval_retrieval(int argc, char **argv) {
     for (int64_t c = 0; c < n_cases; ++c) {
       Gen g(seed * 1000003u + ti * 7919u + static_cast<uint64_t>(c));
       const Task t = make_task(tasks[ti], g);
-      // depths: the first needle at this case's depth (cases spread over 5%..95%), others spread after it
-      std::vector<double> depths;
+      // Depths: the first needle at this case's depth (cases spread over 5%..95%), the others after it in their
+      // order (a variable chain stays in order, as RULER writes it), spread up to 95%.
       const double d0 = 0.05 + 0.9 * (static_cast<double>(c) + 0.5) / static_cast<double>(n_cases);
-      for (size_t k = 0; k < t.needles.size(); ++k)
-        depths.push_back(std::fmod(d0 + static_cast<double>(k) * 0.9 / static_cast<double>(t.needles.size()), 0.95));
-      std::vector<std::pair<double, std::string>> order;
-      for (size_t k = 0; k < t.needles.size(); ++k) order.push_back({depths[k], t.needles[k]});
-      std::sort(order.begin(), order.end());
-      std::vector<std::string> ns;
-      depths.clear();
+      std::vector<double> depths;
       int64_t needle_tokens = 0;
-      for (const auto &[d, s] : order) {
-        depths.push_back(d);
-        ns.push_back(s);
-        needle_tokens += static_cast<int64_t>(tok.encode(" " + s, false, false).size());
+      for (size_t k = 0; k < t.needles.size(); ++k) {
+        depths.push_back(d0 + (0.95 - d0) * static_cast<double>(k) / static_cast<double>(t.needles.size()));
+        needle_tokens += static_cast<int64_t>(tok.encode(" " + t.needles[k], false, false).size());
       }
+      const std::vector<std::string> &ns = t.needles;
       const std::string context = build_context(hay, hay_tokens, ns, depths, context_tokens, needle_tokens, g);
       if (c == 0 && ti == 0) {
         const auto got = static_cast<int64_t>(tok.encode(context, false, false).size());

@@ -231,6 +231,22 @@ void KvCache::append_slots(int32_t id, const int32_t *positions, int32_t n) {
   s.length = std::max<int64_t>(s.length, static_cast<int64_t>(positions[n - 1]) + 1);
 }
 
+namespace {
+// Rows of a window after a step: the newest `cap` of old + new (the oldest dropped first).
+size_t rows_kept_before(size_t have, size_t add, size_t cap) { return std::min(have, add >= cap ? 0 : cap - add); }
+}  // namespace
+
+void KvCache::prepare_step(int32_t id, const StepChannels &step, int32_t window_cap) {
+  SeqCache &s = seq_mut(id);
+  const size_t cap = static_cast<size_t>(window_cap) * static_cast<size_t>(cfg_.n_q_dim);
+  for (size_t l = 0; l < s.layers.size() && l < step.window_q.size(); ++l) {
+    std::vector<float> &wq = s.window_q[l].mut();  // a window shared with a fork is copied here, not in the commit
+    wq.reserve(rows_kept_before(wq.size(), step.window_q[l].size(), cap) + step.window_q[l].size());
+  }
+  const auto pcap = static_cast<size_t>(window_cap);
+  s.window_pos.reserve(rows_kept_before(s.window_pos.size(), step.window_pos.size(), pcap) + step.window_pos.size());
+}
+
 void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_cap) {
   SeqCache &s = seq_mut(id);
   for (size_t l = 0; l < s.layers.size(); ++l) {
@@ -242,13 +258,13 @@ void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_c
       for (size_t j = 0; j < add[l].size() && j < dst.size(); ++j) dst[j] += add[l][j];
     }
     if (l < step.window_q.size()) {
+      // prepare_step made the rows this sequence's own and reserved room for them, so nothing here allocates. The
+      // oldest rows go first and the buffer holds exactly what it keeps (at most window_cap rows): inserting first
+      // would let the vector double its capacity, twice the window's memory for good.
       std::vector<float> &wq = s.window_q[l].mut();
-      // The oldest rows go first and the buffer grows to exactly what it holds (at most window_cap rows): inserting
-      // first would let the vector double its capacity, twice the window's memory for good.
       const size_t cap = static_cast<size_t>(window_cap) * static_cast<size_t>(cfg_.n_q_dim);
       const size_t add = step.window_q[l].size();
-      keep_last(wq, add >= cap ? 0 : cap - add);
-      wq.reserve(wq.size() + add);
+      keep_last(wq, rows_kept_before(wq.size(), add, cap));
       const size_t at = wq.size();
       wq.insert(wq.end(), step.window_q[l].begin(), step.window_q[l].end());
       // Held at the KV dtype's precision, like the keys they are scored against: a snapshot then stores them in
@@ -257,6 +273,7 @@ void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_c
       keep_last(wq, cap);
     }
   }
+  keep_last(s.window_pos, rows_kept_before(s.window_pos.size(), step.window_pos.size(), static_cast<size_t>(window_cap)));
   s.window_pos.insert(s.window_pos.end(), step.window_pos.begin(), step.window_pos.end());
   keep_last(s.window_pos, static_cast<size_t>(window_cap));
 }
@@ -488,6 +505,10 @@ void KvCache::check_invariants() const {
         if (b < 0 || b >= static_cast<int32_t>(refs.size())) fail(Status::internal, where + ": block id out of range");
         ++refs[static_cast<size_t>(b)];
       }
+      // The observation window: one row of n_q_dim floats per recorded position, in every layer that records.
+      const size_t rows = l < kv.second.window_q.size() ? kv.second.window_q[l].size() : 0;
+      if (rows != 0 && rows != kv.second.window_pos.size() * static_cast<size_t>(cfg_.n_q_dim))
+        fail(Status::internal, where + ": window rows do not match the window's positions");
     }
   }
   std::vector<char> is_free(refcount_.size(), 0);

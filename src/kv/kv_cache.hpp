@@ -144,6 +144,9 @@ class KvCache {
   // Applies a step's held-back channels to `id`: adds the H2O sums and appends the window rows, keeping the last
   // `window_cap` of them.
   void commit_step(int32_t id, const StepChannels &step, int32_t window_cap);
+  // What commit_step will need, allocated beforehand (a window shared with a fork is copied, room reserved), so that
+  // the commit itself allocates nothing and cannot fail half-way. May throw (out of memory); changes no content.
+  void prepare_step(int32_t id, const StepChannels &step, int32_t window_cap);
   // Undoes append_slots back to n_keep slots per layer (used when a step fails after reserving).
   void shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length);
 

@@ -259,6 +259,7 @@ void Session::decode(const std::vector<BatchToken> &batch) {
   std::vector<float> out_logits;
   try {
     forward(batch, positions, out_logits, logit_rows, staged, steps);
+    for (const auto &st : steps) kv_->prepare_step(st.first, st.second, window_capacity());
   } catch (...) {
     for (auto &kv : saved) kv_->shrink_to(kv.first, kv.second.n, kv.second.length);
     throw;

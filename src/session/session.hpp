@@ -33,9 +33,9 @@ struct SessionOptions {
   // logits and, with a policy, the observation window: 2.3 MiB for SmolLM2-135M), so an embedder facing untrusted
   // callers bounds it; add_sequence, fork_sequence and restore beyond it throw out_of_range and change nothing.
   int32_t max_sequences = defaults::max_sequences;
-  // The most host memory the session's sequences may commit (their state outside the pool, every shared
-  // observation window counted as if copied); fork_sequence past it throws out_of_memory. 0: the machine's physical
-  // memory. Not in the C API (tests set it).
+  // The most host memory the session may commit: its sequences' state outside the pool (every shared observation
+  // window counted as if copied) and, on the CPU, the KV pool; fork_sequence past it throws out_of_memory. 0: the
+  // machine's physical memory. Not in the C API (tests set it).
   int64_t host_memory_limit = 0;
   CompressionConfig compression;
   // Positions [0, protect_prefix) of every sequence add_sequence() makes are protected from eviction (a system
@@ -90,7 +90,8 @@ class Session {
   // Host memory the sequences hold now (kv_stats().host_bytes) plus what copying every window they share would add.
   int64_t committed_host_bytes() const;
   // Throws Error(out_of_memory) unless a fork of src, at its worst case (every shared window copied), keeps
-  // committed_host_bytes() within options().host_memory_limit (0: the machine's physical memory).
+  // committed_host_bytes() (plus the KV pool on the CPU) within options().host_memory_limit (0: the machine's
+  // physical memory).
   void check_host_memory_for_fork(int32_t src) const;
 
   int32_t add_sequence();                   // a new empty sequence; returns its id

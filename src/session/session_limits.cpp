@@ -38,13 +38,17 @@ void Session::check_host_memory_for_fork(int32_t src) const {
   if (limit <= 0) return;  // the OS does not say
   // The fork's worst case: a private copy of everything src holds outside the pool (its windows once it decodes).
   const int64_t cost = kv_->seq_host_bytes_unshared(src) + state_bytes(state(src));
-  const int64_t committed = committed_host_bytes();
+  // On the CPU the KV pool is host memory too (committed as it fills): counted whole.
+  const KvStats ks = kv_->stats();
+  const int64_t pool = device_name() == "cpu" ? ks.blocks_total * ks.block_bytes : 0;
+  const int64_t committed = committed_host_bytes() + pool;
   if (committed + cost > limit)
     fail(Status::out_of_memory,
          "forking sequence " + std::to_string(src) + " could take up to " + std::to_string(cost >> 10) +
              " KiB of host memory (block tables, logits, observation window) on top of the " +
-             std::to_string(committed >> 20) + " MiB the session's sequences may hold; the limit is " +
-             std::to_string(limit >> 20) + " MiB" + (opts_.host_memory_limit > 0 ? "" : " (the machine's physical memory)"));
+             std::to_string(committed >> 20) + " MiB the session's sequences" + (pool > 0 ? " and its KV pool" : "") +
+             " may hold; the limit is " + std::to_string(limit >> 20) + " MiB" +
+             (opts_.host_memory_limit > 0 ? "" : " (the machine's physical memory)"));
 }
 
 void Session::check_room_for_sequences(int64_t n) const {

@@ -284,7 +284,8 @@ std::vector<std::string> read_merges(const JsonValue &merges, const Tokenizer &t
         bad("merge " + std::to_string(out.size()) + ": '" + *piece + "' is not in the vocabulary");
     if (t.find_piece(a + b) < 0) bad("merge " + std::to_string(out.size()) + ": '" + a + b + "' is not in the vocabulary");
     std::string joined = a + " " + b;
-    const auto [it, fresh] = first.emplace(joined, out.size());
+    // keyed by both halves (length-prefixed), so that ["a b", "c"] and ["a", "b c"] stay apart
+    const auto [it, fresh] = first.emplace(std::to_string(a.size()) + ":" + a + b, out.size());
     if (!fresh)
       bad("merge " + std::to_string(out.size()) + " '" + joined + "' repeats merge " + std::to_string(it->second));
     out.push_back(std::move(joined));

@@ -45,7 +45,7 @@ PY
 fi
 # without --model and without the default model, the message says what to do (not a bare "cannot open")
 (cd /tmp && env -u INFOKV_MODELS_DIR "$cli" generate --prompt x --max-tokens 1 >/dev/null 2>/tmp/infokv-usage.$$)
-grep -q "no --model given and the default model" /tmp/infokv-usage.$$ || { echo "FAIL: no-default-model message:"; cat /tmp/infokv-usage.$$; fail=1; }
+grep -q "the default model .* is not there.*pass --model PATH" /tmp/infokv-usage.$$ || { echo "FAIL: no-default-model message:"; cat /tmp/infokv-usage.$$; fail=1; }
 rm -f /tmp/infokv-usage.$$
 [ $fail = 0 ] && echo "ok"
 exit $fail

@@ -41,9 +41,10 @@ typedef struct ikv_sampler_options {
  */
 IKV_API int32_t ikv_sampler_options_init_version(ikv_sampler_options *opts, size_t struct_size, uint32_t version);
 /**
- * The entry point of programs built against older headers (no size, no version): writes revision 1 only
- * (its size and version 1), so it never writes past an older caller's struct. Sources built against this header
- * reach ikv_sampler_options_init_version instead through the macro below, with this header's size and version.
+ * The entry point of programs built before the versioned initialiser (no size, no version): writes revision 1,
+ * the released 0.1 header's, and will never write a later one, so it never writes past such a caller's struct.
+ * Sources built against this header reach ikv_sampler_options_init_version instead through the macro below, with
+ * this header's size and version.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL opts).
  */
 IKV_API int32_t ikv_sampler_options_init(ikv_sampler_options *opts);

@@ -114,10 +114,11 @@ typedef struct ikv_session_options {
  */
 IKV_API int32_t ikv_session_options_init_version(ikv_session_options *opts, size_t struct_size, uint32_t version);
 /**
- * The entry point of programs built against older headers (no size, no version): writes revision 1 only (its
- * size, offsetof(ikv_session_options, device), and version 1), so it never writes past an older caller's struct;
- * ikv_session_create then gives the later fields their defaults. Sources built against this header reach
- * ikv_session_options_init_version instead through the macro below, with this header's size and version.
+ * The entry point of programs built before the versioned initialiser (no size, no version): writes revision 4, the
+ * released 0.1 header's (its size and version 4), and will never write a later one, so it never writes past such a
+ * caller's struct; fields a later revision adds take their defaults in ikv_session_create. Sources built against
+ * this header reach ikv_session_options_init_version instead through the macro below, with this header's size and
+ * version; FFI callers (ctypes, JNA, bindgen) should call ikv_session_options_init_version themselves.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL opts).
  */
 IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
@@ -163,8 +164,8 @@ IKV_API int32_t ikv_seq_remove(ikv_session *session, int32_t seq);
  * receives its id (-1 on failure).
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_seq); IKV_ERR_NOT_FOUND (no sequence `src`);
  *         IKV_ERR_OUT_OF_RANGE (the session already holds max_sequences); IKV_ERR_OUT_OF_MEMORY (checked before
- *         anything is made: the session's sequences could then commit more host memory outside the pool than the
- *         machine's physical memory, every shared window counted as if copied; or an allocation failed);
+ *         anything is made: the session's sequences, every shared window counted as if copied, and on the CPU its
+ *         KV pool, could then take more host memory than the machine's physical memory; or an allocation failed);
  *         IKV_ERR_BAD_HANDLE. On failure nothing changed.
  */
 IKV_API int32_t ikv_seq_fork(int32_t *out_seq, ikv_session *session, int32_t src);

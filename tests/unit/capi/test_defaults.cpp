@@ -122,26 +122,28 @@ TEST(Defaults, SamplerOptionsInitMacroAndFunctionMatchTheCore) {
   const auto b = init_over_garbage<ikv_sampler_options>([](ikv_sampler_options *p) { return ikv_sampler_options_init(p); });
   expect_revision(b, IKV_SAMPLER_OPTIONS_VERSION);
   expect_sampler_options_match_core(b, "ikv_sampler_options_init");
-  // the exported symbol (what programs built against older headers call) writes revision 1, which is all there is
+  // the exported symbol (what programs built before the versioned initialiser call) writes revision 1, the released one
   const auto c = init_over_garbage<ikv_sampler_options>(&(ikv_sampler_options_init));
   expect_revision(c, 1);
   expect_sampler_options_match_core(c, "the ikv_sampler_options_init symbol");
 }
 
-// A program built against an older header (revision 1, no size or version to pass) calls the exported
-// ikv_session_options_init symbol with its smaller struct: the library writes revision 1's bytes and nothing past
-// them, and a session made from that struct takes the later fields' defaults.
-TEST(Defaults, TheOldInitSymbolWritesRevisionOneAndNothingPast) {
-  const size_t v1 = offsetof(ikv_session_options, device);
-  std::vector<unsigned char> buf(v1 + 64, 0xA5);
+// A program built before the versioned initialiser calls the exported ikv_session_options_init symbol: the library
+// writes revision 4 (the released header's, frozen) and nothing past it, whatever revisions come later.
+TEST(Defaults, TheOldInitSymbolWritesTheReleasedRevisionAndNothingPast) {
+  const size_t v4 = offsetof(ikv_session_options, max_loss) + sizeof(double);
+  std::vector<unsigned char> buf(v4 + 64, 0xA5);
   auto *o = reinterpret_cast<ikv_session_options *>(buf.data());
   int32_t (*old_init)(ikv_session_options *) = &(ikv_session_options_init);
   ASSERT_EQ(old_init(o), IKV_OK);
-  EXPECT_EQ(o->struct_size, v1);
-  EXPECT_EQ(o->version, 1u);
+  EXPECT_EQ(o->struct_size, v4);
+  EXPECT_EQ(o->version, 4u);
   EXPECT_EQ(o->budget_fraction, 0.0);
   EXPECT_EQ(o->compress_after_prefill, 1);
-  for (size_t i = v1; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0xA5) << "byte " << i << " past revision 1 was written";
+  EXPECT_EQ(o->device, nullptr);
+  EXPECT_EQ(o->max_sequences, 0);
+  EXPECT_EQ(o->max_loss, 0.0);
+  for (size_t i = v4; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0xA5) << "byte " << i << " past revision 4 was written";
   EXPECT_EQ(old_init(nullptr), IKV_ERR_INVALID_ARGUMENT);
 }
 

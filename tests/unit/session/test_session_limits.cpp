@@ -122,7 +122,9 @@ TEST(SessionLimits, ForksPastTheHostMemoryLimitAreRefusedBeforehand) {
   const int64_t base = probe.committed_host_bytes();
   const int64_t per_fork = probe.kv().seq_host_bytes_unshared(p) + static_cast<int64_t>(probe.logits(p).size() * 4);
   // room for the source and three forks at their worst case, not a fourth
-  o.host_memory_limit = base + 3 * per_fork + per_fork / 2;
+  const infokv::KvStats ks = probe.kv().stats();
+  const int64_t pool = ks.blocks_total * ks.block_bytes;  // on the CPU the pool counts as host memory too
+  o.host_memory_limit = pool + base + 3 * per_fork + per_fork / 2;
   Session s(stories_model(), o);
   const int32_t a = s.add_sequence();
   for (auto &bt : batch) bt.seq = a;
