@@ -133,22 +133,6 @@ Prepared prepare(const ChatTemplate &t, const Tokenizer &tok, const Case &c, con
   return p;
 }
 
-// Greedy answer of `seq` from its current logits; `logits` (when not null) receives the distribution that chose
-// each answer token, [answer size, V] (the end-of-generation step is not scored).
-std::vector<int32_t> greedy_answer(Session &s, int32_t seq, int32_t max_answer, std::vector<float> *logits) {
-  const Tokenizer &tok = s.model().tokenizer();
-  std::vector<int32_t> out;
-  for (int32_t i = 0; i < max_answer; ++i) {
-    const std::vector<float> &lg = s.logits(seq);
-    const int32_t next = argmax(lg.data(), static_cast<int32_t>(lg.size()));
-    if (tok.is_eog(next)) break;
-    if (logits != nullptr) logits->insert(logits->end(), lg.begin(), lg.end());
-    out.push_back(next);
-    s.decode({{seq, next, false}});
-  }
-  return out;
-}
-
 // The full cache's answer to one case, and what the checks make of it.
 struct Reference {
   std::vector<int32_t> answer;
@@ -280,23 +264,11 @@ void print_results(const std::vector<Cell> &rows, bool json) {
 }
 
 void plot_results(const std::string &path, const std::vector<Cell> &rows) {
-  const char *colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#444444"};
-  std::map<std::string, PlotSeries> series;
-  for (const Cell &r : rows) {
-    const std::string name = r.policy + " / " + chat_protect_name(r.protect);
-    PlotSeries &s = series[name];
-    if (s.name.empty()) {
-      s.name = name;
-      s.color = colors[series.size() % 8];
-    }
-    s.points.push_back({r.budget, avg(r.kl, r.n_scored)});
-  }
-  std::vector<PlotSeries> list;
-  for (auto &kv : series) {
-    std::sort(kv.second.points.begin(), kv.second.points.end());
-    list.push_back(kv.second);
-  }
-  write_line_plot(path, "eval-chat: KL of the answer (nats) by budget", "budget (fraction of the prefix)", "KL", list);
+  std::vector<NamedPoint> points;
+  for (const Cell &r : rows)
+    points.push_back({r.policy + " / " + chat_protect_name(r.protect), r.budget, avg(r.kl, r.n_scored)});
+  write_named_plot(path, "eval-chat: KL of the answer (nats) by budget", "budget (fraction of the prefix)", "KL",
+                   points);
 }
 
 Options options_from(const Args &a) {

@@ -222,16 +222,7 @@ Prepared prepare(const Model &model, const Task &t, const std::string &context, 
 }
 
 std::string greedy_text(Session &s, int32_t seq, int32_t max_answer) {
-  const Tokenizer &tok = s.model().tokenizer();
-  std::vector<int32_t> out;
-  for (int32_t i = 0; i < max_answer; ++i) {
-    const std::vector<float> &lg = s.logits(seq);
-    const int32_t next = argmax(lg.data(), static_cast<int32_t>(lg.size()));
-    if (tok.is_eog(next)) break;
-    out.push_back(next);
-    s.decode({{seq, next, false}});
-  }
-  return tok.decode(out);
+  return s.model().tokenizer().decode(greedy_answer(s, seq, max_answer));
 }
 
 struct Cell {  // one policy x budget, summed over cases
@@ -301,23 +292,11 @@ void print_results(const std::vector<Cell> &rows, const std::vector<std::string>
 }
 
 void plot_results(const std::string &path, const std::vector<Cell> &rows) {
-  const char *colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#444444"};
-  std::map<std::string, PlotSeries> series;
-  for (const Cell &r : rows) {
-    PlotSeries &s = series[r.policy];
-    if (s.name.empty()) {
-      s.name = r.policy;
-      s.color = colors[series.size() % 8];
-    }
-    s.points.push_back({r.budget, avg(r.score, r.n)});
-  }
-  std::vector<PlotSeries> list;
-  for (auto &kv : series) {
-    std::sort(kv.second.points.begin(), kv.second.points.end());
-    list.push_back(kv.second);
-  }
-  write_line_plot(path, "eval-retrieval: accuracy by budget (question after compression)",
-                  "budget (fraction of the context's KV)", "accuracy", list);
+  std::vector<NamedPoint> points;
+  for (const Cell &r : rows)
+    if (r.policy != "full") points.push_back({r.policy, r.budget, avg(r.score, r.n)});
+  write_named_plot(path, "eval-retrieval: accuracy by budget (question after compression)",
+                   "budget (fraction of the context's KV)", "accuracy", points);
 }
 
 }  // namespace

@@ -166,5 +166,19 @@ ContinuationRun run_compressed_fork(Session &s, int32_t id, const std::vector<in
   return r;
 }
 
+std::vector<int32_t> greedy_answer(Session &s, int32_t seq, int32_t max_answer, std::vector<float> *logits) {
+  const Tokenizer &tok = s.model().tokenizer();
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < max_answer; ++i) {
+    const std::vector<float> &lg = s.logits(seq);
+    const int32_t next = argmax(lg.data(), static_cast<int32_t>(lg.size()));
+    if (tok.is_eog(next)) break;
+    if (logits != nullptr) logits->insert(logits->end(), lg.begin(), lg.end());
+    out.push_back(next);
+    s.decode({{seq, next, false}});
+  }
+  return out;
+}
+
 }  // namespace cli
 }  // namespace infokv

@@ -53,6 +53,11 @@ struct ContinuationRun {
   int64_t kv_bytes = 0;
 };
 
+// Greedy answer of `seq` from its current logits, until an end-of-generation token or max_answer tokens (each
+// decoded into the sequence); `logits` (when not null) receives the distribution that chose each answer token,
+// [answer size, V] (the end-of-generation step is not scored).
+std::vector<int32_t> greedy_answer(Session &s, int32_t seq, int32_t max_answer, std::vector<float> *logits = nullptr);
+
 // Decodes seq[0:N] into a new sequence of `s` as one batch and returns its id.
 int32_t decode_prefix(Session &s, const std::vector<int32_t> &seq, int64_t N);
 // Teacher-forces seq[N:N+M] on sequence `id`; returns the continuation's logits [M, V].

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 
 #include "util/error.hpp"
 
@@ -50,6 +51,26 @@ void write_line_plot(const std::string &path, const std::string &title, const st
   }
   f << "</svg>\n";
   if (!f) fail(Status::io, "cannot write '" + path + "'");
+}
+
+void write_named_plot(const std::string &path, const std::string &title, const std::string &x_label,
+                      const std::string &y_label, const std::vector<NamedPoint> &points) {
+  const char *colors[] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#444444"};
+  std::map<std::string, PlotSeries> series;
+  for (const NamedPoint &p : points) {
+    PlotSeries &s = series[p.series];
+    if (s.name.empty()) {
+      s.name = p.series;
+      s.color = colors[series.size() % 8];
+    }
+    s.points.push_back({p.x, p.y});
+  }
+  std::vector<PlotSeries> list;
+  for (auto &kv : series) {
+    std::sort(kv.second.points.begin(), kv.second.points.end());
+    list.push_back(kv.second);
+  }
+  write_line_plot(path, title, x_label, y_label, list);
 }
 
 }  // namespace cli

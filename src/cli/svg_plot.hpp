@@ -18,5 +18,15 @@ struct PlotSeries {
 void write_line_plot(const std::string &path, const std::string &title, const std::string &x_label,
                      const std::string &y_label, const std::vector<PlotSeries> &series);
 
+// One named point of a series, for write_named_plot.
+struct NamedPoint {
+  std::string series;
+  double x = 0, y = 0;
+};
+// write_line_plot of points grouped into series by name (in name order, a colour each, x ascending): what the eval
+// commands plot, a policy (or policy / mode) per line.
+void write_named_plot(const std::string &path, const std::string &title, const std::string &x_label,
+                      const std::string &y_label, const std::vector<NamedPoint> &points);
+
 }  // namespace cli
 }  // namespace infokv
