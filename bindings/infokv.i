@@ -12,7 +12,7 @@
  *                       *out_blocks, *out_cost_per_block, *out_layers, *out_kept_tokens, *out_uniform_tokens,
  *                       *out_loss, *out_max_loss, *out_evidence, *out_budget, *out_alpha, *out_compressions,
  *                       *out_guides, *out_begin, *out_end, *out_budget_tokens, *out_slack_tokens,
- *                       *out_protected_tokens, *out_released_tokens
+ *                       *out_protected_tokens, *out_released_tokens, *out_question, *out_probe_seconds
  *   byte buffers out    (char *out, size_t capacity)  (void *out, size_t capacity)  (uint8_t *out, size_t capacity)
  *   token buffers out   (int32_t *out_tokens, size_t capacity)  (int32_t *out_ids|out_seqs, size_t capacity)
  *   float buffers out   (float *out, size_t capacity)
@@ -157,6 +157,8 @@ IKV_PY_SCALAR_OUT1(TYPE, out_budget_tokens, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_slack_tokens, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_protected_tokens, FROM)
 IKV_PY_SCALAR_OUT1(TYPE, out_released_tokens, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_question, FROM)
+IKV_PY_SCALAR_OUT1(TYPE, out_probe_seconds, FROM)
 %enddef
 IKV_PY_SCALAR_OUT(int32_t, PyLong_FromLong)
 IKV_PY_SCALAR_OUT(uint32_t, PyLong_FromUnsignedLong)
@@ -419,6 +421,8 @@ IKV_JAVA_SCALAR_OUT1(TYPE, out_budget_tokens, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_slack_tokens, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_protected_tokens, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_released_tokens, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_question, JNIARR, JARR, JELEM, SETTER)
+IKV_JAVA_SCALAR_OUT1(TYPE, out_probe_seconds, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_alpha, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_compressions, JNIARR, JARR, JELEM, SETTER)
 IKV_JAVA_SCALAR_OUT1(TYPE, out_guides, JNIARR, JARR, JELEM, SETTER)
@@ -545,25 +549,29 @@ extern int32_t ikvGoTokenTrampoline(void *user_data, int32_t token, char *text, 
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
     TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
     TYPE *out_compressions, TYPE *out_guides, TYPE *out_begin, TYPE *out_end,
-    TYPE *out_budget_tokens, TYPE *out_slack_tokens, TYPE *out_protected_tokens, TYPE *out_released_tokens "*GOTYPE"
+    TYPE *out_budget_tokens, TYPE *out_slack_tokens, TYPE *out_protected_tokens, TYPE *out_released_tokens,
+    TYPE *out_question, TYPE *out_probe_seconds "*GOTYPE"
 %typemap(imtype) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
     TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
     TYPE *out_compressions, TYPE *out_guides, TYPE *out_begin, TYPE *out_end,
-    TYPE *out_budget_tokens, TYPE *out_slack_tokens, TYPE *out_protected_tokens, TYPE *out_released_tokens "*GOTYPE"
+    TYPE *out_budget_tokens, TYPE *out_slack_tokens, TYPE *out_protected_tokens, TYPE *out_released_tokens,
+    TYPE *out_question, TYPE *out_probe_seconds "*GOTYPE"
 %typemap(in, noblock=1) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
     TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
     TYPE *out_compressions, TYPE *out_guides, TYPE *out_begin, TYPE *out_end,
-    TYPE *out_budget_tokens, TYPE *out_slack_tokens, TYPE *out_protected_tokens, TYPE *out_released_tokens { $1 = ($1_ltype)$input; }
+    TYPE *out_budget_tokens, TYPE *out_slack_tokens, TYPE *out_protected_tokens, TYPE *out_released_tokens,
+    TYPE *out_question, TYPE *out_probe_seconds { $1 = ($1_ltype)$input; }
 %typemap(argout) TYPE *out, TYPE *out_seq, TYPE *out_token, TYPE *out_len, TYPE *out_count, TYPE *out_size,
     TYPE *out_value, TYPE *out_bytes, TYPE *out_id, TYPE *out_version, TYPE *out_status,
     TYPE *out_blocks, TYPE *out_cost_per_block, TYPE *out_layers, TYPE *out_kept_tokens, TYPE *out_uniform_tokens,
     TYPE *out_loss, TYPE *out_max_loss, TYPE *out_evidence, TYPE *out_budget, TYPE *out_alpha,
     TYPE *out_compressions, TYPE *out_guides, TYPE *out_begin, TYPE *out_end,
-    TYPE *out_budget_tokens, TYPE *out_slack_tokens, TYPE *out_protected_tokens, TYPE *out_released_tokens ""
+    TYPE *out_budget_tokens, TYPE *out_slack_tokens, TYPE *out_protected_tokens, TYPE *out_released_tokens,
+    TYPE *out_question, TYPE *out_probe_seconds ""
 %enddef
 IKV_GO_SCALAR_OUT(int32_t, int32)
 IKV_GO_SCALAR_OUT(uint32_t, uint32)

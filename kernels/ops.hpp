@@ -105,6 +105,12 @@ void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
 void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                           int32_t visible0, float scale);
 
+// Context-replay scores (KVzip): probs_max[j] = max(probs_max[j], the attention probability slot j receives from any
+// head of any query), for the queries q[n_q, n_heads, head_dim] over the view's slots, query t seeing slots
+// [0, visible0 + t); only slots j < n_out are written (probs_max[n_out]). The caller initialises probs_max.
+void attention_probs_max(float *probs_max, int32_t n_out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
+                         int32_t visible0, float scale);
+
 // Entropy (nats) of softmax(logits[n]) restricted to its top_k values, renormalised (top_k <= 0: all).
 double topk_entropy(const float *logits, int32_t n, int32_t top_k);
 

@@ -432,6 +432,18 @@ func TestSequencesAccountingAndCompression(t *testing.T) {
 	if k, _ := c.Kept(0, 0); k != 16 || after >= before {
 		t.Fatalf("kept %d, bytes %d -> %d", k, before, after)
 	}
+	if q, secs, err := c.CompressionQuestion(0); err != nil || q != infokv.QuestionLater || secs <= 0 {
+		t.Fatalf("question %v, probe %v s, %v", q, secs, err)
+	}
+	if err := c.CompressFor(0, 12, infokv.QuestionNext); err != nil {
+		t.Fatal(err)
+	}
+	if q, _, _ := c.CompressionQuestion(0); q != infokv.QuestionNext || q.String() != "next" {
+		t.Fatalf("question %v after CompressFor(next)", q)
+	}
+	if err := c.CompressFor(0, 8, infokv.Question(9)); !errors.Is(err, infokv.ErrInvalidArgument) {
+		t.Fatalf("question 9: %v", err)
+	}
 	smp, err := infokv.NewSampler(infokv.Temperature(0.8), infokv.TopK(20), infokv.Seed(7))
 	noErr(t, err)
 	defer smp.Close()

@@ -26,17 +26,38 @@ const (
 	// PolicyAuto chooses per layer what ranks the tokens and how the budget is spread (Session.AutoReport); with
 	// WithMaxLoss it needs no budget.
 	PolicyAuto Policy = Policy(capi.IKV_POLICY_AUTO)
+	// PolicyKVzip scores by KVzip's context replay: one more pass over the sequence's tokens at each compression.
+	PolicyKVzip Policy = Policy(capi.IKV_POLICY_KVZIP)
 )
 
 var policyNames = map[Policy]string{PolicyNone: "none", PolicyInfoKV: "infokv", PolicySnapKV: "snapkv",
 	PolicyH2O: "h2o", PolicyStreaming: "streaming", PolicyTOVA: "tova", PolicyPyramidKV: "pyramidkv",
-	PolicyAuto: "auto"}
+	PolicyAuto: "auto", PolicyKVzip: "kvzip"}
 
 // String is the policy's name as the CLI and configs spell it ("snapkv"); Policy(N) for an unknown value.
 func (p Policy) String() string { return enumName(policyNames, p, "Policy") }
 
 // ParsePolicy reads a policy name ("infokv", "SnapKV", ...); ErrInvalidArgument names the known ones.
 func ParsePolicy(name string) (Policy, error) { return parseEnum(policyNames, name, "policy") }
+
+// Question is which question a compression serves (the C IKV_QUESTION_* values).
+type Question int32
+
+// Questions: the tokens that follow at once (QuestionNext), a question not yet asked, for which a probe question's
+// queries stand in (QuestionLater, the default: a chat's history, a document, a cache about to be saved), or both.
+const (
+	QuestionBoth  Question = Question(capi.IKV_QUESTION_BOTH)
+	QuestionNext  Question = Question(capi.IKV_QUESTION_NEXT)
+	QuestionLater Question = Question(capi.IKV_QUESTION_LATER)
+)
+
+var questionNames = map[Question]string{QuestionBoth: "both", QuestionNext: "next", QuestionLater: "later"}
+
+// String is the question's name ("later"); Question(N) for an unknown value.
+func (q Question) String() string { return enumName(questionNames, q, "Question") }
+
+// ParseQuestion reads "both", "next" or "later"; ErrInvalidArgument names them otherwise.
+func ParseQuestion(name string) (Question, error) { return parseEnum(questionNames, name, "question") }
 
 // KVDtype is a KV cache element type (the C IKV_KV_F32 ... values).
 type KVDtype int32

@@ -314,6 +314,24 @@ func (s *Session) Compress(seq int32, budgetTokens int) error {
 	return s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_seq_compress(h, int(seq), budgetTokens) })
 }
 
+// CompressFor is Compress for a stated question (Compress serves the session's default, QuestionLater unless its
+// config says otherwise).
+func (s *Session) CompressFor(seq int32, budgetTokens int, q Question) error {
+	return s.with(func(h capi.Struct_SS_ikv_session) int {
+		return capi.Ikv_seq_compress_for(h, int(seq), budgetTokens, int(q))
+	})
+}
+
+// CompressionQuestion is what the sequence's latest compression served and the seconds its probe took (QuestionNext
+// and 0 before any compression, under a policy that reads no queries, or when the probe did not fit the pool).
+func (s *Session) CompressionQuestion(seq int32) (q Question, probeSeconds float64, err error) {
+	var v int32
+	err = s.with(func(h capi.Struct_SS_ikv_session) int {
+		return capi.Ikv_seq_compression_question(&v, &probeSeconds, h, int(seq))
+	})
+	return Question(v), probeSeconds, err
+}
+
 // Sample draws the next token from the sequence's logits.
 func (s *Session) Sample(sampler *Sampler, seq int32) (int32, error) {
 	var tok int32

@@ -50,8 +50,12 @@ static_assert(IKV_POLICY_STREAMING == infokv::policy_row(infokv::PolicyKind::str
 static_assert(IKV_POLICY_TOVA == infokv::policy_row(infokv::PolicyKind::tova).c_value, "policy table: C value");
 static_assert(IKV_POLICY_PYRAMIDKV == infokv::policy_row(infokv::PolicyKind::pyramidkv).c_value, "policy table: C value");
 static_assert(IKV_POLICY_AUTO == infokv::policy_row(infokv::PolicyKind::auto_).c_value, "policy table: C value");
-static_assert(infokv::kPolicyTable.size() == 8, "a new policy needs its IKV_POLICY_* constant checked here");
+static_assert(IKV_POLICY_KVZIP == infokv::policy_row(infokv::PolicyKind::kvzip).c_value, "policy table: C value");
+static_assert(infokv::kPolicyTable.size() == 9, "a new policy needs its IKV_POLICY_* constant checked here");
 static_assert(IKV_KV_BF16 == static_cast<int32_t>(infokv::KvDtype::bf16), "dtype values must agree");
+static_assert(IKV_QUESTION_BOTH == static_cast<int32_t>(infokv::Question::both), "question values must agree");
+static_assert(IKV_QUESTION_NEXT == static_cast<int32_t>(infokv::Question::next), "question values must agree");
+static_assert(IKV_QUESTION_LATER == static_cast<int32_t>(infokv::Question::later), "question values must agree");
 // Each IKV_EVIDENCE_* constant against the core's (stable) Evidence values.
 static_assert(IKV_EVIDENCE_WINDOW_ATTENTION == static_cast<int32_t>(infokv::Evidence::window_attention), "evidence values must agree");
 static_assert(IKV_EVIDENCE_INFOKV == static_cast<int32_t>(infokv::Evidence::infokv), "evidence values must agree");
@@ -582,6 +586,31 @@ int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_token
     const auto sess = infokv::capi::use(session, "session");
     require(budget_tokens >= 0, "budget_tokens must be >= 0");
     sess->session->compress(seq, budget_tokens);
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_compress_for(ikv_session *session, int32_t seq, int32_t budget_tokens, int32_t question) {
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(budget_tokens >= 0, "budget_tokens must be >= 0");
+    require(question >= IKV_QUESTION_BOTH && question <= IKV_QUESTION_LATER,
+            "question must be IKV_QUESTION_BOTH, IKV_QUESTION_NEXT or IKV_QUESTION_LATER");
+    sess->session->compress(seq, budget_tokens, static_cast<infokv::Question>(question));
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_compression_question(int32_t *out_question, double *out_probe_seconds, const ikv_session *session,
+                                     int32_t seq) {
+  if (out_question != nullptr) *out_question = 0;
+  if (out_probe_seconds != nullptr) *out_probe_seconds = 0;
+  return guard([&] {
+    require(out_question != nullptr && out_probe_seconds != nullptr, "out_question and out_probe_seconds must not be NULL");
+    const auto sess = infokv::capi::use(session, "session");
+    const infokv::Session::SeqState &st = sess->session->seq_state(seq);
+    *out_question = static_cast<int32_t>(st.question);
+    *out_probe_seconds = st.probe_seconds;
     return IKV_OK;
   });
 }

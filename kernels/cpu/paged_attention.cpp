@@ -461,5 +461,21 @@ void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_h
   }
 }
 
+void attention_probs_max(float *probs_max, int32_t n_out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
+                         int32_t visible0, float scale) {
+  const int32_t group = n_heads / kv.n_kv_heads;
+  std::vector<float> p(static_cast<size_t>(std::max(1, kv.n_slots)));
+  std::vector<float> kbuf(static_cast<size_t>(kv.block_size) * kv.head_dim);
+  for (int64_t t = 0; t < n_q; ++t) {
+    const int32_t vis = std::min(kv.n_slots, visible0 + static_cast<int32_t>(t));
+    const int32_t m = std::min(vis, n_out);
+    for (int32_t h = 0; h < n_heads; ++h) {
+      head_scores(p.data(), q + (t * n_heads + h) * kv.head_dim, kv, h / group, vis, scale, kbuf.data());
+      softmax_inplace(p.data(), vis);
+      for (int32_t j = 0; j < m; ++j) probs_max[j] = std::max(probs_max[j], p[static_cast<size_t>(j)]);
+    }
+  }
+}
+
 }  // namespace cpu
 }  // namespace infokv

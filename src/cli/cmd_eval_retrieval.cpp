@@ -228,6 +228,7 @@ std::string greedy_text(Session &s, int32_t seq, int32_t max_answer) {
 struct Cell {  // one policy x budget, summed over cases
   std::string policy;
   double budget = 1.0;
+  std::string question;  // what its compressions served ("-" for the full cache)
   std::map<std::string, std::pair<double, int64_t>> per_task;  // task -> (score sum, cases)
   double score = 0, bytes = 0, bytes_full = 0, seconds = 0;
   int64_t n = 0;
@@ -268,7 +269,8 @@ void print_results(const std::vector<Cell> &rows, const std::vector<std::string>
         if (it != r.per_task.end()) per.num(t.c_str(), avg(it->second.first, it->second.second));
       }
       JsonObject o;
-      o.str("policy", r.policy).num("budget", r.budget).num("accuracy", avg(r.score, r.n)).raw("tasks", per.dump())
+      o.str("policy", r.policy).num("budget", r.budget).str("question", r.question).num("accuracy", avg(r.score, r.n))
+          .raw("tasks", per.dump())
           .integer("kv_bytes", static_cast<int64_t>(std::llround(avg(r.bytes, r.n))))
           .integer("kv_bytes_full", static_cast<int64_t>(std::llround(avg(r.bytes_full, r.n))))
           .num("compress_seconds", avg(r.seconds, r.n)).integer("cases", r.n);
@@ -277,11 +279,11 @@ void print_results(const std::vector<Cell> &rows, const std::vector<std::string>
     std::printf("%s]\n", arr.c_str());
     return;
   }
-  std::printf("%-10s %7s %8s", "policy", "budget", "accuracy");
+  std::printf("%-10s %7s %8s %8s", "policy", "budget", "question", "accuracy");
   for (const std::string &t : tasks) std::printf(" %15s", t.c_str());
   std::printf(" %10s %8s %9s\n", "kv_bytes", "of_full", "compress_s");
   for (const Cell &r : rows) {
-    std::printf("%-10s %7.3f %8.3f", r.policy.c_str(), r.budget, avg(r.score, r.n));
+    std::printf("%-10s %7.3f %8s %8.3f", r.policy.c_str(), r.budget, r.question.c_str(), avg(r.score, r.n));
     for (const std::string &t : tasks) {
       auto it = r.per_task.find(t);
       std::printf(" %15.3f", it == r.per_task.end() ? std::nan("") : avg(it->second.first, it->second.second));
@@ -336,6 +338,7 @@ int cmd_eval_retrieval(int argc, char **argv) {
 
   std::vector<Cell> rows(1 + policies.size() * budgets.size());
   rows[0].policy = "full";
+  rows[0].question = "-";
   for (size_t p = 0; p < policies.size(); ++p)
     for (size_t b = 0; b < budgets.size(); ++b) {
       rows[1 + p * budgets.size() + b].policy = policies[p];
@@ -388,6 +391,11 @@ int cmd_eval_retrieval(int argc, char **argv) {
           s.set_protected_spans(f, p.spans);
           const auto t0 = std::chrono::steady_clock::now();
           s.compress(f, budget_tokens(budgets[bi], N));
+          // What the compression served (the question asked unless the policy reads no queries or the probe did not
+          // fit): "mixed" when cases differ.
+          Cell &cell = rows[1 + pi * budgets.size() + bi];
+          const std::string served = question_name(s.seq_state(f).question);
+          cell.question = cell.question.empty() || cell.question == served ? served : "mixed";
           const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           const int64_t held = s.info(f).bytes;
           if (!p.after.empty()) s.prefill(f, p.after);

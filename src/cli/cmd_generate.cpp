@@ -166,7 +166,10 @@ std::string compression_json(const Session &session, int32_t seq, const Compress
       .num("budget_fraction", cc.budget_fraction)
       .integer("budget_tokens", cc.budget_tokens)
       .integer("compressions", session.compressions(seq))
-      .integer("compressions_after_prefill", compressions_before);
+      .integer("compressions_after_prefill", compressions_before)
+      // What the latest compression served (README "Which question") and what its probe took.
+      .str("question", question_name(session.seq_state(seq).question))
+      .num("probe_seconds", session.seq_state(seq).probe_seconds);
   if (cc.is_auto())  // what it chose at the latest compression (null before one)
     comp.num("max_loss", cc.max_loss).raw("auto", auto_report_json(session.seq_state(seq).auto_report));
   if (!kv_before.empty()) comp.raw("kv_before", kv_before).raw("kv_after", kv_after);

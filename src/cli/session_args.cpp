@@ -14,7 +14,7 @@ const std::set<std::string> &session_option_names() {
   static const std::set<std::string> names = {
       "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "kv-pool-fraction", "ubatch", "policy", "budget",
       "compress-interval", "window", "alpha", "tau", "entropy-top-k", "pool-kernel-prefill", "pool-kernel-decode",
-      "budget-shape", "beta", "sink", "device", "config", "max-loss", "profile"};
+      "budget-shape", "beta", "sink", "device", "config", "max-loss", "profile", "question"};
   return names;
 }
 
@@ -63,6 +63,7 @@ CompressionConfig compression_from(const Args &a, const CompressionConfig &base)
   CompressionConfig c = base;
   if (a.has("policy")) c.policy = parse_policy(a.str("policy"));
   if (a.has("budget")) parse_budget(a.str("budget"), &c.budget_fraction, &c.budget_tokens);
+  if (a.has("question")) c.question = parse_question(a.str("question"));
   if (a.has("max-loss")) {
     const double big = std::numeric_limits<double>::max();
     c.max_loss = a.number("max-loss", 0.0, -big, big);

@@ -26,6 +26,7 @@ int32_t held_out_rows(int32_t rows) { return std::max(1, std::min(8, rows / 2));
 
 struct WindowProbs {
   int32_t rows = 0;              // query rows used (the latest ones)
+  int32_t probe = 0;             // the last `probe` of them are a probe question's (LayerScoreInput::probe_rows)
   std::vector<int32_t> vis;      // [rows]: slots each row sees
   std::vector<float> p;          // [rows][n_heads][n]: attention probabilities per head
 };
@@ -39,6 +40,7 @@ WindowProbs window_probs_per_head(const AutoLayerInput &in, int32_t rows_wanted)
   const auto have = static_cast<int32_t>(s.window_pos->size());
   WindowProbs w;
   w.rows = std::max(0, std::min(rows_wanted, have));
+  w.probe = std::min(w.rows, s.probe_rows);
   w.vis.resize(static_cast<size_t>(w.rows));
   w.p.assign(static_cast<size_t>(w.rows) * static_cast<size_t>(nh) * static_cast<size_t>(n), 0.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -71,21 +73,46 @@ WindowProbs window_probs_per_head(const AutoLayerInput &in, int32_t rows_wanted)
   return w;
 }
 
-// Mean over heads and the rows [r0, r1) of the probabilities each of the first n_cand slots receives.
+// The rows `keep` of w (ascending), as a WindowProbs of their own (the probe's among them stay last).
+WindowProbs select_rows(const WindowProbs &w, const std::vector<int32_t> &keep, int32_t nh, int32_t n) {
+  WindowProbs out;
+  out.rows = static_cast<int32_t>(keep.size());
+  const size_t stride = static_cast<size_t>(nh) * static_cast<size_t>(n);
+  for (int32_t r : keep) {
+    out.vis.push_back(w.vis[static_cast<size_t>(r)]);
+    out.p.insert(out.p.end(), w.p.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * stride),
+                 w.p.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r + 1) * stride));
+    out.probe += r >= w.rows - w.probe ? 1 : 0;
+  }
+  return out;
+}
+
+// Mean over heads and the rows [r0, r1) of the probabilities each of the first n_cand slots receives; with both the
+// window's rows and a probe's, the two means combined by rank_max (as window_attention combines them).
 std::vector<float> mean_attention(const WindowProbs &w, int32_t nh, int32_t n, int32_t n_cand, int32_t r0, int32_t r1) {
-  std::vector<float> a(static_cast<size_t>(n_cand), 0.0f);
-  int32_t used = 0;
+  const int32_t first_probe = w.rows - w.probe;
+  std::vector<float> part[2] = {std::vector<float>(static_cast<size_t>(n_cand), 0.0f),
+                                std::vector<float>(static_cast<size_t>(w.probe > 0 ? n_cand : 0), 0.0f)};
+  int32_t used[2] = {0, 0};
   for (int32_t r = r0; r < r1; ++r) {
     if (w.vis[static_cast<size_t>(r)] == 0) continue;
-    ++used;
+    const int k = r >= first_probe ? 1 : 0;
+    ++used[k];
     for (int32_t h = 0; h < nh; ++h) {
       const float *pr = w.p.data() + (static_cast<int64_t>(r) * nh + h) * n;
-      for (int32_t j = 0; j < n_cand; ++j) a[static_cast<size_t>(j)] += pr[j];
+      for (int32_t j = 0; j < n_cand; ++j) part[k][static_cast<size_t>(j)] += pr[j];
     }
   }
-  if (used > 0)
-    for (float &v : a) v /= static_cast<float>(used * nh);
-  return a;
+  if (used[1] == 0) {  // the window alone
+    if (used[0] > 0)
+      for (float &v : part[0]) v /= static_cast<float>(used[0] * nh);
+    return part[0];
+  }
+  for (int k = 0; k < 2; ++k)
+    if (used[k] > 0)
+      for (float &v : part[k]) v /= static_cast<float>(used[k] * nh);
+  // The window's rows and the probe's (Question::both): what either ranks high, as window_attention combines them.
+  return used[0] > 0 ? rank_max(part[0], part[1]) : part[1];
 }
 
 // Every kind of evidence's scores over the candidates, from the window rows [r0, r1).
@@ -188,19 +215,36 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
   for (int32_t b = (n_fixed / block_size + 1) * block_size; b < n; b += block_size) cv.grid.push_back(b);
   if (n > n_fixed) cv.grid.push_back(n);
 
-  const WindowProbs w = window_probs_per_head(in, std::max(cv.window, 1));
-  const int32_t H = w.rows > 1 ? held_out_rows(w.rows) : w.rows;
-  const int32_t r_score = w.rows - H > 0 ? w.rows - H : w.rows;  // scoring rows [0, r_score); held out [rows - H, rows)
+  const WindowProbs w = window_probs_per_head(in, std::max(cv.window, 1) + s.probe_rows);
+  // The held-out rows: the latest ones; with a probe question (a question asked later), every other row of the
+  // probe, spread over it (its latest rows are the template's generation prompt, which attends mostly nearby).
+  std::vector<int32_t> held, scoring;
+  if (w.probe > 1) {
+    const int32_t p0 = w.rows - w.probe, want = std::min(8, w.probe / 2);
+    std::vector<char> is_held(static_cast<size_t>(w.rows), 0);
+    for (int32_t k = 0; k < want; ++k) is_held[static_cast<size_t>(p0 + (2 * k + 1) * w.probe / (2 * want))] = 1;
+    for (int32_t r = 0; r < w.rows; ++r) (is_held[static_cast<size_t>(r)] ? held : scoring).push_back(r);
+  } else {
+    const int32_t H0 = w.rows > 1 ? held_out_rows(w.rows) : w.rows;
+    for (int32_t r = 0; r < w.rows; ++r) (r >= w.rows - H0 && w.rows > 1 ? held : scoring).push_back(r);
+    if (w.rows == 1) held = scoring;
+  }
+  const auto H = static_cast<int32_t>(held.size());
   cv.scores = evidence_scores(c, in, w, n_cand, 0, w.rows);
-  const std::vector<std::vector<float>> ranked_by = r_score == w.rows ? cv.scores : evidence_scores(c, in, w, n_cand, 0, r_score);
+  std::vector<std::vector<float>> ranked_by;
+  if (scoring.empty() || static_cast<int32_t>(scoring.size()) == w.rows) {
+    ranked_by = cv.scores;
+  } else {
+    const WindowProbs ws = select_rows(w, scoring, nh, n);
+    ranked_by = evidence_scores(c, in, ws, n_cand, 0, ws.rows);
+  }
 
   // The held-out rows' probabilities, slot-major for the pass below, and their full outputs.
   const int32_t E = H * nh;  // (row, head) pairs
-  const int32_t r_eval = w.rows - H;
   std::vector<float> pe(static_cast<size_t>(n) * static_cast<size_t>(E), 0.0f);
   for (int32_t r = 0; r < H; ++r)
     for (int32_t h = 0; h < nh; ++h) {
-      const float *pr = w.p.data() + (static_cast<int64_t>(r_eval + r) * nh + h) * n;
+      const float *pr = w.p.data() + (static_cast<int64_t>(held[static_cast<size_t>(r)]) * nh + h) * n;
       for (int32_t j = 0; j < n; ++j) pe[static_cast<size_t>(j) * E + r * nh + h] = pr[j];
     }
   // Sums of p v over up to n slots with p <= 1: float holds them well enough for losses of 1e-5 and up.
@@ -254,6 +298,9 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
       if (g < cv.grid.size() && kept == cv.grid[g]) curve[g++] = loss_of(num, z);
     }
   }
+  // For a question asked later the latest query is the probe's last markup token, no evidence of anything.
+  if (s.probe_rows > 0) std::fill(cv.loss[static_cast<size_t>(Evidence::last_query)].begin(),
+                                  cv.loss[static_cast<size_t>(Evidence::last_query)].end(), INFINITY);
   return cv;
 }
 

@@ -48,6 +48,21 @@ PolicyKind parse_policy(const std::string &name) {
   fail(Status::invalid_argument, "unknown policy '" + name + "' (known: " + policy_names_list() + ")");
 }
 
+const char *question_name(Question q) {
+  switch (q) {
+    case Question::both: return "both";
+    case Question::next: return "next";
+    case Question::later: return "later";
+  }
+  return "unknown";
+}
+
+Question parse_question(const std::string &name) {
+  for (Question q : {Question::both, Question::next, Question::later})
+    if (name == question_name(q)) return q;
+  fail(Status::invalid_argument, "unknown question '" + name + "' (known: both, next, later)");
+}
+
 bool CompressionConfig::needs_window_queries() const {
   switch (policy) {
     case PolicyKind::infokv: case PolicyKind::snapkv: case PolicyKind::pyramidkv: case PolicyKind::tova: case PolicyKind::auto_: return true;
@@ -131,6 +146,8 @@ void CompressionConfig::validate() const {
   if (interval < 0) bad("interval must be >= 0 (0: compress when memory requires it)");
   if (!(beta > 1.0f && std::isfinite(beta))) bad("beta must be > 1");
   if (sink < 0) bad("sink must be >= 0");
+  if (question != Question::both && question != Question::next && question != Question::later)
+    bad("question must be both, next or later");
 }
 
 }  // namespace infokv

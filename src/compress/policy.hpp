@@ -8,12 +8,25 @@
 
 namespace infokv {
 
-enum class PolicyKind : int32_t { none = 0, infokv = 1, snapkv = 2, h2o = 3, streaming = 4, tova = 5, pyramidkv = 6, auto_ = 7 };
+enum class PolicyKind : int32_t {
+  none = 0, infokv = 1, snapkv = 2, h2o = 3, streaming = 4, tova = 5, pyramidkv = 6, auto_ = 7, kvzip = 8
+};
 enum class BudgetShape : int32_t { uniform = 0, pyramid = 1 };
 
 // Both go through the policy table (compress/policy_table.hpp).
 const char *policy_name(PolicyKind p);
 PolicyKind parse_policy(const std::string &name);  // throws Error(invalid_argument) listing the known names
+
+// Which question a compression serves (DESIGN.md §9, "Which question"), i.e. whose queries are the evidence of the
+// window policies (snapkv, infokv, tova, pyramidkv) and of auto's proxy:
+// - next: the tokens that follow at once (a reply being generated): the observation window's own queries;
+// - later: a question not yet asked (a chat's history, a saved snapshot, a document): the queries of a probe
+//   question about the sequence (Session::probe_queries) stand in for it;
+// - both: the window's rows and the probe's together (what either ranks high: rank_max).
+// Values are stable (configs, the C API); append only.
+enum class Question : int32_t { both = 0, next = 1, later = 2 };
+const char *question_name(Question q);                // "both", "next", "later"
+Question parse_question(const std::string &name);     // throws Error(invalid_argument) naming the three
 
 struct ProtectedSpan {
   int64_t begin = 0;  // positions [begin, end)
@@ -64,6 +77,10 @@ struct CompressionConfig {
   // auto only: a quality target instead of a byte target. > 0: no budget; each compression keeps, per layer, as
   // few tokens as keep the proxy loss (compress/auto_policy.hpp) at or under max_loss. 0: use the budget.
   double max_loss = 0.0;
+  // Which question the session's compressions serve when a call does not say (Session::compress). later by default:
+  // measured, a probe's queries keep what a later question needs and serve the next tokens about as well as the
+  // window's (packaging/docs/quality.md, "Which question").
+  Question question = Question::later;
 
   bool is_auto() const { return policy == PolicyKind::auto_; }
   bool quality_target() const { return is_auto() && max_loss > 0.0; }
@@ -74,6 +91,8 @@ struct CompressionConfig {
   bool needs_window_queries() const;
   bool needs_accumulated_attention() const { return policy == PolicyKind::h2o || policy == PolicyKind::auto_; }
   bool needs_entropy() const { return policy == PolicyKind::infokv || policy == PolicyKind::auto_; }
+  // kvzip scores by replaying the context (Session::replay_evidence), an extra pass at each compression.
+  bool needs_replay() const { return policy == PolicyKind::kvzip; }
   void validate() const;  // throws Error(invalid_argument) naming the parameter
 };
 

@@ -25,6 +25,7 @@ std::vector<float> snapkv_scores(const CompressionConfig &c, const LayerScoreInp
 std::vector<float> h2o_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
 std::vector<float> streaming_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
 std::vector<float> tova_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
+std::vector<float> kvzip_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
 
 struct PolicyInfo {
   PolicyKind kind;
@@ -34,7 +35,7 @@ struct PolicyInfo {
   PolicyScorer scorer;   // nullptr: none (keeps everything) and auto (compress/auto_policy.cpp chooses per layer)
 };
 
-inline constexpr std::array<PolicyInfo, 8> kPolicyTable = {{
+inline constexpr std::array<PolicyInfo, 9> kPolicyTable = {{
     {PolicyKind::none, "none", 0, 1, nullptr},
     {PolicyKind::infokv, "infokv", 1, 2, &infokv_scores},
     {PolicyKind::snapkv, "snapkv", 2, 3, &snapkv_scores},
@@ -43,6 +44,7 @@ inline constexpr std::array<PolicyInfo, 8> kPolicyTable = {{
     {PolicyKind::tova, "tova", 5, 6, &tova_scores},
     {PolicyKind::pyramidkv, "pyramidkv", 6, 7, &snapkv_scores},  // its own per-layer budgets, snapkv's scores
     {PolicyKind::auto_, "auto", 7, 8, nullptr},
+    {PolicyKind::kvzip, "kvzip", 8, 9, &kvzip_scores},  // context replay (Session::replay_evidence)
 }};
 
 // policy_row() indexes by the core value, and the schema values are the C values + 1 (UNSPECIFIED = 0 first):

@@ -55,6 +55,28 @@ std::vector<float> pool_and_normalise(const std::vector<float> &a, int32_t kerne
   return out;
 }
 
+namespace {
+
+// Each value's rank quantile: (1 + how many values are below it) / n.
+std::vector<float> rank_quantiles(const std::vector<float> &v) {
+  std::vector<float> sorted(v);
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<float> q(v.size());
+  const auto n = static_cast<float>(std::max<size_t>(v.size(), 1));
+  for (size_t i = 0; i < v.size(); ++i)
+    q[i] = static_cast<float>(std::lower_bound(sorted.begin(), sorted.end(), v[i]) - sorted.begin() + 1) / n;
+  return q;
+}
+
+}  // namespace
+
+std::vector<float> rank_max(const std::vector<float> &a, const std::vector<float> &b) {
+  const std::vector<float> qa = rank_quantiles(a), qb = rank_quantiles(b);
+  std::vector<float> out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) out[i] = std::max(qa[i], qb[i]);
+  return out;
+}
+
 std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, int32_t w) {
   const LayerSlots &S = *in.slots;
   const int32_t n = S.n();
@@ -62,7 +84,8 @@ std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, i
   const float scale = 1.0f / std::sqrt(static_cast<float>(in.head_dim));
   std::vector<float> acc(static_cast<size_t>(n), 0.0f);
   const auto rows = static_cast<int32_t>(in.window_pos->size());
-  const int32_t take = std::min(w, rows);
+  const int32_t probe = std::min(in.probe_rows, rows);
+  const int32_t take = std::min(w, rows - probe) + probe;
   // Each query sees every kept slot at or before its own position.
   std::vector<int32_t> vis(static_cast<size_t>(take));
   for (int32_t r = 0; r < take; ++r) {
@@ -82,16 +105,25 @@ std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, i
                                 v.n_slots, scale);
     }
   }
-  int32_t used = 0;
+  // The mean over the window's rows and, as much in all, over the probe's (Question::both weighs the two alike).
+  std::vector<float> part[2] = {std::move(acc), std::vector<float>(static_cast<size_t>(probe > 0 ? n : 0), 0.0f)};
+  int32_t used[2] = {0, 0};
   for (int32_t r = 0; r < take; ++r) {
     if (vis[static_cast<size_t>(r)] == 0) continue;
-    for (int32_t j = 0; j < vis[static_cast<size_t>(r)]; ++j) acc[static_cast<size_t>(j)] += probs[static_cast<size_t>(r) * n + j];
-    ++used;
+    const int k = r >= take - probe ? 1 : 0;
+    for (int32_t j = 0; j < vis[static_cast<size_t>(r)]; ++j) part[k][static_cast<size_t>(j)] += probs[static_cast<size_t>(r) * n + j];
+    ++used[k];
   }
-  acc.resize(static_cast<size_t>(n_cand));
-  if (used > 0)
-    for (float &v : acc) v /= static_cast<float>(used);
-  return acc;
+  std::vector<float> mean[2];
+  for (int k = 0; k < 2; ++k) {
+    if (used[k] == 0) continue;
+    mean[k].assign(static_cast<size_t>(n_cand), 0.0f);
+    for (int32_t j = 0; j < n_cand; ++j) mean[k][static_cast<size_t>(j)] = part[k][static_cast<size_t>(j)] / static_cast<float>(used[k]);
+  }
+  // The window's rows and the probe's (Question::both): what either ranks high (rank_max).
+  if (used[0] > 0 && used[1] > 0) return rank_max(mean[0], mean[1]);
+  if (used[0] == 0 && used[1] == 0) return std::vector<float>(static_cast<size_t>(n_cand), 0.0f);
+  return std::move(mean[used[1] > 0 ? 1 : 0]);
 }
 
 std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<float> &rep_change,

@@ -26,6 +26,11 @@ struct LayerScoreInput {
   bool prefill = true;
   const std::vector<ProtectedSpan> *spans = nullptr;
   WindowProbsFn window_probs;  // empty: cpu::attention_probs_mean on kv (host memory)
+  // Context replay (kvzip): per slot, the most attention any head of a replayed query gave it (null: not replayed).
+  const std::vector<float> *replay = nullptr;
+  // The last probe_rows rows of window_q / window_pos are a probe question's (Question::later or both): they are
+  // read beside the window's latest rows, whatever the window's size.
+  int32_t probe_rows = 0;
 };
 
 // Observation window size for a layer budget: configured, or min(32, budget / 4); always < budget.
@@ -40,6 +45,11 @@ std::vector<float> pool_and_normalise(const std::vector<float> &a, int32_t kerne
 // Attention each of the first n_cand slots receives from the last `w` window queries (mean over queries and
 // heads). Query rows whose positions are not in the cache are ignored.
 std::vector<float> window_attention(const LayerScoreInput &in, int32_t n_cand, int32_t w);
+
+// Question::both: the window's scores and the probe's combined so that what either ranks high is kept: each
+// candidate's score is the larger of its rank quantiles in a and in b (1 for the best of either, 1/n for the worst;
+// equal scores share a quantile). a and b have the same size.
+std::vector<float> rank_max(const std::vector<float> &a, const std::vector<float> &b);
 
 // The InfoKV mix: alpha * A + (1 - alpha) * softmax((D + tau) * H) over the candidates.
 std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<float> &rep_change,

@@ -46,6 +46,7 @@ static_assert(static_cast<int>(fbc::Policy::streaming) == policy_row(PolicyKind:
 static_assert(static_cast<int>(fbc::Policy::tova) == policy_row(PolicyKind::tova).schema_value, "policy table: schema value");
 static_assert(static_cast<int>(fbc::Policy::pyramidkv) == policy_row(PolicyKind::pyramidkv).schema_value, "policy table: schema value");
 static_assert(static_cast<int>(fbc::Policy::auto_) == policy_row(PolicyKind::auto_).schema_value, "policy table: schema value");
+static_assert(static_cast<int>(fbc::Policy::kvzip) == policy_row(PolicyKind::kvzip).schema_value, "policy table: schema value");
 static_assert(static_cast<int>(fbc::Policy::MAX) == kPolicyTable.back().schema_value, "a schema policy is missing from the table");
 
 namespace {
@@ -294,6 +295,9 @@ Config config_from_binary(const void *data, size_t size) {
     cc.sink = k->sink();
     cc.compress_after_prefill = k->compress_after_prefill();
     cc.max_loss = k->max_loss();
+    const int qv = static_cast<int>(k->question());
+    if (qv < 0 || qv > 3) bad("compression.question = " + std::to_string(qv) + " is not both, next or later");
+    if (qv > 0) cc.question = static_cast<Question>(qv - 1);
   }
   if (const fbc::Protection *p = f->protection()) c.protect_prefix = p->protect_prefix();
   if (const fbc::Sampler *p = f->sampler()) {
@@ -344,7 +348,8 @@ std::vector<uint8_t> config_to_binary(const Config &c) {
                                      k.budget_tokens, k.window, k.interval, k.alpha, k.tau, k.entropy_top_k,
                                      k.pool_kernel_prefill, k.pool_kernel_decode,
                                      static_cast<fbc::BudgetShape>(static_cast<int16_t>(k.shape) + 1), k.beta, k.sink,
-                                     k.compress_after_prefill, k.max_loss);
+                                     k.compress_after_prefill, k.max_loss,
+                                     static_cast<fbc::Question>(static_cast<int16_t>(k.question) + 1));
   auto prot = fbc::CreateProtection(b, c.protect_prefix);
   const SamplerParams &p = c.sampler;
   auto samp = fbc::CreateSampler(b, p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed);

@@ -142,10 +142,11 @@ void KvCache::remove(int32_t id) {
 void KvCache::fork(int32_t src, int32_t dst) {
   const SeqCache &s = seq(src);
   if (seqs_.count(dst) != 0) fail(Status::invalid_argument, "sequence " + std::to_string(dst) + " already exists");
-  SeqCache copy = s;
-  for (const LayerSlots &L : copy.layers)
+  // The references are taken once the copy is in place: a copy or an insertion that throws leaves every count
+  // as it was.
+  const SeqCache &added = seqs_.emplace(dst, s).first->second;
+  for (const LayerSlots &L : added.layers)
     for (int32_t b : L.blocks) retain(b);
-  seqs_.emplace(dst, std::move(copy));
 }
 
 void KvCache::rename(int32_t from, int32_t to) {

@@ -2,6 +2,7 @@
 // compression policy that keeps their caches within budget. Used by one thread at a time.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -51,6 +52,12 @@ struct SessionOptions {
 // message may grow before prefill() compresses it part-way (Session::prefill).
 constexpr double kSlackShare = 0.25;
 constexpr double kPrefillCeiling = 4.0;
+// Context tokens per replayed chunk (Session::replay_evidence).
+constexpr int32_t kReplayChunk = 256;
+// The probe questions whose queries stand in for a question not yet asked (Question::later, both), each a user turn
+// of the model's template run after the sequence on its own: generic on purpose (packaging/docs/quality.md compares
+// wordings).
+constexpr const char *kProbeQuestions[] = {"Summarize the text above.", "Repeat the previous context exactly."};
 
 struct BatchToken {
   int32_t seq = 0;
@@ -128,6 +135,8 @@ class Session {
   // Replaces the sequence's spans (as returned by protected_spans): undoes protect() calls of a step that failed.
   void set_protected_spans(int32_t seq, std::vector<ProtectedSpan> spans);
   void compress(int32_t seq, int32_t budget_tokens = 0);
+  // The same for the question `q` (compress() serves options().compression.question).
+  void compress(int32_t seq, int32_t budget_tokens, Question q);
   int64_t compressions(int32_t seq) const;
 
   // When compression runs (DESIGN.md §9, "When"). With the memory trigger (CompressionConfig::step_interval()
@@ -181,6 +190,8 @@ class Session {
     // protected tokens would have taken more than their share of the budget) and the tokens released.
     std::vector<ProtectedSpan> spans;
     int64_t released_tokens = 0;
+    Question question = Question::next;  // what the evidence served
+    double probe_seconds = 0;
   };
   // A sequence that memory pressure could compress: what the pool would gain (blocks, net of the step's own needs
   // for it) and the estimated loss per block gained.
@@ -199,6 +210,38 @@ class Session {
   // Changes nothing. Throws not_found for an unknown sequence.
   PressureCandidate pressure_estimate(int32_t seq);
 
+  // Context replay (KVzip; src/session/replay.cpp): the sequence's tokens are re-read after replay_prompt(), in
+  // chunks of kReplayChunk at the positions after its end, and each cached slot scored by the most attention any
+  // head of a re-reading query gives it. Each chunk is rolled back once scored, so the sequence is unchanged and the
+  // pool needs room for one chunk only (throws kv_full otherwise, changing nothing). Costs about as much as
+  // prefilling the sequence's tokens again.
+  struct ReplayEvidence {
+    std::vector<std::vector<float>> score;  // [layer][slot]
+    int64_t tokens = 0;                     // tokens run through the model, prompts included
+    double seconds = 0;
+  };
+  ReplayEvidence replay_evidence(int32_t seq);
+  // "Repeat the previous context exactly." as a user turn of the model's chat template (plain text for a base model).
+  std::vector<int32_t> replay_prompt() const;
+  // The probe (src/session/replay.cpp): each of kProbeQuestions as a user turn of the model's chat template (a
+  // plain-text question for a base model) run after the sequence and rolled back; their query rows per layer, in
+  // turn, post-RoPE as the observation window's, at the positions after the sequence's end. Throws kv_full, changing
+  // nothing, when the pool has no room for one.
+  struct ProbeRows {
+    std::vector<std::vector<float>> q;  // [layer]: rows of n_heads * head_dim, in order
+    std::vector<int32_t> pos;
+    double seconds = 0;
+  };
+  ProbeRows probe_queries(int32_t seq);
+  // The query rows a compression for question q reads, per layer (CompressionPlan::question says what was served).
+  struct EvidenceRows {
+    std::vector<std::vector<float>> q;
+    std::vector<int32_t> pos;
+    int32_t probe = 0;  // the last `probe` rows are the probe's
+    bool own = false;   // false: read the sequence's observation window as it is
+  };
+  std::vector<std::vector<int32_t>> probe_prompts() const;
+
   // Per-sequence state beyond the KV cache. Public so that snapshots (src/snapshot/) can save and restore it.
   struct SeqState {
     std::vector<int32_t> tokens;
@@ -213,6 +256,10 @@ class Session {
     // Protected tokens released so that protection stays within the budget (kProtectedShare), oldest spans first,
     // since the sequence was made or restored (not saved in snapshots: the saved spans already lack them).
     int64_t protected_released = 0;
+    // What the latest compression served (Question::next when a later question was asked for but the pool had no
+    // room for the probe) and what its probe cost; not saved in snapshots (a restored sequence reports next, 0).
+    Question question = Question::next;
+    double probe_seconds = 0;
   };
   const SeqState &seq_state(int32_t seq) const { return state(seq); }
   // Adds a sequence from a cache whose blocks the caller already took from kv() (see KvCache::adopt) and its
@@ -229,13 +276,19 @@ class Session {
   void decode_tokens(int32_t seq, const std::vector<int32_t> &tokens, size_t b, size_t e);
   // The most tokens, at most n, that the pool can take for `seq` now.
   size_t chunk_that_fits(int32_t seq, size_t n);
-  CompressionPlan plan_compression(int32_t seq, int32_t budget_tokens);
+  CompressionPlan plan_compression(int32_t seq, int32_t budget_tokens, Question q);
+  EvidenceRows evidence_rows(int32_t seq, Question q, Question *served, double *seconds);
+  // Runs `toks` through the model after `seq` (positions after its end) in a temporary fork, hands `use` the fork's
+  // id and the step's channels (every row's queries in window_q), and removes the fork: `seq` and the pool are left
+  // exactly as they were, on success or error.
+  void forward_rolled_back(int32_t seq, const std::vector<int32_t> &toks,
+                           const std::function<void(int32_t, const StepChannels &)> &use);
   // The protected spans a compression to `budget` tokens per layer keeps (protection_within_budget).
   std::vector<ProtectedSpan> spans_for_compression(int32_t seq, int32_t budget, int64_t *released) const;
   void apply_compression(int32_t seq, const CompressionPlan &plan);
   // plan_compression for policy auto: B tokens per layer on average (0: none), max_loss a quality target (0: none);
   // with both, as few tokens as hold max_loss and never more blocks than B holds.
-  CompressionPlan plan_auto(int32_t seq, int32_t B, double max_loss);
+  CompressionPlan plan_auto(int32_t seq, int32_t B, double max_loss, const EvidenceRows &rows);
   // Layer `layer` of `seq`: keys and values as f32 on the host, [n, n_kv_heads, head_dim] each.
   void layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, std::vector<float> &v);
   // Memory pressure, decided like an allocator: compresses the cheapest sequences (loss per freed block) until a

@@ -19,6 +19,7 @@ static_assert(static_cast<int>(fb::Policy::STREAMING) == policy_row(PolicyKind::
 static_assert(static_cast<int>(fb::Policy::TOVA) == policy_row(PolicyKind::tova).schema_value, "policy table: snapshot value");
 static_assert(static_cast<int>(fb::Policy::PYRAMIDKV) == policy_row(PolicyKind::pyramidkv).schema_value, "policy table: snapshot value");
 static_assert(static_cast<int>(fb::Policy::AUTO) == policy_row(PolicyKind::auto_).schema_value, "policy table: snapshot value");
+static_assert(static_cast<int>(fb::Policy::KVZIP) == policy_row(PolicyKind::kvzip).schema_value, "policy table: snapshot value");
 static_assert(static_cast<int>(fb::Policy::MAX) == kPolicyTable.back().schema_value, "a snapshot policy is missing from the table");
 
 flatbuffers::Offset<fb::CompressionParams> to_fb(flatbuffers::FlatBufferBuilder &b, const CompressionConfig &c) {
@@ -26,7 +27,8 @@ flatbuffers::Offset<fb::CompressionParams> to_fb(flatbuffers::FlatBufferBuilder 
                                      c.budget_tokens, c.window, c.pool_kernel_prefill, c.pool_kernel_decode, c.alpha, c.tau,
                                      c.entropy_top_k, c.interval,
                                      static_cast<fb::BudgetShape>(static_cast<int16_t>(c.shape) + 1), c.beta, c.sink,
-                                     c.compress_after_prefill, c.max_loss);
+                                     c.compress_after_prefill, c.max_loss,
+                                     static_cast<fb::Question>(static_cast<int16_t>(c.question) + 1));
 }
 
 CompressionConfig from_fb(const fb::CompressionParams *p) {
@@ -53,6 +55,10 @@ CompressionConfig from_fb(const fb::CompressionParams *p) {
   c.sink = p->sink();
   c.compress_after_prefill = p->compress_after_prefill();
   c.max_loss = p->max_loss();
+  // Files written before the field served the window's queries (next): they continue as they were recorded.
+  const int q = static_cast<int>(p->question());
+  if (q < 0 || q > 3) fail(Status::bad_snapshot, "snapshot: compression question value " + std::to_string(q) + " is not known");
+  c.question = q == 0 ? Question::next : static_cast<Question>(q - 1);
   return c;
 }
 

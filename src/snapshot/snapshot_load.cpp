@@ -582,7 +582,7 @@ std::string summary_json(const Summary &s) {
     << c.pool_kernel_prefill << ",\"pool_kernel_decode\":" << c.pool_kernel_decode << ",\"shape\":\""
     << (c.shape == BudgetShape::pyramid ? "pyramid" : "uniform") << "\",\"beta\":" << num(c.beta) << ",\"sink\":" << c.sink
     << ",\"compress_after_prefill\":" << (c.compress_after_prefill ? "true" : "false") << ",\"max_loss\":" << num(c.max_loss)
-    << "}";
+    << ",\"question\":\"" << question_name(c.question) << "\"}";
   o << ",\"sampler\":";
   if (s.has_sampler)
     o << "{\"temperature\":" << num(s.sampler.temperature) << ",\"top_k\":" << s.sampler.top_k << ",\"top_p\":"

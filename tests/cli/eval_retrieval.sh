@@ -23,10 +23,15 @@ for r in a[1:]:  # bytes held after compression follow the budget (whole blocks)
     ratio = r["kv_bytes"] / r["kv_bytes_full"]
     assert abs(ratio - r["budget"]) < 0.1, (r["policy"], r["budget"], ratio)
     assert r["compress_seconds"] > 0, r
+assert a[0]["question"] == "-" and all(r["question"] == "later" for r in a[1:]), a  # the default
 drop = lambda rows: [{k: v for k, v in r.items() if k != "compress_seconds"} for r in rows]
 assert drop(a) == drop(b), "the same seed must give the same cases and answers"
 PY
-for bad in "--query sideways" "--tasks niah_single,cwe" "--budgets 0" "--policies nope"; do
+"$cli" eval-retrieval --context 256 --cases 1 --policies snapkv,streaming --budgets 0.5 --question later --json \
+  >"$tmp/l.json" 2>/dev/null || { echo "FAIL: --question later"; fail=1; }
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert [x["question"] for x in r] == ["-", "later", "next"], r' \
+  "$tmp/l.json" || { echo "FAIL: snapkv serves --question later, streaming reads no queries: $(cat "$tmp/l.json")"; fail=1; }
+for bad in "--query sideways" "--tasks niah_single,cwe" "--budgets 0" "--policies nope" "--question soon"; do
   # shellcheck disable=SC2086
   if "$cli" eval-retrieval --context 256 --cases 1 $bad >/dev/null 2>&1; then echo "FAIL: accepted $bad"; fail=1; fi
 done

@@ -15,7 +15,7 @@ from . import _errors
 from . import capi as _c
 from ._common import AutoLayer, AutoReport, Completion, EVIDENCE, Token, evidence_name  # noqa: F401
 from ._config import Config, inspect_snapshot  # noqa: F401
-from ._enums import ChatProtect, KvDtype, KvStat, Policy, Shape  # noqa: F401
+from ._enums import ChatProtect, KvDtype, KvStat, Policy, Question, Shape  # noqa: F401
 from ._errors import (  # noqa: F401  (re-exported)
     BadConfigError, BadHandleError, BadModelError, BadSnapshotError, BadStateError, BufferTooSmallError, BusyError,
     CancelledError, Error, InternalError, InvalidArgumentError, IoError, KvFullError, NoDeviceError, NotFoundError,

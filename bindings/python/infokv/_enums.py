@@ -30,6 +30,9 @@ KvDtype = _from_c("KvDtype", "IKV_KV_", "KV cache element types (IKV_KV_F32, ...
                   only=_DTYPES)
 KvStat = _from_c("KvStat", "IKV_KV_STAT_", "Pool statistics for Session.kv_stat (IKV_KV_STAT_BLOCKS_TOTAL, ...).")
 Shape = _from_c("Shape", "IKV_SHAPE_", "How a budget is spread over layers (IKV_SHAPE_*).")
+Question = _from_c("Question", "IKV_QUESTION_",
+                   "Which question a compression serves (IKV_QUESTION_*): NEXT (the tokens that follow at once), LATER "
+                   "(a question not yet asked: a probe question's queries stand in for it; the default) or BOTH.")
 ChatProtect = _from_c("ChatProtect", "IKV_CHAT_PROTECT_",
                       "What chat calls protect from eviction (IKV_CHAT_PROTECT_*): SYSTEM (the default) keeps the "
                       "system prompt and the template's control tokens; FAIR keeps the control tokens and gives each "

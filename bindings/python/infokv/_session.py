@@ -15,7 +15,7 @@ from ._common import (
     AutoLayer, AutoReport, Completion, Message, PathLike, Prompt, Token, evidence_name, _Owner, _TOO_SMALL,
     _check_path, _fill, _member, _message, _sized_bytes, _whole)
 from ._config import Config
-from ._enums import ChatProtect, KvDtype, KvStat, Policy, Shape
+from ._enums import ChatProtect, KvDtype, KvStat, Policy, Question, Shape
 from ._errors import InvalidArgumentError, check as _check
 from ._sampler import Sampler
 
@@ -233,10 +233,25 @@ class Session(_Owner):
         with self._lock:
             _check(_c.ikv_seq_protect(self.handle, seq, begin, end, int(bool(fair))))
 
-    def compress(self, seq: int = 0, budget_tokens: int = 0) -> None:
-        """Compresses now (0: the session's budget). BadStateError when the session's policy is 'none'."""
+    def compress(self, seq: int = 0, budget_tokens: int = 0,
+                 question: Union[str, Question, None] = None) -> None:
+        """Compresses now (0: the session's budget). ``question`` ("next", "later", "both" or a :class:`Question`;
+        None: the session's default, later) says which question the cache must serve: the tokens that follow at once,
+        or one asked later (a probe question's queries stand in for it). BadStateError when the session's policy is
+        'none'."""
         with self._lock:
-            _check(_c.ikv_seq_compress(self.handle, seq, budget_tokens))
+            if question is None:
+                _check(_c.ikv_seq_compress(self.handle, seq, budget_tokens))
+            else:
+                q = _member(Question, "question", question)
+                _check(_c.ikv_seq_compress_for(self.handle, seq, budget_tokens, int(q)))
+
+    def compression_question(self, seq: int = 0) -> Tuple[Question, float]:
+        """What the sequence's latest compression served and the seconds its probe took (NEXT and 0 before any
+        compression, under a policy that reads no queries, or when the probe did not fit the pool)."""
+        with self._lock:
+            q, secs = _check(_c.ikv_seq_compression_question(self.handle, seq))
+            return Question(q), float(secs)
 
     # snapshots
     def save(self, path: PathLike, seq: int = 0, sampler: Optional[Sampler] = None) -> None:

@@ -284,6 +284,14 @@ def test_compression_policy_and_budget_reduce_the_cache(model):
         s.compress(0, 16)
         assert s.kept(0, 0) == 16
         assert s.kv_bytes(0) < before
+        assert s.compression_question(0)[0] == infokv.Question.LATER and s.compression_question(0)[1] > 0
+        s.compress(0, 12, question="next")
+        assert s.kept(0, 0) == 12 and s.compression_question(0) == (infokv.Question.NEXT, 0.0)
+        s.compress(0, 10, question=infokv.Question.LATER)
+        assert s.kept(0, 0) == 10 and s.compression_question(0)[0] == infokv.Question.LATER
+        with pytest.raises(infokv.InvalidArgumentError):
+            s.compress(0, 8, question="soon")
+        assert s.kept(0, 0) == 10
         c = s.complete(None, 10, temperature=0)
         assert len(c.tokens) == 10
     with model.session(policy="snapkv", budget=32, compress_after_prefill=False) as s:

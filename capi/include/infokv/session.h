@@ -31,6 +31,10 @@ extern "C" {
 /* Chooses per sequence and per layer which evidence ranks the tokens and how the budget is spread across layers
  * (README "auto"); with max_loss > 0 it needs no budget. */
 #define IKV_POLICY_AUTO 7
+/* KVzip's context replay: a token's score is the most attention any head gives it while the model re-reads the
+ * context after a "repeat the previous context" prompt. Made for a cache that is asked something later (a chat's
+ * history, a saved snapshot); each compression costs one more pass over the sequence's tokens (README "kvzip"). */
+#define IKV_POLICY_KVZIP 8
 
 /* Layer budget shapes. */
 #define IKV_SHAPE_UNIFORM 0
@@ -318,6 +322,34 @@ IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin
  *         memory); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. On failure nothing changed.
  */
 IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens);
+
+/* Which question a compression serves, i.e. whose queries rank the tokens for the window policies (snapkv, infokv,
+ * tova, pyramidkv) and for auto (README "Which question"): */
+#define IKV_QUESTION_BOTH 0  /* the two below together: what either ranks high is kept */
+#define IKV_QUESTION_NEXT 1  /* the tokens that follow at once (a reply being generated): the latest tokens' queries */
+#define IKV_QUESTION_LATER 2 /* a question not yet asked (a chat's history, a document, a cache about to be saved): a
+                              * probe's queries ("Summarize the text above.", "Repeat the previous context exactly.");
+                              * the default of ikv_seq_compress and of automatic compressions (measured: it serves the
+                              * next tokens about as well as NEXT does, README "Which question") */
+/**
+ * ikv_seq_compress for a stated question (IKV_QUESTION_*; ikv_seq_compress serves the config's compression.question,
+ * LATER unless set). LATER and BOTH first run the probe questions (a few dozen tokens) through the model after the
+ * sequence, in a temporary fork that is removed at once; when the pool has no
+ * room for it the latest tokens' queries alone are used, and ikv_seq_compression_question says so. Policies that read
+ * no queries (h2o, streaming, kvzip) ignore `question`.
+ * @return as ikv_seq_compress; IKV_ERR_INVALID_ARGUMENT also for a question outside IKV_QUESTION_*. On failure nothing
+ *         changed.
+ */
+IKV_API int32_t ikv_seq_compress_for(ikv_session *session, int32_t seq, int32_t budget_tokens, int32_t question);
+/**
+ * What the sequence's latest compression served: *out_question an IKV_QUESTION_* (NEXT before any compression, under
+ * a policy that reads no queries, or when the probe did not fit the pool), *out_probe_seconds what its probe took (0
+ * without one). Ownership: plain values written by the call.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. On failure both
+ *         outputs are 0.
+ */
+IKV_API int32_t ikv_seq_compression_question(int32_t *out_question, double *out_probe_seconds, const ikv_session *session,
+                                             int32_t seq);
 
 /* ---- what IKV_POLICY_AUTO chose ---- */
 /* What ranked a layer's tokens (ikv_seq_auto_layer's *out_evidence). Stable values, only ever appended. */

@@ -642,6 +642,45 @@ SessionState state_of(ikv_model *m, ikv_session *s, const std::vector<int32_t> &
 }
 }  // namespace
 
+TEST(Capi, CompressForStatesTheQuestionAndTheSequenceReportsWhatItServed) {
+  REQUIRE_MODEL();
+  ikv_session_options o = f32_options();
+  o.policy = IKV_POLICY_SNAPKV;
+  o.budget_fraction = 0.5;
+  o.compress_after_prefill = 0;
+  SessionGuard g;
+  ASSERT_EQ(ikv_session_create(&g.s, m, &o), IKV_OK) << ikv_last_error_message();
+  std::vector<int32_t> toks(200);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = 261 + static_cast<int32_t>((i * 11) % 200);
+  ASSERT_EQ(ikv_decode(g.s, 0, toks.data(), toks.size()), IKV_OK) << ikv_last_error_message();
+  int32_t q = -1;
+  double secs = -1;
+  ASSERT_EQ(ikv_seq_compression_question(&q, &secs, g.s, 0), IKV_OK);
+  EXPECT_EQ(q, IKV_QUESTION_NEXT);  // before any compression
+  EXPECT_EQ(secs, 0.0);
+  const SessionState before = state_of(m, g.s, {0});
+  for (int32_t bad : {-1, 3, 1 << 30}) EXPECT_EQ(ikv_seq_compress_for(g.s, 0, 0, bad), IKV_ERR_INVALID_ARGUMENT) << bad;
+  EXPECT_EQ(ikv_seq_compress_for(g.s, 0, -1, IKV_QUESTION_NEXT), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ikv_seq_compress_for(g.s, 99, 0, IKV_QUESTION_NEXT), IKV_ERR_NOT_FOUND);
+  EXPECT_EQ(ikv_seq_compress_for(nullptr, 0, 0, IKV_QUESTION_NEXT), IKV_ERR_BAD_HANDLE);
+  EXPECT_TRUE(state_of(m, g.s, {0}) == before) << "a refused call changed the session";
+  ASSERT_EQ(ikv_seq_compress_for(g.s, 0, 80, IKV_QUESTION_NEXT), IKV_OK) << ikv_last_error_message();
+  ASSERT_EQ(ikv_seq_compression_question(&q, &secs, g.s, 0), IKV_OK);
+  EXPECT_EQ(q, IKV_QUESTION_NEXT);
+  EXPECT_EQ(secs, 0.0);
+  ASSERT_EQ(ikv_seq_compress(g.s, 0, 60), IKV_OK);  // the default: a question asked later
+  ASSERT_EQ(ikv_seq_compression_question(&q, &secs, g.s, 0), IKV_OK);
+  EXPECT_EQ(q, IKV_QUESTION_LATER);
+  EXPECT_GT(secs, 0.0);
+  ASSERT_EQ(ikv_seq_compress_for(g.s, 0, 40, IKV_QUESTION_BOTH), IKV_OK);
+  ASSERT_EQ(ikv_seq_compression_question(&q, &secs, g.s, 0), IKV_OK);
+  EXPECT_EQ(q, IKV_QUESTION_BOTH);
+  q = 5;
+  EXPECT_EQ(ikv_seq_compression_question(&q, nullptr, g.s, 0), IKV_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(q, 0);
+  EXPECT_EQ(ikv_seq_compression_question(&q, &secs, g.s, 42), IKV_ERR_NOT_FOUND);
+}
+
 TEST(Capi, PressureEstimateReportsWhatCompressingWouldFreeAndChangesNothing) {
   REQUIRE_MODEL();
   ikv_session_options o = f32_options();

@@ -138,6 +138,93 @@ TEST(Scores, AccumulatedAttentionOfOneQueryEqualsItsMeanProbabilities) {
   }
 }
 
+// Context replay's scores: the largest softmax probability any head of any query gives each slot, against a
+// float64 reference, on fresh random keys; slots at or past n_out untouched, earlier maxima kept.
+TEST(Scores, AttentionProbsMaxMatchesFloat64) {
+  std::mt19937 rng(infokv_test::test_seed());
+  for (int trial = 0; trial < 10; ++trial) {
+    const int32_t n = 5 + static_cast<int32_t>(rng() % 40);
+    const int32_t n_q = 1 + static_cast<int32_t>(rng() % 6);
+    const int32_t visible0 = std::max(1, n - n_q + 1 - static_cast<int32_t>(rng() % 3));
+    const int32_t n_out = 1 + static_cast<int32_t>(rng() % n);
+    RandomLayer r = make_layer(rng, n, n_q);
+    PagedKv view = r.kv->view(0, 0);
+    std::vector<float> got(static_cast<size_t>(n) + 1, 0.0f);
+    std::uniform_real_distribution<float> u(0.0f, 0.2f);
+    for (int32_t j = 0; j < n_out; ++j) got[static_cast<size_t>(j)] = u(rng);  // earlier maxima
+    std::vector<double> want(got.begin(), got.end());
+    got[static_cast<size_t>(n_out)] = -7.0f;  // past n_out: untouched
+    const float scale = 0.7f;
+    cpu::attention_probs_max(got.data(), n_out, r.wq.data(), n_q, r.n_heads, view, visible0, scale);
+    std::vector<float> kbuf(4);
+    for (int32_t t = 0; t < n_q; ++t) {
+      const int32_t vis = std::min(n, visible0 + t);
+      for (int32_t h = 0; h < r.n_heads; ++h) {
+        std::vector<double> s(static_cast<size_t>(vis));
+        double mx = -1e300, z = 0;
+        for (int32_t j = 0; j < vis; ++j) {
+          cpu::kv_read(kbuf.data(), view, j, h / 2, 0);
+          double d = 0;
+          for (int32_t i = 0; i < 4; ++i) d += static_cast<double>(r.wq[static_cast<size_t>((t * r.n_heads + h) * 4 + i)]) * kbuf[static_cast<size_t>(i)];
+          s[static_cast<size_t>(j)] = d * scale;
+          mx = std::max(mx, s[static_cast<size_t>(j)]);
+        }
+        for (double &x : s) z += (x = std::exp(x - mx));
+        for (int32_t j = 0; j < std::min(vis, n_out); ++j)
+          want[static_cast<size_t>(j)] = std::max(want[static_cast<size_t>(j)], s[static_cast<size_t>(j)] / z);
+      }
+    }
+    for (int32_t j = 0; j < n_out; ++j) EXPECT_NEAR(got[static_cast<size_t>(j)], want[static_cast<size_t>(j)], 2e-6) << "slot " << j;
+    EXPECT_EQ(got[static_cast<size_t>(n_out)], -7.0f);
+  }
+}
+
+TEST(Scores, RankMaxKeepsWhatEitherRanksHigh) {
+  const std::vector<float> a{0.9f, 0.1f, 0.2f, 0.05f, 0.2f}, b{0.0f, 0.0f, 0.5f, 0.7f, 0.1f};
+  const std::vector<float> q = rank_max(a, b);
+  // a's quantiles: 1, 0.4, 0.6 (tied), 0.2, 0.6; b's: 0.2 (tied), 0.2, 0.8, 1, 0.6.
+  const std::vector<float> want{1.0f, 0.4f, 0.8f, 1.0f, 0.6f};
+  ASSERT_EQ(q.size(), want.size());
+  for (size_t i = 0; i < q.size(); ++i) EXPECT_FLOAT_EQ(q[i], want[i]) << i;
+}
+
+// Question::both: the window's rows and a probe's (rows after every slot, seeing all of them) are scored apart and
+// combined by rank_max, whatever their row counts.
+TEST(Scores, WindowAndProbeRowsCombineByRankMax) {
+  std::mt19937 rng(infokv_test::test_seed());
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int32_t n = 12 + static_cast<int32_t>(rng() % 20), w = 2 + static_cast<int32_t>(rng() % 4);
+    const int32_t probe = 1 + static_cast<int32_t>(rng() % 7);
+    RandomLayer r = make_layer(rng, n, w);
+    const std::vector<float> window_q = r.wq;
+    const std::vector<int32_t> window_pos = r.wpos;
+    std::vector<float> probe_q;
+    std::vector<int32_t> probe_pos;
+    for (int32_t t = 0; t < probe; ++t) {
+      for (int32_t i = 0; i < r.cfg.n_q_dim; ++i) probe_q.push_back(nd(rng));
+      probe_pos.push_back(2 * n + t);
+    }
+    const int32_t n_cand = n - w;
+    const std::vector<float> only_window = window_attention(input_of(r), n_cand, w);
+    r.wq = probe_q;
+    r.wpos = probe_pos;
+    LayerScoreInput pin = input_of(r);
+    pin.probe_rows = probe;
+    const std::vector<float> only_probe = window_attention(pin, n_cand, w);
+    r.wq = window_q;
+    r.wq.insert(r.wq.end(), probe_q.begin(), probe_q.end());
+    r.wpos = window_pos;
+    r.wpos.insert(r.wpos.end(), probe_pos.begin(), probe_pos.end());
+    LayerScoreInput both = input_of(r);
+    both.probe_rows = probe;
+    const std::vector<float> got = window_attention(both, n_cand, w);
+    ASSERT_EQ(got.size(), static_cast<size_t>(n_cand));
+    const std::vector<float> want = rank_max(only_window, only_probe);
+    for (int32_t j = 0; j < n_cand; ++j) EXPECT_FLOAT_EQ(got[static_cast<size_t>(j)], want[static_cast<size_t>(j)]);
+  }
+}
+
 TEST(Scores, InfoKvMixMatchesFormula) {
   std::mt19937 rng(infokv_test::test_seed());
   std::uniform_real_distribution<float> u(0, 1);

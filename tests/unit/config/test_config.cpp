@@ -352,7 +352,7 @@ TEST(ConfigPolicy, TableColumnsMatchTheSchemasAndTheCConstants) {
   }
   EXPECT_EQ(policy_by_c_value(IKV_POLICY_H2O)->kind, PolicyKind::h2o);
   EXPECT_EQ(policy_by_schema_value(static_cast<int>(fbc::Policy::h2o))->kind, PolicyKind::h2o);
-  EXPECT_EQ(policy_by_c_value(IKV_POLICY_AUTO + 1), nullptr);
+  EXPECT_EQ(policy_by_c_value(IKV_POLICY_KVZIP + 1), nullptr);
   EXPECT_EQ(policy_by_schema_value(0), nullptr);  // UNSPECIFIED is "not set", not a policy
   EXPECT_EQ(policy_by_name("infokv h2o"), nullptr);
 }
@@ -376,12 +376,35 @@ std::vector<uint8_t> binary_with_policy(int16_t policy) {
   return binary_compression(policy, [](fbc::CompressionBuilder &cb) { cb.add_budget_tokens(8); });
 }
 
+TEST(ConfigQuestion, ReadsEachNameDefaultsToLaterAndRefusesAValueOutOfRange) {
+  for (const char *name : {"both", "next", "later"}) {
+    const Config c = config_from_json(std::string(R"({"compression": {"policy": "snapkv", "budget_fraction": 0.5, "question": ")") +
+                                      name + "\"}}");
+    EXPECT_STREQ(question_name(c.session.compression.question), name);
+    const std::vector<uint8_t> bin = config_to_binary(c);
+    EXPECT_EQ(config_from_binary(bin.data(), bin.size()).session.compression.question, c.session.compression.question);
+  }
+  EXPECT_EQ(config_from_json(R"({"compression": {"policy": "snapkv", "budget_fraction": 0.5}})").session.compression.question,
+            Question::later);
+  const std::vector<uint8_t> bad = binary_compression(static_cast<int16_t>(fbc::Policy::h2o), [](fbc::CompressionBuilder &cb) {
+    cb.add_budget_tokens(8);
+    cb.add_question(static_cast<fbc::Question>(9));
+  });
+  try {
+    config_from_binary(bad.data(), bad.size());
+    ADD_FAILURE() << "question 9 was accepted";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::bad_config);
+    EXPECT_NE(std::string(e.what()).find("compression.question"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ConfigPolicy, BinaryCarriesTheSchemaValueAndRefusesOneOutOfRange) {
   const std::vector<uint8_t> h2o = binary_with_policy(static_cast<int16_t>(fbc::Policy::h2o));
   EXPECT_EQ(config_from_binary(h2o.data(), h2o.size()).session.compression.policy, PolicyKind::h2o);
   const std::vector<uint8_t> unset = binary_with_policy(0);
   EXPECT_EQ(config_from_binary(unset.data(), unset.size()).session.compression.policy, PolicyKind::none);
-  for (int16_t v : {int16_t{9}, int16_t{-1}, int16_t{6 | 1}, int16_t{0x7fff}}) {
+  for (int16_t v : {int16_t{10}, int16_t{-1}, int16_t{6 | 1}, int16_t{0x7fff}}) {
     if (v == 7) continue;  // pyramidkv
     const std::vector<uint8_t> bad = binary_with_policy(v);
     try {

@@ -83,170 +83,172 @@ typedef _gostring_ swig_type_53;
 typedef _gostring_ swig_type_54;
 typedef _gostring_ swig_type_55;
 typedef _goslice_ swig_type_56;
-extern void _wrap_Swig_free_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern uintptr_t _wrap_Swig_malloc_capi_cc5089ff49b00e3c(swig_intgo arg1);
-extern swig_intgo _wrap_IKV_VERSION_NUMBER_capi_cc5089ff49b00e3c(void);
-extern swig_type_1 _wrap_ikv_version_string_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_ikv_version_number_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_IO_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_BAD_MODEL_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_UNSUPPORTED_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_KV_FULL_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_CANCELLED_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_WRONG_MODEL_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_VERSION_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_BAD_CONFIG_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_NO_DEVICE_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_NOT_FOUND_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_BAD_STATE_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_BAD_HANDLE_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_BUSY_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_IKV_ERR_INTERNAL_capi_cc5089ff49b00e3c(void);
-extern swig_type_2 _wrap_ikv_status_string_capi_cc5089ff49b00e3c(swig_intgo arg1);
-extern swig_type_3 _wrap_ikv_last_error_message_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_ikv_device_count_capi_cc5089ff49b00e3c(swig_voidp arg1);
-extern swig_intgo _wrap_ikv_device_name_capi_cc5089ff49b00e3c(swig_type_4 arg1, swig_voidp arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_model_load_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_type_5 arg2);
-extern void _wrap_ikv_model_free_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_model_get_int_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_model_describe_capi_cc5089ff49b00e3c(swig_type_6 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_ikv_tokenize_capi_cc5089ff49b00e3c(swig_type_7 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_8 arg4, swig_intgo arg5);
-extern swig_intgo _wrap_ikv_tokenize_ex_capi_cc5089ff49b00e3c(swig_type_9 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_10 arg4, swig_intgo arg5);
-extern swig_intgo _wrap_ikv_detokenize_capi_cc5089ff49b00e3c(swig_type_11 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_12 arg4);
-extern void _wrap_ikv_session_options_struct_size_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_struct_size_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_version_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_version_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_n_threads_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_n_threads_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_kv_dtype_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_kv_dtype_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_block_size_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_block_size_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_ubatch_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_ubatch_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_kv_pool_blocks_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_13 arg2);
-extern swig_type_14 _wrap_ikv_session_options_kv_pool_blocks_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_kv_pool_bytes_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_15 arg2);
-extern swig_type_16 _wrap_ikv_session_options_kv_pool_bytes_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_policy_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_policy_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_budget_tokens_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_budget_tokens_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_budget_fraction_set_capi_cc5089ff49b00e3c(uintptr_t arg1, double arg2);
-extern double _wrap_ikv_session_options_budget_fraction_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_window_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_window_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_interval_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_interval_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_alpha_set_capi_cc5089ff49b00e3c(uintptr_t arg1, float arg2);
-extern float _wrap_ikv_session_options_alpha_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_tau_set_capi_cc5089ff49b00e3c(uintptr_t arg1, float arg2);
-extern float _wrap_ikv_session_options_tau_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_entropy_top_k_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_entropy_top_k_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_pool_kernel_decode_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_shape_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_shape_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_beta_set_capi_cc5089ff49b00e3c(uintptr_t arg1, float arg2);
-extern float _wrap_ikv_session_options_beta_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_sink_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_sink_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_compress_after_prefill_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_device_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_17 arg2);
-extern swig_type_18 _wrap_ikv_session_options_device_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_max_sequences_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_session_options_max_sequences_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_session_options_max_loss_set_capi_cc5089ff49b00e3c(uintptr_t arg1, double arg2);
-extern double _wrap_ikv_session_options_max_loss_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_delete_ikv_session_options_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern uintptr_t _wrap_new_ikv_session_options_capi_cc5089ff49b00e3c(void);
-extern swig_intgo _wrap_ikv_session_options_init_version_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_19 arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_session_options_init_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_session_create_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
-extern void _wrap_ikv_session_free_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_seq_add_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_seq_remove_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_seq_fork_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_seq_truncate_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2, swig_type_20 arg3);
-extern swig_intgo _wrap_ikv_seq_remove_range_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2, swig_type_21 arg3, swig_type_22 arg4);
-extern swig_intgo _wrap_ikv_seq_length_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_seq_kept_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_seq_kv_bytes_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_seq_kv_bytes_uncompressed_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_seq_budget_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_seq_protection_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_decode_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2, swig_type_23 arg3);
-extern swig_intgo _wrap_ikv_decode_batch_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_24 arg2);
-extern swig_intgo _wrap_ikv_get_logits_capi_cc5089ff49b00e3c(swig_type_25 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_kv_stat_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_seq_pressure_estimate_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_seq_protect_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2, swig_type_26 arg3, swig_type_27 arg4, swig_intgo arg5);
-extern swig_intgo _wrap_ikv_seq_compress_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_type_28 _wrap_ikv_evidence_name_capi_cc5089ff49b00e3c(swig_intgo arg1);
-extern swig_intgo _wrap_ikv_seq_auto_report_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4, swig_voidp arg5, uintptr_t arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_seq_auto_layer_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4, uintptr_t arg5, swig_intgo arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_session_load_profile_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_29 arg2);
-extern swig_intgo _wrap_ikv_session_save_profile_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_30 arg2);
-extern swig_intgo _wrap_ikv_session_profile_info_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, uintptr_t arg4);
-extern swig_intgo _wrap_ikv_session_profile_tag_capi_cc5089ff49b00e3c(swig_type_31 arg1, swig_voidp arg2, uintptr_t arg3);
-extern void _wrap_ikv_sampler_options_struct_size_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_sampler_options_struct_size_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_version_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_sampler_options_version_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_temperature_set_capi_cc5089ff49b00e3c(uintptr_t arg1, float arg2);
-extern float _wrap_ikv_sampler_options_temperature_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_top_k_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_sampler_options_top_k_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_top_p_set_capi_cc5089ff49b00e3c(uintptr_t arg1, float arg2);
-extern float _wrap_ikv_sampler_options_top_p_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_min_p_set_capi_cc5089ff49b00e3c(uintptr_t arg1, float arg2);
-extern float _wrap_ikv_sampler_options_min_p_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_repeat_penalty_set_capi_cc5089ff49b00e3c(uintptr_t arg1, float arg2);
-extern float _wrap_ikv_sampler_options_repeat_penalty_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_repeat_last_n_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2);
-extern swig_intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern void _wrap_ikv_sampler_options_seed_set_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_32 arg2);
-extern swig_type_33 _wrap_ikv_sampler_options_seed_get_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern uintptr_t _wrap_new_ikv_sampler_options_capi_cc5089ff49b00e3c(void);
-extern void _wrap_delete_ikv_sampler_options_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_sampler_options_init_version_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_type_34 arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_sampler_options_init_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_sampler_create_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2);
-extern void _wrap_ikv_sampler_free_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_sample_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3, swig_intgo arg4);
-extern swig_intgo _wrap_ikv_generate_capi_cc5089ff49b00e3c(swig_type_35 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_36 arg5, swig_intgo arg6, uintptr_t arg7, uintptr_t arg8);
-extern swig_intgo _wrap_ikv_config_create_capi_cc5089ff49b00e3c(swig_voidp arg1);
-extern swig_intgo _wrap_ikv_config_from_json_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_type_37 arg2);
-extern swig_intgo _wrap_ikv_config_from_binary_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_type_38 arg2);
-extern swig_intgo _wrap_ikv_config_to_json_capi_cc5089ff49b00e3c(swig_type_39 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_ikv_config_to_binary_capi_cc5089ff49b00e3c(swig_type_40 arg1, swig_voidp arg2, uintptr_t arg3);
-extern void _wrap_ikv_config_free_capi_cc5089ff49b00e3c(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_config_get_model_path_capi_cc5089ff49b00e3c(swig_type_41 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_ikv_model_load_with_config_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_model_load_with_config_confined_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, swig_type_42 arg3);
-extern swig_intgo _wrap_ikv_session_create_with_config_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
-extern swig_intgo _wrap_ikv_sampler_create_with_config_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_session_save_file_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, swig_type_43 arg4);
-extern swig_intgo _wrap_ikv_session_save_buffer_capi_cc5089ff49b00e3c(swig_type_44 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, uintptr_t arg5);
-extern swig_intgo _wrap_ikv_session_restore_file_capi_cc5089ff49b00e3c(swig_type_45 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_46 arg5);
-extern swig_intgo _wrap_ikv_session_restore_buffer_capi_cc5089ff49b00e3c(swig_type_47 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_48 arg5);
-extern swig_intgo _wrap_ikv_snapshot_inspect_capi_cc5089ff49b00e3c(swig_type_49 arg1, swig_voidp arg2, swig_type_50 arg3);
-extern swig_intgo _wrap_ikv_chat_format_capi_cc5089ff49b00e3c(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_chat_tokenize_capi_cc5089ff49b00e3c(swig_type_51 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_52 arg4, swig_type_53 arg5, swig_intgo arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_chat_add_capi_cc5089ff49b00e3c(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_54 arg5, swig_type_55 arg6, swig_intgo arg7);
-extern swig_intgo _wrap_ikv_chat_reply_capi_cc5089ff49b00e3c(swig_type_56 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, uintptr_t arg7, swig_intgo arg8);
-extern swig_intgo _wrap_ikv_chat_begin_reply_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_chat_end_reply_capi_cc5089ff49b00e3c(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
+extern void _wrap_Swig_free_capi_c75d90f7c4086479(uintptr_t arg1);
+extern uintptr_t _wrap_Swig_malloc_capi_c75d90f7c4086479(swig_intgo arg1);
+extern swig_intgo _wrap_IKV_VERSION_NUMBER_capi_c75d90f7c4086479(void);
+extern swig_type_1 _wrap_ikv_version_string_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_ikv_version_number_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_IO_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_BAD_MODEL_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_UNSUPPORTED_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_KV_FULL_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_CANCELLED_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_WRONG_MODEL_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_VERSION_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_BAD_CONFIG_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_NO_DEVICE_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_NOT_FOUND_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_BAD_STATE_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_BAD_HANDLE_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_BUSY_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_IKV_ERR_INTERNAL_capi_c75d90f7c4086479(void);
+extern swig_type_2 _wrap_ikv_status_string_capi_c75d90f7c4086479(swig_intgo arg1);
+extern swig_type_3 _wrap_ikv_last_error_message_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_ikv_device_count_capi_c75d90f7c4086479(swig_voidp arg1);
+extern swig_intgo _wrap_ikv_device_name_capi_c75d90f7c4086479(swig_type_4 arg1, swig_voidp arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_model_load_capi_c75d90f7c4086479(swig_voidp arg1, swig_type_5 arg2);
+extern void _wrap_ikv_model_free_capi_c75d90f7c4086479(uintptr_t arg1);
+extern swig_intgo _wrap_ikv_model_get_int_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_model_describe_capi_c75d90f7c4086479(swig_type_6 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_tokenize_capi_c75d90f7c4086479(swig_type_7 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_8 arg4, swig_intgo arg5);
+extern swig_intgo _wrap_ikv_tokenize_ex_capi_c75d90f7c4086479(swig_type_9 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_10 arg4, swig_intgo arg5);
+extern swig_intgo _wrap_ikv_detokenize_capi_c75d90f7c4086479(swig_type_11 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_12 arg4);
+extern void _wrap_ikv_session_options_struct_size_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_struct_size_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_version_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_version_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_n_threads_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_n_threads_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_kv_dtype_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_kv_dtype_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_block_size_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_block_size_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_ubatch_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_ubatch_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_kv_pool_blocks_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_13 arg2);
+extern swig_type_14 _wrap_ikv_session_options_kv_pool_blocks_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_kv_pool_bytes_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_15 arg2);
+extern swig_type_16 _wrap_ikv_session_options_kv_pool_bytes_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_policy_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_policy_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_budget_tokens_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_budget_tokens_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_budget_fraction_set_capi_c75d90f7c4086479(uintptr_t arg1, double arg2);
+extern double _wrap_ikv_session_options_budget_fraction_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_window_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_window_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_interval_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_interval_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_alpha_set_capi_c75d90f7c4086479(uintptr_t arg1, float arg2);
+extern float _wrap_ikv_session_options_alpha_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_tau_set_capi_c75d90f7c4086479(uintptr_t arg1, float arg2);
+extern float _wrap_ikv_session_options_tau_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_entropy_top_k_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_entropy_top_k_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_pool_kernel_decode_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_shape_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_shape_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_beta_set_capi_c75d90f7c4086479(uintptr_t arg1, float arg2);
+extern float _wrap_ikv_session_options_beta_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_sink_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_sink_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_compress_after_prefill_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_device_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_17 arg2);
+extern swig_type_18 _wrap_ikv_session_options_device_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_max_sequences_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_max_sequences_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_max_loss_set_capi_c75d90f7c4086479(uintptr_t arg1, double arg2);
+extern double _wrap_ikv_session_options_max_loss_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_delete_ikv_session_options_capi_c75d90f7c4086479(uintptr_t arg1);
+extern uintptr_t _wrap_new_ikv_session_options_capi_c75d90f7c4086479(void);
+extern swig_intgo _wrap_ikv_session_options_init_version_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_19 arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_session_options_init_capi_c75d90f7c4086479(uintptr_t arg1);
+extern swig_intgo _wrap_ikv_session_create_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
+extern void _wrap_ikv_session_free_capi_c75d90f7c4086479(uintptr_t arg1);
+extern swig_intgo _wrap_ikv_seq_add_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_ikv_seq_remove_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_seq_fork_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_seq_truncate_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_type_20 arg3);
+extern swig_intgo _wrap_ikv_seq_remove_range_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_type_21 arg3, swig_type_22 arg4);
+extern swig_intgo _wrap_ikv_seq_length_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_seq_kept_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_seq_kv_bytes_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_seq_kv_bytes_uncompressed_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_seq_budget_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_seq_protection_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_decode_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_type_23 arg3);
+extern swig_intgo _wrap_ikv_decode_batch_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_24 arg2);
+extern swig_intgo _wrap_ikv_get_logits_capi_c75d90f7c4086479(swig_type_25 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_kv_stat_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_seq_pressure_estimate_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_seq_protect_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_type_26 arg3, swig_type_27 arg4, swig_intgo arg5);
+extern swig_intgo _wrap_ikv_seq_compress_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_seq_compress_for_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_seq_compression_question_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_type_28 _wrap_ikv_evidence_name_capi_c75d90f7c4086479(swig_intgo arg1);
+extern swig_intgo _wrap_ikv_seq_auto_report_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4, swig_voidp arg5, uintptr_t arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_seq_auto_layer_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4, uintptr_t arg5, swig_intgo arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_session_load_profile_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_29 arg2);
+extern swig_intgo _wrap_ikv_session_save_profile_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_30 arg2);
+extern swig_intgo _wrap_ikv_session_profile_info_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, uintptr_t arg4);
+extern swig_intgo _wrap_ikv_session_profile_tag_capi_c75d90f7c4086479(swig_type_31 arg1, swig_voidp arg2, uintptr_t arg3);
+extern void _wrap_ikv_sampler_options_struct_size_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_sampler_options_struct_size_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_version_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_sampler_options_version_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_temperature_set_capi_c75d90f7c4086479(uintptr_t arg1, float arg2);
+extern float _wrap_ikv_sampler_options_temperature_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_top_k_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_sampler_options_top_k_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_top_p_set_capi_c75d90f7c4086479(uintptr_t arg1, float arg2);
+extern float _wrap_ikv_sampler_options_top_p_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_min_p_set_capi_c75d90f7c4086479(uintptr_t arg1, float arg2);
+extern float _wrap_ikv_sampler_options_min_p_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_repeat_penalty_set_capi_c75d90f7c4086479(uintptr_t arg1, float arg2);
+extern float _wrap_ikv_sampler_options_repeat_penalty_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_repeat_last_n_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_sampler_options_seed_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_32 arg2);
+extern swig_type_33 _wrap_ikv_sampler_options_seed_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern uintptr_t _wrap_new_ikv_sampler_options_capi_c75d90f7c4086479(void);
+extern void _wrap_delete_ikv_sampler_options_capi_c75d90f7c4086479(uintptr_t arg1);
+extern swig_intgo _wrap_ikv_sampler_options_init_version_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_34 arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_sampler_options_init_capi_c75d90f7c4086479(uintptr_t arg1);
+extern swig_intgo _wrap_ikv_sampler_create_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2);
+extern void _wrap_ikv_sampler_free_capi_c75d90f7c4086479(uintptr_t arg1);
+extern swig_intgo _wrap_ikv_sample_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_generate_capi_c75d90f7c4086479(swig_type_35 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_36 arg5, swig_intgo arg6, uintptr_t arg7, uintptr_t arg8);
+extern swig_intgo _wrap_ikv_config_create_capi_c75d90f7c4086479(swig_voidp arg1);
+extern swig_intgo _wrap_ikv_config_from_json_capi_c75d90f7c4086479(swig_voidp arg1, swig_type_37 arg2);
+extern swig_intgo _wrap_ikv_config_from_binary_capi_c75d90f7c4086479(swig_voidp arg1, swig_type_38 arg2);
+extern swig_intgo _wrap_ikv_config_to_json_capi_c75d90f7c4086479(swig_type_39 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_config_to_binary_capi_c75d90f7c4086479(swig_type_40 arg1, swig_voidp arg2, uintptr_t arg3);
+extern void _wrap_ikv_config_free_capi_c75d90f7c4086479(uintptr_t arg1);
+extern swig_intgo _wrap_ikv_config_get_model_path_capi_c75d90f7c4086479(swig_type_41 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_model_load_with_config_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_ikv_model_load_with_config_confined_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_type_42 arg3);
+extern swig_intgo _wrap_ikv_session_create_with_config_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_sampler_create_with_config_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_ikv_session_save_file_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, uintptr_t arg3, swig_type_43 arg4);
+extern swig_intgo _wrap_ikv_session_save_buffer_capi_c75d90f7c4086479(swig_type_44 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, uintptr_t arg5);
+extern swig_intgo _wrap_ikv_session_restore_file_capi_c75d90f7c4086479(swig_type_45 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_46 arg5);
+extern swig_intgo _wrap_ikv_session_restore_buffer_capi_c75d90f7c4086479(swig_type_47 arg1, swig_voidp arg2, uintptr_t arg3, uintptr_t arg4, swig_type_48 arg5);
+extern swig_intgo _wrap_ikv_snapshot_inspect_capi_c75d90f7c4086479(swig_type_49 arg1, swig_voidp arg2, swig_type_50 arg3);
+extern swig_intgo _wrap_ikv_chat_format_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2);
+extern swig_intgo _wrap_ikv_chat_tokenize_capi_c75d90f7c4086479(swig_type_51 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_52 arg4, swig_type_53 arg5, swig_intgo arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_chat_add_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_type_54 arg5, swig_type_55 arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_chat_reply_capi_c75d90f7c4086479(swig_type_56 arg1, swig_voidp arg2, uintptr_t arg3, swig_intgo arg4, swig_intgo arg5, uintptr_t arg6, uintptr_t arg7, swig_intgo arg8);
+extern swig_intgo _wrap_ikv_chat_begin_reply_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
+extern swig_intgo _wrap_ikv_chat_end_reply_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
 #undef intgo
 */
 import "C"
@@ -289,13 +291,13 @@ func swigCopyString(s string) string {
 
 func Swig_free(arg1 uintptr) {
 	_swig_i_0 := arg1
-	C._wrap_Swig_free_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0))
+	C._wrap_Swig_free_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
 }
 
 func Swig_malloc(arg1 int) (_swig_ret uintptr) {
 	var swig_r uintptr
 	_swig_i_0 := arg1
-	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_cc5089ff49b00e3c(C.swig_intgo(_swig_i_0)))
+	swig_r = (uintptr)(C._wrap_Swig_malloc_capi_c75d90f7c4086479(C.swig_intgo(_swig_i_0)))
 	return swig_r
 }
 
@@ -305,14 +307,14 @@ const IKV_VERSION_PATCH int = 0
 const IKV_VERSION_STRING string = "0.1.0"
 func _swig_getIKV_VERSION_NUMBER() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_VERSION_NUMBER_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_VERSION_NUMBER_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_VERSION_NUMBER int = _swig_getIKV_VERSION_NUMBER()
 func Ikv_version_string() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_ikv_version_string_capi_cc5089ff49b00e3c()
+	swig_r_p := C._wrap_ikv_version_string_capi_c75d90f7c4086479()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -321,140 +323,140 @@ func Ikv_version_string() (_swig_ret string) {
 
 func Ikv_version_number() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_ikv_version_number_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_ikv_version_number_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 const IKV_OK int = 0
 func _swig_getIKV_ERR_INVALID_ARGUMENT() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_INVALID_ARGUMENT_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_INVALID_ARGUMENT_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_INVALID_ARGUMENT int = _swig_getIKV_ERR_INVALID_ARGUMENT()
 func _swig_getIKV_ERR_IO() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_IO_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_IO_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_IO int = _swig_getIKV_ERR_IO()
 func _swig_getIKV_ERR_BAD_MODEL() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_BAD_MODEL_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_BAD_MODEL_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_BAD_MODEL int = _swig_getIKV_ERR_BAD_MODEL()
 func _swig_getIKV_ERR_UNSUPPORTED() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_UNSUPPORTED_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_UNSUPPORTED_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_UNSUPPORTED int = _swig_getIKV_ERR_UNSUPPORTED()
 func _swig_getIKV_ERR_OUT_OF_MEMORY() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_OUT_OF_MEMORY_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_OUT_OF_MEMORY_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_OUT_OF_MEMORY int = _swig_getIKV_ERR_OUT_OF_MEMORY()
 func _swig_getIKV_ERR_KV_FULL() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_KV_FULL_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_KV_FULL_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_KV_FULL int = _swig_getIKV_ERR_KV_FULL()
 func _swig_getIKV_ERR_OUT_OF_RANGE() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_OUT_OF_RANGE_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_OUT_OF_RANGE_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_OUT_OF_RANGE int = _swig_getIKV_ERR_OUT_OF_RANGE()
 func _swig_getIKV_ERR_CANCELLED() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_CANCELLED_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_CANCELLED_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_CANCELLED int = _swig_getIKV_ERR_CANCELLED()
 func _swig_getIKV_ERR_BAD_SNAPSHOT() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_BAD_SNAPSHOT_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_BAD_SNAPSHOT_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_BAD_SNAPSHOT int = _swig_getIKV_ERR_BAD_SNAPSHOT()
 func _swig_getIKV_ERR_WRONG_MODEL() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_WRONG_MODEL_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_WRONG_MODEL_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_WRONG_MODEL int = _swig_getIKV_ERR_WRONG_MODEL()
 func _swig_getIKV_ERR_VERSION() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_VERSION_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_VERSION_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_VERSION int = _swig_getIKV_ERR_VERSION()
 func _swig_getIKV_ERR_BAD_CONFIG() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_BAD_CONFIG_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_BAD_CONFIG_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_BAD_CONFIG int = _swig_getIKV_ERR_BAD_CONFIG()
 func _swig_getIKV_ERR_NO_DEVICE() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_NO_DEVICE_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_NO_DEVICE_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_NO_DEVICE int = _swig_getIKV_ERR_NO_DEVICE()
 func _swig_getIKV_ERR_BUFFER_TOO_SMALL() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_BUFFER_TOO_SMALL int = _swig_getIKV_ERR_BUFFER_TOO_SMALL()
 func _swig_getIKV_ERR_NOT_FOUND() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_NOT_FOUND_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_NOT_FOUND_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_NOT_FOUND int = _swig_getIKV_ERR_NOT_FOUND()
 func _swig_getIKV_ERR_BAD_STATE() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_BAD_STATE_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_BAD_STATE_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_BAD_STATE int = _swig_getIKV_ERR_BAD_STATE()
 func _swig_getIKV_ERR_BAD_HANDLE() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_BAD_HANDLE_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_BAD_HANDLE_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_BAD_HANDLE int = _swig_getIKV_ERR_BAD_HANDLE()
 func _swig_getIKV_ERR_BUSY() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_BUSY_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_BUSY_capi_c75d90f7c4086479())
 	return swig_r
 }
 
 var IKV_ERR_BUSY int = _swig_getIKV_ERR_BUSY()
 func _swig_getIKV_ERR_INTERNAL() (_swig_ret int) {
 	var swig_r int
-	swig_r = (int)(C._wrap_IKV_ERR_INTERNAL_capi_cc5089ff49b00e3c())
+	swig_r = (int)(C._wrap_IKV_ERR_INTERNAL_capi_c75d90f7c4086479())
 	return swig_r
 }
 
@@ -462,7 +464,7 @@ var IKV_ERR_INTERNAL int = _swig_getIKV_ERR_INTERNAL()
 func Ikv_status_string(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_ikv_status_string_capi_cc5089ff49b00e3c(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_ikv_status_string_capi_c75d90f7c4086479(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -471,7 +473,7 @@ func Ikv_status_string(arg1 int) (_swig_ret string) {
 
 func Ikv_last_error_message() (_swig_ret string) {
 	var swig_r string
-	swig_r_p := C._wrap_ikv_last_error_message_capi_cc5089ff49b00e3c()
+	swig_r_p := C._wrap_ikv_last_error_message_capi_c75d90f7c4086479()
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -481,7 +483,7 @@ func Ikv_last_error_message() (_swig_ret string) {
 func Ikv_device_count(arg1 *int32) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_device_count_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_device_count_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0)))
 	return swig_r
 }
 
@@ -490,7 +492,7 @@ func Ikv_device_name(arg1 []byte, arg2 *uint64, arg3 int) (_swig_ret int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_device_name_capi_cc5089ff49b00e3c(*(*C.swig_type_4)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_device_name_capi_c75d90f7c4086479(*(*C.swig_type_4)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -502,7 +504,7 @@ func Ikv_model_load(arg1 *uintptr, arg2 string) (_swig_ret int) {
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_model_load_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), *(*C.swig_type_5)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_model_load_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), *(*C.swig_type_5)(unsafe.Pointer(&_swig_i_1))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -512,7 +514,7 @@ _swig_i_0 = arg1
 
 func Ikv_model_free(arg1 Struct_SS_ikv_model) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_ikv_model_free_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0))
+	C._wrap_ikv_model_free_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
 }
 
 const IKV_MODEL_N_VOCAB int = 1
@@ -532,7 +534,7 @@ func Ikv_model_get_int(arg1 *int64, arg2 Struct_SS_ikv_model, arg3 int) (_swig_r
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_model_get_int_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_model_get_int_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -541,7 +543,7 @@ func Ikv_model_describe(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_model) (_s
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_model_describe_capi_cc5089ff49b00e3c(*(*C.swig_type_6)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_model_describe_capi_c75d90f7c4086479(*(*C.swig_type_6)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -555,7 +557,7 @@ func Ikv_tokenize(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 str
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_tokenize_capi_cc5089ff49b00e3c(*(*C.swig_type_7)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4)))
+	swig_r = (int)(C._wrap_ikv_tokenize_capi_c75d90f7c4086479(*(*C.swig_type_7)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_8)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -574,7 +576,7 @@ func Ikv_tokenize_ex(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_tokenize_ex_capi_cc5089ff49b00e3c(*(*C.swig_type_9)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_10)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4)))
+	swig_r = (int)(C._wrap_ikv_tokenize_ex_capi_c75d90f7c4086479(*(*C.swig_type_9)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_10)(unsafe.Pointer(&_swig_i_3)), C.swig_intgo(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -590,7 +592,7 @@ func Ikv_detokenize(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 []
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_detokenize_capi_cc5089ff49b00e3c(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_12)(unsafe.Pointer(&_swig_i_3))))
+	swig_r = (int)(C._wrap_ikv_detokenize_capi_c75d90f7c4086479(*(*C.swig_type_11)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_12)(unsafe.Pointer(&_swig_i_3))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -611,6 +613,7 @@ const IKV_POLICY_STREAMING int = 4
 const IKV_POLICY_TOVA int = 5
 const IKV_POLICY_PYRAMIDKV int = 6
 const IKV_POLICY_AUTO int = 7
+const IKV_POLICY_KVZIP int = 8
 const IKV_SHAPE_UNIFORM int = 0
 const IKV_SHAPE_PYRAMID int = 1
 const IKV_SESSION_OPTIONS_VERSION int = 4
@@ -626,293 +629,293 @@ func (p SwigcptrIkv_session_options) SwigIsIkv_session_options() {
 func (arg1 SwigcptrIkv_session_options) SetStruct_size(arg2 uint) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_struct_size_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_struct_size_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetStruct_size() (_swig_ret uint) {
 	var swig_r uint
 	_swig_i_0 := arg1
-	swig_r = (uint)(C._wrap_ikv_session_options_struct_size_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint)(C._wrap_ikv_session_options_struct_size_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetVersion(arg2 uint) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_version_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_version_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetVersion() (_swig_ret uint) {
 	var swig_r uint
 	_swig_i_0 := arg1
-	swig_r = (uint)(C._wrap_ikv_session_options_version_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint)(C._wrap_ikv_session_options_version_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetN_threads(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_n_threads_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_n_threads_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetN_threads() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_n_threads_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_n_threads_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetKv_dtype(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_kv_dtype_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_kv_dtype_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetKv_dtype() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_kv_dtype_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_kv_dtype_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetBlock_size(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_block_size_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_block_size_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetBlock_size() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_block_size_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_block_size_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetUbatch(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_ubatch_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_ubatch_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetUbatch() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_ubatch_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_ubatch_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetKv_pool_blocks(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_kv_pool_blocks_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
+	C._wrap_ikv_session_options_kv_pool_blocks_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_13(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetKv_pool_blocks() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_ikv_session_options_kv_pool_blocks_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_ikv_session_options_kv_pool_blocks_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetKv_pool_bytes(arg2 int64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_kv_pool_bytes_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_type_15(_swig_i_1))
+	C._wrap_ikv_session_options_kv_pool_bytes_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_15(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetKv_pool_bytes() (_swig_ret int64) {
 	var swig_r int64
 	_swig_i_0 := arg1
-	swig_r = (int64)(C._wrap_ikv_session_options_kv_pool_bytes_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int64)(C._wrap_ikv_session_options_kv_pool_bytes_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetPolicy(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_policy_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_policy_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetPolicy() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_policy_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_policy_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetBudget_tokens(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_budget_tokens_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_budget_tokens_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetBudget_tokens() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_budget_tokens_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_budget_tokens_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetBudget_fraction(arg2 float64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_budget_fraction_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	C._wrap_ikv_session_options_budget_fraction_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetBudget_fraction() (_swig_ret float64) {
 	var swig_r float64
 	_swig_i_0 := arg1
-	swig_r = (float64)(C._wrap_ikv_session_options_budget_fraction_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float64)(C._wrap_ikv_session_options_budget_fraction_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetWindow(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_window_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_window_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetWindow() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_window_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_window_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetInterval(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_interval_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_interval_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetInterval() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_interval_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_interval_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetAlpha(arg2 float32) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_alpha_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
+	C._wrap_ikv_session_options_alpha_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetAlpha() (_swig_ret float32) {
 	var swig_r float32
 	_swig_i_0 := arg1
-	swig_r = (float32)(C._wrap_ikv_session_options_alpha_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float32)(C._wrap_ikv_session_options_alpha_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetTau(arg2 float32) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_tau_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
+	C._wrap_ikv_session_options_tau_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetTau() (_swig_ret float32) {
 	var swig_r float32
 	_swig_i_0 := arg1
-	swig_r = (float32)(C._wrap_ikv_session_options_tau_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float32)(C._wrap_ikv_session_options_tau_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetEntropy_top_k(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_entropy_top_k_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_entropy_top_k_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetEntropy_top_k() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_entropy_top_k_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_entropy_top_k_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetPool_kernel_prefill(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_pool_kernel_prefill_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_pool_kernel_prefill_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetPool_kernel_prefill() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_pool_kernel_prefill_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_pool_kernel_prefill_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetPool_kernel_decode(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_pool_kernel_decode_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_pool_kernel_decode_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetPool_kernel_decode() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_pool_kernel_decode_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_pool_kernel_decode_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetShape(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_shape_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_shape_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetShape() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_shape_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_shape_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetBeta(arg2 float32) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_beta_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
+	C._wrap_ikv_session_options_beta_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetBeta() (_swig_ret float32) {
 	var swig_r float32
 	_swig_i_0 := arg1
-	swig_r = (float32)(C._wrap_ikv_session_options_beta_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float32)(C._wrap_ikv_session_options_beta_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetSink(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_sink_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_sink_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetSink() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_sink_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_sink_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetCompress_after_prefill(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_compress_after_prefill_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_compress_after_prefill_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetCompress_after_prefill() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_compress_after_prefill_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_compress_after_prefill_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetDevice(arg2 string) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_device_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), *(*C.swig_type_17)(unsafe.Pointer(&_swig_i_1)))
+	C._wrap_ikv_session_options_device_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), *(*C.swig_type_17)(unsafe.Pointer(&_swig_i_1)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -921,7 +924,7 @@ func (arg1 SwigcptrIkv_session_options) SetDevice(arg2 string) {
 func (arg1 SwigcptrIkv_session_options) GetDevice() (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_ikv_session_options_device_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0))
+	swig_r_p := C._wrap_ikv_session_options_device_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -931,37 +934,37 @@ func (arg1 SwigcptrIkv_session_options) GetDevice() (_swig_ret string) {
 func (arg1 SwigcptrIkv_session_options) SetMax_sequences(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_max_sequences_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_session_options_max_sequences_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetMax_sequences() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_session_options_max_sequences_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_max_sequences_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_session_options) SetMax_loss(arg2 float64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_session_options_max_loss_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
+	C._wrap_ikv_session_options_max_loss_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.double(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_session_options) GetMax_loss() (_swig_ret float64) {
 	var swig_r float64
 	_swig_i_0 := arg1
-	swig_r = (float64)(C._wrap_ikv_session_options_max_loss_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float64)(C._wrap_ikv_session_options_max_loss_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func DeleteIkv_session_options(arg1 Ikv_session_options) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_ikv_session_options_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_ikv_session_options_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
 }
 
 func NewIkv_session_options() (_swig_ret Ikv_session_options) {
 	var swig_r Ikv_session_options
-	swig_r = (Ikv_session_options)(SwigcptrIkv_session_options(C._wrap_new_ikv_session_options_capi_cc5089ff49b00e3c()))
+	swig_r = (Ikv_session_options)(SwigcptrIkv_session_options(C._wrap_new_ikv_session_options_capi_c75d90f7c4086479()))
 	return swig_r
 }
 
@@ -1025,14 +1028,14 @@ func Ikv_session_options_init_version(arg1 Ikv_session_options, arg2 int64, arg3
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_session_options_init_version_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_type_19(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_session_options_init_version_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_19(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
 func Ikv_session_options_init(arg1 Ikv_session_options) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (int)(C._wrap_ikv_session_options_init_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_session_options_init_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
@@ -1042,21 +1045,21 @@ func Ikv_session_create(arg1 *uintptr, arg2 Struct_SS_ikv_model, arg3 Ikv_sessio
 _swig_i_0 = arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_session_create_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_session_create_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
 
 	return swig_r
 }
 
 func Ikv_session_free(arg1 Struct_SS_ikv_session) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_ikv_session_free_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0))
+	C._wrap_ikv_session_free_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
 }
 
 func Ikv_seq_add(arg1 *int32, arg2 Struct_SS_ikv_session) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int)(C._wrap_ikv_seq_add_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int)(C._wrap_ikv_seq_add_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
@@ -1064,7 +1067,7 @@ func Ikv_seq_remove(arg1 Struct_SS_ikv_session, arg2 int) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_seq_remove_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
+	swig_r = (int)(C._wrap_ikv_seq_remove_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1)))
 	return swig_r
 }
 
@@ -1073,7 +1076,7 @@ func Ikv_seq_fork(arg1 *int32, arg2 Struct_SS_ikv_session, arg3 int) (_swig_ret 
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_seq_fork_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_seq_fork_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -1082,7 +1085,7 @@ func Ikv_seq_truncate(arg1 Struct_SS_ikv_session, arg2 int, arg3 int64) (_swig_r
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_seq_truncate_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_20(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_seq_truncate_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_20(_swig_i_2)))
 	return swig_r
 }
 
@@ -1092,7 +1095,7 @@ func Ikv_seq_remove_range(arg1 Struct_SS_ikv_session, arg2 int, arg3 int64, arg4
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_seq_remove_range_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_21(_swig_i_2), C.swig_type_22(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_seq_remove_range_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_21(_swig_i_2), C.swig_type_22(_swig_i_3)))
 	return swig_r
 }
 
@@ -1101,7 +1104,7 @@ func Ikv_seq_length(arg1 *int64, arg2 Struct_SS_ikv_session, arg3 int) (_swig_re
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_seq_length_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_seq_length_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -1111,7 +1114,7 @@ func Ikv_seq_kept(arg1 *int64, arg2 Struct_SS_ikv_session, arg3 int, arg4 int) (
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_seq_kept_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_seq_kept_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1120,7 +1123,7 @@ func Ikv_seq_kv_bytes(arg1 *int64, arg2 Struct_SS_ikv_session, arg3 int) (_swig_
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_seq_kv_bytes_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_seq_kv_bytes_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -1129,7 +1132,7 @@ func Ikv_seq_kv_bytes_uncompressed(arg1 *int64, arg2 Struct_SS_ikv_session, arg3
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_seq_kv_bytes_uncompressed_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_seq_kv_bytes_uncompressed_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -1139,7 +1142,7 @@ func Ikv_seq_budget(arg1 *int64, arg2 *int64, arg3 Struct_SS_ikv_session, arg4 i
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_seq_budget_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_seq_budget_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1149,7 +1152,7 @@ func Ikv_seq_protection(arg1 *int64, arg2 *int64, arg3 Struct_SS_ikv_session, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_seq_protection_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_seq_protection_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1158,7 +1161,7 @@ func Ikv_decode(arg1 Struct_SS_ikv_session, arg2 int, arg3 []int32) (_swig_ret i
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_decode_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int)(C._wrap_ikv_decode_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), *(*C.swig_type_23)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1169,7 +1172,7 @@ func Ikv_decode_batch(arg1 Struct_SS_ikv_session, arg2 []int32) (_swig_ret int) 
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_decode_batch_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_decode_batch_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), *(*C.swig_type_24)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1182,7 +1185,7 @@ func Ikv_get_logits(arg1 []float32, arg2 *uint64, arg3 Struct_SS_ikv_session, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_get_logits_capi_cc5089ff49b00e3c(*(*C.swig_type_25)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_get_logits_capi_c75d90f7c4086479(*(*C.swig_type_25)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1208,7 +1211,7 @@ func Ikv_kv_stat(arg1 *int64, arg2 Struct_SS_ikv_session, arg3 int) (_swig_ret i
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_kv_stat_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_kv_stat_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -1218,7 +1221,7 @@ func Ikv_seq_pressure_estimate(arg1 *int64, arg2 *float64, arg3 Struct_SS_ikv_se
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_seq_pressure_estimate_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_seq_pressure_estimate_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1229,7 +1232,7 @@ func Ikv_seq_protect(arg1 Struct_SS_ikv_session, arg2 int, arg3 int64, arg4 int6
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_seq_protect_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_26(_swig_i_2), C.swig_type_27(_swig_i_3), C.swig_intgo(_swig_i_4)))
+	swig_r = (int)(C._wrap_ikv_seq_protect_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_type_26(_swig_i_2), C.swig_type_27(_swig_i_3), C.swig_intgo(_swig_i_4)))
 	return swig_r
 }
 
@@ -1238,7 +1241,30 @@ func Ikv_seq_compress(arg1 Struct_SS_ikv_session, arg2 int, arg3 int) (_swig_ret
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_seq_compress_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_seq_compress_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	return swig_r
+}
+
+const IKV_QUESTION_BOTH int = 0
+const IKV_QUESTION_NEXT int = 1
+const IKV_QUESTION_LATER int = 2
+func Ikv_seq_compress_for(arg1 Struct_SS_ikv_session, arg2 int, arg3 int, arg4 int) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := getSwigcptr(arg1)
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r = (int)(C._wrap_ikv_seq_compress_for_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	return swig_r
+}
+
+func Ikv_seq_compression_question(arg1 *int32, arg2 *float64, arg3 Struct_SS_ikv_session, arg4 int) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	_swig_i_2 := getSwigcptr(arg3)
+	_swig_i_3 := arg4
+	swig_r = (int)(C._wrap_ikv_seq_compression_question_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1251,7 +1277,7 @@ const IKV_EVIDENCE_KEY_NORM int = 5
 func Ikv_evidence_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1
-	swig_r_p := C._wrap_ikv_evidence_name_capi_cc5089ff49b00e3c(C.swig_intgo(_swig_i_0))
+	swig_r_p := C._wrap_ikv_evidence_name_capi_c75d90f7c4086479(C.swig_intgo(_swig_i_0))
 	swig_r = *(*string)(unsafe.Pointer(&swig_r_p))
 	var swig_r_1 string
  swig_r_1 = swigCopyString(swig_r) 
@@ -1267,7 +1293,7 @@ func Ikv_seq_auto_report(arg1 *int32, arg2 *int64, arg3 *int64, arg4 *float64, a
 	_swig_i_4 := arg5
 	_swig_i_5 := getSwigcptr(arg6)
 	_swig_i_6 := arg7
-	swig_r = (int)(C._wrap_ikv_seq_auto_report_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_intgo(_swig_i_6)))
+	swig_r = (int)(C._wrap_ikv_seq_auto_report_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3), C.swig_voidp(_swig_i_4), C.uintptr_t(_swig_i_5), C.swig_intgo(_swig_i_6)))
 	return swig_r
 }
 
@@ -1280,7 +1306,7 @@ func Ikv_seq_auto_layer(arg1 *int32, arg2 *int32, arg3 *float64, arg4 *float64, 
 	_swig_i_4 := getSwigcptr(arg5)
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int)(C._wrap_ikv_seq_auto_layer_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3), C.uintptr_t(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
+	swig_r = (int)(C._wrap_ikv_seq_auto_layer_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3), C.uintptr_t(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
 	return swig_r
 }
 
@@ -1288,7 +1314,7 @@ func Ikv_session_load_profile(arg1 Struct_SS_ikv_session, arg2 string) (_swig_re
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_session_load_profile_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_session_load_profile_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), *(*C.swig_type_29)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1299,7 +1325,7 @@ func Ikv_session_save_profile(arg1 Struct_SS_ikv_session, arg2 string) (_swig_re
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_session_save_profile_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_session_save_profile_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), *(*C.swig_type_30)(unsafe.Pointer(&_swig_i_1))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
 	}
@@ -1312,7 +1338,7 @@ func Ikv_session_profile_info(arg1 *int64, arg2 *int32, arg3 *int32, arg4 Struct
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := getSwigcptr(arg4)
-	swig_r = (int)(C._wrap_ikv_session_profile_info_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.uintptr_t(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_session_profile_info_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.uintptr_t(_swig_i_3)))
 	return swig_r
 }
 
@@ -1321,7 +1347,7 @@ func Ikv_session_profile_tag(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_sessi
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_session_profile_tag_capi_cc5089ff49b00e3c(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_session_profile_tag_capi_c75d90f7c4086479(*(*C.swig_type_31)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1341,129 +1367,129 @@ func (p SwigcptrIkv_sampler_options) SwigIsIkv_sampler_options() {
 func (arg1 SwigcptrIkv_sampler_options) SetStruct_size(arg2 uint) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_struct_size_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_sampler_options_struct_size_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetStruct_size() (_swig_ret uint) {
 	var swig_r uint
 	_swig_i_0 := arg1
-	swig_r = (uint)(C._wrap_ikv_sampler_options_struct_size_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint)(C._wrap_ikv_sampler_options_struct_size_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_sampler_options) SetVersion(arg2 uint) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_version_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_sampler_options_version_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetVersion() (_swig_ret uint) {
 	var swig_r uint
 	_swig_i_0 := arg1
-	swig_r = (uint)(C._wrap_ikv_sampler_options_version_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint)(C._wrap_ikv_sampler_options_version_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_sampler_options) SetTemperature(arg2 float32) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_temperature_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
+	C._wrap_ikv_sampler_options_temperature_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetTemperature() (_swig_ret float32) {
 	var swig_r float32
 	_swig_i_0 := arg1
-	swig_r = (float32)(C._wrap_ikv_sampler_options_temperature_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float32)(C._wrap_ikv_sampler_options_temperature_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_sampler_options) SetTop_k(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_top_k_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_sampler_options_top_k_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetTop_k() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_sampler_options_top_k_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_sampler_options_top_k_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_sampler_options) SetTop_p(arg2 float32) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_top_p_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
+	C._wrap_ikv_sampler_options_top_p_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetTop_p() (_swig_ret float32) {
 	var swig_r float32
 	_swig_i_0 := arg1
-	swig_r = (float32)(C._wrap_ikv_sampler_options_top_p_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float32)(C._wrap_ikv_sampler_options_top_p_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_sampler_options) SetMin_p(arg2 float32) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_min_p_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
+	C._wrap_ikv_sampler_options_min_p_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetMin_p() (_swig_ret float32) {
 	var swig_r float32
 	_swig_i_0 := arg1
-	swig_r = (float32)(C._wrap_ikv_sampler_options_min_p_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float32)(C._wrap_ikv_sampler_options_min_p_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_sampler_options) SetRepeat_penalty(arg2 float32) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_repeat_penalty_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
+	C._wrap_ikv_sampler_options_repeat_penalty_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.float(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetRepeat_penalty() (_swig_ret float32) {
 	var swig_r float32
 	_swig_i_0 := arg1
-	swig_r = (float32)(C._wrap_ikv_sampler_options_repeat_penalty_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (float32)(C._wrap_ikv_sampler_options_repeat_penalty_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_sampler_options) SetRepeat_last_n(arg2 int) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_repeat_last_n_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+	C._wrap_ikv_sampler_options_repeat_last_n_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetRepeat_last_n() (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
-	swig_r = (int)(C._wrap_ikv_sampler_options_repeat_last_n_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_sampler_options_repeat_last_n_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func (arg1 SwigcptrIkv_sampler_options) SetSeed(arg2 uint64) {
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
-	C._wrap_ikv_sampler_options_seed_set_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_type_32(_swig_i_1))
+	C._wrap_ikv_sampler_options_seed_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_32(_swig_i_1))
 }
 
 func (arg1 SwigcptrIkv_sampler_options) GetSeed() (_swig_ret uint64) {
 	var swig_r uint64
 	_swig_i_0 := arg1
-	swig_r = (uint64)(C._wrap_ikv_sampler_options_seed_get_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (uint64)(C._wrap_ikv_sampler_options_seed_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
 func NewIkv_sampler_options() (_swig_ret Ikv_sampler_options) {
 	var swig_r Ikv_sampler_options
-	swig_r = (Ikv_sampler_options)(SwigcptrIkv_sampler_options(C._wrap_new_ikv_sampler_options_capi_cc5089ff49b00e3c()))
+	swig_r = (Ikv_sampler_options)(SwigcptrIkv_sampler_options(C._wrap_new_ikv_sampler_options_capi_c75d90f7c4086479()))
 	return swig_r
 }
 
 func DeleteIkv_sampler_options(arg1 Ikv_sampler_options) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_delete_ikv_sampler_options_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0))
+	C._wrap_delete_ikv_sampler_options_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
 }
 
 type Ikv_sampler_options interface {
@@ -1494,14 +1520,14 @@ func Ikv_sampler_options_init_version(arg1 Ikv_sampler_options, arg2 int64, arg3
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_sampler_options_init_version_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_type_34(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_sampler_options_init_version_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_34(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
 func Ikv_sampler_options_init(arg1 Ikv_sampler_options) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
-	swig_r = (int)(C._wrap_ikv_sampler_options_init_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_sampler_options_init_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
 	return swig_r
 }
 
@@ -1510,14 +1536,14 @@ func Ikv_sampler_create(arg1 *uintptr, arg2 Ikv_sampler_options) (_swig_ret int)
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int)(C._wrap_ikv_sampler_create_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int)(C._wrap_ikv_sampler_create_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 
 	return swig_r
 }
 
 func Ikv_sampler_free(arg1 Struct_SS_ikv_sampler) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_ikv_sampler_free_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0))
+	C._wrap_ikv_sampler_free_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
 }
 
 func Ikv_sample(arg1 *int32, arg2 Struct_SS_ikv_sampler, arg3 Struct_SS_ikv_session, arg4 int) (_swig_ret int) {
@@ -1526,7 +1552,7 @@ func Ikv_sample(arg1 *int32, arg2 Struct_SS_ikv_sampler, arg3 Struct_SS_ikv_sess
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_sample_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_sample_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 
@@ -1540,7 +1566,7 @@ func Ikv_generate(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4 i
 	_swig_i_5 := arg6
 	_swig_i_6 := getSwigcptr(arg7)
 	_swig_i_7 := arg8
-	swig_r = (int)(C._wrap_ikv_generate_capi_cc5089ff49b00e3c(*(*C.swig_type_35)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6), C.uintptr_t(_swig_i_7)))
+	swig_r = (int)(C._wrap_ikv_generate_capi_c75d90f7c4086479(*(*C.swig_type_35)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_36)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.uintptr_t(_swig_i_6), C.uintptr_t(_swig_i_7)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1554,7 +1580,7 @@ func Ikv_config_create(arg1 *uintptr) (_swig_ret int) {
 	var swig_r int
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
-	swig_r = (int)(C._wrap_ikv_config_create_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0)))
+	swig_r = (int)(C._wrap_ikv_config_create_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0)))
 
 	return swig_r
 }
@@ -1564,7 +1590,7 @@ func Ikv_config_from_json(arg1 *uintptr, arg2 string) (_swig_ret int) {
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_config_from_json_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_config_from_json_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), *(*C.swig_type_37)(unsafe.Pointer(&_swig_i_1))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1577,7 +1603,7 @@ func Ikv_config_from_binary(arg1 *uintptr, arg2 []byte) (_swig_ret int) {
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_config_from_binary_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1))))
+	swig_r = (int)(C._wrap_ikv_config_from_binary_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), *(*C.swig_type_38)(unsafe.Pointer(&_swig_i_1))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg2
@@ -1590,7 +1616,7 @@ func Ikv_config_to_json(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config) (_
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_to_json_capi_cc5089ff49b00e3c(*(*C.swig_type_39)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_to_json_capi_c75d90f7c4086479(*(*C.swig_type_39)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1602,7 +1628,7 @@ func Ikv_config_to_binary(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config) 
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_to_binary_capi_cc5089ff49b00e3c(*(*C.swig_type_40)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_to_binary_capi_c75d90f7c4086479(*(*C.swig_type_40)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1611,7 +1637,7 @@ func Ikv_config_to_binary(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config) 
 
 func Ikv_config_free(arg1 Struct_SS_ikv_config) {
 	_swig_i_0 := getSwigcptr(arg1)
-	C._wrap_ikv_config_free_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0))
+	C._wrap_ikv_config_free_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
 }
 
 func Ikv_config_get_model_path(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_config) (_swig_ret int) {
@@ -1619,7 +1645,7 @@ func Ikv_config_get_model_path(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_con
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_config_get_model_path_capi_cc5089ff49b00e3c(*(*C.swig_type_41)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_config_get_model_path_capi_c75d90f7c4086479(*(*C.swig_type_41)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1631,7 +1657,7 @@ func Ikv_model_load_with_config(arg1 *uintptr, arg2 Struct_SS_ikv_config) (_swig
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int)(C._wrap_ikv_model_load_with_config_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int)(C._wrap_ikv_model_load_with_config_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 
 	return swig_r
 }
@@ -1642,7 +1668,7 @@ func Ikv_model_load_with_config_confined(arg1 *uintptr, arg2 Struct_SS_ikv_confi
 _swig_i_0 = arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_model_load_with_config_confined_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int)(C._wrap_ikv_model_load_with_config_confined_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), *(*C.swig_type_42)(unsafe.Pointer(&_swig_i_2))))
 
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
@@ -1656,7 +1682,7 @@ func Ikv_session_create_with_config(arg1 *uintptr, arg2 Struct_SS_ikv_model, arg
 _swig_i_0 = arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_session_create_with_config_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_session_create_with_config_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.uintptr_t(_swig_i_2)))
 
 	return swig_r
 }
@@ -1666,7 +1692,7 @@ func Ikv_sampler_create_with_config(arg1 *uintptr, arg2 Struct_SS_ikv_config) (_
 	var _swig_i_0 *uintptr
 _swig_i_0 = arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int)(C._wrap_ikv_sampler_create_with_config_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int)(C._wrap_ikv_sampler_create_with_config_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 
 	return swig_r
 }
@@ -1677,7 +1703,7 @@ func Ikv_session_save_file(arg1 Struct_SS_ikv_session, arg2 int, arg3 Struct_SS_
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_session_save_file_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_3))))
+	swig_r = (int)(C._wrap_ikv_session_save_file_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_43)(unsafe.Pointer(&_swig_i_3))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg4
 	}
@@ -1691,7 +1717,7 @@ func Ikv_session_save_buffer(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_sessi
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
 	_swig_i_4 := getSwigcptr(arg5)
-	swig_r = (int)(C._wrap_ikv_session_save_buffer_capi_cc5089ff49b00e3c(*(*C.swig_type_44)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int)(C._wrap_ikv_session_save_buffer_capi_c75d90f7c4086479(*(*C.swig_type_44)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1705,7 +1731,7 @@ func Ikv_session_restore_file(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_ses
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := getSwigcptr(arg4)
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_session_restore_file_capi_cc5089ff49b00e3c(*(*C.swig_type_45)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_4))))
+	swig_r = (int)(C._wrap_ikv_session_restore_file_capi_c75d90f7c4086479(*(*C.swig_type_45)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_46)(unsafe.Pointer(&_swig_i_4))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1722,7 +1748,7 @@ func Ikv_session_restore_buffer(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_s
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := getSwigcptr(arg4)
 	_swig_i_4 := arg5
-	swig_r = (int)(C._wrap_ikv_session_restore_buffer_capi_cc5089ff49b00e3c(*(*C.swig_type_47)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_4))))
+	swig_r = (int)(C._wrap_ikv_session_restore_buffer_capi_c75d90f7c4086479(*(*C.swig_type_47)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.uintptr_t(_swig_i_3), *(*C.swig_type_48)(unsafe.Pointer(&_swig_i_4))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1737,7 +1763,7 @@ func Ikv_snapshot_inspect(arg1 []byte, arg2 *uint64, arg3 string) (_swig_ret int
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_snapshot_inspect_capi_cc5089ff49b00e3c(*(*C.swig_type_49)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_2))))
+	swig_r = (int)(C._wrap_ikv_snapshot_inspect_capi_c75d90f7c4086479(*(*C.swig_type_49)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), *(*C.swig_type_50)(unsafe.Pointer(&_swig_i_2))))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1757,7 +1783,7 @@ func Ikv_chat_format(arg1 *int32, arg2 Struct_SS_ikv_model) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
-	swig_r = (int)(C._wrap_ikv_chat_format_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
+	swig_r = (int)(C._wrap_ikv_chat_format_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1)))
 	return swig_r
 }
 
@@ -1770,7 +1796,7 @@ func Ikv_chat_tokenize(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_model, arg
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int)(C._wrap_ikv_chat_tokenize_capi_cc5089ff49b00e3c(*(*C.swig_type_51)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
+	swig_r = (int)(C._wrap_ikv_chat_tokenize_capi_c75d90f7c4086479(*(*C.swig_type_51)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), *(*C.swig_type_52)(unsafe.Pointer(&_swig_i_3)), *(*C.swig_type_53)(unsafe.Pointer(&_swig_i_4)), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1792,7 +1818,7 @@ func Ikv_chat_add(arg1 *int64, arg2 *int64, arg3 Struct_SS_ikv_session, arg4 int
 	_swig_i_4 := arg5
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
-	swig_r = (int)(C._wrap_ikv_chat_add_capi_cc5089ff49b00e3c(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_4)), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6)))
+	swig_r = (int)(C._wrap_ikv_chat_add_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), *(*C.swig_type_54)(unsafe.Pointer(&_swig_i_4)), *(*C.swig_type_55)(unsafe.Pointer(&_swig_i_5)), C.swig_intgo(_swig_i_6)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg5
 	}
@@ -1812,7 +1838,7 @@ func Ikv_chat_reply(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_session, arg4
 	_swig_i_5 := getSwigcptr(arg6)
 	_swig_i_6 := arg7
 	_swig_i_7 := arg8
-	swig_r = (int)(C._wrap_ikv_chat_reply_capi_cc5089ff49b00e3c(*(*C.swig_type_56)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.uintptr_t(_swig_i_6), C.swig_intgo(_swig_i_7)))
+	swig_r = (int)(C._wrap_ikv_chat_reply_capi_c75d90f7c4086479(*(*C.swig_type_56)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_intgo(_swig_i_3), C.swig_intgo(_swig_i_4), C.uintptr_t(_swig_i_5), C.uintptr_t(_swig_i_6), C.swig_intgo(_swig_i_7)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1824,7 +1850,7 @@ func Ikv_chat_begin_reply(arg1 Struct_SS_ikv_session, arg2 int, arg3 int) (_swig
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_chat_begin_reply_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_chat_begin_reply_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 
@@ -1833,7 +1859,7 @@ func Ikv_chat_end_reply(arg1 Struct_SS_ikv_session, arg2 int, arg3 int) (_swig_r
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_chat_end_reply_capi_cc5089ff49b00e3c(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_chat_end_reply_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1), C.swig_intgo(_swig_i_2)))
 	return swig_r
 }
 

@@ -221,7 +221,7 @@ SWIGINTERN void delete_ikv_session_options(struct ikv_session_options *self){
 extern "C" {
 #endif
 
-void _wrap_Swig_free_capi_cc5089ff49b00e3c(void *_swig_go_0) {
+void _wrap_Swig_free_capi_c75d90f7c4086479(void *_swig_go_0) {
   void *arg1 = (void *) 0 ;
   
   arg1 = *(void **)&_swig_go_0; 
@@ -231,7 +231,7 @@ void _wrap_Swig_free_capi_cc5089ff49b00e3c(void *_swig_go_0) {
 }
 
 
-void *_wrap_Swig_malloc_capi_cc5089ff49b00e3c(intgo _swig_go_0) {
+void *_wrap_Swig_malloc_capi_c75d90f7c4086479(intgo _swig_go_0) {
   int arg1 ;
   void *result = 0 ;
   void *_swig_go_result;
@@ -244,7 +244,7 @@ void *_wrap_Swig_malloc_capi_cc5089ff49b00e3c(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_IKV_VERSION_NUMBER_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_VERSION_NUMBER_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -255,7 +255,7 @@ intgo _wrap_IKV_VERSION_NUMBER_capi_cc5089ff49b00e3c() {
 }
 
 
-_gostring_ _wrap_ikv_version_string_capi_cc5089ff49b00e3c() {
+_gostring_ _wrap_ikv_version_string_capi_c75d90f7c4086479() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -266,7 +266,7 @@ _gostring_ _wrap_ikv_version_string_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_ikv_version_number_capi_cc5089ff49b00e3c() {
+intgo _wrap_ikv_version_number_capi_c75d90f7c4086479() {
   int32_t result;
   intgo _swig_go_result;
   
@@ -277,7 +277,7 @@ intgo _wrap_ikv_version_number_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -288,7 +288,7 @@ intgo _wrap_IKV_ERR_INVALID_ARGUMENT_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_IO_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_IO_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -299,7 +299,7 @@ intgo _wrap_IKV_ERR_IO_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_MODEL_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_BAD_MODEL_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -310,7 +310,7 @@ intgo _wrap_IKV_ERR_BAD_MODEL_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_UNSUPPORTED_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_UNSUPPORTED_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -321,7 +321,7 @@ intgo _wrap_IKV_ERR_UNSUPPORTED_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -332,7 +332,7 @@ intgo _wrap_IKV_ERR_OUT_OF_MEMORY_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_KV_FULL_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_KV_FULL_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -343,7 +343,7 @@ intgo _wrap_IKV_ERR_KV_FULL_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -354,7 +354,7 @@ intgo _wrap_IKV_ERR_OUT_OF_RANGE_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_CANCELLED_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_CANCELLED_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -365,7 +365,7 @@ intgo _wrap_IKV_ERR_CANCELLED_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -376,7 +376,7 @@ intgo _wrap_IKV_ERR_BAD_SNAPSHOT_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_WRONG_MODEL_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_WRONG_MODEL_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -387,7 +387,7 @@ intgo _wrap_IKV_ERR_WRONG_MODEL_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_VERSION_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_VERSION_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -398,7 +398,7 @@ intgo _wrap_IKV_ERR_VERSION_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_CONFIG_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_BAD_CONFIG_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -409,7 +409,7 @@ intgo _wrap_IKV_ERR_BAD_CONFIG_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_NO_DEVICE_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_NO_DEVICE_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -420,7 +420,7 @@ intgo _wrap_IKV_ERR_NO_DEVICE_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -431,7 +431,7 @@ intgo _wrap_IKV_ERR_BUFFER_TOO_SMALL_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_NOT_FOUND_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_NOT_FOUND_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -442,7 +442,7 @@ intgo _wrap_IKV_ERR_NOT_FOUND_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_STATE_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_BAD_STATE_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -453,7 +453,7 @@ intgo _wrap_IKV_ERR_BAD_STATE_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_BAD_HANDLE_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_BAD_HANDLE_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -464,7 +464,7 @@ intgo _wrap_IKV_ERR_BAD_HANDLE_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_BUSY_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_BUSY_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -475,7 +475,7 @@ intgo _wrap_IKV_ERR_BUSY_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_IKV_ERR_INTERNAL_capi_cc5089ff49b00e3c() {
+intgo _wrap_IKV_ERR_INTERNAL_capi_c75d90f7c4086479() {
   int result;
   intgo _swig_go_result;
   
@@ -486,7 +486,7 @@ intgo _wrap_IKV_ERR_INTERNAL_capi_cc5089ff49b00e3c() {
 }
 
 
-_gostring_ _wrap_ikv_status_string_capi_cc5089ff49b00e3c(intgo _swig_go_0) {
+_gostring_ _wrap_ikv_status_string_capi_c75d90f7c4086479(intgo _swig_go_0) {
   int32_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -499,7 +499,7 @@ _gostring_ _wrap_ikv_status_string_capi_cc5089ff49b00e3c(intgo _swig_go_0) {
 }
 
 
-_gostring_ _wrap_ikv_last_error_message_capi_cc5089ff49b00e3c() {
+_gostring_ _wrap_ikv_last_error_message_capi_c75d90f7c4086479() {
   char *result = 0 ;
   _gostring_ _swig_go_result;
   
@@ -510,7 +510,7 @@ _gostring_ _wrap_ikv_last_error_message_capi_cc5089ff49b00e3c() {
 }
 
 
-intgo _wrap_ikv_device_count_capi_cc5089ff49b00e3c(int *_swig_go_0) {
+intgo _wrap_ikv_device_count_capi_c75d90f7c4086479(int *_swig_go_0) {
   int32_t *arg1 = (int32_t *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -524,7 +524,7 @@ intgo _wrap_ikv_device_count_capi_cc5089ff49b00e3c(int *_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_device_name_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_device_name_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, intgo _swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -545,7 +545,7 @@ intgo _wrap_ikv_device_name_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long lon
 }
 
 
-intgo _wrap_ikv_model_load_capi_cc5089ff49b00e3c(ikv_model **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_model_load_capi_c75d90f7c4086479(ikv_model **_swig_go_0, _gostring_ _swig_go_1) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -566,7 +566,7 @@ intgo _wrap_ikv_model_load_capi_cc5089ff49b00e3c(ikv_model **_swig_go_0, _gostri
 }
 
 
-void _wrap_ikv_model_free_capi_cc5089ff49b00e3c(struct ikv_model *_swig_go_0) {
+void _wrap_ikv_model_free_capi_c75d90f7c4086479(struct ikv_model *_swig_go_0) {
   ikv_model *arg1 = (ikv_model *) 0 ;
   
   arg1 = *(ikv_model **)&_swig_go_0; 
@@ -576,7 +576,7 @@ void _wrap_ikv_model_free_capi_cc5089ff49b00e3c(struct ikv_model *_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_model_get_int_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct ikv_model *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_model_get_int_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_model *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   int32_t arg3 ;
@@ -594,7 +594,7 @@ intgo _wrap_ikv_model_get_int_capi_cc5089ff49b00e3c(long long *_swig_go_0, struc
 }
 
 
-intgo _wrap_ikv_model_describe_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2) {
+intgo _wrap_ikv_model_describe_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -615,7 +615,7 @@ intgo _wrap_ikv_model_describe_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long 
 }
 
 
-intgo _wrap_ikv_tokenize_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_ikv_tokenize_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -642,7 +642,7 @@ intgo _wrap_ikv_tokenize_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *
 }
 
 
-intgo _wrap_ikv_tokenize_ex_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_ikv_tokenize_ex_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, intgo _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -669,7 +669,7 @@ intgo _wrap_ikv_tokenize_ex_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long lon
 }
 
 
-intgo _wrap_ikv_detokenize_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _goslice_ _swig_go_3) {
+intgo _wrap_ikv_detokenize_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _goslice_ _swig_go_3) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -695,7 +695,7 @@ intgo _wrap_ikv_detokenize_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long
 }
 
 
-void _wrap_ikv_session_options_struct_size_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_struct_size_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t arg2 ;
   
@@ -707,7 +707,7 @@ void _wrap_ikv_session_options_struct_size_set_capi_cc5089ff49b00e3c(struct ikv_
 }
 
 
-intgo _wrap_ikv_session_options_struct_size_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_struct_size_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -720,7 +720,7 @@ intgo _wrap_ikv_session_options_struct_size_get_capi_cc5089ff49b00e3c(struct ikv
 }
 
 
-void _wrap_ikv_session_options_version_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_version_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t arg2 ;
   
@@ -732,7 +732,7 @@ void _wrap_ikv_session_options_version_set_capi_cc5089ff49b00e3c(struct ikv_sess
 }
 
 
-intgo _wrap_ikv_session_options_version_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_version_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -745,7 +745,7 @@ intgo _wrap_ikv_session_options_version_get_capi_cc5089ff49b00e3c(struct ikv_ses
 }
 
 
-void _wrap_ikv_session_options_n_threads_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_n_threads_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -757,7 +757,7 @@ void _wrap_ikv_session_options_n_threads_set_capi_cc5089ff49b00e3c(struct ikv_se
 }
 
 
-intgo _wrap_ikv_session_options_n_threads_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_n_threads_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -770,7 +770,7 @@ intgo _wrap_ikv_session_options_n_threads_get_capi_cc5089ff49b00e3c(struct ikv_s
 }
 
 
-void _wrap_ikv_session_options_kv_dtype_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_kv_dtype_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -782,7 +782,7 @@ void _wrap_ikv_session_options_kv_dtype_set_capi_cc5089ff49b00e3c(struct ikv_ses
 }
 
 
-intgo _wrap_ikv_session_options_kv_dtype_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_kv_dtype_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -795,7 +795,7 @@ intgo _wrap_ikv_session_options_kv_dtype_get_capi_cc5089ff49b00e3c(struct ikv_se
 }
 
 
-void _wrap_ikv_session_options_block_size_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_block_size_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -807,7 +807,7 @@ void _wrap_ikv_session_options_block_size_set_capi_cc5089ff49b00e3c(struct ikv_s
 }
 
 
-intgo _wrap_ikv_session_options_block_size_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_block_size_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -820,7 +820,7 @@ intgo _wrap_ikv_session_options_block_size_get_capi_cc5089ff49b00e3c(struct ikv_
 }
 
 
-void _wrap_ikv_session_options_ubatch_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_ubatch_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -832,7 +832,7 @@ void _wrap_ikv_session_options_ubatch_set_capi_cc5089ff49b00e3c(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_ubatch_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_ubatch_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -845,7 +845,7 @@ intgo _wrap_ikv_session_options_ubatch_get_capi_cc5089ff49b00e3c(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_kv_pool_blocks_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_session_options_kv_pool_blocks_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t arg2 ;
   
@@ -857,7 +857,7 @@ void _wrap_ikv_session_options_kv_pool_blocks_set_capi_cc5089ff49b00e3c(struct i
 }
 
 
-long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -870,7 +870,7 @@ long long _wrap_ikv_session_options_kv_pool_blocks_get_capi_cc5089ff49b00e3c(str
 }
 
 
-void _wrap_ikv_session_options_kv_pool_bytes_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_session_options_kv_pool_bytes_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t arg2 ;
   
@@ -882,7 +882,7 @@ void _wrap_ikv_session_options_kv_pool_bytes_set_capi_cc5089ff49b00e3c(struct ik
 }
 
 
-long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int64_t result;
   long long _swig_go_result;
@@ -895,7 +895,7 @@ long long _wrap_ikv_session_options_kv_pool_bytes_get_capi_cc5089ff49b00e3c(stru
 }
 
 
-void _wrap_ikv_session_options_policy_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_policy_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -907,7 +907,7 @@ void _wrap_ikv_session_options_policy_set_capi_cc5089ff49b00e3c(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_policy_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_policy_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -920,7 +920,7 @@ intgo _wrap_ikv_session_options_policy_get_capi_cc5089ff49b00e3c(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_budget_tokens_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_budget_tokens_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -932,7 +932,7 @@ void _wrap_ikv_session_options_budget_tokens_set_capi_cc5089ff49b00e3c(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_budget_tokens_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_budget_tokens_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -945,7 +945,7 @@ intgo _wrap_ikv_session_options_budget_tokens_get_capi_cc5089ff49b00e3c(struct i
 }
 
 
-void _wrap_ikv_session_options_budget_fraction_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
+void _wrap_ikv_session_options_budget_fraction_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double arg2 ;
   
@@ -957,7 +957,7 @@ void _wrap_ikv_session_options_budget_fraction_set_capi_cc5089ff49b00e3c(struct 
 }
 
 
-double _wrap_ikv_session_options_budget_fraction_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+double _wrap_ikv_session_options_budget_fraction_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double result;
   double _swig_go_result;
@@ -970,7 +970,7 @@ double _wrap_ikv_session_options_budget_fraction_get_capi_cc5089ff49b00e3c(struc
 }
 
 
-void _wrap_ikv_session_options_window_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_window_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -982,7 +982,7 @@ void _wrap_ikv_session_options_window_set_capi_cc5089ff49b00e3c(struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_session_options_window_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_window_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -995,7 +995,7 @@ intgo _wrap_ikv_session_options_window_get_capi_cc5089ff49b00e3c(struct ikv_sess
 }
 
 
-void _wrap_ikv_session_options_interval_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_interval_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1007,7 +1007,7 @@ void _wrap_ikv_session_options_interval_set_capi_cc5089ff49b00e3c(struct ikv_ses
 }
 
 
-intgo _wrap_ikv_session_options_interval_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_interval_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1020,7 +1020,7 @@ intgo _wrap_ikv_session_options_interval_get_capi_cc5089ff49b00e3c(struct ikv_se
 }
 
 
-void _wrap_ikv_session_options_alpha_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_alpha_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -1032,7 +1032,7 @@ void _wrap_ikv_session_options_alpha_set_capi_cc5089ff49b00e3c(struct ikv_sessio
 }
 
 
-float _wrap_ikv_session_options_alpha_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_alpha_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1045,7 +1045,7 @@ float _wrap_ikv_session_options_alpha_get_capi_cc5089ff49b00e3c(struct ikv_sessi
 }
 
 
-void _wrap_ikv_session_options_tau_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_tau_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -1057,7 +1057,7 @@ void _wrap_ikv_session_options_tau_set_capi_cc5089ff49b00e3c(struct ikv_session_
 }
 
 
-float _wrap_ikv_session_options_tau_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_tau_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1070,7 +1070,7 @@ float _wrap_ikv_session_options_tau_get_capi_cc5089ff49b00e3c(struct ikv_session
 }
 
 
-void _wrap_ikv_session_options_entropy_top_k_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_entropy_top_k_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1082,7 +1082,7 @@ void _wrap_ikv_session_options_entropy_top_k_set_capi_cc5089ff49b00e3c(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_entropy_top_k_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_entropy_top_k_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1095,7 +1095,7 @@ intgo _wrap_ikv_session_options_entropy_top_k_get_capi_cc5089ff49b00e3c(struct i
 }
 
 
-void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1107,7 +1107,7 @@ void _wrap_ikv_session_options_pool_kernel_prefill_set_capi_cc5089ff49b00e3c(str
 }
 
 
-intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1120,7 +1120,7 @@ intgo _wrap_ikv_session_options_pool_kernel_prefill_get_capi_cc5089ff49b00e3c(st
 }
 
 
-void _wrap_ikv_session_options_pool_kernel_decode_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_pool_kernel_decode_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1132,7 +1132,7 @@ void _wrap_ikv_session_options_pool_kernel_decode_set_capi_cc5089ff49b00e3c(stru
 }
 
 
-intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1145,7 +1145,7 @@ intgo _wrap_ikv_session_options_pool_kernel_decode_get_capi_cc5089ff49b00e3c(str
 }
 
 
-void _wrap_ikv_session_options_shape_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_shape_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1157,7 +1157,7 @@ void _wrap_ikv_session_options_shape_set_capi_cc5089ff49b00e3c(struct ikv_sessio
 }
 
 
-intgo _wrap_ikv_session_options_shape_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_shape_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1170,7 +1170,7 @@ intgo _wrap_ikv_session_options_shape_get_capi_cc5089ff49b00e3c(struct ikv_sessi
 }
 
 
-void _wrap_ikv_session_options_beta_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_session_options_beta_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, float _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float arg2 ;
   
@@ -1182,7 +1182,7 @@ void _wrap_ikv_session_options_beta_set_capi_cc5089ff49b00e3c(struct ikv_session
 }
 
 
-float _wrap_ikv_session_options_beta_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+float _wrap_ikv_session_options_beta_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1195,7 +1195,7 @@ float _wrap_ikv_session_options_beta_get_capi_cc5089ff49b00e3c(struct ikv_sessio
 }
 
 
-void _wrap_ikv_session_options_sink_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_sink_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1207,7 +1207,7 @@ void _wrap_ikv_session_options_sink_set_capi_cc5089ff49b00e3c(struct ikv_session
 }
 
 
-intgo _wrap_ikv_session_options_sink_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_sink_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1220,7 +1220,7 @@ intgo _wrap_ikv_session_options_sink_get_capi_cc5089ff49b00e3c(struct ikv_sessio
 }
 
 
-void _wrap_ikv_session_options_compress_after_prefill_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_compress_after_prefill_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1232,7 +1232,7 @@ void _wrap_ikv_session_options_compress_after_prefill_set_capi_cc5089ff49b00e3c(
 }
 
 
-intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1245,7 +1245,7 @@ intgo _wrap_ikv_session_options_compress_after_prefill_get_capi_cc5089ff49b00e3c
 }
 
 
-void _wrap_ikv_session_options_device_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, _gostring_ _swig_go_1) {
+void _wrap_ikv_session_options_device_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, _gostring_ _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   char *arg2 = (char *) 0 ;
   
@@ -1269,7 +1269,7 @@ void _wrap_ikv_session_options_device_set_capi_cc5089ff49b00e3c(struct ikv_sessi
 }
 
 
-_gostring_ _wrap_ikv_session_options_device_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+_gostring_ _wrap_ikv_session_options_device_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1282,7 +1282,7 @@ _gostring_ _wrap_ikv_session_options_device_get_capi_cc5089ff49b00e3c(struct ikv
 }
 
 
-void _wrap_ikv_session_options_max_sequences_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_session_options_max_sequences_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t arg2 ;
   
@@ -1294,7 +1294,7 @@ void _wrap_ikv_session_options_max_sequences_set_capi_cc5089ff49b00e3c(struct ik
 }
 
 
-intgo _wrap_ikv_session_options_max_sequences_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_max_sequences_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1307,7 +1307,7 @@ intgo _wrap_ikv_session_options_max_sequences_get_capi_cc5089ff49b00e3c(struct i
 }
 
 
-void _wrap_ikv_session_options_max_loss_set_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
+void _wrap_ikv_session_options_max_loss_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, double _swig_go_1) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double arg2 ;
   
@@ -1319,7 +1319,7 @@ void _wrap_ikv_session_options_max_loss_set_capi_cc5089ff49b00e3c(struct ikv_ses
 }
 
 
-double _wrap_ikv_session_options_max_loss_get_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+double _wrap_ikv_session_options_max_loss_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   double result;
   double _swig_go_result;
@@ -1332,7 +1332,7 @@ double _wrap_ikv_session_options_max_loss_get_capi_cc5089ff49b00e3c(struct ikv_s
 }
 
 
-void _wrap_delete_ikv_session_options_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+void _wrap_delete_ikv_session_options_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   
   arg1 = *(struct ikv_session_options **)&_swig_go_0; 
@@ -1342,7 +1342,7 @@ void _wrap_delete_ikv_session_options_capi_cc5089ff49b00e3c(struct ikv_session_o
 }
 
 
-struct ikv_session_options *_wrap_new_ikv_session_options_capi_cc5089ff49b00e3c() {
+struct ikv_session_options *_wrap_new_ikv_session_options_capi_c75d90f7c4086479() {
   struct ikv_session_options *result = 0 ;
   struct ikv_session_options *_swig_go_result;
   
@@ -1353,7 +1353,7 @@ struct ikv_session_options *_wrap_new_ikv_session_options_capi_cc5089ff49b00e3c(
 }
 
 
-intgo _wrap_ikv_session_options_init_version_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0, long long _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_session_options_init_version_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, long long _swig_go_1, intgo _swig_go_2) {
   ikv_session_options *arg1 = (ikv_session_options *) 0 ;
   size_t arg2 ;
   uint32_t arg3 ;
@@ -1370,7 +1370,7 @@ intgo _wrap_ikv_session_options_init_version_capi_cc5089ff49b00e3c(struct ikv_se
 }
 
 
-intgo _wrap_ikv_session_options_init_capi_cc5089ff49b00e3c(struct ikv_session_options *_swig_go_0) {
+intgo _wrap_ikv_session_options_init_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   ikv_session_options *arg1 = (ikv_session_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -1383,7 +1383,7 @@ intgo _wrap_ikv_session_options_init_capi_cc5089ff49b00e3c(struct ikv_session_op
 }
 
 
-intgo _wrap_ikv_session_create_capi_cc5089ff49b00e3c(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_session_options *_swig_go_2) {
+intgo _wrap_ikv_session_create_capi_c75d90f7c4086479(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_session_options *_swig_go_2) {
   ikv_session **arg1 = (ikv_session **) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   ikv_session_options *arg3 = (ikv_session_options *) 0 ;
@@ -1401,7 +1401,7 @@ intgo _wrap_ikv_session_create_capi_cc5089ff49b00e3c(ikv_session **_swig_go_0, s
 }
 
 
-void _wrap_ikv_session_free_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0) {
+void _wrap_ikv_session_free_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   
   arg1 = *(ikv_session **)&_swig_go_0; 
@@ -1411,7 +1411,7 @@ void _wrap_ikv_session_free_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0
 }
 
 
-intgo _wrap_ikv_seq_add_capi_cc5089ff49b00e3c(int *_swig_go_0, struct ikv_session *_swig_go_1) {
+intgo _wrap_ikv_seq_add_capi_c75d90f7c4086479(int *_swig_go_0, struct ikv_session *_swig_go_1) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t result;
@@ -1427,7 +1427,7 @@ intgo _wrap_ikv_seq_add_capi_cc5089ff49b00e3c(int *_swig_go_0, struct ikv_sessio
 }
 
 
-intgo _wrap_ikv_seq_remove_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1) {
+intgo _wrap_ikv_seq_remove_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t result;
@@ -1442,7 +1442,7 @@ intgo _wrap_ikv_seq_remove_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0,
 }
 
 
-intgo _wrap_ikv_seq_fork_capi_cc5089ff49b00e3c(int *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_fork_capi_c75d90f7c4086479(int *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1460,7 +1460,7 @@ intgo _wrap_ikv_seq_fork_capi_cc5089ff49b00e3c(int *_swig_go_0, struct ikv_sessi
 }
 
 
-intgo _wrap_ikv_seq_truncate_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2) {
+intgo _wrap_ikv_seq_truncate_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1477,7 +1477,7 @@ intgo _wrap_ikv_seq_truncate_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_
 }
 
 
-intgo _wrap_ikv_seq_remove_range_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3) {
+intgo _wrap_ikv_seq_remove_range_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1496,7 +1496,7 @@ intgo _wrap_ikv_seq_remove_range_capi_cc5089ff49b00e3c(struct ikv_session *_swig
 }
 
 
-intgo _wrap_ikv_seq_length_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_length_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1514,7 +1514,7 @@ intgo _wrap_ikv_seq_length_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct i
 }
 
 
-intgo _wrap_ikv_seq_kept_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_seq_kept_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1534,7 +1534,7 @@ intgo _wrap_ikv_seq_kept_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct ikv
 }
 
 
-intgo _wrap_ikv_seq_kv_bytes_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_kv_bytes_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1552,7 +1552,7 @@ intgo _wrap_ikv_seq_kv_bytes_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct
 }
 
 
-intgo _wrap_ikv_seq_kv_bytes_uncompressed_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_kv_bytes_uncompressed_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1570,7 +1570,7 @@ intgo _wrap_ikv_seq_kv_bytes_uncompressed_capi_cc5089ff49b00e3c(long long *_swig
 }
 
 
-intgo _wrap_ikv_seq_budget_capi_cc5089ff49b00e3c(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_seq_budget_capi_c75d90f7c4086479(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -1591,7 +1591,7 @@ intgo _wrap_ikv_seq_budget_capi_cc5089ff49b00e3c(long long *_swig_go_0, long lon
 }
 
 
-intgo _wrap_ikv_seq_protection_capi_cc5089ff49b00e3c(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_seq_protection_capi_c75d90f7c4086479(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -1612,7 +1612,7 @@ intgo _wrap_ikv_seq_protection_capi_cc5089ff49b00e3c(long long *_swig_go_0, long
 }
 
 
-intgo _wrap_ikv_decode_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
+intgo _wrap_ikv_decode_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, _goslice_ _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1632,7 +1632,7 @@ intgo _wrap_ikv_decode_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, int
 }
 
 
-intgo _wrap_ikv_decode_batch_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_ikv_decode_batch_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, _goslice_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1665,7 +1665,7 @@ intgo _wrap_ikv_decode_batch_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_
 }
 
 
-intgo _wrap_ikv_get_logits_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_get_logits_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   float *arg1 = (float *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1688,7 +1688,7 @@ intgo _wrap_ikv_get_logits_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long
 }
 
 
-intgo _wrap_ikv_kv_stat_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_kv_stat_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2) {
   int64_t *arg1 = (int64_t *) 0 ;
   ikv_session *arg2 = (ikv_session *) 0 ;
   int32_t arg3 ;
@@ -1706,7 +1706,7 @@ intgo _wrap_ikv_kv_stat_capi_cc5089ff49b00e3c(long long *_swig_go_0, struct ikv_
 }
 
 
-intgo _wrap_ikv_seq_pressure_estimate_capi_cc5089ff49b00e3c(long long *_swig_go_0, double *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_seq_pressure_estimate_capi_c75d90f7c4086479(long long *_swig_go_0, double *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   double *arg2 = (double *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -1727,7 +1727,7 @@ intgo _wrap_ikv_seq_pressure_estimate_capi_cc5089ff49b00e3c(long long *_swig_go_
 }
 
 
-intgo _wrap_ikv_seq_protect_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3, intgo _swig_go_4) {
+intgo _wrap_ikv_seq_protect_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, long long _swig_go_2, long long _swig_go_3, intgo _swig_go_4) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int64_t arg3 ;
@@ -1748,7 +1748,7 @@ intgo _wrap_ikv_seq_protect_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0
 }
 
 
-intgo _wrap_ikv_seq_compress_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_seq_compress_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t arg3 ;
@@ -1765,7 +1765,47 @@ intgo _wrap_ikv_seq_compress_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_
 }
 
 
-_gostring_ _wrap_ikv_evidence_name_capi_cc5089ff49b00e3c(intgo _swig_go_0) {
+intgo _wrap_ikv_seq_compress_for_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+  ikv_session *arg1 = (ikv_session *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_session **)&_swig_go_0; 
+  arg2 = (int32_t)_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  result = (int32_t)ikv_seq_compress_for(arg1,arg2,arg3,arg4);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_seq_compression_question_capi_c75d90f7c4086479(int *_swig_go_0, double *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  double *arg2 = (double *) 0 ;
+  ikv_session *arg3 = (ikv_session *) 0 ;
+  int32_t arg4 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)_swig_go_0;
+  arg2 = (double *)_swig_go_1;
+  arg3 = *(ikv_session **)&_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  result = (int32_t)ikv_seq_compression_question(arg1,arg2,(struct ikv_session const *)arg3,arg4);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
+_gostring_ _wrap_ikv_evidence_name_capi_c75d90f7c4086479(intgo _swig_go_0) {
   int32_t arg1 ;
   char *result = 0 ;
   _gostring_ _swig_go_result;
@@ -1778,7 +1818,7 @@ _gostring_ _wrap_ikv_evidence_name_capi_cc5089ff49b00e3c(intgo _swig_go_0) {
 }
 
 
-intgo _wrap_ikv_seq_auto_report_capi_cc5089ff49b00e3c(int *_swig_go_0, long long *_swig_go_1, long long *_swig_go_2, double *_swig_go_3, double *_swig_go_4, struct ikv_session *_swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_seq_auto_report_capi_c75d90f7c4086479(int *_swig_go_0, long long *_swig_go_1, long long *_swig_go_2, double *_swig_go_3, double *_swig_go_4, struct ikv_session *_swig_go_5, intgo _swig_go_6) {
   int32_t *arg1 = (int32_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   int64_t *arg3 = (int64_t *) 0 ;
@@ -1808,7 +1848,7 @@ intgo _wrap_ikv_seq_auto_report_capi_cc5089ff49b00e3c(int *_swig_go_0, long long
 }
 
 
-intgo _wrap_ikv_seq_auto_layer_capi_cc5089ff49b00e3c(int *_swig_go_0, int *_swig_go_1, double *_swig_go_2, double *_swig_go_3, struct ikv_session *_swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_seq_auto_layer_capi_c75d90f7c4086479(int *_swig_go_0, int *_swig_go_1, double *_swig_go_2, double *_swig_go_3, struct ikv_session *_swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
   int32_t *arg1 = (int32_t *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   double *arg3 = (double *) 0 ;
@@ -1837,7 +1877,7 @@ intgo _wrap_ikv_seq_auto_layer_capi_cc5089ff49b00e3c(int *_swig_go_0, int *_swig
 }
 
 
-intgo _wrap_ikv_session_load_profile_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_session_load_profile_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -1857,7 +1897,7 @@ intgo _wrap_ikv_session_load_profile_capi_cc5089ff49b00e3c(struct ikv_session *_
 }
 
 
-intgo _wrap_ikv_session_save_profile_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_session_save_profile_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, _gostring_ _swig_go_1) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   char *arg2 = (char *) 0 ;
   int32_t result;
@@ -1877,7 +1917,7 @@ intgo _wrap_ikv_session_save_profile_capi_cc5089ff49b00e3c(struct ikv_session *_
 }
 
 
-intgo _wrap_ikv_session_profile_info_capi_cc5089ff49b00e3c(long long *_swig_go_0, int *_swig_go_1, int *_swig_go_2, struct ikv_session *_swig_go_3) {
+intgo _wrap_ikv_session_profile_info_capi_c75d90f7c4086479(long long *_swig_go_0, int *_swig_go_1, int *_swig_go_2, struct ikv_session *_swig_go_3) {
   int64_t *arg1 = (int64_t *) 0 ;
   int32_t *arg2 = (int32_t *) 0 ;
   int32_t *arg3 = (int32_t *) 0 ;
@@ -1899,7 +1939,7 @@ intgo _wrap_ikv_session_profile_info_capi_cc5089ff49b00e3c(long long *_swig_go_0
 }
 
 
-intgo _wrap_ikv_session_profile_tag_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2) {
+intgo _wrap_ikv_session_profile_tag_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -1920,7 +1960,7 @@ intgo _wrap_ikv_session_profile_tag_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, 
 }
 
 
-void _wrap_ikv_sampler_options_struct_size_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_struct_size_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t arg2 ;
   
@@ -1932,7 +1972,7 @@ void _wrap_ikv_sampler_options_struct_size_set_capi_cc5089ff49b00e3c(struct ikv_
 }
 
 
-intgo _wrap_ikv_sampler_options_struct_size_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_struct_size_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -1945,7 +1985,7 @@ intgo _wrap_ikv_sampler_options_struct_size_get_capi_cc5089ff49b00e3c(struct ikv
 }
 
 
-void _wrap_ikv_sampler_options_version_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_version_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t arg2 ;
   
@@ -1957,7 +1997,7 @@ void _wrap_ikv_sampler_options_version_set_capi_cc5089ff49b00e3c(struct ikv_samp
 }
 
 
-intgo _wrap_ikv_sampler_options_version_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_version_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint32_t result;
   intgo _swig_go_result;
@@ -1970,7 +2010,7 @@ intgo _wrap_ikv_sampler_options_version_get_capi_cc5089ff49b00e3c(struct ikv_sam
 }
 
 
-void _wrap_ikv_sampler_options_temperature_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_temperature_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -1982,7 +2022,7 @@ void _wrap_ikv_sampler_options_temperature_set_capi_cc5089ff49b00e3c(struct ikv_
 }
 
 
-float _wrap_ikv_sampler_options_temperature_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_temperature_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -1995,7 +2035,7 @@ float _wrap_ikv_sampler_options_temperature_get_capi_cc5089ff49b00e3c(struct ikv
 }
 
 
-void _wrap_ikv_sampler_options_top_k_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_top_k_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t arg2 ;
   
@@ -2007,7 +2047,7 @@ void _wrap_ikv_sampler_options_top_k_set_capi_cc5089ff49b00e3c(struct ikv_sample
 }
 
 
-intgo _wrap_ikv_sampler_options_top_k_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_top_k_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2020,7 +2060,7 @@ intgo _wrap_ikv_sampler_options_top_k_get_capi_cc5089ff49b00e3c(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_top_p_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_top_p_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -2032,7 +2072,7 @@ void _wrap_ikv_sampler_options_top_p_set_capi_cc5089ff49b00e3c(struct ikv_sample
 }
 
 
-float _wrap_ikv_sampler_options_top_p_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_top_p_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -2045,7 +2085,7 @@ float _wrap_ikv_sampler_options_top_p_get_capi_cc5089ff49b00e3c(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_min_p_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_min_p_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -2057,7 +2097,7 @@ void _wrap_ikv_sampler_options_min_p_set_capi_cc5089ff49b00e3c(struct ikv_sample
 }
 
 
-float _wrap_ikv_sampler_options_min_p_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_min_p_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -2070,7 +2110,7 @@ float _wrap_ikv_sampler_options_min_p_get_capi_cc5089ff49b00e3c(struct ikv_sampl
 }
 
 
-void _wrap_ikv_sampler_options_repeat_penalty_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
+void _wrap_ikv_sampler_options_repeat_penalty_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, float _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float arg2 ;
   
@@ -2082,7 +2122,7 @@ void _wrap_ikv_sampler_options_repeat_penalty_set_capi_cc5089ff49b00e3c(struct i
 }
 
 
-float _wrap_ikv_sampler_options_repeat_penalty_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+float _wrap_ikv_sampler_options_repeat_penalty_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   float result;
   float _swig_go_result;
@@ -2095,7 +2135,7 @@ float _wrap_ikv_sampler_options_repeat_penalty_get_capi_cc5089ff49b00e3c(struct 
 }
 
 
-void _wrap_ikv_sampler_options_repeat_last_n_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
+void _wrap_ikv_sampler_options_repeat_last_n_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, intgo _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t arg2 ;
   
@@ -2107,7 +2147,7 @@ void _wrap_ikv_sampler_options_repeat_last_n_set_capi_cc5089ff49b00e3c(struct ik
 }
 
 
-intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2120,7 +2160,7 @@ intgo _wrap_ikv_sampler_options_repeat_last_n_get_capi_cc5089ff49b00e3c(struct i
 }
 
 
-void _wrap_ikv_sampler_options_seed_set_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1) {
+void _wrap_ikv_sampler_options_seed_set_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint64_t arg2 ;
   
@@ -2132,7 +2172,7 @@ void _wrap_ikv_sampler_options_seed_set_capi_cc5089ff49b00e3c(struct ikv_sampler
 }
 
 
-long long _wrap_ikv_sampler_options_seed_get_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+long long _wrap_ikv_sampler_options_seed_get_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   uint64_t result;
   long long _swig_go_result;
@@ -2145,7 +2185,7 @@ long long _wrap_ikv_sampler_options_seed_get_capi_cc5089ff49b00e3c(struct ikv_sa
 }
 
 
-struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_cc5089ff49b00e3c() {
+struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_c75d90f7c4086479() {
   struct ikv_sampler_options *result = 0 ;
   struct ikv_sampler_options *_swig_go_result;
   
@@ -2156,7 +2196,7 @@ struct ikv_sampler_options *_wrap_new_ikv_sampler_options_capi_cc5089ff49b00e3c(
 }
 
 
-void _wrap_delete_ikv_sampler_options_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+void _wrap_delete_ikv_sampler_options_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   struct ikv_sampler_options *arg1 = (struct ikv_sampler_options *) 0 ;
   
   arg1 = *(struct ikv_sampler_options **)&_swig_go_0; 
@@ -2166,7 +2206,7 @@ void _wrap_delete_ikv_sampler_options_capi_cc5089ff49b00e3c(struct ikv_sampler_o
 }
 
 
-intgo _wrap_ikv_sampler_options_init_version_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_sampler_options_init_version_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0, long long _swig_go_1, intgo _swig_go_2) {
   ikv_sampler_options *arg1 = (ikv_sampler_options *) 0 ;
   size_t arg2 ;
   uint32_t arg3 ;
@@ -2183,7 +2223,7 @@ intgo _wrap_ikv_sampler_options_init_version_capi_cc5089ff49b00e3c(struct ikv_sa
 }
 
 
-intgo _wrap_ikv_sampler_options_init_capi_cc5089ff49b00e3c(struct ikv_sampler_options *_swig_go_0) {
+intgo _wrap_ikv_sampler_options_init_capi_c75d90f7c4086479(struct ikv_sampler_options *_swig_go_0) {
   ikv_sampler_options *arg1 = (ikv_sampler_options *) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2196,7 +2236,7 @@ intgo _wrap_ikv_sampler_options_init_capi_cc5089ff49b00e3c(struct ikv_sampler_op
 }
 
 
-intgo _wrap_ikv_sampler_create_capi_cc5089ff49b00e3c(ikv_sampler **_swig_go_0, struct ikv_sampler_options *_swig_go_1) {
+intgo _wrap_ikv_sampler_create_capi_c75d90f7c4086479(ikv_sampler **_swig_go_0, struct ikv_sampler_options *_swig_go_1) {
   ikv_sampler **arg1 = (ikv_sampler **) 0 ;
   ikv_sampler_options *arg2 = (ikv_sampler_options *) 0 ;
   int32_t result;
@@ -2212,7 +2252,7 @@ intgo _wrap_ikv_sampler_create_capi_cc5089ff49b00e3c(ikv_sampler **_swig_go_0, s
 }
 
 
-void _wrap_ikv_sampler_free_capi_cc5089ff49b00e3c(struct ikv_sampler *_swig_go_0) {
+void _wrap_ikv_sampler_free_capi_c75d90f7c4086479(struct ikv_sampler *_swig_go_0) {
   ikv_sampler *arg1 = (ikv_sampler *) 0 ;
   
   arg1 = *(ikv_sampler **)&_swig_go_0; 
@@ -2222,7 +2262,7 @@ void _wrap_ikv_sampler_free_capi_cc5089ff49b00e3c(struct ikv_sampler *_swig_go_0
 }
 
 
-intgo _wrap_ikv_sample_capi_cc5089ff49b00e3c(int *_swig_go_0, struct ikv_sampler *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
+intgo _wrap_ikv_sample_capi_c75d90f7c4086479(int *_swig_go_0, struct ikv_sampler *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_sampler *arg2 = (ikv_sampler *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -2242,7 +2282,7 @@ intgo _wrap_ikv_sample_capi_cc5089ff49b00e3c(int *_swig_go_0, struct ikv_sampler
 }
 
 
-intgo _wrap_ikv_generate_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, struct ikv_sampler *_swig_go_6, ikv_token_callback _swig_go_7) {
+intgo _wrap_ikv_generate_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _goslice_ _swig_go_4, intgo _swig_go_5, struct ikv_sampler *_swig_go_6, ikv_token_callback _swig_go_7) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2278,7 +2318,7 @@ intgo _wrap_ikv_generate_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *
 }
 
 
-intgo _wrap_ikv_config_create_capi_cc5089ff49b00e3c(ikv_config **_swig_go_0) {
+intgo _wrap_ikv_config_create_capi_c75d90f7c4086479(ikv_config **_swig_go_0) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   int32_t result;
   intgo _swig_go_result;
@@ -2292,7 +2332,7 @@ intgo _wrap_ikv_config_create_capi_cc5089ff49b00e3c(ikv_config **_swig_go_0) {
 }
 
 
-intgo _wrap_ikv_config_from_json_capi_cc5089ff49b00e3c(ikv_config **_swig_go_0, _gostring_ _swig_go_1) {
+intgo _wrap_ikv_config_from_json_capi_c75d90f7c4086479(ikv_config **_swig_go_0, _gostring_ _swig_go_1) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   char *arg2 = (char *) 0 ;
   size_t arg3 ;
@@ -2310,7 +2350,7 @@ intgo _wrap_ikv_config_from_json_capi_cc5089ff49b00e3c(ikv_config **_swig_go_0, 
 }
 
 
-intgo _wrap_ikv_config_from_binary_capi_cc5089ff49b00e3c(ikv_config **_swig_go_0, _goslice_ _swig_go_1) {
+intgo _wrap_ikv_config_from_binary_capi_c75d90f7c4086479(ikv_config **_swig_go_0, _goslice_ _swig_go_1) {
   ikv_config **arg1 = (ikv_config **) 0 ;
   void *arg2 = (void *) 0 ;
   size_t arg3 ;
@@ -2329,7 +2369,7 @@ intgo _wrap_ikv_config_from_binary_capi_cc5089ff49b00e3c(ikv_config **_swig_go_0
 }
 
 
-intgo _wrap_ikv_config_to_json_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_to_json_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2350,7 +2390,7 @@ intgo _wrap_ikv_config_to_json_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long 
 }
 
 
-intgo _wrap_ikv_config_to_binary_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_to_binary_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2371,7 +2411,7 @@ intgo _wrap_ikv_config_to_binary_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, lon
 }
 
 
-void _wrap_ikv_config_free_capi_cc5089ff49b00e3c(struct ikv_config *_swig_go_0) {
+void _wrap_ikv_config_free_capi_c75d90f7c4086479(struct ikv_config *_swig_go_0) {
   ikv_config *arg1 = (ikv_config *) 0 ;
   
   arg1 = *(ikv_config **)&_swig_go_0; 
@@ -2381,7 +2421,7 @@ void _wrap_ikv_config_free_capi_cc5089ff49b00e3c(struct ikv_config *_swig_go_0) 
 }
 
 
-intgo _wrap_ikv_config_get_model_path_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_config_get_model_path_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_config *_swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2402,7 +2442,7 @@ intgo _wrap_ikv_config_get_model_path_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0
 }
 
 
-intgo _wrap_ikv_model_load_with_config_capi_cc5089ff49b00e3c(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1) {
+intgo _wrap_ikv_model_load_with_config_capi_c75d90f7c4086479(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   int32_t result;
@@ -2418,7 +2458,7 @@ intgo _wrap_ikv_model_load_with_config_capi_cc5089ff49b00e3c(ikv_model **_swig_g
 }
 
 
-intgo _wrap_ikv_model_load_with_config_confined_capi_cc5089ff49b00e3c(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_ikv_model_load_with_config_confined_capi_c75d90f7c4086479(ikv_model **_swig_go_0, struct ikv_config *_swig_go_1, _gostring_ _swig_go_2) {
   ikv_model **arg1 = (ikv_model **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   char *arg3 = (char *) 0 ;
@@ -2441,7 +2481,7 @@ intgo _wrap_ikv_model_load_with_config_confined_capi_cc5089ff49b00e3c(ikv_model 
 }
 
 
-intgo _wrap_ikv_session_create_with_config_capi_cc5089ff49b00e3c(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_config *_swig_go_2) {
+intgo _wrap_ikv_session_create_with_config_capi_c75d90f7c4086479(ikv_session **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_config *_swig_go_2) {
   ikv_session **arg1 = (ikv_session **) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   ikv_config *arg3 = (ikv_config *) 0 ;
@@ -2459,7 +2499,7 @@ intgo _wrap_ikv_session_create_with_config_capi_cc5089ff49b00e3c(ikv_session **_
 }
 
 
-intgo _wrap_ikv_sampler_create_with_config_capi_cc5089ff49b00e3c(ikv_sampler **_swig_go_0, struct ikv_config *_swig_go_1) {
+intgo _wrap_ikv_sampler_create_with_config_capi_c75d90f7c4086479(ikv_sampler **_swig_go_0, struct ikv_config *_swig_go_1) {
   ikv_sampler **arg1 = (ikv_sampler **) 0 ;
   ikv_config *arg2 = (ikv_config *) 0 ;
   int32_t result;
@@ -2475,7 +2515,7 @@ intgo _wrap_ikv_sampler_create_with_config_capi_cc5089ff49b00e3c(ikv_sampler **_
 }
 
 
-intgo _wrap_ikv_session_save_file_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1, struct ikv_sampler *_swig_go_2, _gostring_ _swig_go_3) {
+intgo _wrap_ikv_session_save_file_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, struct ikv_sampler *_swig_go_2, _gostring_ _swig_go_3) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   ikv_sampler *arg3 = (ikv_sampler *) 0 ;
@@ -2499,7 +2539,7 @@ intgo _wrap_ikv_session_save_file_capi_cc5089ff49b00e3c(struct ikv_session *_swi
 }
 
 
-intgo _wrap_ikv_session_save_buffer_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, struct ikv_sampler *_swig_go_4) {
+intgo _wrap_ikv_session_save_buffer_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, struct ikv_sampler *_swig_go_4) {
   void *arg1 = (void *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2524,7 +2564,7 @@ intgo _wrap_ikv_session_save_buffer_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, 
 }
 
 
-intgo _wrap_ikv_session_restore_file_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _gostring_ _swig_go_4) {
+intgo _wrap_ikv_session_restore_file_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _gostring_ _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2554,7 +2594,7 @@ intgo _wrap_ikv_session_restore_file_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0,
 }
 
 
-intgo _wrap_ikv_session_restore_buffer_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _goslice_ _swig_go_4) {
+intgo _wrap_ikv_session_restore_buffer_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, struct ikv_sampler *_swig_go_3, _goslice_ _swig_go_4) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2582,7 +2622,7 @@ intgo _wrap_ikv_session_restore_buffer_capi_cc5089ff49b00e3c(_goslice_ _swig_go_
 }
 
 
-intgo _wrap_ikv_snapshot_inspect_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
+intgo _wrap_ikv_snapshot_inspect_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, _gostring_ _swig_go_2) {
   char *arg1 = (char *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2608,7 +2648,7 @@ intgo _wrap_ikv_snapshot_inspect_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, lon
 }
 
 
-intgo _wrap_ikv_chat_format_capi_cc5089ff49b00e3c(int *_swig_go_0, struct ikv_model *_swig_go_1) {
+intgo _wrap_ikv_chat_format_capi_c75d90f7c4086479(int *_swig_go_0, struct ikv_model *_swig_go_1) {
   int32_t *arg1 = (int32_t *) 0 ;
   ikv_model *arg2 = (ikv_model *) 0 ;
   int32_t result;
@@ -2624,7 +2664,7 @@ intgo _wrap_ikv_chat_format_capi_cc5089ff49b00e3c(int *_swig_go_0, struct ikv_mo
 }
 
 
-intgo _wrap_ikv_chat_tokenize_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_chat_tokenize_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_model *_swig_go_2, _gostring_ _swig_go_3, _gostring_ _swig_go_4, intgo _swig_go_5, intgo _swig_go_6) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2660,7 +2700,7 @@ intgo _wrap_ikv_chat_tokenize_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long l
 }
 
 
-intgo _wrap_ikv_chat_add_capi_cc5089ff49b00e3c(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _gostring_ _swig_go_4, _gostring_ _swig_go_5, intgo _swig_go_6) {
+intgo _wrap_ikv_chat_add_capi_c75d90f7c4086479(long long *_swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, _gostring_ _swig_go_4, _gostring_ _swig_go_5, intgo _swig_go_6) {
   int64_t *arg1 = (int64_t *) 0 ;
   int64_t *arg2 = (int64_t *) 0 ;
   ikv_session *arg3 = (ikv_session *) 0 ;
@@ -2694,7 +2734,7 @@ intgo _wrap_ikv_chat_add_capi_cc5089ff49b00e3c(long long *_swig_go_0, long long 
 }
 
 
-intgo _wrap_ikv_chat_reply_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, struct ikv_sampler *_swig_go_5, ikv_token_callback _swig_go_6, intgo _swig_go_7) {
+intgo _wrap_ikv_chat_reply_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_session *_swig_go_2, intgo _swig_go_3, intgo _swig_go_4, struct ikv_sampler *_swig_go_5, ikv_token_callback _swig_go_6, intgo _swig_go_7) {
   int32_t *arg1 = (int32_t *) 0 ;
   size_t arg2 ;
   size_t *arg3 = (size_t *) 0 ;
@@ -2727,7 +2767,7 @@ intgo _wrap_ikv_chat_reply_capi_cc5089ff49b00e3c(_goslice_ _swig_go_0, long long
 }
 
 
-intgo _wrap_ikv_chat_begin_reply_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_chat_begin_reply_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t arg3 ;
@@ -2744,7 +2784,7 @@ intgo _wrap_ikv_chat_begin_reply_capi_cc5089ff49b00e3c(struct ikv_session *_swig
 }
 
 
-intgo _wrap_ikv_chat_end_reply_capi_cc5089ff49b00e3c(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
+intgo _wrap_ikv_chat_end_reply_capi_c75d90f7c4086479(struct ikv_session *_swig_go_0, intgo _swig_go_1, intgo _swig_go_2) {
   ikv_session *arg1 = (ikv_session *) 0 ;
   int32_t arg2 ;
   int32_t arg3 ;

@@ -10,7 +10,9 @@ public enum Policy {
   TOVA(InfokvNativeConstants.IKV_POLICY_TOVA),
   PYRAMIDKV(InfokvNativeConstants.IKV_POLICY_PYRAMIDKV),
   /** Chooses per layer what ranks the tokens and how the budget is spread ({@link Session#autoReport}). */
-  AUTO(InfokvNativeConstants.IKV_POLICY_AUTO);
+  AUTO(InfokvNativeConstants.IKV_POLICY_AUTO),
+  /** KVzip's context replay: one more pass over the sequence's tokens at each compression. */
+  KVZIP(InfokvNativeConstants.IKV_POLICY_KVZIP);
 
   private final int code;
 

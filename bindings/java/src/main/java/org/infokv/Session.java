@@ -249,6 +249,27 @@ public final class Session implements AutoCloseable {
   /** Compresses now to budgetTokens per layer (0: the session's budget). */
   public void compress(int seq, int budgetTokens) { call(() -> InfokvNative.ikv_seq_compress(h(), seq, budgetTokens)); }
 
+  /**
+   * {@link #compress(int, int)} for the given question (the two-argument form serves the session's default,
+   * {@link Question#LATER} unless its config says otherwise).
+   */
+  public void compress(int seq, int budgetTokens, Question question) {
+    call(() -> InfokvNative.ikv_seq_compress_for(h(), seq, budgetTokens, question.code()));
+  }
+
+  /**
+   * What the sequence's latest compression served ({@link Question#NEXT} before any, under a policy that reads no
+   * queries, or when the probe did not fit the pool).
+   */
+  public Question compressionQuestion(int seq) {
+    synchronized (state) {
+      int[] q = new int[1];
+      double[] secs = new double[1];
+      InfokvException.check(InfokvNative.ikv_seq_compression_question(q, secs, h(), seq));
+      return Question.of(q[0]);
+    }
+  }
+
   public int sample(Sampler sampler, int seq) { return intOut(out -> InfokvNative.ikv_sample(out, sampler.handle(), h(), seq)); }
 
   /**

@@ -391,6 +391,10 @@ class InfokvTest {
       c.compress(0, 16);
       assertEquals(16, c.kept(0, 0));
       assertTrue(c.kvBytes(0) < before);
+      assertEquals(Question.LATER, c.compressionQuestion(0));
+      c.compress(0, 12, Question.NEXT);
+      assertEquals(12, c.kept(0, 0));
+      assertEquals(Question.NEXT, c.compressionQuestion(0));
       assertEquals(10, c.generate(0, null, 10, smp, null).tokens().length);
     }
   }

@@ -1,0 +1,198 @@
+// Which question a compression serves (DESIGN.md §9, "Which question"): the probe question and the context replay
+// (src/session/replay.cpp) leave the sequence exactly as it was, the question decides whose queries rank the tokens,
+// a full pool falls back to the window instead of failing, and kvzip compresses to its budget.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compress/policy.hpp"
+#include "session/session.hpp"
+#include "stories_model.hpp"
+#include "story_text.hpp"
+#include "util/error.hpp"
+
+using infokv::PolicyKind;
+using infokv::Question;
+using infokv::Session;
+using infokv::SessionOptions;
+
+namespace {
+
+SessionOptions with_policy(PolicyKind p, double fraction) {
+  SessionOptions o;
+  o.n_threads = 2;
+  o.compression.policy = p;
+  o.compression.budget_fraction = fraction;
+  o.compression.compress_after_prefill = false;  // the tests compress explicitly
+  return o;
+}
+
+// Everything a caller or a later step can see of a sequence.
+struct Seen {
+  infokv::SeqInfo info;
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  std::vector<std::vector<int32_t>> pos;
+  std::vector<std::vector<float>> window_q;
+  std::vector<int32_t> window_pos;
+  int64_t free_blocks = 0;
+};
+
+Seen seen(Session &s, int32_t seq) {
+  Seen v;
+  v.info = s.info(seq);
+  v.tokens = s.tokens(seq);
+  v.logits = s.logits(seq);
+  const infokv::SeqCache &c = s.kv().seq(seq);
+  for (const infokv::LayerSlots &L : c.layers) v.pos.push_back(L.pos);
+  for (const infokv::CowRows &r : c.window_q) v.window_q.push_back(r.get());
+  v.window_pos = c.window_pos;
+  v.free_blocks = s.kv().free_blocks();
+  return v;
+}
+
+void expect_same(const Seen &a, const Seen &b) {
+  EXPECT_EQ(a.info.length, b.info.length);
+  EXPECT_EQ(a.info.kept_per_layer, b.info.kept_per_layer);
+  EXPECT_EQ(a.info.bytes, b.info.bytes);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.logits, b.logits);
+  EXPECT_EQ(a.pos, b.pos);
+  EXPECT_EQ(a.window_q, b.window_q);
+  EXPECT_EQ(a.window_pos, b.window_pos);
+  EXPECT_EQ(a.free_blocks, b.free_blocks);
+}
+
+std::vector<int32_t> story(const Session &s, size_t n) { return infokv_test::story_tokens(s.model().tokenizer(), n); }
+
+}  // namespace
+
+TEST(Question, NamesRoundTripAndUnknownOnesAreRefused) {
+  for (Question q : {Question::both, Question::next, Question::later}) EXPECT_EQ(infokv::parse_question(infokv::question_name(q)), q);
+  EXPECT_THROW(infokv::parse_question("soon"), infokv::Error);
+  infokv::CompressionConfig c;
+  c.policy = PolicyKind::snapkv;
+  c.budget_fraction = 0.5;
+  c.question = static_cast<Question>(7);
+  EXPECT_THROW(c.validate(), infokv::Error);
+}
+
+TEST(Question, TheProbeLeavesTheSequenceExactlyAsItWasAndSeesAllOfIt) {
+  auto m = infokv_test::stories_model();
+  Session s(m, with_policy(PolicyKind::snapkv, 0.5));
+  const int32_t id = s.add_sequence();
+  s.prefill(id, story(s, 120));
+  const Seen before = seen(s, id);
+  const Session::ProbeRows pr = s.probe_queries(id);
+  expect_same(before, seen(s, id));
+  // Each probe question's rows in turn, each at the positions right after the sequence.
+  std::vector<int32_t> want_pos;
+  for (const std::vector<int32_t> &p : s.probe_prompts()) {
+    ASSERT_GT(p.size(), 0u);
+    for (size_t i = 0; i < p.size(); ++i) want_pos.push_back(static_cast<int32_t>(before.info.length + static_cast<int64_t>(i)));
+  }
+  const auto P = static_cast<int32_t>(want_pos.size());
+  EXPECT_EQ(pr.pos, want_pos);
+  const auto &hp = m->hparams();
+  ASSERT_EQ(pr.q.size(), static_cast<size_t>(hp.n_layer));
+  for (const auto &rows : pr.q) EXPECT_EQ(rows.size(), static_cast<size_t>(P) * hp.n_head * hp.head_dim);
+  // A fork shares every block with its source, the last one too: the probe copies nothing for good.
+  const int32_t f = s.fork_sequence(id);
+  const Seen fork_before = seen(s, f);
+  s.probe_queries(f);
+  expect_same(fork_before, seen(s, f));
+  s.remove_sequence(f);
+  // The next step reads the cache as if the probe had never run.
+  Session twin(m, with_policy(PolicyKind::snapkv, 0.5));
+  const int32_t tw = twin.add_sequence();
+  twin.prefill(tw, story(twin, 120));
+  s.decode({{id, 42, true}});
+  twin.decode({{tw, 42, true}});
+  EXPECT_EQ(s.logits(id), twin.logits(tw));
+}
+
+TEST(Question, TheContextReplayLeavesTheSequenceAsItWasAndScoresEverySlot) {
+  auto m = infokv_test::stories_model();
+  SessionOptions o = with_policy(PolicyKind::kvzip, 0.5);
+  o.ubatch = 32;  // several replayed chunks
+  Session s(m, o);
+  const int32_t id = s.add_sequence();
+  s.prefill(id, story(s, 150));
+  const Seen before = seen(s, id);
+  const Session::ReplayEvidence ev = s.replay_evidence(id);
+  expect_same(before, seen(s, id));
+  ASSERT_EQ(ev.score.size(), before.pos.size());
+  EXPECT_GT(ev.tokens, 150);  // every token, and a prompt per chunk
+  for (size_t l = 0; l < ev.score.size(); ++l) {
+    ASSERT_EQ(ev.score[l].size(), before.pos[l].size());
+    for (float x : ev.score[l]) {
+      EXPECT_GE(x, 0.0f);
+      EXPECT_LE(x, 1.0f);
+    }
+    EXPECT_GT(*std::max_element(ev.score[l].begin(), ev.score[l].end()), 0.0f);
+  }
+}
+
+TEST(Question, TheQuestionDecidesWhoseQueriesRankTheTokensAndIsReported) {
+  auto m = infokv_test::stories_model();
+  for (PolicyKind p : {PolicyKind::snapkv, PolicyKind::auto_}) {
+    Session s(m, with_policy(p, 0.3));
+    const int32_t id = s.add_sequence();
+    s.prefill(id, story(s, 200));
+    std::vector<std::vector<std::vector<int32_t>>> kept;
+    for (Question q : {Question::next, Question::later, Question::both}) {
+      const int32_t f = s.fork_sequence(id);
+      s.compress(f, 0, q);
+      EXPECT_EQ(s.seq_state(f).question, q) << infokv::policy_name(p);
+      EXPECT_EQ(s.seq_state(f).probe_seconds > 0, q != Question::next);
+      std::vector<std::vector<int32_t>> pos;
+      for (const infokv::LayerSlots &L : s.kv().seq(f).layers) pos.push_back(L.pos);
+      kept.push_back(pos);
+      EXPECT_LE(s.mean_kept(f), 0.3 * 200 + 16) << infokv::policy_name(p);
+      s.decode({{f, 7, true}});  // the compressed fork goes on
+      s.remove_sequence(f);
+    }
+    EXPECT_NE(kept[0], kept[1]) << infokv::policy_name(p) << ": the probe's queries chose the same tokens as the window's";
+  }
+}
+
+TEST(Question, AFullPoolFallsBackToTheWindowInsteadOfFailing) {
+  auto m = infokv_test::stories_model();
+  int64_t used = 0;
+  {
+    Session s(m, with_policy(PolicyKind::snapkv, 0.5));
+    const int32_t id = s.add_sequence();
+    s.prefill(id, story(s, 96));
+    used = s.kv().stats().blocks_used;
+  }
+  SessionOptions o = with_policy(PolicyKind::snapkv, 0.5);
+  o.kv_pool_blocks = used;  // the sequence fills the pool: no room for the probe
+  Session s(m, o);
+  const int32_t id = s.add_sequence();
+  s.prefill(id, story(s, 96));
+  ASSERT_EQ(s.kv().free_blocks(), 0);
+  EXPECT_THROW(s.probe_queries(id), infokv::Error);
+  const Seen before = seen(s, id);
+  expect_same(before, seen(s, id));
+  s.compress(id, 0, Question::later);
+  EXPECT_EQ(s.seq_state(id).question, Question::next);
+  EXPECT_LT(s.info(id).bytes, before.info.bytes);
+}
+
+TEST(Question, KvzipCompressesToItsBudgetKeepingTheWindow) {
+  auto m = infokv_test::stories_model();
+  Session s(m, with_policy(PolicyKind::kvzip, 0.25));
+  const int32_t id = s.add_sequence();
+  const std::vector<int32_t> t = story(s, 160);
+  s.prefill(id, t);
+  s.compress(id);
+  const infokv::SeqCache &c = s.kv().seq(id);
+  for (const infokv::LayerSlots &L : c.layers) {
+    EXPECT_LE(L.n(), 40);
+    EXPECT_EQ(L.pos.back(), static_cast<int32_t>(t.size()) - 1);  // the latest token is in the window
+  }
+  s.decode({{id, 9, true}});
+}
