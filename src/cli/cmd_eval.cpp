@@ -150,6 +150,9 @@ EvalSetup parse_eval(const Args &a) {
   if (!e.max_losses.empty() && e.chunked) fail(Status::invalid_argument, "--max-losses is measured on a full-cache prefix, not with --chunked-prefill");
   if (!e.max_losses.empty() && std::find(e.policies.begin(), e.policies.end(), "auto") == e.policies.end()) e.policies.push_back("auto");
   e.base = session_options_from(a);
+  // The protocol asks about the tokens that follow the prefix at once: its compressions serve that question unless
+  // --question says otherwise (packaging/docs/quality.md, "Which question", measures the others).
+  if (!a.has("question")) e.base.compression.question = Question::next;
   // --profile P: every compressed run starts from the tuning profile (each window from the profile as loaded).
   e.profile = profile_from_args(a);
   check_profile_not_tuned_here(e, a.str("profile"));

@@ -35,6 +35,8 @@ int cmd_tune(int argc, char **argv) {
   if (a.has("policy") || a.has("budget") || a.has("max-loss"))
     fail(Status::invalid_argument, "tune runs policy auto at --budgets and --max-losses; --policy, --budget and --max-loss do not apply");
   SessionOptions base = session_options_from(a);
+  // As eval's protocol (the tokens right after each prefix): next, unless --question says otherwise.
+  if (!a.has("question")) base.compression.question = Question::next;
   auto model = Model::load(path);
   const Tokenizer &tok = model->tokenizer();
   const int32_t V = model->hparams().n_vocab;
