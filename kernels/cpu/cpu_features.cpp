@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_features.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -39,6 +40,34 @@ bool cpu_has_avx512() {
   return false;
 #endif
 }
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool ok = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+const CpuActivations kDefaultCpuActivations = CpuActivations::int16;
+
+namespace {
+std::atomic<int> &activations_slot() {
+  static std::atomic<int> slot{[] {
+    const char *v = std::getenv("INFOKV_CPU_ACTIVATIONS");
+    if (v != nullptr && std::strcmp(v, "int8") == 0) return static_cast<int>(CpuActivations::int8);
+    if (v != nullptr && std::strcmp(v, "int16") == 0) return static_cast<int>(CpuActivations::int16);
+    if (v != nullptr && std::strcmp(v, "f32") == 0) return static_cast<int>(CpuActivations::f32);
+    return static_cast<int>(kDefaultCpuActivations);
+  }()};
+  return slot;
+}
+}  // namespace
+
+CpuActivations cpu_activations() { return static_cast<CpuActivations>(activations_slot().load(std::memory_order_relaxed)); }
+
+void set_cpu_activations(CpuActivations a) { activations_slot().store(static_cast<int>(a), std::memory_order_relaxed); }
 
 bool cpu_is_amd() {
 #if defined(__x86_64__) || defined(__i386__)

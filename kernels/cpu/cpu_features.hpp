@@ -13,6 +13,21 @@ bool cpu_has_avx2_fma_f16c();
 // INFOKV_CPU_KERNELS=avx2 (or portable) makes it false on any CPU, so one machine can test every path.
 bool cpu_has_avx512();
 
+// AVX-512 VNNI on top of cpu_has_avx512 (vpdpbusd: the 8-bit-activation decode products of matmul_act8.hpp).
+// False wherever cpu_has_avx512 is (INFOKV_CPU_KERNELS=avx2 or portable).
+bool cpu_has_avx512_vnni();
+
+// How decode multiplies quantised weights: with f32 activations (exact: each block's weights widened to f32), with
+// the activations rounded to 8-bit integers per block as llama.cpp does (int8), or to 16-bit precision carried as
+// two 8-bit planes (int16) (matmul_act8.hpp; used where cpu_has_avx512_vnni(), for the types it covers; elsewhere
+// the f32 path runs whatever this says).
+enum class CpuActivations { f32 = 0, int8 = 1, int16 = 2 };
+// The current choice: INFOKV_CPU_ACTIVATIONS=f32, int8 or int16 when set (read at the first call), else the default
+// (kDefaultCpuActivations); set_cpu_activations changes it for the whole process (the evals compare the two).
+CpuActivations cpu_activations();
+void set_cpu_activations(CpuActivations a);
+extern const CpuActivations kDefaultCpuActivations;
+
 // An AMD CPU (CPUID vendor AuthenticAMD): decode's software prefetch distance is tuned per vendor (see
 // tile::fused_ahead), as the two vendors' hardware prefetchers follow a weight stream differently.
 bool cpu_is_amd();

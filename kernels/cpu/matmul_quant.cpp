@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
+#include "kernels/cpu/matmul_act8.hpp"
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/ggml_types.hpp"
@@ -601,6 +602,10 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   RowsFn fn = rows_for(w_type);
   QuantKind q;
   if (fn == nullptr || !quant_kind(w_type, &q) || k % q.block_elems != 0) return false;
+  // decode with integer activations where chosen and the CPU has the integer dot products
+  const CpuActivations acts = cpu_activations();
+  if (n < 4 && acts != CpuActivations::f32 && act8_fast() && act8_type(w_type))
+    return matmul_act8(out, x, w, w_type, n, m, k, acts == CpuActivations::int16 ? 2 : 1, pool);
   if (n < 4 && have_avx2_fma()) {
     static const bool wide = cpu_has_avx512();
     switch (static_cast<GgmlType>(w_type)) {

@@ -4,6 +4,7 @@
 #include "cli/args.hpp"
 #include "cli/json.hpp"
 #include "cli/eval_metrics.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -18,8 +19,83 @@ double log_prob(const float *logits, int32_t n, int32_t target) {
   return static_cast<double>(logits[target]) - mx - std::log(z);
 }
 
+namespace {
+
+// log-softmax of logits[n] in double.
+void log_softmax(const float *logits, int32_t n, std::vector<double> *out) {
+  out->resize(static_cast<size_t>(n));
+  double mx = logits[0];
+  for (int32_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+  double z = 0;
+  for (int32_t i = 0; i < n; ++i) z += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lz = std::log(z) + mx;
+  for (int32_t i = 0; i < n; ++i) (*out)[static_cast<size_t>(i)] = static_cast<double>(logits[i]) - lz;
+}
+
+// The text fed one token at a time, as decode runs, under f32 activations and under the integer ones (int8, int16;
+// each in a session of its own, so each cache holds what that arithmetic computed): KL(f32 || int) of every
+// next-token distribution, top-1 agreement, and the perplexities.
+int compare_activations(const std::shared_ptr<const Model> &model, const SessionOptions &so, const std::vector<int32_t> &toks,
+                        bool json) {
+  const int32_t V = model->hparams().n_vocab;
+  const size_t n_items = toks.size() - 1;
+  std::vector<std::vector<float>> ref(n_items);
+  constexpr int kModes = 3;
+  const CpuActivations modes[kModes] = {CpuActivations::f32, CpuActivations::int8, CpuActivations::int16};
+  const char *names[kModes] = {"f32", "int8", "int16"};
+  double nll[kModes] = {0, 0, 0}, kl_sum[kModes] = {0, 0, 0}, kl_max[kModes] = {0, 0, 0};
+  int64_t agree[kModes] = {0, 0, 0};
+  const CpuActivations before = cpu_activations();
+  std::vector<double> lp, lq;
+  const auto top = [V](const float *x) { return std::max_element(x, x + V) - x; };
+  for (int mode = 0; mode < kModes; ++mode) {
+    set_cpu_activations(modes[mode]);
+    Session session(model, so);
+    const int32_t seq = session.add_sequence();
+    for (size_t i = 0; i < n_items; ++i) {
+      session.decode({{seq, toks[i], true}});
+      const float *lg = session.batch_logits().data();
+      nll[mode] -= log_prob(lg, V, toks[i + 1]);
+      if (mode == 0) {
+        ref[i].assign(lg, lg + V);
+        continue;
+      }
+      log_softmax(ref[i].data(), V, &lp);
+      log_softmax(lg, V, &lq);
+      double kl = 0;
+      for (int32_t v = 0; v < V; ++v) kl += std::exp(lp[static_cast<size_t>(v)]) * (lp[static_cast<size_t>(v)] - lq[static_cast<size_t>(v)]);
+      kl = std::max(0.0, kl);
+      kl_sum[mode] += kl;
+      kl_max[mode] = std::max(kl_max[mode], kl);
+      agree[mode] += top(ref[i].data()) == top(lg) ? 1 : 0;
+    }
+  }
+  set_cpu_activations(before);
+  const double n = static_cast<double>(n_items);
+  const bool fast = cpu_has_avx512_vnni();
+  if (json) {
+    JsonObject o;
+    o.integer("tokens", static_cast<int64_t>(n_items)).num("ppl_f32", std::exp(nll[0] / n)).boolean("int_kernels", fast);
+    for (int mode = 1; mode < kModes; ++mode) {
+      const std::string m = names[mode];
+      o.num("kl_mean_" + m, kl_sum[mode] / n).num("kl_max_" + m, kl_max[mode]).num("top1_" + m, static_cast<double>(agree[mode]) / n)
+          .num("ppl_" + m, std::exp(nll[mode] / n));
+    }
+    std::printf("%s\n", o.dump().c_str());
+  } else {
+    std::printf("tokens %zu, one at a time; perplexity with f32 activations %.4f%s\n", n_items, std::exp(nll[0] / n),
+                fast ? "" : " (this CPU has no AVX-512 VNNI: every mode ran f32)");
+    for (int mode = 1; mode < kModes; ++mode)
+      std::printf("  %-5s  KL(f32 || %s) mean %.3g max %.3g  top-1 agreement %.4f  perplexity %.4f\n", names[mode],
+                  names[mode], kl_sum[mode] / n, kl_max[mode], static_cast<double>(agree[mode]) / n, std::exp(nll[mode] / n));
+  }
+  return 0;
+}
+
+}  // namespace
+
 int cmd_perplexity(int argc, char **argv) {
-  std::set<std::string> valued = {"model", "file", "max-tokens"};
+  std::set<std::string> valued = {"model", "file", "max-tokens", "activations"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json"});
   const std::string path = model_path_from(a);
@@ -41,6 +117,12 @@ int cmd_perplexity(int argc, char **argv) {
     const int64_t per_layer = (static_cast<int64_t>(seq_tokens.size()) + so.block_size - 1) / so.block_size + 1;
     so.kv_pool_blocks = per_layer * model->hparams().n_layer;
   }
+  const std::string act = a.str("activations", "");
+  if (act == "compare") return compare_activations(model, so, seq_tokens, a.flag("json"));
+  if (act == "f32") set_cpu_activations(CpuActivations::f32);
+  else if (act == "int8") set_cpu_activations(CpuActivations::int8);
+  else if (act == "int16") set_cpu_activations(CpuActivations::int16);
+  else if (!act.empty()) fail(Status::invalid_argument, "--activations takes f32, int8, int16 or compare, not '" + act + "'");
   Session session(model, so);
   const int32_t seq = session.add_sequence();
   const int32_t V = model->hparams().n_vocab;
