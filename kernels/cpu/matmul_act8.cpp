@@ -103,6 +103,7 @@ void act8_shape(int64_t k, uint32_t type, int planes, Act8 *a) {
   a->corr2.resize(a->planes == 2 ? static_cast<size_t>(k / 4) : 0);
   a->qsum32.resize(static_cast<size_t>(k / 32));
   a->dsum32.resize(static_cast<size_t>(k / 32));
+  a->ud.resize(a->block == 32 ? static_cast<size_t>(k / 16) : 0);
 }
 
 void act8_sums(Act8 *a) {
@@ -115,6 +116,11 @@ void act8_sums(Act8 *a) {
     a->qsum32[static_cast<size_t>(c)] = qs;
     a->dsum32[static_cast<size_t>(c)] = a->d[static_cast<size_t>(c * 32 / a->block)] * qs;
   }
+  if (a->block == 32)
+    for (int64_t b = 0; b < a->k / 32; ++b) {
+      a->ud[static_cast<size_t>(2 * b)] = a->unit[static_cast<size_t>(b)];
+      a->ud[static_cast<size_t>(2 * b + 1)] = a->dsum32[static_cast<size_t>(b)];
+    }
 }
 
 // Block b (32 values) of a 32-element type against the activations, in integers: sum (code - offset) * (code of x
@@ -267,18 +273,50 @@ IKV_VNNI inline void pair_a8(const uint8_t *row, const Act8 &a, int64_t p, __m51
     mins += h2f_vnni(blk + 2) * a.dsum32[static_cast<size_t>(p)] + h2f_vnni(blk + BB + 2) * a.dsum32[static_cast<size_t>(p + 1)];
 }
 
-// The 32-element types, two blocks per vector and two pairs per step (two accumulators).
+// Blocks b .. b + 3 (at blk, blk + BB, ...): [s0, n0, s1, n1, s2, n2, s3, n3], s a block's weight scale times its
+// activations' unit and, for Q4_1, n its min times d * sum(x) (the f16 pair d, m converted together); the other
+// types' n lanes are 0 and unused. One conversion for four blocks.
+template <A8 K>
+IKV_VNNI inline __m256 quad_scales(const uint8_t *blk, const float *ud) {
+  constexpr int64_t BB = a8_bb(K);
+  int32_t w[4];
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (K == A8::q4_1) {
+      std::memcpy(&w[i], blk + i * BB, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, blk + i * BB, 2);
+      w[i] = h;
+    }
+  }
+  return _mm256_mul_ps(_mm256_cvtph_ps(_mm_set_epi32(w[3], w[2], w[1], w[0])), _mm256_loadu_ps(ud));
+}
+
+// The 32-element types: four blocks per step as two vectors of two (two accumulators), their scales converted
+// together; then a last pair and an odd last block.
 template <A8 K, int P>
 IKV_VNNI float dot_a8(const uint8_t *row, const Act8 &a, uint32_t type) {
   constexpr int64_t BB = a8_bb(K);
   const int64_t nb = a.k / 32;
-  const __m512i idx = lanes_div(3, 0);
+  const __m512i idx = lanes_div(3, 0), idx_a = _mm512_slli_epi32(idx, 1), idx_b = _mm512_add_epi32(idx_a, _mm512_set1_epi32(4));
+  const __m512i zero = _mm512_setzero_si512();
   __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
+  __m256 mn = _mm256_setzero_ps();
   float mins = 0.0f;
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) {
-    pair_a8<K, P>(row, a, b, idx, f0, mins);
-    pair_a8<K, P>(row, a, b + 2, idx, f1, mins);
+    const uint8_t *blk = row + b * BB;
+    const __m512 sq = _mm512_castps256_ps512(quad_scales<K>(blk, a.ud.data() + 2 * b));
+    const __m512i acc0 = codes_dot<P>(K == A8::q4_1 ? zero : corr_at<P>(a, 32 * b), pair_codes<K>(blk), a, 32 * b);
+    const __m512i acc1 = codes_dot<P>(K == A8::q4_1 ? zero : corr_at<P>(a, 32 * b + 64), pair_codes<K>(blk + 2 * BB), a, 32 * b + 64);
+    f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0), _mm512_permutexvar_ps(idx_a, sq), f0);
+    f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1), _mm512_permutexvar_ps(idx_b, sq), f1);
+    if constexpr (K == A8::q4_1) mn = _mm256_add_ps(mn, _mm512_castps512_ps256(sq));
+  }
+  if constexpr (K == A8::q4_1) {  // the odd lanes: n0 + n1 + n2 + n3 summed over the quads
+    alignas(32) float m8[8];
+    _mm256_store_ps(m8, mn);
+    mins = (m8[1] + m8[3]) + (m8[5] + m8[7]);
   }
   if (b + 2 <= nb) {
     pair_a8<K, P>(row, a, b, idx, f0, mins);
@@ -297,15 +335,22 @@ IKV_VNNI float dot_q4k_a8(const uint8_t *row, const Act8 &a) {
   __m512i idx[4];
   for (int jj = 0; jj < 4; ++jj) idx[jj] = lanes_div(3, 2 * jj);
   __m512 f = _mm512_setzero_ps();
+  __m256 mins = _mm256_setzero_ps();
   const __m512i zero = _mm512_setzero_si512();
-  float mins = 0.0f;
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t *blk = row + 144 * sb;
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) dq::scale_min_k4(j, blk + 4, &sc[j], &mn[j]);
-    uint64_t sc64;
-    std::memcpy(&sc64, sc, 8);
-    const __m512i scv = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc64)));
+    // the eight 6-bit scales and mins (dq::scale_min_k4) as bytes, with 32-bit operations: u[0..1] the scales,
+    // u[2..3] the mins
+    uint32_t u[4];
+    std::memcpy(u, blk + 4, 12);
+    constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+    const uint32_t m_lo = u[1] & k6;
+    u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+    u[2] = m_lo;
+    u[0] &= k6;
+    const __m128i scm = _mm_loadu_si128(reinterpret_cast<const __m128i *>(u));
+    const __m512i scv = _mm512_cvtepu8_epi32(scm);  // lanes 0..7 the scales (8..15 the mins, unused here)
     __m512i isum = zero;
     for (int jj = 0; jj < 4; ++jj) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 16 + 32 * jj));
@@ -314,12 +359,14 @@ IKV_VNNI float dot_q4k_a8(const uint8_t *row, const Act8 &a) {
       const __m512i dp = codes_dot<P>(zero, z, a, 256 * sb + 64 * jj);
       isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dp, _mm512_permutexvar_epi32(idx[jj], scv)));
     }
-    float msum = 0.0f;
-    for (int j = 0; j < 8; ++j) msum += static_cast<float>(mn[j]) * a.qsum32[static_cast<size_t>(8 * sb + j)];
+    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8)));
+    const __m256 qs = _mm256_loadu_ps(a.qsum32.data() + 8 * sb);
+    mins = _mm256_fmadd_ps(_mm256_mul_ps(mn, qs), _mm256_set1_ps(h2f_vnni(blk + 2) * a.d[static_cast<size_t>(sb)]), mins);
     f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h2f_vnni(blk) * a.unit[static_cast<size_t>(sb)]), f);
-    mins += h2f_vnni(blk + 2) * a.d[static_cast<size_t>(sb)] * msum;
   }
-  return _mm512_reduce_add_ps(f) - mins;
+  const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(mins), _mm256_extractf128_ps(mins, 1));
+  const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+  return _mm512_reduce_add_ps(f) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
 }
 
 // Q6_K: the 6-bit codes of each half (128 values) as two vectors of 64 in element order (see dq::q6_k: low nibbles

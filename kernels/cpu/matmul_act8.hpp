@@ -26,6 +26,7 @@ struct Act8 {
   std::vector<int32_t> corr2;    // with two planes: -offset * (256 * sum of 4 q + sum of their q2)
   std::vector<float> qsum32;     // per 32 values: sum of q (+ q2 / 256), exact
   std::vector<float> dsum32;     // per 32 values: d * qsum32 (the weight min's factor)
+  std::vector<float> ud;         // 32-element blocks: unit and dsum32 side by side, as the kernels load them
 };
 
 // True when `type` has an 8-bit-activation product here (on any CPU: the portable reference computes it too).
