@@ -1,9 +1,16 @@
 #!/usr/bin/env python3
-"""infokv against llama.cpp on the same GGUF files and machine, interleaved, as ratio tables.
+"""infokv against llama.cpp (and ik_llama.cpp) on the same GGUF files and machine, interleaved, as ratio tables.
 
     python3 packaging/tools/bench_vs_llamacpp.py --infokv build/infokv --models smollm2.gguf[,q8_0.gguf,...] \
+        [--synth llama-3.2-1b:Q4_0+Q8_0+Q4_K_M,llama-3.2-3b:Q4_0] [--ik] [--activations f32,int8] \
         [--work /tmp/llamacpp] [-p 256,512] [-n 128] [-t 1,2] [-r 3] [--rounds 6] [--json out.json] \
         [-d 3500,7000 [--policy snapkv --budget 0.25]]
+
+`--ik` adds ik_llama.cpp as a second peer, built the same way from the `ik-llama-cpp-python` source package
+(0.1.5; its `iqk` kernels take 20+ minutes to build on 2 cores, once). `--synth PRESET:TYPE+TYPE,...` makes models
+at real shapes with random weights (`infokv synth --preset PRESET`, f16) and quantises them with llama.cpp's
+llama-quantize into --work (the default file types people download: Q4_0, Q8_0, Q4_K_M). `--activations LIST`
+runs infokv once more per listed decode arithmetic (INFOKV_CPU_ACTIVATIONS: f32, int8, int16) beside its default.
 
 llama.cpp is built from the `llama-cpp-python` source package on PyPI (`pip download --no-binary :all: --no-deps
 llama-cpp-python==0.3.36`) into --work, never into this repository (about 8 minutes on 2 cores, once; later runs
@@ -35,6 +42,7 @@ import sys
 import tarfile
 
 LLAMA_CPP_PYTHON = "llama-cpp-python==0.3.36"
+IK_LLAMA_CPP_PYTHON = "ik-llama-cpp-python==0.1.5"
 
 
 def run(cmd, **kw):
@@ -48,7 +56,7 @@ NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 def build_llama_bench(work: str, jobs: int, no_amx: bool = False) -> str:
     build = os.path.join(work, "build-noamx" if no_amx else "build")
     exe = os.path.join(build, "bin", "llama-bench")
-    if os.path.exists(exe):
+    if os.path.exists(exe) and os.path.exists(os.path.join(build, "bin", "llama-quantize")):
         return exe
     os.makedirs(work, exist_ok=True)
     sdists = glob.glob(os.path.join(work, "llama_cpp_python-*.tar.gz"))
@@ -64,8 +72,55 @@ def build_llama_bench(work: str, jobs: int, no_amx: bool = False) -> str:
     run(["cmake", "-S", vendor, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
          "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
         + flags, stdout=subprocess.DEVNULL)
+    run(["cmake", "--build", build, "-j", str(jobs), "--target", "llama-bench", "llama-quantize"], stdout=subprocess.DEVNULL)
+    return exe
+
+
+def build_ik_llama_bench(work: str, jobs: int) -> str:
+    """ik_llama.cpp's llama-bench, from the ik-llama-cpp-python sdist. pip prepares that package's metadata with
+    scikit-build-core, which a plain `pip download` may hang fetching; a scratch venv that has it, with build
+    isolation off, downloads the sdist directly."""
+    ik = os.path.join(work, "ik")
+    build = os.path.join(ik, "build")
+    exe = os.path.join(build, "bin", "llama-bench")
+    if os.path.exists(exe):
+        return exe
+    os.makedirs(ik, exist_ok=True)
+    sdists = glob.glob(os.path.join(ik, "ik_llama_cpp_python-*.tar.gz"))
+    if not sdists:
+        venv = os.path.join(ik, "venv")
+        run([sys.executable, "-m", "venv", venv])
+        pip = os.path.join(venv, "bin", "pip")
+        run([pip, "install", "-q", "scikit-build-core"])
+        run([pip, "download", "--no-binary", ":all:", "--no-deps", "--no-build-isolation", "-d", ik, IK_LLAMA_CPP_PYTHON])
+        sdists = glob.glob(os.path.join(ik, "ik_llama_cpp_python-*.tar.gz"))
+    src_root = os.path.join(ik, "src")
+    if not os.path.isdir(src_root):
+        with tarfile.open(sdists[0]) as t:
+            t.extractall(src_root)
+    vendor = glob.glob(os.path.join(src_root, "*", "vendor", "ik_llama.cpp"))[0]
+    run(["cmake", "-S", vendor, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
+         "-DLLAMA_CURL=OFF", "-DGGML_CUDA=OFF", "-DLLAMA_BUILD_TESTS=OFF"], stdout=subprocess.DEVNULL)
     run(["cmake", "--build", build, "-j", str(jobs), "--target", "llama-bench"], stdout=subprocess.DEVNULL)
     return exe
+
+
+def synth_models(infokv: str, llama_bench: str, work: str, spec: str):
+    """--synth PRESET:TYPE+TYPE,...: f16 files at the preset's shapes (infokv synth), quantised by llama-quantize."""
+    quantize = os.path.join(os.path.dirname(llama_bench), "llama-quantize")
+    out = []
+    for item in spec.split(","):
+        preset, _, types = item.partition(":")
+        f16 = os.path.join(work, "models", f"{preset}-f16.gguf")
+        os.makedirs(os.path.dirname(f16), exist_ok=True)
+        if not os.path.exists(f16):
+            run([infokv, "synth", "--preset", preset, "--out", f16], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for t in (types.split("+") if types else ["Q4_0"]):
+            q = os.path.join(work, "models", f"{preset}-{t}.gguf")
+            if not os.path.exists(q):
+                run([quantize, f16, q, t], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            out.append(q)
+    return out
 
 
 def dies_of_sigill(llama: str, models) -> bool:
@@ -91,9 +146,10 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def bench_rows(cmd):
+def bench_rows(cmd, env=None):
     """The JSON rows a bench prints, and the process's peak RSS in MiB."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=None if env is None else {**os.environ, **env})
     out = proc.stdout.read().decode()
     proc.stdout.close()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -114,7 +170,11 @@ def key(row, model):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--infokv", required=True, help="the infokv CLI")
-    ap.add_argument("--models", required=True, help="comma-separated GGUF files")
+    ap.add_argument("--models", default="", help="comma-separated GGUF files")
+    ap.add_argument("--synth", default=None, help="PRESET:TYPE+TYPE,...: synthetic models quantised by llama-quantize")
+    ap.add_argument("--ik", action="store_true", help="add ik_llama.cpp (built from its PyPI source package)")
+    ap.add_argument("--ik-llama-bench", default=None, help="an existing ik_llama.cpp llama-bench (implies --ik)")
+    ap.add_argument("--activations", default=None, help="also run infokv with INFOKV_CPU_ACTIVATIONS set to each")
     ap.add_argument("--work", default="/tmp/infokv-llamacpp", help="scratch directory for llama.cpp")
     ap.add_argument("--llama-bench", default=None, help="an existing llama-bench (skips the build)")
     ap.add_argument("-p", default="256,512")
@@ -129,8 +189,14 @@ def main() -> int:
     ap.add_argument("--policy", default=None, help="also run infokv with this compression policy at each depth")
     ap.add_argument("--budget", default="0.25", help="the policy's budget, a fraction of the depth")
     a = ap.parse_args()
-    models = a.models.split(",")
+    models = [m for m in a.models.split(",") if m]
     llama = a.llama_bench or build_llama_bench(a.work, a.jobs)
+    if a.synth:
+        models += synth_models(a.infokv, llama, a.work, a.synth)
+    if not models:
+        ap.error("no models: give --models and/or --synth")
+    ik = a.ik_llama_bench or (build_ik_llama_bench(a.work, a.jobs) if a.ik else None)
+    modes = a.activations.split(",") if a.activations else []
     no_amx = False
     if not a.llama_bench and dies_of_sigill(llama, models):
         print("llama-bench died of SIGILL (AMX advertised but not usable here): rebuilding llama.cpp with "
@@ -148,15 +214,20 @@ def main() -> int:
         for model in models:
             for depth in depths:
                 opts = common + ([] if depth is None else ["-d", depth])
-                order = [("llama.cpp", [llama, "-m", model] + opts),
-                         ("infokv", [a.infokv, "bench", "-m", model] + opts)]
+                order = [("llama.cpp", [llama, "-m", model] + opts, None),
+                         ("infokv", [a.infokv, "bench", "-m", model] + opts, None)]
+                if ik:
+                    order.append(("ik_llama.cpp", [ik, "-m", model] + opts, None))
+                for mode in modes:
+                    order.append((f"infokv {mode}", [a.infokv, "bench", "-m", model] + opts,
+                                  {"INFOKV_CPU_ACTIVATIONS": mode}))
                 if compressed:
                     order.append((compressed, [a.infokv, "bench", "-m", model] + opts
-                                  + ["--policy", a.policy, "--budget", a.budget]))
+                                  + ["--policy", a.policy, "--budget", a.budget], None))
                 if rnd % 2:
                     order.reverse()
-                for tool, cmd in order:
-                    rows, peak = bench_rows(cmd)
+                for tool, cmd, env in order:
+                    rows, peak = bench_rows(cmd, env)
                     for row in rows:
                         k = key(row, model)
                         samples.setdefault(k, {}).setdefault(tool, []).append(float(row["avg_ts"]))
@@ -169,19 +240,40 @@ def main() -> int:
     lines = []
     if a.markdown:
         amx = f", {NO_AMX}: its AMX kernels die of SIGILL here" if no_amx else ""
-        lines.append(f"Measured {datetime.date.today().isoformat()} on {os.cpu_count()} vCPUs ({cpu_name()}), "
-                     f"{a.rounds} interleaved rounds, medians; llama.cpp from {LLAMA_CPP_PYTHON} (GGML_NATIVE{amx}).")
+        peers = f"llama.cpp from {LLAMA_CPP_PYTHON} (GGML_NATIVE{amx})"
+        if ik:
+            peers += f", ik_llama.cpp from {IK_LLAMA_CPP_PYTHON} (GGML_NATIVE)"
+        commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True).stdout.strip() or "unknown"
+        lines.append(f"Measured {datetime.date.today().isoformat()} at commit {commit} on {os.cpu_count()} vCPUs "
+                     f"({cpu_name()}), {a.rounds} interleaved rounds, medians; {peers}.")
         lines.append("")
     med = lambda tools, tool: statistics.median(tools.get(tool, [float("nan")]))
     if a.d is None:
-        lines.append("| model | test | threads | infokv t/s | llama.cpp t/s | ratio |")
-        lines.append("|---|---|---:|---:|---:|---:|")
+        head = "| model | test | threads | infokv t/s | llama.cpp t/s | ratio |"
+        rule = "|---|---|---:|---:|---:|---:|"
+        if ik:
+            head += " ik_llama.cpp t/s | ratio |"
+            rule += "---:|---:|"
+        for mode in modes:
+            head += f" infokv {mode} t/s |"
+            rule += "---:|"
+        lines += [head, rule]
         for (model, test, threads), tools in sorted(samples.items()):
             ours, theirs = med(tools, "infokv"), med(tools, "llama.cpp")
-            lines.append(f"| {model} | {test} | {threads} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
+            line = f"| {model} | {test} | {threads} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |"
+            if ik:
+                ikv = med(tools, "ik_llama.cpp")
+                line += f" {ikv:.1f} | {ours / ikv:.2f} |"
+            for mode in modes:
+                line += f" {med(tools, f'infokv {mode}'):.1f} |"
+            lines.append(line)
     else:
         head = "| model | test | threads | infokv t/s | llama.cpp t/s | ratio | infokv peak RSS | llama.cpp peak RSS |"
         rule = "|---|---|---:|---:|---:|---:|---:|---:|"
+        if ik:
+            head += " ik_llama.cpp t/s | ratio | its peak RSS |"
+            rule += "---:|---:|---:|"
         if compressed:
             head += f" {compressed} t/s | vs full cache | its peak RSS |"
             rule += "---:|---:|---:|"
@@ -192,6 +284,9 @@ def main() -> int:
             line = (f"| {model} | {test} | {threads} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} "
                     f"| {max(rss[k].get('infokv', [float('nan')])):.0f} MiB "
                     f"| {max(rss[k].get('llama.cpp', [float('nan')])):.0f} MiB |")
+            if ik:
+                ikv = med(tools, "ik_llama.cpp")
+                line += f" {ikv:.1f} | {ours / ikv:.2f} | {max(rss[k].get('ik_llama.cpp', [float('nan')])):.0f} MiB |"
             if compressed:
                 c = med(tools, compressed)
                 line += f" {c:.1f} | {c / ours:.2f} | {max(rss[k].get(compressed, [float('nan')])):.0f} MiB |"
