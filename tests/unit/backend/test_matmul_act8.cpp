@@ -92,7 +92,7 @@ TEST(MatmulAct8, DotsMatchTheReferenceAndFloat64OnEveryType) {
   for (const int planes : {1, 2})
   for (const Geometry &g : kTypes) {
     // an odd number of 32-blocks where the type allows it (the vector kernels take blocks two at a time)
-    for (const int64_t k : {g.qk == 32 ? int64_t{288} : int64_t{512}, int64_t{1024}}) {
+    for (const int64_t k : {g.qk == 32 ? int64_t{288} : int64_t{512}, g.qk == 32 ? int64_t{576} : int64_t{768}, int64_t{1024}}) {
       const int64_t m = 37;
       const std::vector<uint8_t> w = random_rows(g, m, k, rng);
       std::vector<float> wf(static_cast<size_t>(m * k));
