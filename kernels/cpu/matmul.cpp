@@ -9,6 +9,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/dequant.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
+#include "kernels/cpu/matmul_act8.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
@@ -164,6 +165,19 @@ bool matmul_parts(const MatmulPart *parts, int count, const float *x, int64_t n,
       if (!matmul(parts[i].out, x, parts[i].w, parts[i].type, n, parts[i].m, k, pool)) return false;
     return true;
   }
+  // Parts whose decode takes integer activations (matmul_act8.hpp) get x quantised once here, for all the threads,
+  // instead of once per work item; parts of the same type share it. The rows are then the same bits as matmul's.
+  std::vector<Act8> acts(static_cast<size_t>(count));
+  std::vector<const Act8 *> act_of(static_cast<size_t>(count), nullptr);
+  for (int i = 0; i < count; ++i) {
+    int planes = 0;
+    if (!act8_decode(parts[i].type, k, &planes)) continue;
+    for (int j = 0; j < i && act_of[static_cast<size_t>(i)] == nullptr; ++j)
+      if (act_of[static_cast<size_t>(j)] != nullptr && parts[j].type == parts[i].type) act_of[static_cast<size_t>(i)] = act_of[static_cast<size_t>(j)];
+    if (act_of[static_cast<size_t>(i)] != nullptr) continue;
+    act8_quantize(x, k, parts[i].type, planes, &acts[static_cast<size_t>(i)]);
+    act_of[static_cast<size_t>(i)] = &acts[static_cast<size_t>(i)];
+  }
   // Units [a, b) of the concatenated range: each part's share computed by matmul on this thread, over the rows
   // from its first unit in the range (a row's result does not depend on the rows computed beside it).
   std::atomic<bool> ok{true};
@@ -174,7 +188,8 @@ bool matmul_parts(const MatmulPart *parts, int count, const float *x, int64_t n,
       if (lo >= hi) continue;
       const int64_t u0 = lo - first[s], r0 = u0 * unit_rows[s], r1 = std::min(parts[i].m, (hi - first[s]) * unit_rows[s]);
       const auto *w = static_cast<const uint8_t *>(parts[i].w) + u0 * unit_bytes[s];
-      if (!matmul(parts[i].out + r0, x, w, parts[i].type, 1, r1 - r0, k, nullptr)) ok.store(false);
+      if (act_of[s] != nullptr) act8_rows(parts[i].out + r0, *act_of[s], w, parts[i].type, r1 - r0);
+      else if (!matmul(parts[i].out + r0, x, w, parts[i].type, 1, r1 - r0, k, nullptr)) ok.store(false);
     }
   };
   // about 64K multiply-adds of a row's worth per work item, as matmul takes for a lone token

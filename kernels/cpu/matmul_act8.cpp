@@ -545,6 +545,19 @@ float act8_dot_ref(const uint8_t *row, uint32_t type, const Act8 &a) {
   return acc;
 }
 
+bool act8_decode(uint32_t type, int64_t k, int *planes) {
+  const CpuActivations acts = cpu_activations();
+  if (acts == CpuActivations::f32 || !act8_fast() || !act8_type(type) || k % (is_super(type) ? 256 : 32) != 0) return false;
+  *planes = acts == CpuActivations::int16 ? 2 : 1;
+  return true;
+}
+
+void act8_rows(float *out, const Act8 &a, const void *w, uint32_t type, int64_t m) {
+  const DotFn dot = !act8_fast() ? ref_entry : a.planes == 2 ? vnni_dot<2>(type) : vnni_dot<1>(type);
+  const int64_t row_bytes = a.k / a.block * block_bytes(type);
+  rows_act8(dot, out, &a, 1, static_cast<const uint8_t *>(w), type, row_bytes, 0, m, 1);
+}
+
 bool matmul_act8(float *out, const float *x, const void *w, uint32_t type, int64_t n, int64_t m, int64_t k,
                  int planes, ThreadPool *pool) {
   const int64_t qk = is_super(type) ? 256 : 32;

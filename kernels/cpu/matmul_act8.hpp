@@ -51,5 +51,13 @@ float act8_dot_ref(const uint8_t *row, uint32_t type, const Act8 &a);
 bool matmul_act8(float *out, const float *x, const void *w, uint32_t type, int64_t n, int64_t m, int64_t k,
                  int planes, ThreadPool *pool);
 
+// True when decode products of `type` with k columns take the integer activations now (cpu_activations() not f32,
+// act8_fast(), act8_type(type), k a multiple of its block): what matmul_quant does for fewer than 4 tokens. Sets
+// *planes (1 for int8, 2 for int16).
+bool act8_decode(uint32_t type, int64_t k, int *planes);
+// Rows [0, m) of W (`type`, k columns) against one token's activations quantised by act8_quantize for that type:
+// out[r] = the dot matmul_act8 computes for that row, the same bits. On this thread.
+void act8_rows(float *out, const Act8 &a, const void *w, uint32_t type, int64_t m);
+
 }  // namespace cpu
 }  // namespace infokv

@@ -603,9 +603,8 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   QuantKind q;
   if (fn == nullptr || !quant_kind(w_type, &q) || k % q.block_elems != 0) return false;
   // decode with integer activations where chosen and the CPU has the integer dot products
-  const CpuActivations acts = cpu_activations();
-  if (n < 4 && acts != CpuActivations::f32 && act8_fast() && act8_type(w_type))
-    return matmul_act8(out, x, w, w_type, n, m, k, acts == CpuActivations::int16 ? 2 : 1, pool);
+  int planes = 0;
+  if (n < 4 && act8_decode(w_type, k, &planes)) return matmul_act8(out, x, w, w_type, n, m, k, planes, pool);
   if (n < 4 && have_avx2_fma()) {
     static const bool wide = cpu_has_avx512();
     switch (static_cast<GgmlType>(w_type)) {

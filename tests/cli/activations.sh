@@ -14,7 +14,7 @@ out=$("$cli" perplexity --model "$model" --file "$text" --max-tokens 96 --activa
 python3 - "$out" <<'PY' || fail=1
 import json, sys
 d = json.loads(sys.argv[1])
-assert d["tokens"] == 95, d
+assert d["tokens"] == 96, d  # 96 text tokens after BOS
 if d["int_kernels"]:
     assert d["kl_mean_int16"] <= 1e-3, f"int16 KL {d['kl_mean_int16']} above 1e-3"
     assert d["kl_mean_int8"] > d["kl_mean_int16"], d

@@ -92,7 +92,16 @@ TEST(Dequant, RejectsPartialBlocksAndUnsupportedTypes) {
   EXPECT_TRUE(infokv::cpu::weight_type_supported(u(GgmlType::Q6_K)));
 }
 
+// The exact f32 path (decode's integer activations, the default where the CPU has VNNI, are checked against their
+// own float64 reference in tests/unit/backend/test_matmul_act8.cpp).
+struct F32Activations {
+  infokv::CpuActivations before = infokv::cpu_activations();
+  F32Activations() { infokv::set_cpu_activations(infokv::CpuActivations::f32); }
+  ~F32Activations() { infokv::set_cpu_activations(before); }
+};
+
 TEST(QuantMatmul, MatchesFloat64DotOfDequantisedRowsOnOneAndTwoThreads) {
+  const F32Activations exact;
   std::mt19937_64 rng(42);
   infokv::ThreadPool pool2(2);
   for (GgmlType t : kQuantTypes) {
