@@ -40,7 +40,9 @@ bool dequantize_f16(uint16_t *out, const void *src, uint32_t type, int64_t n);
 // out[n, m] = x[n, k] · W[m, k]^T with W of ggml type `w_type` (any weight_type_supported type; rows of k elements,
 // k a multiple of the block size; quantised rows are dequantised on the fly, never expanded in memory).
 // F32/F16/BF16 (and the grouped kF16Grouped/kBf16Grouped): each output is summed in one order whatever n, the row and
-// the thread count, so a token's result does not depend on what it is batched with. Returns false for a weight type
+// the thread count, so a token's result does not depend on what it is batched with. Quantised W: fewer than 4
+// tokens take the decode dots (with integer activations where cpu_activations() and the CPU allow:
+// kernels/cpu/matmul_act8.hpp), more the f32 tiles; the two agree to rounding. Returns false for a weight type
 // it does not handle (nothing written).
 bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool);
 

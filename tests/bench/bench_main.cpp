@@ -1,8 +1,10 @@
 // Google Benchmark: prefill and decode throughput on stories260K, batched decode, compression cost, side-channel
-// overhead, bytes per cached token, and one weight product alone (Matmul, GFLOP/s). Counters report tokens/s of
+// overhead, bytes per cached token, one weight product alone (Matmul, GFLOP/s), and the machine's streaming-read
+// bandwidth (StreamRead, the ceiling of decode on a model far larger than the caches). Counters report tokens/s of
 // wall time; run with --benchmark_counters_tabular=true.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -299,5 +301,35 @@ void Matmul(benchmark::State &st) {
 }
 BENCHMARK(Matmul)->ArgNames({"type", "tokens", "threads"})->ArgsProduct({{1, 8, 3}, {1, 512}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Reads 1 GiB once per iteration, split over the threads as decode splits a weight matrix (contiguous ranges), and
+// reports bytes per second: decode of a model that streams from DRAM cannot go faster than its weight bytes per token
+// divided by this. Eight independent sums of 64-bit words, so the loads, not the additions, are the limit.
+void StreamRead(benchmark::State &st) {
+  const size_t bytes = size_t{1} << 30, words = bytes / 8;
+  std::vector<uint64_t> buf(words);
+  for (size_t i = 0; i < words; ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;  // every page touched and distinct
+  ThreadPool pool(static_cast<int>(st.range(0)));
+  std::atomic<uint64_t> total{0};
+  for (auto _ : st) {
+    pool.parallel_for(static_cast<int64_t>(words / 4096), 1, [&](int64_t a, int64_t b) {
+      // 16-byte vectors (GCC's vector extension: SSE2 loads on any x86-64, NEON on ARM), four sums of two lanes
+      typedef uint64_t V2 __attribute__((vector_size(16)));
+      V2 s[4] = {};
+      for (size_t i = static_cast<size_t>(a) * 4096; i < static_cast<size_t>(b) * 4096; i += 8)
+        for (int j = 0; j < 4; ++j) {
+          V2 v;
+          std::memcpy(&v, &buf[i + 2 * static_cast<size_t>(j)], 16);
+          s[j] += v;
+        }
+      const V2 t = (s[0] ^ s[1]) ^ (s[2] ^ s[3]);
+      total.fetch_add(t[0] ^ t[1], std::memory_order_relaxed);
+    }, 1);
+    benchmark::DoNotOptimize(total.load());
+  }
+  st.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * static_cast<double>(st.iterations()) / 1e9,
+                                           benchmark::Counter::kIsRate);
+}
+BENCHMARK(StreamRead)->ArgNames({"threads"})->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
