@@ -53,21 +53,27 @@ def run(cmd, **kw):
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 
+def vendored_source(work: str, package: str, vendor_dir: str, download) -> str:
+    """The vendored C++ tree of a Python package's sdist in work: downloaded (download()) and unpacked once."""
+    sdists = glob.glob(os.path.join(work, f"{package}-*.tar.gz"))
+    if not sdists:
+        download()
+        sdists = glob.glob(os.path.join(work, f"{package}-*.tar.gz"))
+    src_root = os.path.join(work, "src")
+    if not os.path.isdir(src_root):
+        with tarfile.open(sdists[0]) as t:
+            t.extractall(src_root)
+    return glob.glob(os.path.join(src_root, "*", "vendor", vendor_dir))[0]
+
+
 def build_llama_bench(work: str, jobs: int, no_amx: bool = False) -> str:
     build = os.path.join(work, "build-noamx" if no_amx else "build")
     exe = os.path.join(build, "bin", "llama-bench")
     if os.path.exists(exe) and os.path.exists(os.path.join(build, "bin", "llama-quantize")):
         return exe
     os.makedirs(work, exist_ok=True)
-    sdists = glob.glob(os.path.join(work, "llama_cpp_python-*.tar.gz"))
-    if not sdists:
-        run([sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-d", work, LLAMA_CPP_PYTHON])
-        sdists = glob.glob(os.path.join(work, "llama_cpp_python-*.tar.gz"))
-    src_root = os.path.join(work, "src")
-    if not os.path.isdir(src_root):
-        with tarfile.open(sdists[0]) as t:
-            t.extractall(src_root)
-    vendor = glob.glob(os.path.join(src_root, "*", "vendor", "llama.cpp"))[0]
+    vendor = vendored_source(work, "llama_cpp_python", "llama.cpp", lambda: run(
+        [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "-d", work, LLAMA_CPP_PYTHON]))
     flags = [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"] if no_amx else []
     run(["cmake", "-S", vendor, "-B", build, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
          "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF"]
@@ -86,19 +92,15 @@ def build_ik_llama_bench(work: str, jobs: int) -> str:
     if os.path.exists(exe):
         return exe
     os.makedirs(ik, exist_ok=True)
-    sdists = glob.glob(os.path.join(ik, "ik_llama_cpp_python-*.tar.gz"))
-    if not sdists:
+
+    def download():
         venv = os.path.join(ik, "venv")
         run([sys.executable, "-m", "venv", venv])
         pip = os.path.join(venv, "bin", "pip")
         run([pip, "install", "-q", "scikit-build-core"])
         run([pip, "download", "--no-binary", ":all:", "--no-deps", "--no-build-isolation", "-d", ik, IK_LLAMA_CPP_PYTHON])
-        sdists = glob.glob(os.path.join(ik, "ik_llama_cpp_python-*.tar.gz"))
-    src_root = os.path.join(ik, "src")
-    if not os.path.isdir(src_root):
-        with tarfile.open(sdists[0]) as t:
-            t.extractall(src_root)
-    vendor = glob.glob(os.path.join(src_root, "*", "vendor", "ik_llama.cpp"))[0]
+
+    vendor = vendored_source(ik, "ik_llama_cpp_python", "ik_llama.cpp", download)
     # the 0.1.5 sdist leaves out the script that writes common/build-info.cpp from its template (a build step)
     gen = os.path.join(vendor, "common", "cmake", "build-info-gen-cpp.cmake")
     if not os.path.exists(gen):
@@ -226,8 +228,14 @@ def main() -> int:
                 opts = common + ([] if depth is None else ["-d", depth])
                 order = [("llama.cpp", [llama, "-m", model] + opts, None),
                          ("infokv", [a.infokv, "bench", "-m", model] + opts, None)]
-                if ik:
+                if ik and depth is None:
                     order.append(("ik_llama.cpp", [ik, "-m", model] + opts, None))
+                elif ik:
+                    # ik_llama.cpp's llama-bench has no -d; its -gp D,N times N generated tokens after a D-token
+                    # prompt (the decode test only)
+                    gp = [arg for n in a.n.split(",") for arg in ("-gp", f"{depth},{n}")]
+                    order.append(("ik_llama.cpp", [ik, "-m", model, "-p", "0", "-n", "0", "-t", a.t, "-r", a.r, "-o", "json"]
+                                  + gp, {"IKV_GP_DEPTH": depth}))
                 for mode in modes:
                     order.append((f"infokv {mode}", [a.infokv, "bench", "-m", model] + opts,
                                   {"INFOKV_CPU_ACTIVATIONS": mode}))
@@ -239,6 +247,8 @@ def main() -> int:
                 for tool, cmd, env in order:
                     rows, peak = bench_rows(cmd, env)
                     for row in rows:
+                        if env and "IKV_GP_DEPTH" in env:  # an ik_llama.cpp -gp row: its prompt is the depth
+                            row = {**row, "n_prompt": 0, "n_depth": int(env["IKV_GP_DEPTH"])}
                         k = key(row, model)
                         samples.setdefault(k, {}).setdefault(tool, []).append(float(row["avg_ts"]))
                         rss.setdefault(k, {}).setdefault(tool, []).append(peak)
