@@ -1,9 +1,10 @@
-// Quantised weights times 8-bit activations (one plane, or two for 16-bit precision): the decode products (fewer than 4 tokens) of Q4_0, Q4_1, Q5_0, Q8_0,
-// Q4_K and Q6_K weights with the activations rounded to 8-bit integers, as llama.cpp computes them. Each token's x is
-// quantised once per product (per 32 values for the 32-element types, as ggml's q8_0; per 256 for the K types, as
-// q8_K: d = max|x| / 127, q = round-to-nearest-even(x / d)), and every block's integer dot product is exact
-// (AVX-512 VNNI's vpdpbusd); only the per-block scales are floats. Whether decode uses it is cpu_activations()
-// (cpu_features.hpp); the f32 path stays the exact reference.
+// Quantised weights times integer activations: the decode products (fewer than 4 tokens) of Q4_0, Q4_1, Q5_0,
+// Q8_0, Q4_K and Q6_K weights with each token's x rounded to 8-bit integers, as llama.cpp computes them (one byte
+// plane, int8), or to 16-bit precision carried as two byte planes (int16, the default). x is quantised once per
+// product (per 32 values for the 32-element types, as ggml's q8_0; per 256 for the K types, as q8_K: d = max|x| /
+// 127, q = round-to-nearest-even(x / d)), and every block's integer dot product is exact (AVX-512 VNNI's
+// vpdpbusd); only the per-block scales are floats. Whether decode uses it is cpu_activations() (cpu_features.hpp);
+// the f32 path stays the exact reference.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -31,8 +32,8 @@ struct Act8 {
 
 // True when `type` has an 8-bit-activation product here (on any CPU: the portable reference computes it too).
 bool act8_type(uint32_t type);
-// True when this CPU runs the vectorised 8-bit products (AVX-512 VNNI), which matmul_quant then uses for decode
-// when cpu_activations() says int8.
+// True when this CPU runs the vectorised integer products (AVX-512 VNNI), which matmul_quant then uses for decode
+// when cpu_activations() says int8 or int16 (act8_decode).
 bool act8_fast();
 
 // Quantises x[k] for weights of `type` (act8_type; k a multiple of its block) into a: vectorised where act8_fast(),
