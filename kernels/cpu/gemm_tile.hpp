@@ -385,6 +385,12 @@ inline void prefetch_l2(const uint8_t *p, int64_t n) {
   for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T1);
 }
 
+// When a product is shared among the pool's threads: not below kShareMacs multiply-adds in all (the hand-off would
+// cost more), and then in work items of about kItemMacs multiply-adds (rows_per_item of rows costing macs_per_row).
+constexpr int64_t kShareMacs = int64_t{1} << 17;
+constexpr int64_t kItemMacs = int64_t{1} << 16;
+inline int64_t rows_per_item(int64_t macs_per_row) { return std::max<int64_t>(1, kItemMacs / std::max<int64_t>(1, macs_per_row)); }
+
 // A per-thread scratch of at least n floats starting on a 64-byte boundary: a 64-byte load from a buffer that is
 // only 16-byte aligned (what malloc gives) straddles two cache lines three times in four.
 inline float *scratch64(std::vector<float> &buf, int64_t n) {

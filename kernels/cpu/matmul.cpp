@@ -118,11 +118,10 @@ bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t 
   };
   // Share the rows among threads only when each gets enough multiply-adds to pay for the hand-off.
   const int64_t work = n * m * k;
-  if (pool == nullptr || pool->size() <= 1 || work < (int64_t{1} << 17)) {
+  if (pool == nullptr || pool->size() <= 1 || work < tile::kShareMacs) {
     body(0, m);
   } else {
-    int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, n * k));
-    pool->parallel_for(m, grain, body);
+    pool->parallel_for(m, tile::rows_per_item(n * k), body);
   }
   return true;
 }
@@ -160,7 +159,7 @@ bool matmul_parts(const MatmulPart *parts, int count, const float *x, int64_t n,
   for (int i = 0; i < count; ++i) rows += parts[i].m;
   // Batched products keep their own split (each part's outputs are [n, m], so a row range is not one span of them);
   // so do products too small to share at all.
-  if (n != 1 || pool == nullptr || pool->size() <= 1 || count == 1 || rows * k < (int64_t{1} << 17)) {
+  if (n != 1 || pool == nullptr || pool->size() <= 1 || count == 1 || rows * k < tile::kShareMacs) {
     for (int i = 0; i < count; ++i)
       if (!matmul(parts[i].out, x, parts[i].w, parts[i].type, n, parts[i].m, k, pool)) return false;
     return true;

@@ -568,11 +568,10 @@ bool matmul_act8(float *out, const float *x, const void *w, uint32_t type, int64
   const int64_t row_bytes = k / qk * block_bytes(type);
   const auto *wb = static_cast<const uint8_t *>(w);
   auto body = [&](int64_t m0, int64_t m1) { rows_act8(dot, out, acts.data(), n, wb, type, row_bytes, m0, m1, m); };
-  if (pool == nullptr || pool->size() <= 1 || n * m * k < (int64_t{1} << 17)) {
+  if (pool == nullptr || pool->size() <= 1 || n * m * k < tile::kShareMacs) {
     body(0, m);
   } else {
-    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, (n + 1) * k));
-    pool->parallel_for(m, grain, body);
+    pool->parallel_for(m, tile::rows_per_item((n + 1) * k), body);  // as matmul_quant's decode dots
   }
   return true;
 }

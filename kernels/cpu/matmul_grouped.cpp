@@ -237,8 +237,8 @@ bool matmul_grouped(float *out, const float *x, const void *w, uint32_t w_type, 
   else return false;
   const auto *wg = static_cast<const uint16_t *>(w);
   const int64_t groups = (m + kG - 1) / kG;
-  const bool pool_on = pool != nullptr && pool->size() > 1 && n * m * k >= (int64_t{1} << 17);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, n * k * kG));
+  const bool pool_on = pool != nullptr && pool->size() > 1 && n * m * k >= tile::kShareMacs;
+  const int64_t grain = tile::rows_per_item(n * k * kG);
   // prefill: 16 chunks per thread, so that 18 groups (SmolLM2's 576 rows) split evenly over 2 threads (F16 prefill 512
   // at 2 threads, Zen 5 VM, medians of 5: 1170 -> 1292 tok/s); decode keeps 4, each hand-off costing more than it saves
   const int per_thread = n < kDecodeTokens ? 4 : 16;

@@ -620,10 +620,10 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
     }
   }
   const auto *wb = static_cast<const uint8_t *>(w);
-  const bool pool_on = pool != nullptr && pool->size() > 1 && n * m * k >= (int64_t{1} << 17);
+  const bool pool_on = pool != nullptr && pool->size() > 1 && n * m * k >= tile::kShareMacs;
   // Rows per work item for nt tokens: expanding a row costs about as much as a few token dots, so count it as one
   // more token.
-  auto grain = [k](int64_t nt) { return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, (nt + 1) * k)); };
+  auto grain = [k](int64_t nt) { return tile::rows_per_item((nt + 1) * k); };
   static const bool panels = have_avx2_fma() && cpu_has_avx512();
   if (n >= 16 && panels) {
     // tokens kPanelSpan at a time: packed into transposed panels (shared by the threads), then every row over them
