@@ -67,14 +67,16 @@ const (
 	KVF32  KVDtype = KVDtype(capi.IKV_KV_F32)
 	KVF16  KVDtype = KVDtype(capi.IKV_KV_F16)
 	KVBF16 KVDtype = KVDtype(capi.IKV_KV_BF16)
+	KVQ8_0 KVDtype = KVDtype(capi.IKV_KV_Q8_0)
+	KVQ4_0 KVDtype = KVDtype(capi.IKV_KV_Q4_0)
 )
 
-var dtypeNames = map[KVDtype]string{KVF32: "f32", KVF16: "f16", KVBF16: "bf16"}
+var dtypeNames = map[KVDtype]string{KVF32: "f32", KVF16: "f16", KVBF16: "bf16", KVQ8_0: "q8_0", KVQ4_0: "q4_0"}
 
 // String is the dtype's name ("f16"); KVDtype(N) for an unknown value.
 func (t KVDtype) String() string { return enumName(dtypeNames, t, "KVDtype") }
 
-// ParseKVDtype reads a dtype name ("f32", "f16", "bf16"); ErrInvalidArgument names the known ones.
+// ParseKVDtype reads a dtype name ("f32", "f16", "bf16", "q8_0", "q4_0"); ErrInvalidArgument names the known ones.
 func ParseKVDtype(name string) (KVDtype, error) { return parseEnum(dtypeNames, name, "KV dtype") }
 
 func enumName[T ~int32](names map[T]string, v T, kind string) string {
@@ -120,7 +122,8 @@ func WithThreads(n int) SessionOption {
 	return func(s *SessionSettings) error { o := s.o; o.SetN_threads(n); return nil }
 }
 
-// WithKVDtype sets the KV cache element type (KVF16, the default; KVF32; KVBF16).
+// WithKVDtype sets the KV cache element type (KVF16, the default; KVF32; KVBF16; KVQ8_0 and KVQ4_0, blocks of 32
+// values with an f16 scale, on the CPU for models whose head size is a multiple of 32).
 func WithKVDtype(t KVDtype) SessionOption {
 	return func(s *SessionSettings) error { o := s.o; o.SetKv_dtype(int(t)); return nil }
 }

@@ -53,6 +53,8 @@ static_assert(IKV_POLICY_AUTO == infokv::policy_row(infokv::PolicyKind::auto_).c
 static_assert(IKV_POLICY_KVZIP == infokv::policy_row(infokv::PolicyKind::kvzip).c_value, "policy table: C value");
 static_assert(infokv::kPolicyTable.size() == 9, "a new policy needs its IKV_POLICY_* constant checked here");
 static_assert(IKV_KV_BF16 == static_cast<int32_t>(infokv::KvDtype::bf16), "dtype values must agree");
+static_assert(IKV_KV_Q8_0 == static_cast<int32_t>(infokv::KvDtype::q8_0), "dtype values must agree");
+static_assert(IKV_KV_Q4_0 == static_cast<int32_t>(infokv::KvDtype::q4_0), "dtype values must agree");
 static_assert(IKV_QUESTION_BOTH == static_cast<int32_t>(infokv::Question::both), "question values must agree");
 static_assert(IKV_QUESTION_NEXT == static_cast<int32_t>(infokv::Question::next), "question values must agree");
 static_assert(IKV_QUESTION_LATER == static_cast<int32_t>(infokv::Question::later), "question values must agree");
@@ -127,9 +129,9 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   const bool has_v4 = has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 4, kSessionOptionsV4Size);
   require(o->n_threads >= 0, "n_threads must be >= 0");
   // Messages name values as every language spells them (the bindings have their own constant names).
-  if (o->kv_dtype < 1 || o->kv_dtype > 3)
-    fail(Status::invalid_argument,
-         "kv_dtype = " + std::to_string(o->kv_dtype) + " is not a KV dtype (f32 = 1, f16 = 2, bf16 = 3)");
+  if (!infokv::kv_dtype_valid(o->kv_dtype))
+    fail(Status::invalid_argument, "kv_dtype = " + std::to_string(o->kv_dtype) +
+                                       " is not a KV dtype (f32 = 1, f16 = 2, bf16 = 3, q8_0 = 4, q4_0 = 5)");
   require(o->block_size >= 0, "block_size must be >= 0");
   require(o->ubatch >= 0, "ubatch must be >= 0");
   const infokv::PolicyInfo *policy = infokv::policy_by_c_value(o->policy);

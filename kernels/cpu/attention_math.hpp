@@ -224,6 +224,7 @@ IKV_AVX2 inline void scores_v(float *ph, int64_t pstride, const float *qg, int32
     case KvDtype::f32: scores_d<KvDtype::f32>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
     case KvDtype::f16: scores_d<KvDtype::f16>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
     case KvDtype::bf16: scores_d<KvDtype::bf16>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
+    default: break;  // quantised blocks arrive widened to f32 (paged_attention.cpp's block_src)
   }
 }
 
@@ -307,6 +308,7 @@ IKV_AVX2 inline void wsum_rows_v(const WsumRow *rows, int n, const void *vb, KvD
     case KvDtype::f32: wsum_rows_t<KvDtype::f32>(rows, n, vb, hd); break;
     case KvDtype::f16: wsum_rows_t<KvDtype::f16>(rows, n, vb, hd); break;
     case KvDtype::bf16: wsum_rows_t<KvDtype::bf16>(rows, n, vb, hd); break;
+    default: break;  // quantised blocks arrive widened to f32
   }
 }
 
@@ -547,6 +549,7 @@ IKV_ATT512 inline void wsum_rows_v512(const WsumRow *rows, int n, const void *vb
     case KvDtype::f32: wsum_rows_t512<KvDtype::f32>(rows, n, vb, hd); break;
     case KvDtype::f16: wsum_rows_t512<KvDtype::f16>(rows, n, vb, hd); break;
     case KvDtype::bf16: wsum_rows_t512<KvDtype::bf16>(rows, n, vb, hd); break;
+    default: break;  // quantised blocks arrive widened to f32
   }
 }
 

@@ -70,17 +70,17 @@ bool get_row(float *out, const void *emb, uint32_t type, int64_t row, int64_t d)
 
 void convert(void *dst, KvDtype dst_type, const void *src, KvDtype src_type, int64_t n) {
   if (dst_type == src_type) {
-    std::memmove(dst, src, static_cast<size_t>(n) * static_cast<size_t>(kv_dtype_size(src_type)));
+    std::memmove(dst, src, static_cast<size_t>(kv_bytes(src_type, n)));
     return;
   }
   // Through an f32 buffer a chunk at a time, with the KV rows' own conversions (round to nearest even).
   constexpr int32_t kChunk = 256;
   float buf[kChunk];
-  const int64_t ss = kv_dtype_size(src_type), ds = kv_dtype_size(dst_type);
+  static_assert(kChunk % kKvQuantBlock == 0, "a chunk holds whole quantised blocks");
   for (int64_t i = 0; i < n; i += kChunk) {
     const auto cnt = static_cast<int32_t>(std::min<int64_t>(kChunk, n - i));
-    load_row(buf, static_cast<const uint8_t *>(src) + i * ss, cnt, src_type);
-    store_row(static_cast<uint8_t *>(dst) + i * ds, buf, cnt, dst_type);
+    load_row(buf, static_cast<const uint8_t *>(src) + kv_bytes(src_type, i), cnt, src_type);
+    store_row(static_cast<uint8_t *>(dst) + kv_bytes(dst_type, i), buf, cnt, dst_type);
   }
 }
 

@@ -23,8 +23,8 @@ namespace infokv {
 namespace cpu {
 namespace tile {
 
-// Weights read in place are f32, f16 or bf16, the KV cache's three element types: one enum, and one pair of loaders
-// (attention_math.hpp reads K/V with them too).
+// Weights read in place are f32, f16 or bf16, the KV cache's three float element types: one enum, and one pair of
+// loaders (attention_math.hpp reads K/V with them too; a quantised KV block reaches it widened to f32).
 using WKind = KvDtype;
 
 __attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) __m256 load8(const void *w, int64_t i,
@@ -37,6 +37,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) _
       __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(static_cast<const uint16_t *>(w) + i));
       return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
+    default: break;
   }
   return _mm256_setzero_ps();
 }
@@ -46,6 +47,7 @@ inline float load1(const void *w, int64_t i, WKind kind) {
     case WKind::f32: return static_cast<const float *>(w)[i];
     case WKind::f16: return fp16_to_float(static_cast<const uint16_t *>(w)[i]);
     case WKind::bf16: return bf16_to_float(static_cast<const uint16_t *>(w)[i]);
+    default: break;
   }
   return 0;
 }
@@ -135,6 +137,7 @@ IKV_TILE512 inline __attribute__((always_inline)) __m512 load16(const void *w, i
     case WKind::f32: return _mm512_loadu_ps(static_cast<const float *>(w) + i);
     case WKind::f16: return _mm512_cvtph_ps(_mm256_loadu_si256(h));
     case WKind::bf16: return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(h)), 16));
+    default: break;
   }
   return _mm512_setzero_ps();
 }

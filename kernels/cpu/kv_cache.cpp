@@ -32,7 +32,7 @@ void kv_read(float *out, const PagedKv &kv, int32_t slot, int32_t h, int which) 
 }
 
 void kv_move_slots(const PagedKv &kv, const int32_t *moves, int64_t n, uint8_t *scratch) {
-  const size_t row = static_cast<size_t>(kv.head_dim) * static_cast<size_t>(kv_dtype_size(kv.dtype));
+  const auto row = static_cast<size_t>(kv_bytes(kv.dtype, kv.head_dim));
   const int64_t per_slot = int64_t{2} * kv.n_kv_heads;  // rows per slot: K and V of every kv head
   auto at = [&](int32_t block, int32_t s, int64_t r) {  // r = which * n_kv_heads + h
     return kv.pool + static_cast<int64_t>(block) * kv.block_stride + (r * kv.block_size + s) * static_cast<int64_t>(row);

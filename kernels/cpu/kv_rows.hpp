@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/fp16.hpp"
+#include "kernels/kv_quant.hpp"
 #include "kernels/paged_kv.hpp"
 
 namespace infokv {
@@ -16,8 +17,7 @@ namespace cpu {
 inline uint8_t *slot_ptr(const PagedKv &kv, int32_t slot, int32_t h, int which) {
   const int32_t b = kv.block_table[slot / kv.block_size];
   const int32_t s = slot % kv.block_size;
-  const int64_t es = kv_dtype_size(kv.dtype);
-  const int64_t off = ((static_cast<int64_t>(which) * kv.n_kv_heads + h) * kv.block_size + s) * kv.head_dim * es;
+  const int64_t off = ((static_cast<int64_t>(which) * kv.n_kv_heads + h) * kv.block_size + s) * kv_bytes(kv.dtype, kv.head_dim);
   return kv.pool + static_cast<int64_t>(b) * kv.block_stride + off;
 }
 
@@ -49,7 +49,20 @@ __attribute__((target("avx2,f16c"))) inline void store_f16_hw(uint16_t *d, const
   for (; i < n; ++i) d[i] = float_to_fp16(s[i]);
 }
 
-// n floats stored as dtype t at dst (round to nearest even).
+// q8_0 blocks widened with AVX2, in the rotated basis: the same products as kvq::dequantize_q8_0_rotated (an int8
+// times an f16 scale is exact in f32), eight at a time.
+__attribute__((target("avx2,f16c"))) inline void load_q8_0_hw(float *dst, const uint8_t *b, int64_t n_blocks) {
+  for (int64_t i = 0; i < n_blocks; ++i, b += kvq::kQ8Bytes, dst += kvq::kBlock) {
+    const __m256 d = _mm256_set1_ps(kvq::scale_of(b));
+    for (int j = 0; j < kvq::kBlock; j += 8) {
+      const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + 2 + j)));
+      _mm256_storeu_ps(dst + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+    }
+  }
+}
+
+// n floats stored as dtype t at dst (round to nearest even; the quantised dtypes take whole blocks, n a multiple of
+// kKvQuantBlock).
 inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
   switch (t) {
     case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
@@ -67,6 +80,29 @@ inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
       for (int32_t i = 0; i < n; ++i) d[i] = float_to_bf16(src[i]);
       break;
     }
+    case KvDtype::q8_0:
+      for (int32_t i = 0; i < n; i += kvq::kBlock, dst += kvq::kQ8Bytes) kvq::quantize_q8_0(dst, src + i);
+      break;
+    case KvDtype::q4_0:
+      for (int32_t i = 0; i < n; i += kvq::kBlock, dst += kvq::kQ4Bytes) kvq::quantize_q4_0(dst, src + i);
+      break;
+  }
+}
+
+// Row of n elements of a quantised dtype t at src, as f32 in the rotated basis (kernels/kv_quant.hpp): what attention
+// reads, with rotated queries. A float dtype's row as it is.
+inline void load_row(float *dst, const uint8_t *src, int32_t n, KvDtype t);
+inline void load_row_rotated(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
+  if (t == KvDtype::q8_0) {
+    if (have_f16c()) {
+      load_q8_0_hw(dst, src, n / kvq::kBlock);
+      return;
+    }
+    for (int32_t i = 0; i < n; i += kvq::kBlock, src += kvq::kQ8Bytes) kvq::dequantize_q8_0_rotated(dst + i, src);
+  } else if (t == KvDtype::q4_0) {
+    for (int32_t i = 0; i < n; i += kvq::kBlock, src += kvq::kQ4Bytes) kvq::dequantize_q4_0_rotated(dst + i, src);
+  } else {
+    load_row(dst, src, n, t);
   }
 }
 
@@ -88,7 +124,20 @@ inline void load_row(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
       for (int32_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
       break;
     }
+    case KvDtype::q8_0:
+    case KvDtype::q4_0:
+      load_row_rotated(dst, src, n, t);
+      for (int32_t i = 0; i < n; i += kvq::kBlock) kvq::unrotate32(dst + i);
+      break;
   }
+}
+
+// Queries (or any rows) rotated like a quantised cache's blocks, in place: n a multiple of kKvQuantBlock.
+inline void rotate_rows(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i += kvq::kBlock) kvq::rotate32(x + i, x + i);
+}
+inline void unrotate_rows(float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i += kvq::kBlock) kvq::unrotate32(x + i);
 }
 
 }  // namespace cpu

@@ -109,6 +109,7 @@ bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t 
         case WKind::f32: rows_avx2<WKind::f32>(out, x, w, n, m0, m1, m, k); break;
         case WKind::f16: rows_avx2<WKind::f16>(out, x, w, n, m0, m1, m, k); break;
         case WKind::bf16: rows_avx2<WKind::bf16>(out, x, w, n, m0, m1, m, k); break;
+        default: break;  // not a weight kind
       }
     } else if (kind == WKind::f32) {
       rows_generic(out, x, static_cast<const float *>(w), n, m0, m1, m, k, false);

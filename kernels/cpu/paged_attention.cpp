@@ -25,7 +25,7 @@ void head_scores(float *scores, const float *qh, const PagedKv &kv, int32_t g, i
   for (int32_t s0 = 0; s0 < n; s0 += kv.block_size) {
     const int32_t cnt = std::min(kv.block_size, n - s0);
     // slots of one block and head are contiguous: [block_size][head_dim]
-    load_row(kbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);
+    load_row_rotated(kbuf, slot_ptr(kv, s0, g, 0), cnt * hd, kv.dtype);
     for (int32_t j = 0; j < cnt; ++j) {
       const float *kr = kbuf + static_cast<int64_t>(j) * hd;
       float d = 0;
@@ -53,9 +53,9 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
   const int32_t next = s0 + kPrefetchBlocks * kv.block_size;
   if (next < kv.n_slots)
     tile::prefetch_l1(slot_ptr(kv, next, g, which), 0,
-                      static_cast<int64_t>(kv.block_size) * kv.head_dim * kv_dtype_size(kv.dtype));
-  if (direct) return {src, kv.dtype};
-  load_row(kvbuf, src, n * kv.head_dim, kv.dtype);
+                      kv_bytes(kv.dtype, static_cast<int64_t>(kv.block_size) * kv.head_dim));
+  if (direct && !kv_dtype_quantised(kv.dtype)) return {src, kv.dtype};
+  load_row_rotated(kvbuf, src, n * kv.head_dim, kv.dtype);
   return {kvbuf, KvDtype::f32};
 }
 
@@ -418,10 +418,30 @@ void attend_tiles(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
   else pool->parallel_for(n_tiles * G, 1, body, kPrefillChunksPerThread);
 }
 
+// A quantised cache holds rotated blocks (kernels/kv_quant.hpp): its attention runs in that basis, on queries rotated
+// once here (`rq` holds them; q itself for a float cache).
+const float *queries_for(const PagedKv &kv, const float *q, int64_t n, std::vector<float> &rq) {
+  if (!kv_dtype_quantised(kv.dtype)) return q;
+  rq.assign(q, q + n);
+  rotate_rows(rq.data(), n);
+  return rq.data();
+}
+
 }  // namespace
 
-void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
+void paged_attention(float *out, const float *q0, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t visible0,
                      float scale, float *acc, float *acc_count, ThreadPool *pool) {
+  std::vector<float> rq;
+  const int64_t n_out = n_q * n_heads * kv.head_dim;
+  const float *q = queries_for(kv, q0, n_out, rq);
+  struct Unrotate {  // the output back from the rotated basis, on every return path
+    float *o;
+    int64_t n;
+    bool on;
+    ~Unrotate() {
+      if (on) unrotate_rows(o, n);
+    }
+  } unrotate{out, n_out, q != q0};
   if (acc == nullptr && n_q > 1 && visible0 >= 1) {
     if (visible0 + n_q - 1 < kSplitMinSlots)
       attend_tiles(out, q, n_q, n_heads, kv, visible0, scale, pool);
@@ -434,18 +454,24 @@ void paged_attention(float *out, const float *q, int64_t n_q, int32_t n_heads, c
                  [&](int64_t t) { return std::make_pair(kv, visible0 + static_cast<int32_t>(t)); });
 }
 
-void paged_attention_rows(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, const int32_t *table_off,
+void paged_attention_rows(float *out, const float *q0, int64_t n_q, int32_t n_heads, const PagedKv &kv, const int32_t *table_off,
                           const int32_t *vis, int32_t max_vis, float scale, ThreadPool *pool) {
+  std::vector<float> rq;
+  const int64_t n_out = n_q * n_heads * kv.head_dim;
+  const float *q = queries_for(kv, q0, n_out, rq);
   attend_queries(out, q, n_q, n_heads, kv, max_vis, scale, nullptr, nullptr, pool, [&](int64_t t) {
     PagedKv v = kv;
     v.block_table = kv.block_table + table_off[t];
     v.n_slots = vis[t];
     return std::make_pair(v, vis[t]);
   });
+  if (q != q0) unrotate_rows(out, n_out);
 }
 
-void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
+void attention_probs_mean(float *probs, const float *q0, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                           int32_t visible0, float scale) {
+  std::vector<float> rq;
+  const float *q = queries_for(kv, q0, n_q * n_heads * kv.head_dim, rq);
   const int32_t group = n_heads / kv.n_kv_heads;
   std::fill(probs, probs + kv.n_slots, 0.0f);
   std::vector<float> p(static_cast<size_t>(std::max(1, kv.n_slots)));
@@ -461,8 +487,10 @@ void attention_probs_mean(float *probs, const float *q, int64_t n_q, int32_t n_h
   }
 }
 
-void attention_probs_max(float *probs_max, int32_t n_out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv,
+void attention_probs_max(float *probs_max, int32_t n_out, const float *q0, int64_t n_q, int32_t n_heads, const PagedKv &kv,
                          int32_t visible0, float scale) {
+  std::vector<float> rq;
+  const float *q = queries_for(kv, q0, n_q * n_heads * kv.head_dim, rq);
   const int32_t group = n_heads / kv.n_kv_heads;
   std::vector<float> p(static_cast<size_t>(std::max(1, kv.n_slots)));
   std::vector<float> kbuf(static_cast<size_t>(kv.block_size) * kv.head_dim);

@@ -4,6 +4,7 @@
 // It also produces the compression side channels (DESIGN.md §4) on the device and records them on the host:
 // H2O attention sums, the observation window's query rows, per-position entropy and representation change.
 #include <algorithm>
+#include <deque>
 #include <cmath>
 
 #include "backend/device_forward.hpp"
@@ -38,7 +39,7 @@ class OpsKvStore final : public KvStore {
     moves_.ensure(ops_, moves.size() * 4);
     // Batches in stream order (see KvStore::move_slots): the scratch is bounded by a batch.
     const int64_t batch = std::min(n, kMoveBatch);
-    scratch_.ensure(ops_, static_cast<size_t>(batch * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
+    scratch_.ensure(ops_, static_cast<size_t>(batch * 2 * g_.n_kv_heads * kv_bytes(g_.dtype, g_.head_dim)));
     // `moves` is the caller's and may go away on return: a pageable-memory upload has copied it to a staging
     // buffer before the call returns (CUDA's documented behaviour), so no synchronisation is needed here.
     ops_.upload(moves_.as<int32_t>(), moves.data(), moves.size() * 4);
@@ -66,6 +67,7 @@ class OpsKvStore final : public KvStore {
 struct DevLayer {
   const float *attn_norm = nullptr, *ffn_norm = nullptr;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;  // null when the model has no such bias
+  const float *k_shift = nullptr;  // -bk (null without a K bias): what a quantised cache subtracts from K
   DevMatrix wq, wk, wv, wo, gate, up, down;
 };
 
@@ -99,6 +101,11 @@ class OpsForward final : public DeviceForward {
       D.wo = ops_->matrix(m, L.wo);
       D.bq = optional_vec(*ops_, L.bq);
       D.bk = optional_vec(*ops_, L.bk);
+      if (!L.bk.empty()) {  // vec() may keep pointing at the host vector (the CPU does): it lives here
+        std::vector<float> &neg = k_shift_host_.emplace_back(L.bk.size());
+        for (size_t i = 0; i < neg.size(); ++i) neg[i] = -L.bk[i];
+        D.k_shift = ops_->vec(neg);
+      }
       D.bv = optional_vec(*ops_, L.bv);
       D.bo = optional_vec(*ops_, L.bo);
       D.gate = ops_->matrix(m, L.w_gate);
@@ -299,6 +306,7 @@ class OpsForward final : public DeviceForward {
     if (L.bv != nullptr) o.add_bias(v, L.bv, T, p.kvd);
     o.rope(q, pos, T, p.nh, p.hd, freq_.as<double>());
     o.rope(k, pos, T, p.nkv, p.hd, freq_.as<double>());
+    if (L.k_shift != nullptr && kv_keys_less_bias(kv.config().dtype)) o.add_bias(k, L.k_shift, T, p.kvd);
     attend(c, kv, p, l);
     int64_t wi = 0;
     for (const auto &run : p.wruns) {
@@ -473,6 +481,7 @@ class OpsForward final : public DeviceForward {
   const Model &model_;
   std::unique_ptr<DeviceOps> ops_;
   std::vector<DevLayer> layers_;
+  std::deque<std::vector<float>> k_shift_host_;  // DevLayer::k_shift on the host (a deque: elements never move)
   DevMatrix emb_, out_;
   const float *out_norm_ = nullptr;
   DevBuf x_, xn_, o_, q_, att_, k_, v_, g_, u_, ids_, pos_, xr_, logits_, lgout_, table_, rows_, acc_, wq_, hidden_, ent_, rep_;

@@ -81,7 +81,7 @@ BenchSpec spec_from(const Args &a) {
   s.ubatch = a.integer("ubatch", 0, 0, 1 << 16);
   s.kv_dtypes = split_list(a.str("kv-dtype", "f16"));
   for (const std::string &d : s.kv_dtypes)
-    if (d != "f32" && d != "f16" && d != "bf16") fail(Status::invalid_argument, "-ctk takes f32, f16, bf16");
+    if (KvDtype t; !kv_dtype_parse(d.c_str(), &t)) fail(Status::invalid_argument, std::string("-ctk takes ") + kKvDtypeNames);
   s.policies = split_list(a.str("policy", "none"));
   for (const std::string &p : s.policies) parse_policy(p);
   s.budgets = fraction_list(a.str("budget", "0.25"), "bench (of the depth, -d)");
@@ -91,7 +91,11 @@ BenchSpec spec_from(const Args &a) {
   return s;
 }
 
-KvDtype dtype_of(const std::string &d) { return d == "f32" ? KvDtype::f32 : d == "bf16" ? KvDtype::bf16 : KvDtype::f16; }
+KvDtype dtype_of(const std::string &d) {
+  KvDtype t = KvDtype::f16;
+  kv_dtype_parse(d.c_str(), &t);  // checked when the arguments were read
+  return t;
+}
 
 // Runs one test `reps + 1` times (the first a warm-up) on a fresh sequence each time.
 void run_test(Session &s, const BenchSpec &spec, Test &t, std::mt19937 &rng) {

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include "cli/args.hpp"
 #include "cli/json.hpp"
@@ -92,10 +93,80 @@ int compare_activations(const std::shared_ptr<const Model> &model, const Session
   return 0;
 }
 
+double kl_of(const float *ref, const float *got, int32_t V, std::vector<double> &lp, std::vector<double> &lq) {
+  log_softmax(ref, V, &lp);
+  log_softmax(got, V, &lq);
+  double kl = 0;
+  for (int32_t v = 0; v < V; ++v) kl += std::exp(lp[static_cast<size_t>(v)]) * (lp[static_cast<size_t>(v)] - lq[static_cast<size_t>(v)]);
+  return std::max(0.0, kl);
+}
+
+// The text fed in chunks of ubatch tokens, as prefill runs, into one session per KV dtype (the reference so.kv_dtype
+// first, then each of `dtypes`), side by side so that no logits are kept: KL(reference || dtype) of every
+// next-token distribution, top-1 agreement and perplexity. Each session's attention reads the K/V its cache stored,
+// so the loss is what that dtype costs a real run.
+int compare_kv_dtypes(const std::shared_ptr<const Model> &model, const SessionOptions &so, const std::vector<int32_t> &toks,
+                      const std::vector<KvDtype> &dtypes, bool json) {
+  const int32_t V = model->hparams().n_vocab;
+  const size_t n_items = toks.size() - 1, nd = dtypes.size() + 1;
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<int32_t> seqs;
+  for (size_t d = 0; d < nd; ++d) {
+    SessionOptions o = so;
+    if (d > 0) o.kv_dtype = dtypes[d - 1];
+    sessions.push_back(std::make_unique<Session>(model, o));
+    seqs.push_back(sessions.back()->add_sequence());
+  }
+  std::vector<double> nll(nd, 0.0), kl_sum(nd, 0.0), kl_max(nd, 0.0), lp, lq;
+  std::vector<int64_t> agree(nd, 0);
+  std::vector<float> ref;
+  const auto top = [V](const float *x) { return std::max_element(x, x + V) - x; };
+  const size_t chunk = static_cast<size_t>(so.ubatch);
+  for (size_t c0 = 0; c0 < n_items; c0 += chunk) {
+    const size_t c1 = std::min(n_items, c0 + chunk);
+    for (size_t d = 0; d < nd; ++d) {
+      std::vector<BatchToken> batch;
+      for (size_t i = c0; i < c1; ++i) batch.push_back({seqs[d], toks[i], true});
+      sessions[d]->decode(batch);
+      const std::vector<float> &lg = sessions[d]->batch_logits();
+      if (d == 0) ref = lg;
+      for (size_t i = c0; i < c1; ++i) {
+        const float *r = ref.data() + (i - c0) * static_cast<size_t>(V), *g = lg.data() + (i - c0) * static_cast<size_t>(V);
+        nll[d] -= log_prob(g, V, toks[i + 1]);
+        if (d == 0) continue;
+        const double kl = kl_of(r, g, V, lp, lq);
+        kl_sum[d] += kl;
+        kl_max[d] = std::max(kl_max[d], kl);
+        agree[d] += top(r) == top(g) ? 1 : 0;
+      }
+    }
+  }
+  const double n = static_cast<double>(n_items);
+  const std::string rn = kv_dtype_name(so.kv_dtype);
+  if (json) {
+    JsonObject o;
+    o.integer("tokens", static_cast<int64_t>(n_items)).str("reference", rn).num("ppl_" + rn, std::exp(nll[0] / n));
+    for (size_t d = 1; d < nd; ++d) {
+      const std::string m = kv_dtype_name(dtypes[d - 1]);
+      o.num("kl_mean_" + m, kl_sum[d] / n).num("kl_max_" + m, kl_max[d]).num("top1_" + m, static_cast<double>(agree[d]) / n)
+          .num("ppl_" + m, std::exp(nll[d] / n));
+    }
+    std::printf("%s\n", o.dump().c_str());
+  } else {
+    std::printf("tokens %zu in chunks of %zu; perplexity with a %s cache %.4f\n", n_items, chunk, rn.c_str(), std::exp(nll[0] / n));
+    for (size_t d = 1; d < nd; ++d) {
+      const char *m = kv_dtype_name(dtypes[d - 1]);
+      std::printf("  %-5s  KL(%s || %s) mean %.3g max %.3g  top-1 agreement %.4f  perplexity %.4f\n", m, rn.c_str(), m,
+                  kl_sum[d] / n, kl_max[d], static_cast<double>(agree[d]) / n, std::exp(nll[d] / n));
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_perplexity(int argc, char **argv) {
-  std::set<std::string> valued = {"model", "file", "max-tokens", "activations"};
+  std::set<std::string> valued = {"model", "file", "max-tokens", "activations", "kv-compare"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json"});
   const std::string path = model_path_from(a);
@@ -116,6 +187,16 @@ int cmd_perplexity(int argc, char **argv) {
   if (so.kv_pool_blocks == 0 && so.kv_pool_bytes == 0) {
     const int64_t per_layer = (static_cast<int64_t>(seq_tokens.size()) + so.block_size - 1) / so.block_size + 1;
     so.kv_pool_blocks = per_layer * model->hparams().n_layer;
+  }
+  if (a.has("kv-compare")) {
+    std::vector<KvDtype> dts;
+    for (const std::string &d : split_list(a.str("kv-compare"))) {
+      KvDtype t;
+      if (!kv_dtype_parse(d.c_str(), &t)) fail(Status::invalid_argument, std::string("--kv-compare takes ") + kKvDtypeNames + ", not '" + d + "'");
+      dts.push_back(t);
+    }
+    if (dts.empty()) fail(Status::invalid_argument, "--kv-compare needs at least one KV dtype");
+    return compare_kv_dtypes(model, so, seq_tokens, dts, a.flag("json"));
   }
   const std::string act = a.str("activations", "");
   if (act == "compare") return compare_activations(model, so, seq_tokens, a.flag("json"));

@@ -104,10 +104,8 @@ SessionOptions session_options_from(const Args &a, const SessionOptions &base) {
   o.device = a.str("device", o.device);
   if (a.has("kv-dtype")) {
     const std::string dt = a.str("kv-dtype");
-    if (dt == "f32") o.kv_dtype = KvDtype::f32;
-    else if (dt == "f16") o.kv_dtype = KvDtype::f16;
-    else if (dt == "bf16") o.kv_dtype = KvDtype::bf16;
-    else fail(Status::invalid_argument, "--kv-dtype must be f32, f16 or bf16");
+    if (!kv_dtype_parse(dt.c_str(), &o.kv_dtype))
+      fail(Status::invalid_argument, std::string("--kv-dtype must be ") + kKvDtypeNames + " (got '" + dt + "')");
   }
   o.block_size = static_cast<int32_t>(a.integer("block-size", o.block_size, 1, 1024));
   o.ubatch = static_cast<int32_t>(a.integer("ubatch", o.ubatch, 1, 1 << 16));

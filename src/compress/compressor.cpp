@@ -167,6 +167,10 @@ void Session::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, st
       cpu::kv_read(k.data() + at, view, j, h, 0);
       cpu::kv_read(v.data() + at, view, j, h, 1);
     }
+  const std::vector<float> &bk = model_->layer(layer).bk;  // keys as values (key norms): the bias back
+  if (kv_keys_less_bias(view.dtype) && !bk.empty())
+    for (int32_t j = 0; j < n; ++j)
+      for (size_t i = 0; i < bk.size(); ++i) k[static_cast<size_t>(j) * bk.size() + i] += bk[i];
 }
 
 Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B, double max_loss, const EvidenceRows &rows) {

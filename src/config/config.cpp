@@ -263,7 +263,7 @@ Config config_from_binary(const void *data, size_t size) {
   s.device = c.device;  // the session selects (and refuses) the device
   s.n_threads = f->threads();
   const int dt = static_cast<int>(f->kv_dtype());
-  if (dt < 0 || dt > 3) bad("kv_dtype = " + std::to_string(dt) + " is not f32, f16 or bf16");
+  if (dt != 0 && !kv_dtype_valid(dt)) bad("kv_dtype = " + std::to_string(dt) + " is not " + kKvDtypeNames);
   if (dt != 0) s.kv_dtype = static_cast<KvDtype>(dt);
   if (f->block_size() != 0) s.block_size = f->block_size();
   s.kv_pool_bytes = f->kv_pool_bytes();

@@ -35,7 +35,11 @@ KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg
   // (8 bytes a block) would itself be gigabytes.
   if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 26))
     fail(Status::invalid_argument, "KV pool must hold between 1 and 2^26 blocks (got " + std::to_string(cfg.n_blocks) + ")");
-  block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * cfg.head_dim * kv_dtype_size(cfg.dtype);
+  if (!kv_dtype_valid(static_cast<int32_t>(cfg.dtype))) fail(Status::invalid_argument, "unknown KV dtype");
+  if (!kv_dtype_fits(cfg.dtype, cfg.head_dim))
+    fail(Status::unsupported, std::string("KV dtype ") + kv_dtype_name(cfg.dtype) + " stores blocks of " + std::to_string(kKvQuantBlock) +
+                                  " values; this model's head size " + std::to_string(cfg.head_dim) + " is not a multiple of it");
+  block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * kv_bytes(cfg.dtype, cfg.head_dim);
   geometry_ = PagedKv{};
   geometry_.block_stride = block_bytes_;
   geometry_.block_size = cfg.block_size;
@@ -268,9 +272,10 @@ void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_c
       keep_last(wq, rows_kept_before(wq.size(), add, cap));
       const size_t at = wq.size();
       wq.insert(wq.end(), step.window_q[l].begin(), step.window_q[l].end());
-      // Held at the KV dtype's precision, like the keys they are scored against: a snapshot then stores them in
-      // that dtype (half the bytes of f32) and a restored sequence scores exactly as the original would.
-      round_to_dtype(wq.data() + at, wq.size() - at, cfg_.dtype);
+      // Held at the KV dtype's precision (f16 beside a quantised cache), like the keys they are scored against: a
+      // snapshot then stores them in that dtype (half the bytes of f32) and a restored sequence scores exactly as
+      // the original would.
+      round_to_dtype(wq.data() + at, wq.size() - at, kv_window_dtype(cfg_.dtype));
       keep_last(wq, cap);
     }
   }

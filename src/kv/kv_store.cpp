@@ -27,7 +27,7 @@ class HostKvStore final : public KvStore {
   void move_slots(const std::vector<int32_t> &moves) override {
     const int64_t n = static_cast<int64_t>(moves.size() / 4);
     const int64_t batch = std::min(n, kMoveBatch);
-    scratch_.resize(static_cast<size_t>(batch * 2 * g_.n_kv_heads * g_.head_dim * kv_dtype_size(g_.dtype)));
+    scratch_.resize(static_cast<size_t>(batch * 2 * g_.n_kv_heads * kv_bytes(g_.dtype, g_.head_dim)));
     for (int64_t i = 0; i < n; i += batch)
       cpu::kv_move_slots(g_, moves.data() + 4 * i, std::min(batch, n - i), scratch_.data());
   }

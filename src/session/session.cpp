@@ -22,7 +22,7 @@ constexpr int32_t kEntropyChunk = 64;  // forward rows per chunk when the policy
 // memory.
 int64_t default_pool_blocks(const HParams &hp, const SessionOptions &o, int64_t free_bytes, double default_fraction,
                             int64_t device_bytes) {
-  const int64_t block_bytes = int64_t{2} * hp.n_head_kv * o.block_size * hp.head_dim * kv_dtype_size(o.kv_dtype);
+  const int64_t block_bytes = int64_t{2} * hp.n_head_kv * o.block_size * kv_bytes(o.kv_dtype, hp.head_dim);
   if (o.kv_pool_blocks > 0 || o.kv_pool_bytes > 0) {
     const int64_t blocks = o.kv_pool_blocks > 0 ? o.kv_pool_blocks : std::max<int64_t>(1, o.kv_pool_bytes / block_bytes);
     if (device_bytes >= 0 && blocks > device_bytes / block_bytes) {
@@ -72,9 +72,18 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   if (opts_.protect_prefix < 0) fail(Status::invalid_argument, "protect_prefix must not be negative");
   opts_.compression.validate();
   const HParams &hp = model_->hparams();
+  if (!kv_dtype_valid(static_cast<int32_t>(opts_.kv_dtype)))
+    fail(Status::invalid_argument, "kv_dtype " + std::to_string(static_cast<int32_t>(opts_.kv_dtype)) + " is not a KV dtype");
+  if (!kv_dtype_fits(opts_.kv_dtype, hp.head_dim))
+    fail(Status::unsupported, std::string("KV dtype ") + kv_dtype_name(opts_.kv_dtype) + " stores blocks of " +
+                                  std::to_string(kKvQuantBlock) + " values; this model's head size " +
+                                  std::to_string(hp.head_dim) + " is not a multiple of it (use f16)");
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
   device_ = backend ? std::move(backend)
                     : make_device_forward(*model_, select_device(opts_.device), pool_.get());  // throws no_device / invalid_argument
+  if (kv_dtype_quantised(opts_.kv_dtype) && device_->describe() != "cpu")
+    fail(Status::unsupported, std::string("KV dtype ") + kv_dtype_name(opts_.kv_dtype) + " runs on the CPU backend; the " +
+                                  device_->describe() + " backend stores K/V as f32, f16 or bf16");
   KvConfig kc;
   kc.n_layer = hp.n_layer;
   kc.n_kv_heads = hp.n_head_kv;

@@ -4,7 +4,7 @@
 
 #include "compress/policy_table.hpp"
 #include "util/error.hpp"
-#include "kernels/fp16.hpp"
+#include "kernels/ops.hpp"
 
 namespace infokv {
 namespace snapshot {
@@ -62,27 +62,8 @@ CompressionConfig from_fb(const fb::CompressionParams *p) {
   return c;
 }
 
-namespace {
-float load(const uint8_t *p, KvDtype t) {
-  if (t == KvDtype::f32) { float f; std::memcpy(&f, p, 4); return f; }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return t == KvDtype::f16 ? fp16_to_float(h) : bf16_to_float(h);
-}
-void store(uint8_t *p, KvDtype t, float f) {
-  if (t == KvDtype::f32) { std::memcpy(p, &f, 4); return; }
-  const uint16_t h = t == KvDtype::f16 ? float_to_fp16(f) : float_to_bf16(f);
-  std::memcpy(p, &h, 2);
-}
-}  // namespace
-
 void convert_rows(uint8_t *dst, KvDtype dst_t, const uint8_t *src, KvDtype src_t, int64_t n_elems) {
-  if (dst_t == src_t) {
-    std::memcpy(dst, src, static_cast<size_t>(n_elems * kv_dtype_size(src_t)));
-    return;
-  }
-  const int ds = kv_dtype_size(dst_t), ss = kv_dtype_size(src_t);
-  for (int64_t i = 0; i < n_elems; ++i) store(dst + i * ds, dst_t, load(src + i * ss, src_t));
+  cpu::convert(dst, dst_t, src, src_t, n_elems);
 }
 
 }  // namespace snapshot

@@ -16,7 +16,8 @@ flatbuffers::Offset<fb::CompressionParams> to_fb(flatbuffers::FlatBufferBuilder 
 // Null gives the defaults; unknown enum values (a newer writer) are kept as 'none'/'uniform' for display.
 CompressionConfig from_fb(const fb::CompressionParams *p);
 
-// Element conversion for K/V between cache dtypes (through f32; identical dtypes are copied bit for bit).
+// Element conversion for K/V between cache dtypes (cpu::convert: through f32, identical dtypes copied bit for bit;
+// n_elems a multiple of kKvQuantBlock where either dtype is quantised).
 void convert_rows(uint8_t *dst, KvDtype dst_t, const uint8_t *src, KvDtype src_t, int64_t n_elems);
 
 }  // namespace snapshot

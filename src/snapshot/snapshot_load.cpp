@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "compress/auto_report.hpp"
+#include "kernels/kv_quant.hpp"
 #include "snapshot/container.hpp"
 #include "snapshot/convert.hpp"
 #include "snapshot/snapshot.hpp"
@@ -69,6 +70,12 @@ bool kv_rows_finite(const flatbuffers::Vector<uint8_t> *v, KvDtype dt) {
   if (v == nullptr) return true;
   const uint8_t *p = v->data();
   const size_t n = v->size();
+  if (kv_dtype_quantised(dt)) {  // whole blocks (the size was checked): each scale must be a finite f16
+    const auto bb = static_cast<size_t>(kv_bytes(dt, kKvQuantBlock));
+    for (size_t i = 0; i + bb <= n; i += bb)
+      if (!kvq::scale_finite(p + i)) return false;
+    return true;
+  }
   if (dt == KvDtype::f32) {
     for (size_t i = 0; i + 4 <= n; i += 4) {
       const uint32_t w = static_cast<uint32_t>(get_le(p + i, 4));
@@ -156,8 +163,11 @@ int32_t read_header(ChunkReader &rd, const Model *model, Staged *staged, Summary
   sum.weights_fingerprint = h->weights_fingerprint();
   sum.tokenizer_fingerprint = h->tokenizer_fingerprint();
   const int dt = static_cast<int>(h->kv_dtype());
-  if (dt < 1 || dt > 3) bad("unknown KV dtype " + std::to_string(dt));
+  if (!kv_dtype_valid(dt)) bad("unknown KV dtype " + std::to_string(dt));
   sum.kv_dtype = static_cast<KvDtype>(dt);
+  if (kv_dtype_quantised(sum.kv_dtype) && h->min_reader_version() < kQuantKvVersion)
+    bad(std::string("a ") + kv_dtype_name(sum.kv_dtype) + " cache in a file whose minimum reader version is below " +
+        std::to_string(kQuantKvVersion));
   sum.block_size = h->block_size();
   sum.n_layer = h->n_layer();
   sum.n_kv_heads = h->n_kv_heads();
@@ -239,7 +249,7 @@ int32_t read_header(ChunkReader &rd, const Model *model, Staged *staged, Summary
 struct RowLayout {
   int64_t es, row, qd, slot_bytes;
   explicit RowLayout(const Summary &sum)
-      : es(kv_dtype_size(sum.kv_dtype)), row(static_cast<int64_t>(sum.head_dim) * es),
+      : es(kv_bytes(kv_window_dtype(sum.kv_dtype), 1)), row(kv_bytes(sum.kv_dtype, sum.head_dim)),
         qd(static_cast<int64_t>(sum.n_heads) * sum.head_dim), slot_bytes(2 * sum.n_kv_heads * row) {}
 };
 
@@ -349,7 +359,7 @@ int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t fir
   if (wq_kv) check_hash(L->window_q_kv(), L->window_q_kv_xxh3(), lw + " window queries");  // v1: absent
   // Non-finite K/V, queries or importance values would turn every later logit into NaN (token 0 forever).
   if (!kv_rows_finite(L->k(), sum.kv_dtype) || !kv_rows_finite(L->v(), sum.kv_dtype)) bad(lw + ": K/V values are not all finite");
-  if (!all_finite(L->imp()) || !all_finite(L->window_q()) || !kv_rows_finite(L->window_q_kv(), sum.kv_dtype))
+  if (!all_finite(L->imp()) || !all_finite(L->window_q()) || !kv_rows_finite(L->window_q_kv(), kv_window_dtype(sum.kv_dtype)))
     bad(lw + ": importance or window query values are not all finite");
   for (int32_t j = 0; j < n; ++j) {
     const int32_t p = L->pos()->Get(static_cast<flatbuffers::uoffset_t>(j));
@@ -392,7 +402,7 @@ void stage_layer_chunk(const fb::Layer *L, int32_t first, size_t n_wpos, const S
   if (first == 0 && L->window_q() != nullptr) SL.window_q.assign(L->window_q()->begin(), L->window_q()->end());
   if (first == 0 && wq_kv) {
     SL.window_q.resize(wq_size);
-    convert_rows(reinterpret_cast<uint8_t *>(SL.window_q.data()), KvDtype::f32, L->window_q_kv()->data(), sum.kv_dtype,
+    convert_rows(reinterpret_cast<uint8_t *>(SL.window_q.data()), KvDtype::f32, L->window_q_kv()->data(), kv_window_dtype(sum.kv_dtype),
                  static_cast<int64_t>(wq_size));
   }
 }
@@ -485,9 +495,10 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in,
   }
   // Every check has passed: commit.
   std::vector<int32_t> ids;
-  const int64_t es = kv_dtype_size(kc.dtype), src_es = kv_dtype_size(staged.dtype);
+  const int64_t row = kv_bytes(kc.dtype, kc.head_dim), src_row = kv_bytes(staged.dtype, kc.head_dim);
   const int64_t hd = kc.head_dim, nkv = kc.n_kv_heads;
   std::vector<uint8_t> blocks;
+  std::vector<float> krow(static_cast<size_t>(kc.head_dim));
   std::vector<int32_t> loose;  // blocks taken for the sequence being built, until it is adopted
   // Reserved up front so that recording a block or an adopted id cannot run out of memory (and lose track of it).
   ids.reserve(staged.seqs.size());
@@ -513,14 +524,24 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in,
         const auto n = static_cast<int64_t>(SL.pos.size());
         L.blocks = kv.alloc_blocks((n + bs - 1) / bs);
         loose.insert(loose.end(), L.blocks.begin(), L.blocks.end());
+        // Keys a quantised cache stored less the layer's K bias (kv_keys_less_bias) move to a float cache with it
+        // added back, and the other way round.
+        const std::vector<float> &bk = session.model().layer(static_cast<int32_t>(l)).bk;
+        const float bias_sign = static_cast<float>(kv_keys_less_bias(staged.dtype)) - static_cast<float>(kv_keys_less_bias(kc.dtype));
         // Built in host memory block by block, then written to the store (host or device) in one call.
         blocks.assign(L.blocks.size() * static_cast<size_t>(kv.block_bytes()), 0);
         for (int64_t j = 0; j < n; ++j)
           for (int64_t h = 0; h < nkv; ++h)
             for (int which = 0; which < 2; ++which) {
-              uint8_t *dst = blocks.data() + (j / bs) * kv.block_bytes() + ((which * nkv + h) * bs + j % bs) * hd * es;
-              const uint8_t *src = (which == 0 ? SL.k : SL.v).data() + (j * nkv + h) * hd * src_es;
-              convert_rows(dst, kc.dtype, src, staged.dtype, hd);
+              uint8_t *dst = blocks.data() + (j / bs) * kv.block_bytes() + ((which * nkv + h) * bs + j % bs) * row;
+              const uint8_t *src = (which == 0 ? SL.k : SL.v).data() + (j * nkv + h) * src_row;
+              if (which == 0 && bias_sign != 0 && !bk.empty()) {  // keys less their bias on one side only
+                convert_rows(reinterpret_cast<uint8_t *>(krow.data()), KvDtype::f32, src, staged.dtype, hd);
+                for (int64_t i = 0; i < hd; ++i) krow[static_cast<size_t>(i)] += bias_sign * bk[static_cast<size_t>(h * hd + i)];
+                convert_rows(dst, kc.dtype, reinterpret_cast<const uint8_t *>(krow.data()), KvDtype::f32, hd);
+              } else {
+                convert_rows(dst, kc.dtype, src, staged.dtype, hd);
+              }
             }
         kv.store().write_blocks(L.blocks, blocks.data());
         L.pos = std::move(SL.pos);

@@ -23,7 +23,7 @@ int64_t now_ms() {
 // blocks: the layer's blocks, read from the store in block-table order.
 void gather(std::vector<uint8_t> &out, const KvCache &kv, const std::vector<uint8_t> &blocks, int32_t first, int32_t n, int which) {
   const KvConfig &c = kv.config();
-  const size_t row = static_cast<size_t>(c.head_dim) * static_cast<size_t>(kv_dtype_size(c.dtype));
+  const auto row = static_cast<size_t>(kv_bytes(c.dtype, c.head_dim));
   out.resize(static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(n) * row);
   for (int32_t h = 0; h < c.n_kv_heads; ++h)
     for (int32_t j = 0; j < n; ++j) {
@@ -200,8 +200,9 @@ void write_layer_chunks(ChunkWriter &w, const KvCache &kv, const SeqCache &c, si
     // f32 rows as v1 wrote them; 16-bit ones in the KV dtype (exact: they were rounded when recorded).
     const std::vector<float> &wq = half_window ? empty : rows;
     std::vector<uint8_t> &wq_kv = buf.wq_kv;
-    wq_kv.resize(half_window ? rows.size() * static_cast<size_t>(kv_dtype_size(kc.dtype)) : 0);
-    if (half_window && !rows.empty()) convert_rows(wq_kv.data(), kc.dtype, reinterpret_cast<const uint8_t *>(rows.data()), KvDtype::f32, static_cast<int64_t>(rows.size()));
+    const KvDtype wdt = kv_window_dtype(kc.dtype);
+    wq_kv.resize(half_window ? static_cast<size_t>(kv_bytes(wdt, static_cast<int64_t>(rows.size()))) : 0);
+    if (half_window && !rows.empty()) convert_rows(wq_kv.data(), wdt, reinterpret_cast<const uint8_t *>(rows.data()), KvDtype::f32, static_cast<int64_t>(rows.size()));
     flatbuffers::FlatBufferBuilder b(static_cast<size_t>(1024 + buf.kbuf.size() * 2 + pos.size() * 4 + imp.size() * 4 + wq.size() * 4 + wq_kv.size()));
     auto layer = fb::CreateLayerDirect(b, static_cast<int32_t>(si), static_cast<int32_t>(l), first, n, &pos, vec_hash(pos),
                                        &buf.kbuf, vec_hash(buf.kbuf), &buf.vbuf, vec_hash(buf.vbuf), sp.masks[l], &imp, vec_hash(imp), &wq,
@@ -228,21 +229,25 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     if (!session.has_sequence(seq)) fail(Status::not_found, "no sequence " + std::to_string(seq));
     ids.push_back(seq);
   }
-  const int64_t slot_bytes = int64_t{2} * kc.n_kv_heads * kc.head_dim * kv_dtype_size(kc.dtype);
+  const int64_t slot_bytes = int64_t{2} * kc.n_kv_heads * kv_bytes(kc.dtype, kc.head_dim);
   int64_t kept_bytes = 0, full_bytes = 0;
   for (int32_t id : ids) {
     const SeqCache &c = kv.seq(id);
     full_bytes += c.length * kc.n_layer * slot_bytes;
     for (const LayerSlots &L : c.layers) kept_bytes += static_cast<int64_t>(L.n()) * slot_bytes;
   }
-  // Window queries are held at the KV dtype's precision (KvCache::commit_step), so a 16-bit cache stores them in
-  // 16 bits: a v2 file.
+  // Window queries are held at the KV dtype's precision (KvCache::commit_step; f16 beside a quantised cache), so a
+  // 16-bit or quantised cache stores them in 16 bits: a v2 file.
   bool half_window = false;
   if (kc.dtype != KvDtype::f32)
     for (int32_t id : ids) half_window = half_window || saved_window_rows(session, opts, id) > 0;
   HeaderFacts facts;
   facts.format_version = half_window ? std::max(opts.format_version, kWindowKvVersion) : opts.format_version;
   facts.min_reader_version = half_window ? std::max(opts.min_reader_version, kWindowKvVersion) : opts.min_reader_version;
+  if (kv_dtype_quantised(kc.dtype)) {  // readers before v3 know neither the dtype nor its blocks
+    facts.format_version = std::max(facts.format_version, kQuantKvVersion);
+    facts.min_reader_version = std::max(facts.min_reader_version, kQuantKvVersion);
+  }
   facts.n_sequences = static_cast<int32_t>(ids.size());
   facts.kept_bytes = kept_bytes;
   facts.full_bytes = full_bytes;

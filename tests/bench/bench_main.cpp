@@ -202,7 +202,7 @@ void BytesPerToken(benchmark::State &st) {
   }
   const HParams &hp = model()->hparams();
   st.counters["bytes/token"] = per_token;
-  st.counters["theory"] = 2.0 * hp.n_layer * hp.n_head_kv * hp.head_dim * kv_dtype_size(dt);
+  st.counters["theory"] = 2.0 * hp.n_layer * hp.n_head_kv * static_cast<double>(kv_bytes(dt, hp.head_dim));
   st.SetLabel(kv_dtype_name(dt));
 }
 BENCHMARK(BytesPerToken)->DenseRange(1, 3)->Iterations(1);

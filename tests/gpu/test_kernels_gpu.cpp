@@ -139,7 +139,7 @@ TEST_F(Gpu, ConvertIsBitExactForEveryPair) {
   x[0] = 0.0f; x[1] = -0.0f; x[2] = 65504.0f; x[3] = 1e-7f; x[4] = 70000.0f;
   for (KvDtype s : {KvDtype::f32, KvDtype::f16, KvDtype::bf16})
     for (KvDtype d : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
-      std::vector<uint8_t> src(n * kv_dtype_size(s)), want(n * kv_dtype_size(d));
+      std::vector<uint8_t> src(static_cast<size_t>(kv_bytes(s, n))), want(static_cast<size_t>(kv_bytes(d, n)));
       cpu::convert(src.data(), s, x.data(), KvDtype::f32, n);
       cpu::convert(want.data(), d, src.data(), s, n);
       auto ds = up(src);
@@ -155,7 +155,7 @@ TEST_F(Gpu, GetRowsMatchesCpu) {
   std::vector<int32_t> ids = {0, 49, 7, 7, 23};
   for (auto t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     const KvDtype kt = t == GgmlType::F32 ? KvDtype::f32 : (t == GgmlType::F16 ? KvDtype::f16 : KvDtype::bf16);
-    std::vector<uint8_t> e(emb.size() * kv_dtype_size(kt));
+    std::vector<uint8_t> e(static_cast<size_t>(kv_bytes(kt, static_cast<int64_t>(emb.size()))));
     cpu::convert(e.data(), kt, emb.data(), KvDtype::f32, static_cast<int64_t>(emb.size()));
     std::vector<float> want(ids.size() * d);
     ASSERT_TRUE(cpu::get_rows(want.data(), e.data(), static_cast<uint32_t>(t), ids.data(), 5, d));

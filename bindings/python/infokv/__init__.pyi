@@ -59,6 +59,8 @@ class KvDtype(enum.IntEnum):
     F32: int
     F16: int
     BF16: int
+    Q8_0: int
+    Q4_0: int
 
 class KvStat(enum.IntEnum):
     BLOCKS_TOTAL: int

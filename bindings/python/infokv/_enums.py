@@ -24,7 +24,7 @@ def _from_c(name: str, prefix: str, doc: str, only: Iterable[str] = (), skip: It
     return cls
 
 
-_DTYPES = ("F32", "F16", "BF16")  # IKV_KV_ also prefixes the pool statistics
+_DTYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0")  # IKV_KV_ also prefixes the pool statistics
 Policy = _from_c("Policy", "IKV_POLICY_", "Compression policies (IKV_POLICY_*); accepted wherever a policy name is.")
 KvDtype = _from_c("KvDtype", "IKV_KV_", "KV cache element types (IKV_KV_F32, ...); accepted wherever a dtype name is.",
                   only=_DTYPES)

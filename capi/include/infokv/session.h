@@ -15,10 +15,15 @@ extern "C" {
 
 /* ---- session ---- */
 
-/* KV cache element types. */
+/* KV cache element types. Q8_0 and Q4_0 store K and V in blocks of 32 values with an f16 scale (ggml's block_q8_0
+ * and block_q4_0; Q4_0 after a fixed randomised Hadamard rotation of each block, which spreads outlier channels
+ * before 4-bit rounding): 34 and 18 bytes per 32 values against f16's 64. They need a model whose head size is a
+ * multiple of 32 and the CPU backend (IKV_ERR_UNSUPPORTED otherwise). */
 #define IKV_KV_F32 1
 #define IKV_KV_F16 2
 #define IKV_KV_BF16 3
+#define IKV_KV_Q8_0 4
+#define IKV_KV_Q4_0 5
 
 /* Compression policies. */
 #define IKV_POLICY_NONE 0
@@ -145,7 +150,8 @@ IKV_API int32_t ikv_session_options_init(ikv_session_options *opts);
  *           "auto": the message names the option);
  *         IKV_ERR_NO_DEVICE ("cuda" or "cuda:N" when there is no such usable CUDA device: always in a build without
  *           CUDA; the message says why, e.g. no driver);
- *         IKV_ERR_UNSUPPORTED (a CUDA device for a model whose weight types the CUDA path does not run);
+ *         IKV_ERR_UNSUPPORTED (a CUDA device for a model whose weight types the CUDA path does not run; kv_dtype
+ *           IKV_KV_Q8_0 or IKV_KV_Q4_0 on a CUDA device or for a model whose head size is not a multiple of 32);
  *         IKV_ERR_OUT_OF_MEMORY (host or device memory; also an explicit kv_pool_blocks/kv_pool_bytes larger than
  *           the device can hold: on the CPU the machine's physical memory, on a GPU its free memory; the message
  *           gives both sizes).
@@ -265,7 +271,7 @@ IKV_API int32_t ikv_decode_batch(ikv_session *session, const int32_t *seq_ids, c
 IKV_API int32_t ikv_get_logits(float *out, size_t capacity, size_t *out_count, const ikv_session *session, int32_t seq);
 
 /* ---- KV accounting ---- */
-/* Pool statistics for ikv_kv_stat. Their own prefix, apart from the IKV_KV_F32/F16/BF16 element types. */
+/* Pool statistics for ikv_kv_stat. Their own prefix, apart from the IKV_KV_F32 ... Q4_0 element types. */
 #define IKV_KV_STAT_BLOCKS_TOTAL 1
 #define IKV_KV_STAT_BLOCKS_USED 2
 #define IKV_KV_STAT_BLOCKS_FREE 3

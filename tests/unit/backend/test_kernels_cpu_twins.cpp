@@ -40,7 +40,7 @@ struct RandomCache {
   PagedKv kv{};
   RandomCache(KvDtype dt, int32_t n, int32_t n_q, int32_t mul, int32_t add, std::mt19937 &g) {
     const int32_t nb = (n + kBs - 1) / kBs;
-    const int64_t stride = 2LL * kNkv * kBs * kHd * kv_dtype_size(dt);
+    const int64_t stride = 2LL * kNkv * kBs * kv_bytes(dt, kHd);
     table.resize(static_cast<size_t>(nb));
     for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * mul + add) % nb;
     pool.resize(static_cast<size_t>(stride * nb));
@@ -154,14 +154,14 @@ IKV_AVX2 void scores_both_ways(std::vector<float> &together, std::vector<float> 
   cpu::attn::scores_v(together.data(), cnt, q.data(), group, kb, dt, cnt, hd, 0.3f);
   for (int32_t h = 0; h < group; ++h)
     for (int32_t j = 0; j < cnt; ++j) {
-      const int64_t es = static_cast<int64_t>(kv_dtype_size(dt));
-      const auto *kj = static_cast<const uint8_t *>(kb) + static_cast<int64_t>(j) * hd * es;
+      const auto *kj = static_cast<const uint8_t *>(kb) + kv_bytes(dt, static_cast<int64_t>(j) * hd);
       float *out = alone.data() + static_cast<size_t>(h) * cnt + j;
       const float *qh = q.data() + static_cast<size_t>(h) * hd;
       switch (dt) {
         case KvDtype::f32: cpu::attn::scores_nq<1, KvDtype::f32>(out, cnt, qh, kj, 1, hd, 0.3f); break;
         case KvDtype::f16: cpu::attn::scores_nq<1, KvDtype::f16>(out, cnt, qh, kj, 1, hd, 0.3f); break;
         case KvDtype::bf16: cpu::attn::scores_nq<1, KvDtype::bf16>(out, cnt, qh, kj, 1, hd, 0.3f); break;
+        default: FAIL() << "the score kernels take float blocks";
       }
     }
 }
@@ -191,12 +191,13 @@ TEST(CpuTwins, EightLaneSumsTogetherAreTheBitsOfEachAlone) {
 TEST_P(CpuTwinsDtype, ScoresFinishedTogetherEqualScoresFinishedAlone) {
   if (!infokv::cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "the AVX2 kernels do not run on this CPU";
   const KvDtype dt = GetParam();
+  if (kv_dtype_quantised(dt)) GTEST_SKIP() << "quantised blocks reach the score kernels widened to f32";
   std::mt19937 g(test_seed());
   for (int32_t hd : {8, 64, 128, 12})
     for (int32_t group : {1, 2, 3, 4})
       for (int32_t cnt : {1, 5, 16, 37}) {
         const std::vector<float> q = randn(static_cast<size_t>(group) * hd, g), k = randn(static_cast<size_t>(cnt) * hd, g, 2.0f);
-        std::vector<uint8_t> kb(static_cast<size_t>(cnt) * hd * kv_dtype_size(dt));
+        std::vector<uint8_t> kb(static_cast<size_t>(kv_bytes(dt, static_cast<int64_t>(cnt) * hd)));
         cpu::convert(kb.data(), dt, k.data(), KvDtype::f32, static_cast<int64_t>(k.size()));
         std::vector<float> together(static_cast<size_t>(group) * cnt, NAN), alone(together.size(), NAN);
         scores_both_ways(together, alone, q, group, kb.data(), dt, cnt, hd);
@@ -208,8 +209,8 @@ TEST_P(CpuTwinsDtype, ScoresFinishedTogetherEqualScoresFinishedAlone) {
 TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
   const KvDtype dt = GetParam();
   std::mt19937 g(test_seed());
-  const int32_t bs = 4, nkv = 2, hd = 8, n = 13;
-  const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+  const int32_t bs = 4, nkv = 2, hd = kv_dtype_quantised(dt) ? 32 : 8, n = 13;
+  const int64_t stride = 2LL * nkv * bs * kv_bytes(dt, hd);
   std::vector<int32_t> table = {5, 1, 3, 0};  // scattered blocks
   std::vector<uint8_t> pool(static_cast<size_t>(stride * 6));
   PagedKv kv{pool.data(), stride, table.data(), n, bs, nkv, hd, dt};
@@ -224,7 +225,7 @@ TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
   std::vector<int32_t> moves;
   for (size_t j = 0; j < src.size(); ++j)
     moves.insert(moves.end(), {table[static_cast<size_t>(src[j] / bs)], src[j] % bs, table[j / bs], static_cast<int32_t>(j % bs)});
-  std::vector<uint8_t> scratch(src.size() * 2 * nkv * hd * static_cast<size_t>(kv_dtype_size(dt)));
+  std::vector<uint8_t> scratch(src.size() * 2 * nkv * static_cast<size_t>(kv_bytes(dt, hd)));
   cpu::kv_move_slots(kv, moves.data(), static_cast<int64_t>(src.size()), scratch.data());
   for (size_t j = 0; j < src.size(); ++j)
     for (int w = 0; w < 2; ++w)
@@ -342,9 +343,10 @@ TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATimeForAnyHeadShape) {
   ThreadPool tp(2);
   for (int32_t hd : {16, 64, 128, 24, 12})
     for (int32_t group : {1, 2, 3, 4}) {
+      if (!kv_dtype_fits(dt, hd)) continue;
       const int32_t nkv = 2, nh = nkv * group, bs = 16, visible0 = 9, n_q = 29, n = visible0 + n_q - 1;
       const int32_t nb = (n + bs - 1) / bs;
-      const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+      const int64_t stride = 2LL * nkv * bs * kv_bytes(dt, hd);
       std::vector<int32_t> table(static_cast<size_t>(nb));
       for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 2 + 1) % nb;
       std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));
@@ -397,7 +399,7 @@ INSTANTIATE_TEST_SUITE_P(KvDtypes, CpuTwinsDtype, infokv_test::all_kv_dtypes(), 
 TEST(CpuTwins, AttentionRowsAndAppendRowsEqualPerSequenceCalls) {
   std::mt19937 g(test_seed());
   const int32_t bs = 4, nkv = 2, hd = 8, nh = 4, nb = 40;
-  const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(KvDtype::f16);
+  const int64_t stride = 2LL * nkv * bs * kv_bytes(KvDtype::f16, hd);
   std::vector<int32_t> table(nb);
   for (int32_t b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = (b * 7) % nb;  // scattered
   std::vector<uint8_t> pool(static_cast<size_t>(stride * nb));

@@ -1025,7 +1025,7 @@ TEST(Capi, BadSessionAndSamplerOptionsAreRejected) {
       {"version", [](ikv_session_options &o) { o.version = 0; }},
       {"n_threads", [](ikv_session_options &o) { o.n_threads = -2; }},
       {"kv_dtype 0", [](ikv_session_options &o) { o.kv_dtype = 0; }},
-      {"kv_dtype 4", [](ikv_session_options &o) { o.kv_dtype = 4; }},
+      {"kv_dtype 6", [](ikv_session_options &o) { o.kv_dtype = 6; }},
       {"block_size", [](ikv_session_options &o) { o.block_size = -16; }},
       {"policy", [](ikv_session_options &o) { o.policy = 8; }},
       {"shape", [](ikv_session_options &o) { o.shape = 2; }},
@@ -1039,6 +1039,15 @@ TEST(Capi, BadSessionAndSamplerOptionsAreRejected) {
     EXPECT_EQ(ikv_session_create(&s, m, &o), IKV_ERR_INVALID_ARGUMENT) << c.what;
     EXPECT_EQ(s, nullptr);
     EXPECT_GT(std::strlen(ikv_last_error_message()), 0u) << c.what;
+  }
+  // The quantised dtypes store blocks of 32 values: stories260K's heads of 8 cannot hold them.
+  for (int32_t dt : {IKV_KV_Q8_0, IKV_KV_Q4_0}) {
+    ikv_session_options o = IKV_SESSION_OPTIONS_INIT;
+    o.kv_dtype = dt;
+    ikv_session *s = nullptr;
+    EXPECT_EQ(ikv_session_create(&s, m, &o), IKV_ERR_UNSUPPORTED) << dt;
+    EXPECT_EQ(s, nullptr);
+    EXPECT_NE(std::strstr(ikv_last_error_message(), "multiple of it"), nullptr) << ikv_last_error_message();
   }
   struct SCase { const char *what; void (*edit)(ikv_sampler_options &); };
   const SCase scases[] = {

@@ -605,6 +605,8 @@ func Ikv_detokenize(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_model, arg4 []
 const IKV_KV_F32 int = 1
 const IKV_KV_F16 int = 2
 const IKV_KV_BF16 int = 3
+const IKV_KV_Q8_0 int = 4
+const IKV_KV_Q4_0 int = 5
 const IKV_POLICY_NONE int = 0
 const IKV_POLICY_INFOKV int = 1
 const IKV_POLICY_SNAPKV int = 2

@@ -21,6 +21,8 @@ public final class SessionOptions {
   public static final int KV_F32 = InfokvNativeConstants.IKV_KV_F32;
   public static final int KV_F16 = InfokvNativeConstants.IKV_KV_F16;
   public static final int KV_BF16 = InfokvNativeConstants.IKV_KV_BF16;
+  public static final int KV_Q8_0 = InfokvNativeConstants.IKV_KV_Q8_0;
+  public static final int KV_Q4_0 = InfokvNativeConstants.IKV_KV_Q4_0;
 
   private final Map<String, Object> fields = new LinkedHashMap<>();
 
