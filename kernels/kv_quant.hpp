@@ -9,8 +9,10 @@
 // quantiser. q4_0: {f16 d; u8 qs[16]}, y = (q - 8) * d with element j in the low nibble of qs[j] and element j + 16
 // in the high one, d = -m / 8 where m is the element of largest magnitude: ggml's block_q4_0 and its quantiser.
 //
-// Values that are not finite give a block whose scale is NaN (every element reads back NaN), never undefined
-// arithmetic; magnitudes past f16's range saturate at its largest scale.
+// The values are rounded against the scale as stored (f16), not the f32 one ggml's reference quantiser uses, so each
+// reads back within half a step. Values that are not finite, or so large (past 1e37) that the rotation overflows,
+// give a block whose scale is NaN (every element reads back NaN), never undefined arithmetic; magnitudes whose scale
+// would pass f16's range saturate at its largest scale.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -80,8 +82,10 @@ IKV_HD inline void quantize_q8_0(uint8_t *b, const float *x0) {
   }
   float d = amax / 127.0f;
   if (d > kMaxScale) d = kMaxScale;
+  const uint16_t h = float_to_fp16(d);
+  d = fp16_to_float(h);
   const float id = d > 0.0f ? 1.0f / d : 0.0f;
-  put_scale(b, float_to_fp16(d));
+  put_scale(b, h);
   for (int j = 0; j < kBlock; ++j) {
     float v = x[j] * id;
     v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
@@ -101,7 +105,7 @@ IKV_HD inline void dequantize_q8_0(float *y, const uint8_t *b) {
   unrotate32(y);
 }
 
-// ggml's quantize_row_q4_0_ref on the rotated block.
+// ggml's quantize_row_q4_0_ref on the rotated block (rounded against the stored scale).
 IKV_HD inline void quantize_q4_0(uint8_t *b, const float *x) {
   float r[kBlock];
   rotate32(r, x);
@@ -121,8 +125,10 @@ IKV_HD inline void quantize_q4_0(uint8_t *b, const float *x) {
   float d = m / -8.0f;
   if (d > kMaxScale) d = kMaxScale;
   if (d < -kMaxScale) d = -kMaxScale;
+  const uint16_t h = float_to_fp16(d);
+  d = fp16_to_float(h);
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  put_scale(b, float_to_fp16(d));
+  put_scale(b, h);
   for (int j = 0; j < kBlock / 2; ++j) {
     float v0 = r[j] * id + 8.5f, v1 = r[j + 16] * id + 8.5f;
     v0 = v0 < 0.0f ? 0.0f : v0 > 15.0f ? 15.0f : v0;
