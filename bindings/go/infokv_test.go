@@ -749,6 +749,9 @@ func TestPolicyAndDtypeAreTypesWithNames(t *testing.T) {
 	if infokv.PolicySnapKV.String() != "snapkv" || infokv.KVBF16.String() != "bf16" || infokv.Policy(99).String() != "Policy(99)" {
 		t.Fatal("names")
 	}
+	if d, err := infokv.ParseKVDtype("q8_0"); err != nil || d != infokv.KVQ8_0 || infokv.KVQ4_0.String() != "q4_0" {
+		t.Fatalf("ParseKVDtype(q8_0) = %v, %v", d, err)
+	}
 	for _, name := range []string{"none", "infokv", "snapkv", "h2o", "streaming", "tova", "pyramidkv", "auto", "SnapKV"} {
 		p, err := infokv.ParsePolicy(name)
 		if err != nil || !strings.EqualFold(p.String(), name) {

@@ -61,6 +61,23 @@ __attribute__((target("avx2,f16c"))) inline void load_q8_0_hw(float *dst, const 
   }
 }
 
+// The same, sixteen at a time (AVX-512): half the instructions, which is what widening a q8_0 block costs next to an
+// f16 one's (vcvtph2ps inside the products).
+__attribute__((target("avx512f"))) inline void load_q8_0_512(float *dst, const uint8_t *b, int64_t n_blocks) {
+  for (int64_t i = 0; i < n_blocks; ++i, b += kvq::kQ8Bytes, dst += kvq::kBlock) {
+    const __m512 d = _mm512_set1_ps(kvq::scale_of(b));
+    const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2)));
+    const __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 18)));
+    _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d));
+    _mm512_storeu_ps(dst + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d));
+  }
+}
+
+inline bool have_avx512f() {
+  static const bool ok = cpu_has_avx512();
+  return ok;
+}
+
 // n floats stored as dtype t at dst (round to nearest even; the quantised dtypes take whole blocks, n a multiple of
 // kKvQuantBlock).
 inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
@@ -94,6 +111,10 @@ inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
 inline void load_row(float *dst, const uint8_t *src, int32_t n, KvDtype t);
 inline void load_row_rotated(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
   if (t == KvDtype::q8_0) {
+    if (have_avx512f()) {
+      load_q8_0_512(dst, src, n / kvq::kBlock);
+      return;
+    }
     if (have_f16c()) {
       load_q8_0_hw(dst, src, n / kvq::kBlock);
       return;

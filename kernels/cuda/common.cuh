@@ -35,14 +35,15 @@ template <> __device__ __forceinline__ float from_f32<float>(float v) { return v
 template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-// Calls f(T{}) with T the element type of a KvDtype; false for an unknown value.
+// Calls f(T{}) with T the element type of a KvDtype; false for an unknown value and for the quantised dtypes, which
+// the CUDA kernels do not store (the session refuses them on a CUDA device).
 template <typename F> bool dispatch_kv_dtype(KvDtype t, F &&f) {
   switch (t) {
     case KvDtype::f32: f(float{}); return true;
     case KvDtype::f16: f(__half{}); return true;
     case KvDtype::bf16: f(__nv_bfloat16{}); return true;
+    default: return false;
   }
-  return false;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

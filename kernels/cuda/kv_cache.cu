@@ -8,7 +8,7 @@ constexpr int kThreads = 256;
 
 bool valid_view(const PagedKv &kv) {
   return kv.pool != nullptr && kv.block_table != nullptr && kv.block_size > 0 && kv.n_kv_heads > 0 && kv.head_dim > 0 &&
-         kv.block_stride >= 2LL * kv.n_kv_heads * kv.block_size * kv.head_dim * kv_dtype_size(kv.dtype);
+         !kv_dtype_quantised(kv.dtype) && kv.block_stride >= 2LL * kv.n_kv_heads * kv.block_size * kv_bytes(kv.dtype, kv.head_dim);
 }
 }  // namespace
 

@@ -52,6 +52,7 @@ Status prefill_attention(float *out, const float *q, int64_t n_q, int32_t n_head
     case KvDtype::f32: return launch_for_head<float>(a, kv.n_kv_heads, st);
     case KvDtype::f16: return launch_for_head<__half>(a, kv.n_kv_heads, st);
     case KvDtype::bf16: return launch_for_head<__nv_bfloat16>(a, kv.n_kv_heads, st);
+    default: break;  // the quantised dtypes: not on CUDA
   }
   return Status::unsupported;
 }

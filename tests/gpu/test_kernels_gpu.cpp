@@ -197,7 +197,7 @@ struct PagedFixture {
 
   PagedFixture(std::mt19937 &g, KvDtype dt, int32_t n_slots, int32_t nkv, int32_t hd, int32_t bs = 16) {
     const int32_t nb = (n_slots + bs - 1) / bs;
-    const int64_t stride = 2LL * nkv * bs * hd * kv_dtype_size(dt);
+    const int64_t stride = 2LL * nkv * bs * kv_bytes(dt, hd);
     table.resize(static_cast<size_t>(std::max(1, nb)));
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), g);
@@ -240,7 +240,7 @@ TEST_F(Gpu, KvMoveSlotsMatchesCpu) {
       moves.insert(moves.end(), {f.table[static_cast<size_t>(keep[j] / bs)], keep[j] % bs, f.table[j / static_cast<size_t>(bs)],
                                  static_cast<int32_t>(j % static_cast<size_t>(bs))});
     const int64_t n = static_cast<int64_t>(keep.size());
-    std::vector<uint8_t> scratch(static_cast<size_t>(n * 2 * 2 * 32 * kv_dtype_size(dt)));
+    std::vector<uint8_t> scratch(static_cast<size_t>(n * 2 * 2 * kv_bytes(dt, 32)));
     cpu::kv_move_slots(f.host, moves.data(), n, scratch.data());
     auto dmoves = up(moves);
     DeviceBuffer dscratch(scratch.size());
@@ -470,7 +470,7 @@ TEST_F(Gpu, CublasMatmulMatchesCpu) {
   auto x = randn(n * k, g_), w = randn(m * k, g_, 0.05f);
   for (auto t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
     const KvDtype kt = t == GgmlType::F32 ? KvDtype::f32 : (t == GgmlType::F16 ? KvDtype::f16 : KvDtype::bf16);
-    std::vector<uint8_t> wb(w.size() * kv_dtype_size(kt));
+    std::vector<uint8_t> wb(static_cast<size_t>(kv_bytes(kt, static_cast<int64_t>(w.size()))));
     cpu::convert(wb.data(), kt, w.data(), KvDtype::f32, static_cast<int64_t>(w.size()));
     std::vector<float> want(n * m);
     ASSERT_TRUE(cpu::matmul(want.data(), x.data(), wb.data(), static_cast<uint32_t>(t), n, m, k, nullptr));

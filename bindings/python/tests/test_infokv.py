@@ -847,3 +847,16 @@ def test_an_unknown_option_lists_each_known_name_once(model):
     listed = e.value.message.split("options: ")[1]
     names = [n.strip(" '[]") for n in listed.split(",")]
     assert len(names) == len(set(names)) and "budget" in names and "interval" in names, names
+
+
+def test_quantised_kv_dtypes_store_blocks_of_32_and_need_heads_that_hold_them(model, smollm2):
+    assert (int(infokv.KvDtype.Q8_0), int(infokv.KvDtype.Q4_0)) == (4, 5)
+    with pytest.raises(infokv.UnsupportedError):  # stories260K's heads of 8 hold no block of 32
+        model.session(kv_dtype="q8_0")
+    text = smollm2.tokenize("Once upon a time, in a land far away")
+    with smollm2.session(kv_dtype="q8_0") as q, smollm2.session(kv_dtype=infokv.KvDtype.F16) as f:
+        q.decode(text)
+        f.decode(text)
+        # 34 bytes per 32 values against f16's 64
+        assert q.kv_stat("block_bytes") * 64 == f.kv_stat("block_bytes") * 34
+        assert int(q.logits().argmax()) == int(f.logits().argmax())

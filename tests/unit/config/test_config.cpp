@@ -35,6 +35,15 @@ TEST(Config, EmptyJsonGivesDefaults) {
   EXPECT_FALSE(c.self_tuning.enabled);
 }
 
+TEST(Config, QuantisedKvDtypesAreNamedAndRoundTrip) {
+  for (const char *name : {"q8_0", "q4_0"}) {
+    const Config c = config_from_json(std::string(R"({"kv_dtype": ")") + name + "\"}");
+    EXPECT_STREQ(kv_dtype_name(c.session.kv_dtype), name);
+    const std::vector<uint8_t> bin = config_to_binary(c);
+    EXPECT_EQ(config_from_binary(bin.data(), bin.size()).session.kv_dtype, c.session.kv_dtype);
+  }
+}
+
 TEST(Config, JsonSetsEveryGroup) {
   const Config c = config_from_json(infokv_test::kEveryGroupJson);
   EXPECT_EQ(c.model_path, "m.gguf");

@@ -110,8 +110,8 @@ TEST(KvQuant, BlocksRoundWithinHalfAStepOfTheFloat64Rotation) {
   }
 }
 
-// The AVX2 widening of q8_0 gives the scalar dequantiser's bits (int8 times an f16 scale is exact in f32).
-TEST(KvQuant, WidenedWithAvx2EqualsTheScalarBlocks) {
+// The AVX2 and AVX-512 widenings of q8_0 give the scalar dequantiser's bits (int8 times an f16 scale is exact in f32).
+TEST(KvQuant, WidenedWithAvx2AndAvx512EqualsTheScalarBlocks) {
   if (!cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 g(test_seed());
   const int n = 32 * 37;
@@ -122,6 +122,10 @@ TEST(KvQuant, WidenedWithAvx2EqualsTheScalarBlocks) {
   cpu::load_q8_0_hw(hw.data(), q.data(), 37);
   for (int b = 0; b < 37; ++b) kvq::dequantize_q8_0_rotated(sc.data() + b * 32, q.data() + b * kvq::kQ8Bytes);
   EXPECT_EQ(0, std::memcmp(hw.data(), sc.data(), hw.size() * 4));
+  if (!cpu_has_avx512()) return;
+  std::vector<float> wide(static_cast<size_t>(n), NAN);
+  cpu::load_q8_0_512(wide.data(), q.data(), 37);
+  EXPECT_EQ(0, std::memcmp(wide.data(), sc.data(), wide.size() * 4));
 }
 
 // Every pair of dtypes converts through f32: a quantised source reads back its dequantised values, a quantised

@@ -426,6 +426,12 @@ class InfokvTest {
     assertEquals("snapkv", Policy.SNAPKV.toString());
     assertEquals(Policy.AUTO, Policy.parse("Auto"));
     assertEquals(KvDtype.BF16, KvDtype.parse("bf16"));
+    assertEquals(KvDtype.Q8_0, KvDtype.parse("q8_0"));
+    assertEquals("q4_0", KvDtype.Q4_0.toString());
+    // stories260K's heads of 8 hold no block of 32
+    InfokvException unsupported = assertThrows(InfokvException.class,
+        () -> model.newSession(SessionOptions.defaults().kvDtype(KvDtype.Q8_0)));
+    assertEquals(InfokvNativeConstants.IKV_ERR_UNSUPPORTED, unsupported.status());
     InfokvException bad = assertThrows(InfokvException.class, () -> Policy.parse("IKV_POLICY_SNAPKV"));
     assertTrue(bad.getMessage().contains("snapkv") && !bad.getMessage().contains("one of IKV_"), bad.getMessage());
     assertThrows(InfokvException.class, () -> KvDtype.parse("blocks_total"));
