@@ -110,7 +110,8 @@ TEST(KvQuant, BlocksRoundWithinHalfAStepOfTheFloat64Rotation) {
   }
 }
 
-// The AVX2 and AVX-512 widenings of q8_0 give the scalar dequantiser's bits (int8 times an f16 scale is exact in f32).
+// The AVX2 and AVX-512 widenings of q8_0, and AVX2's of q4_0, give the scalar dequantisers' bits (a small integer times
+// an f16 scale is exact in f32).
 TEST(KvQuant, WidenedWithAvx2AndAvx512EqualsTheScalarBlocks) {
   if (!cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "no AVX2 on this CPU";
   std::mt19937 g(test_seed());
@@ -122,6 +123,12 @@ TEST(KvQuant, WidenedWithAvx2AndAvx512EqualsTheScalarBlocks) {
   cpu::load_q8_0_hw(hw.data(), q.data(), 37);
   for (int b = 0; b < 37; ++b) kvq::dequantize_q8_0_rotated(sc.data() + b * 32, q.data() + b * kvq::kQ8Bytes);
   EXPECT_EQ(0, std::memcmp(hw.data(), sc.data(), hw.size() * 4));
+  std::vector<uint8_t> q4(static_cast<size_t>(kv_bytes(KvDtype::q4_0, n)));
+  cpu::store_row(q4.data(), x.data(), n, KvDtype::q4_0);
+  cpu::load_q4_0_hw(hw.data(), q4.data(), 37);
+  std::vector<float> sc4(static_cast<size_t>(n));
+  for (int b = 0; b < 37; ++b) kvq::dequantize_q4_0_rotated(sc4.data() + b * 32, q4.data() + b * kvq::kQ4Bytes);
+  EXPECT_EQ(0, std::memcmp(hw.data(), sc4.data(), hw.size() * 4));
   if (!cpu_has_avx512()) return;
   std::vector<float> wide(static_cast<size_t>(n), NAN);
   cpu::load_q8_0_512(wide.data(), q.data(), 37);
