@@ -388,10 +388,40 @@ IKV_ATT512 inline void scores_rows512(const ScoreRow *rows, int n, const float *
   if (r < n) scores_nq8<1, 8, KvDtype::f32>(rows[r].out, 0, rows[r].q, kb, rows[r].cnt, hd, scale);
 }
 
+// q8_0 K/V read in place by a decode step (AVX-512): elements e .. e+15 (or 8) of a block's rows, e a multiple of 8
+// inside one 32-value block, widened as the dequantiser widens them (int8 times the f16 scale: exact in f32), so the
+// products that follow are those of the block widened first.
+IKV_ATT512 inline __attribute__((always_inline)) float q8_scale(const uint8_t *blk) {
+  uint16_t h;
+  std::memcpy(&h, blk, 2);
+  return _cvtsh_ss(h);
+}
+IKV_ATT512 inline __attribute__((always_inline)) __m512 load16_q8(const void *b, int64_t e) {
+  const auto *blk = static_cast<const uint8_t *>(b) + (e >> 5) * kvq::kQ8Bytes;
+  const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2 + (e & 31))));
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(q8_scale(blk)));
+}
+// Keys ea and eb's elements, eight each, in the two halves.
+IKV_ATT512 inline __attribute__((always_inline)) __m512 load8x2_q8(const void *b, int64_t ea, int64_t eb) {
+  const auto *pa = static_cast<const uint8_t *>(b) + (ea >> 5) * kvq::kQ8Bytes;
+  const auto *pb = static_cast<const uint8_t *>(b) + (eb >> 5) * kvq::kQ8Bytes;
+  const __m128i q = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(pa + 2 + (ea & 31))),
+                                       _mm_loadl_epi64(reinterpret_cast<const __m128i *>(pb + 2 + (eb & 31))));
+  const __m512 d = _mm512_insertf32x8(_mm512_set1_ps(q8_scale(pa)), _mm256_set1_ps(q8_scale(pb)), 1);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+}
+template <KvDtype D>
+IKV_ATT512 inline __attribute__((always_inline)) __m512 load16_kv(const void *b, int64_t e) {
+  if constexpr (D == KvDtype::q8_0) return load16_q8(b, e);
+  else return tile::load16(b, e, D);
+}
+
 // Two keys per vector (key j + 2kp in the low half, j + 2kp + 1 in the high half) against a query chunk broadcast to
 // both: NQ heads (up to 4) x KP key pairs at a time, read from f16/bf16 (or f32) K directly, each pair of key chunks
 // widened once for the NQ heads. How a decode step scores its group. Lane i of the low half of lane_sums16's result
 // is head i / KP, key j + 2 (i % KP); the high half the key after it. The keys left over go through scores_nq.
+constexpr int32_t kKeyPairTail = 15;  // most keys scores_keypairs512 leaves to scores_nq (KEYS - 1)
+
 template <int NQ, KvDtype D>
 IKV_ATT512 inline void scores_keypairs512(float *ph, int64_t pstride, const float *qg, const void *kb, int32_t cnt,
                                           int32_t hd, float scale) {
@@ -409,6 +439,8 @@ IKV_ATT512 inline void scores_keypairs512(float *ph, int64_t pstride, const floa
         if constexpr (D == KvDtype::f32) {
           const auto *k = static_cast<const float *>(kb);
           kv[kp] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(k + ea)), _mm256_loadu_ps(k + eb), 1);
+        } else if constexpr (D == KvDtype::q8_0) {
+          kv[kp] = load8x2_q8(kb, ea, eb);
         } else {
           const auto *k = static_cast<const uint16_t *>(kb);
           const __m256i h = _mm256_inserti128_si256(
@@ -432,9 +464,17 @@ IKV_ATT512 inline void scores_keypairs512(float *ph, int64_t pstride, const floa
       }
   }
   if (j < cnt) {
-    const int64_t es = D == KvDtype::f32 ? 4 : 2;
-    scores_nq<NQ, D>(ph + j, pstride, qg, static_cast<const uint8_t *>(kb) + static_cast<int64_t>(j) * hd * es, cnt - j,
-                     hd, scale);
+    if constexpr (D == KvDtype::q8_0) {  // the keys left over widened first: the same products
+      alignas(64) float kf[kKeyPairTail * 256];
+      if (hd <= 256) {
+        load_row_rotated(kf, static_cast<const uint8_t *>(kb) + kv_bytes(D, static_cast<int64_t>(j) * hd), (cnt - j) * hd, D);
+        scores_nq<NQ, KvDtype::f32>(ph + j, pstride, qg, kf, cnt - j, hd, scale);
+      }
+    } else {
+      const int64_t es = D == KvDtype::f32 ? 4 : 2;
+      scores_nq<NQ, D>(ph + j, pstride, qg, static_cast<const uint8_t *>(kb) + static_cast<int64_t>(j) * hd * es,
+                       cnt - j, hd, scale);
+    }
   }
 }
 
@@ -469,6 +509,7 @@ IKV_ATT512 inline void scores_b512(float *ph, int64_t pstride, const float *qg, 
   }
   if (dt == KvDtype::f16) return scores_keypairs_d<KvDtype::f16>(ph, pstride, qg, group, kb, cnt, hd, scale);
   if (dt == KvDtype::bf16) return scores_keypairs_d<KvDtype::bf16>(ph, pstride, qg, group, kb, cnt, hd, scale);
+  if (dt == KvDtype::q8_0 && hd <= 256) return scores_keypairs_d<KvDtype::q8_0>(ph, pstride, qg, group, kb, cnt, hd, scale);
   if (hd > kPairMaxHd) return scores_keypairs_d<KvDtype::f32>(ph, pstride, qg, group, kb, cnt, hd, scale);
   for (int32_t hh = 0; hh < group; ++hh) {
     b.rows[b.n++] = {ph + hh * pstride, qg + static_cast<int64_t>(hh) * hd, cnt};
@@ -491,14 +532,14 @@ IKV_ATT512 inline void wsum_d512(float *o, const float *w, const void *vb, int32
     for (int32_t j = j0; j < cnt; ++j) {
       const __m512 wv = _mm512_set1_ps(w[j]);
       const int64_t e = static_cast<int64_t>(j) * hd + i0;
-      for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(wv, tile::load16(vb, e + 16 * r, D), a[r]);
+      for (int r = 0; r < 4; ++r) a[r] = _mm512_fmadd_ps(wv, load16_kv<D>(vb, e + 16 * r), a[r]);
     }
     for (int r = 0; r < 4; ++r) _mm512_storeu_ps(o + i0 + 16 * r, a[r]);
   }
   for (; i0 < hd; i0 += 16) {
     __m512 a = _mm512_loadu_ps(o + i0);
     for (int32_t j = j0; j < cnt; ++j)
-      a = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), tile::load16(vb, static_cast<int64_t>(j) * hd + i0, D), a);
+      a = _mm512_fmadd_ps(_mm512_set1_ps(w[j]), load16_kv<D>(vb, static_cast<int64_t>(j) * hd + i0), a);
     _mm512_storeu_ps(o + i0, a);
   }
 }
@@ -515,7 +556,7 @@ IKV_ATT512 inline void wsum_rows_64(const WsumRow *rows, const void *vb) {
     for (int c = 0; c < 4; ++c) a[r][c] = _mm512_loadu_ps(rows[r].o + 16 * c);
   for (int32_t j = 0; j < common; ++j) {
     __m512 v[4];
-    for (int c = 0; c < 4; ++c) v[c] = tile::load16(vb, static_cast<int64_t>(j) * 64 + 16 * c, D);
+    for (int c = 0; c < 4; ++c) v[c] = load16_kv<D>(vb, static_cast<int64_t>(j) * 64 + 16 * c);
     for (int r = 0; r < R; ++r) {
       const __m512 wv = _mm512_set1_ps(rows[r].w[j]);
       for (int c = 0; c < 4; ++c) a[r][c] = _mm512_fmadd_ps(wv, v[c], a[r][c]);
@@ -549,7 +590,8 @@ IKV_ATT512 inline void wsum_rows_v512(const WsumRow *rows, int n, const void *vb
     case KvDtype::f32: wsum_rows_t512<KvDtype::f32>(rows, n, vb, hd); break;
     case KvDtype::f16: wsum_rows_t512<KvDtype::f16>(rows, n, vb, hd); break;
     case KvDtype::bf16: wsum_rows_t512<KvDtype::bf16>(rows, n, vb, hd); break;
-    default: break;  // quantised blocks arrive widened to f32
+    case KvDtype::q8_0: wsum_rows_t512<KvDtype::q8_0>(rows, n, vb, hd); break;
+    default: break;  // q4_0 blocks arrive widened to f32
   }
 }
 

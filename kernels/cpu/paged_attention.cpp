@@ -42,11 +42,12 @@ using namespace attn;  // NOLINT(build/namespaces): the attention arithmetic, in
 constexpr int32_t kPrefetchBlocks = 3;
 
 // Where a tile reads block s0 (n slots) of K (which = 0) or V (1) of head g from: the cache itself when `direct`
-// (a tile of one query on the AVX2 and AVX-512 paths widens f16/bf16 inside its products, each element is read once
-// anyway),
-// else kvbuf, the block widened to f32 once for every query of the tile. Same values either way.
+// allows the dtype (a tile of one query widens f16/bf16 inside its products on the AVX2 and AVX-512 paths, and q8_0
+// on the AVX-512 one: each element is read once anyway), else kvbuf, the block widened to f32 once for every query
+// of the tile (in the rotated basis for a quantised dtype). Same values either way.
+enum Direct : int { kWiden = 0, kDirectFloat = 1, kDirectQ8 = 2 };
 inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0, int32_t g, int which, int32_t n,
-                                                  bool direct, float *kvbuf) {
+                                                  int direct, float *kvbuf) {
   const uint8_t *src = slot_ptr(kv, s0, g, which);
   // The blocks sit anywhere in the pool, so the hardware prefetchers cannot guess the next one: ask for the block
   // kPrefetchBlocks on (its K or V rows of head g) while this one is worked on.
@@ -54,7 +55,8 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
   if (next < kv.n_slots)
     tile::prefetch_l1(slot_ptr(kv, next, g, which), 0,
                       kv_bytes(kv.dtype, static_cast<int64_t>(kv.block_size) * kv.head_dim));
-  if (direct && !kv_dtype_quantised(kv.dtype)) return {src, kv.dtype};
+  if (direct != kWiden && (!kv_dtype_quantised(kv.dtype) || (direct == kDirectQ8 && kv.dtype == KvDtype::q8_0)))
+    return {src, kv.dtype};
   load_row_rotated(kvbuf, src, n * kv.head_dim, kv.dtype);
   return {kvbuf, KvDtype::f32};
 }
@@ -81,7 +83,7 @@ inline void no_flush(ScoreBatch &, const void *, int32_t, float) {}
   const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                         \
   const int64_t qstride = static_cast<int64_t>(group) * max_vis;                                                       \
   for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                            \
-    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, max_vis - s0), DIRECT && t1 - t0 == 1, kvbuf);    \
+    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, max_vis - s0), t1 - t0 == 1 ? DIRECT : kWiden, kvbuf);    \
     ScoreBatch batch;                                                                                                  \
     for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
       const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);                     \
@@ -97,7 +99,7 @@ inline void no_flush(ScoreBatch &, const void *, int32_t, float) {}
     std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);                                                        \
   }                                                                                                                    \
   for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                            \
-    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, max_vis - s0), DIRECT && t1 - t0 == 1, kvbuf);    \
+    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, max_vis - s0), t1 - t0 == 1 ? DIRECT : kWiden, kvbuf);    \
     WsumRow rows[kWsumRows];                                                                                           \
     int nr = 0;                                                                                                        \
     for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
@@ -113,17 +115,17 @@ inline void no_flush(ScoreBatch &, const void *, int32_t, float) {}
 
 IKV_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                                int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, true)
+  IKV_ATTEND_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, kDirectFloat)
 }
 
 IKV_ATT512 void attend_tile_avx512(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                                    int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, true)
+  IKV_ATTEND_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, kDirectQ8)
 }
 
 void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                          int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_s_b, no_flush, wsum_rows_s, false)
+  IKV_ATTEND_TILE_BODY(scores_s_b, no_flush, wsum_rows_s, kWiden)
 }
 
 // The tile a CPU takes: AVX-512, AVX2 or portable. All three give the same bits for the AVX2-capable paths (the
@@ -149,7 +151,7 @@ void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_h
   const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                                     \
   const int64_t qstride = static_cast<int64_t>(group) * chunk;                                                         \
   for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                             \
-    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, b_end - s0), DIRECT && t1 - t0 == 1, kvbuf);      \
+    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, b_end - s0), t1 - t0 == 1 ? DIRECT : kWiden, kvbuf);      \
     ScoreBatch batch;                                                                                                  \
     for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
       const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                            \
@@ -167,7 +169,7 @@ void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_h
     std::fill(o + u * group * hd, o + (u + 1) * group * hd, 0.0f);                                                     \
   }                                                                                                                    \
   for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                             \
-    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, b_end - s0), DIRECT && t1 - t0 == 1, kvbuf);      \
+    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, b_end - s0), t1 - t0 == 1 ? DIRECT : kWiden, kvbuf);      \
     WsumRow rows[kWsumRows];                                                                                           \
     int nr = 0;                                                                                                        \
     for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
@@ -186,21 +188,21 @@ template <typename UnitOf>
 IKV_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                      const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                      float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, true)
+  IKV_PARTIAL_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, kDirectFloat)
 }
 
 template <typename UnitOf>
 IKV_ATT512 void attend_chunk_tile_avx512(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1,
                                          int32_t n_heads, const PagedKv &kv, int32_t g, int32_t group, int32_t vis0,
                                          int32_t b0, int32_t chunk, float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, true)
+  IKV_PARTIAL_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, kDirectQ8)
 }
 
 template <typename UnitOf>
 void attend_chunk_tile_generic(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_s_b, no_flush, wsum_rows_s, false)
+  IKV_PARTIAL_TILE_BODY(scores_s_b, no_flush, wsum_rows_s, kWiden)
 }
 
 template <typename UnitOf>
