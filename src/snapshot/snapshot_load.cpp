@@ -195,6 +195,10 @@ int32_t read_header(ChunkReader &rd, const Model *model, Staged *staged, Summary
       !in_range(sum.head_dim, 1, 4096) || !in_range(sum.n_heads, 1, 65536) || !in_range(sum.n_vocab, 1, 1 << 26) ||
       sum.n_heads % sum.n_kv_heads != 0)
     bad("implausible cache layout in the header");
+  // A quantised row is whole blocks: any other head size would make rows of no bytes (and K/V that read as nothing).
+  if (!kv_dtype_fits(sum.kv_dtype, sum.head_dim))
+    bad(std::string("a ") + kv_dtype_name(sum.kv_dtype) + " cache with head size " + std::to_string(sum.head_dim) +
+        ", not a whole number of " + std::to_string(kKvQuantBlock) + "-value blocks");
   if (!in_range(h->n_sequences(), 0, 1 << 20)) bad("implausible sequence count " + std::to_string(h->n_sequences()));
   if (model != nullptr) {
     const HParams &hp = model->hparams();

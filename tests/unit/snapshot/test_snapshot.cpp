@@ -373,6 +373,26 @@ TEST_F(Damage, AnotherModelsFingerprintIsRefusedAsWrongModel) {
   expect_untouched();
 }
 
+// A header that calls stories260K's cache (heads of 8) q8_0 or q4_0 is refused before any K/V is read: such rows
+// would be no whole block (zero bytes each), and empty K/V vectors would pass every size check.
+TEST_F(Damage, AQuantisedDtypeForHeadsThatHoldNoBlockIsRefused) {
+  for (snap::KvDtype dt : {snap::KvDtype::Q8_0, snap::KvDtype::Q4_0}) {
+    auto bad = with_header(snap, [&](snap::Header *h) {
+      ASSERT_TRUE(h->mutate_kv_dtype(dt));
+      ASSERT_TRUE(h->mutate_format_version(snapshot::kQuantKvVersion));
+      ASSERT_TRUE(h->mutate_min_reader_version(snapshot::kQuantKvVersion));
+    });
+    EXPECT_EQ(restore_status(*target, sampler.get(), bad), Status::bad_snapshot);
+    try {
+      inspect_bytes(bad);
+      ADD_FAILURE() << "inspect accepted it";
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find("whole number"), std::string::npos) << e.what();
+    }
+  }
+  expect_untouched();
+}
+
 TEST_F(Damage, NewerFormatIsRefusedAsVersion) {
   auto v = with_header(snap, [](snap::Header *h) {
     ASSERT_TRUE(h->mutate_min_reader_version(snapshot::kReaderVersion + 1));
