@@ -33,6 +33,15 @@ void log_softmax(const float *logits, int32_t n, std::vector<double> *out) {
   for (int32_t i = 0; i < n; ++i) (*out)[static_cast<size_t>(i)] = static_cast<double>(logits[i]) - lz;
 }
 
+// KL(ref || got) of two logit rows, in nats (lp, lq: scratch).
+double kl_of(const float *ref, const float *got, int32_t V, std::vector<double> &lp, std::vector<double> &lq) {
+  log_softmax(ref, V, &lp);
+  log_softmax(got, V, &lq);
+  double kl = 0;
+  for (int32_t v = 0; v < V; ++v) kl += std::exp(lp[static_cast<size_t>(v)]) * (lp[static_cast<size_t>(v)] - lq[static_cast<size_t>(v)]);
+  return std::max(0.0, kl);
+}
+
 // The text fed one token at a time, as decode runs, under f32 activations and under the integer ones (int8, int16;
 // each in a session of its own, so each cache holds what that arithmetic computed): KL(f32 || int) of every
 // next-token distribution, top-1 agreement, and the perplexities.
@@ -61,11 +70,7 @@ int compare_activations(const std::shared_ptr<const Model> &model, const Session
         ref[i].assign(lg, lg + V);
         continue;
       }
-      log_softmax(ref[i].data(), V, &lp);
-      log_softmax(lg, V, &lq);
-      double kl = 0;
-      for (int32_t v = 0; v < V; ++v) kl += std::exp(lp[static_cast<size_t>(v)]) * (lp[static_cast<size_t>(v)] - lq[static_cast<size_t>(v)]);
-      kl = std::max(0.0, kl);
+      const double kl = kl_of(ref[i].data(), lg, V, lp, lq);
       kl_sum[mode] += kl;
       kl_max[mode] = std::max(kl_max[mode], kl);
       agree[mode] += top(ref[i].data()) == top(lg) ? 1 : 0;
@@ -91,14 +96,6 @@ int compare_activations(const std::shared_ptr<const Model> &model, const Session
                   names[mode], kl_sum[mode] / n, kl_max[mode], static_cast<double>(agree[mode]) / n, std::exp(nll[mode] / n));
   }
   return 0;
-}
-
-double kl_of(const float *ref, const float *got, int32_t V, std::vector<double> &lp, std::vector<double> &lq) {
-  log_softmax(ref, V, &lp);
-  log_softmax(got, V, &lq);
-  double kl = 0;
-  for (int32_t v = 0; v < V; ++v) kl += std::exp(lp[static_cast<size_t>(v)]) * (lp[static_cast<size_t>(v)] - lq[static_cast<size_t>(v)]);
-  return std::max(0.0, kl);
 }
 
 // The text fed in chunks of ubatch tokens, as prefill runs, into one session per KV dtype (the reference so.kv_dtype

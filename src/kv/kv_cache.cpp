@@ -35,10 +35,7 @@ KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg
   // (8 bytes a block) would itself be gigabytes.
   if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 26))
     fail(Status::invalid_argument, "KV pool must hold between 1 and 2^26 blocks (got " + std::to_string(cfg.n_blocks) + ")");
-  if (!kv_dtype_valid(static_cast<int32_t>(cfg.dtype))) fail(Status::invalid_argument, "unknown KV dtype");
-  if (!kv_dtype_fits(cfg.dtype, cfg.head_dim))
-    fail(Status::unsupported, std::string("KV dtype ") + kv_dtype_name(cfg.dtype) + " stores blocks of " + std::to_string(kKvQuantBlock) +
-                                  " values; this model's head size " + std::to_string(cfg.head_dim) + " is not a multiple of it");
+  check_dtype(cfg.dtype, cfg.head_dim);
   block_bytes_ = int64_t{2} * cfg.n_kv_heads * cfg.block_size * kv_bytes(cfg.dtype, cfg.head_dim);
   geometry_ = PagedKv{};
   geometry_.block_stride = block_bytes_;
@@ -55,6 +52,15 @@ KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg
 }
 
 KvCache::~KvCache() = default;
+
+void KvCache::check_dtype(KvDtype dtype, int32_t head_dim) {
+  if (!kv_dtype_valid(static_cast<int32_t>(dtype)))
+    fail(Status::invalid_argument, "kv_dtype " + std::to_string(static_cast<int32_t>(dtype)) + " is not a KV dtype");
+  if (!kv_dtype_fits(dtype, head_dim))
+    fail(Status::unsupported, std::string("KV dtype ") + kv_dtype_name(dtype) + " stores blocks of " +
+                                  std::to_string(kKvQuantBlock) + " values; this model's head size " +
+                                  std::to_string(head_dim) + " is not a multiple of it (use f16)");
+}
 
 KvStats KvCache::stats() const {
   KvStats s;

@@ -112,6 +112,9 @@ class KvCache {
   // The block pool is made by `make_store` once the config is checked (empty: a host store). Throws
   // Error(invalid_argument) for a bad config and Error(out_of_memory) when the pool cannot be reserved.
   explicit KvCache(const KvConfig &cfg, const StoreFactory &make_store = {});
+  // Throws invalid_argument for a value that is no KvDtype and unsupported for a quantised dtype whose blocks do not
+  // tile a head of head_dim values (the constructor checks it; a session checks it before sizing its pool).
+  static void check_dtype(KvDtype dtype, int32_t head_dim);
   ~KvCache();
   KvCache(const KvCache &) = delete;
   KvCache &operator=(const KvCache &) = delete;

@@ -72,12 +72,7 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   if (opts_.protect_prefix < 0) fail(Status::invalid_argument, "protect_prefix must not be negative");
   opts_.compression.validate();
   const HParams &hp = model_->hparams();
-  if (!kv_dtype_valid(static_cast<int32_t>(opts_.kv_dtype)))
-    fail(Status::invalid_argument, "kv_dtype " + std::to_string(static_cast<int32_t>(opts_.kv_dtype)) + " is not a KV dtype");
-  if (!kv_dtype_fits(opts_.kv_dtype, hp.head_dim))
-    fail(Status::unsupported, std::string("KV dtype ") + kv_dtype_name(opts_.kv_dtype) + " stores blocks of " +
-                                  std::to_string(kKvQuantBlock) + " values; this model's head size " +
-                                  std::to_string(hp.head_dim) + " is not a multiple of it (use f16)");
+  KvCache::check_dtype(opts_.kv_dtype, hp.head_dim);  // before the pool is sized in its block bytes
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
   device_ = backend ? std::move(backend)
                     : make_device_forward(*model_, select_device(opts_.device), pool_.get());  // throws no_device / invalid_argument
