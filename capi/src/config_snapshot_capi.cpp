@@ -241,7 +241,7 @@ int32_t ikv_session_load_profile(ikv_session *session, const char *path) {
     const auto sess = infokv::capi::use(session, "session");
     require(path != nullptr, "path must not be NULL");
     // Read and checked in full before the session sees it: set_profile changes nothing when it throws.
-    sess->session->set_profile(infokv::load_profile(path));
+    sess->session->compressor().set_profile(infokv::load_profile(path));
     return IKV_OK;
   });
 }
@@ -250,7 +250,7 @@ int32_t ikv_session_save_profile(const ikv_session *session, const char *path) {
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");
     require(path != nullptr, "path must not be NULL");
-    const infokv::TuningProfile *p = sess->session->profile();
+    const infokv::TuningProfile *p = sess->session->compressor().profile();
     if (p == nullptr)
       fail(Status::bad_state, "the session has no tuning profile (none loaded and no auto compression under a byte budget yet)");
     infokv::save_profile(*p, path);
@@ -266,11 +266,11 @@ int32_t ikv_session_profile_info(int64_t *out_compressions, int32_t *out_layers,
     const auto sess = infokv::capi::use(session, "session");
     require(out_compressions != nullptr && out_layers != nullptr && out_guides != nullptr,
             "ikv_session_profile_info: no output may be NULL");
-    const infokv::TuningProfile *p = sess->session->profile();
+    const infokv::TuningProfile *p = sess->session->compressor().profile();
     if (p == nullptr) return IKV_OK;
     *out_compressions = p->compressions;
     *out_layers = static_cast<int32_t>(p->layers.size());
-    *out_guides = sess->session->profile_guides() ? 1 : 0;
+    *out_guides = sess->session->compressor().profile_guides() ? 1 : 0;
     return IKV_OK;
   });
 }
@@ -280,7 +280,7 @@ int32_t ikv_session_profile_tag(char *out, size_t capacity, size_t *out_len, con
   if (out != nullptr && capacity > 0) out[0] = '\0';
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");
-    const infokv::TuningProfile *p = sess->session->profile();
+    const infokv::TuningProfile *p = sess->session->compressor().profile();
     require(out_len != nullptr, "out_len must not be NULL");
     if (p == nullptr) fail(Status::bad_state, "the session has no tuning profile");
     return infokv::capi::copy_out_text(out, capacity, out_len, p->tag);

@@ -442,7 +442,7 @@ int32_t ikv_seq_kv_bytes_uncompressed(int64_t *out, const ikv_session *session, 
 int32_t ikv_seq_budget(int64_t *out_budget_tokens, int64_t *out_slack_tokens, const ikv_session *session, int32_t seq) {
   return seq_pair(out_budget_tokens, out_slack_tokens, "out_budget_tokens and out_slack_tokens", session,
                   [seq](const infokv::Session &s) {
-                    const infokv::Session::Bound b = s.bound(seq);
+                    const infokv::Compressor::Bound b = s.compressor().bound(seq);
                     return std::make_pair(b.budget, b.slack);
                   });
 }
@@ -451,7 +451,7 @@ int32_t ikv_seq_protection(int64_t *out_protected_tokens, int64_t *out_released_
                            int32_t seq) {
   return seq_pair(out_protected_tokens, out_released_tokens, "out_protected_tokens and out_released_tokens", session,
                   [seq](const infokv::Session &s) {
-                    return std::make_pair(s.protected_tokens(seq), s.seq_state(seq).protected_released);
+                    return std::make_pair(s.compressor().protected_tokens(seq), s.compressor().state(seq).protected_released);
                   });
 }
 
@@ -517,7 +517,7 @@ int32_t ikv_seq_pressure_estimate(int64_t *out_blocks, double *out_cost_per_bloc
                                   int32_t seq) {
   return seq_pair(out_blocks, out_cost_per_block, "out_blocks and out_cost_per_block", session,
                   [seq](infokv::Session &s) {
-                    const infokv::Session::PressureCandidate c = s.pressure_estimate(seq);
+                    const infokv::PressureCandidate c = s.compressor().pressure_estimate(seq);
                     return std::make_pair(c.blocks, c.cost_per_block);
                   });
 }
@@ -539,7 +539,7 @@ int32_t ikv_seq_auto_report(int32_t *out_layers, int64_t *out_kept_tokens, int64
     require(out_layers != nullptr && out_kept_tokens != nullptr && out_uniform_tokens != nullptr && out_loss != nullptr &&
                 out_max_loss != nullptr,
             "ikv_seq_auto_report: no output may be NULL");
-    const infokv::AutoReport &r = sess->session->seq_state(seq).auto_report;
+    const infokv::AutoReport &r = sess->session->compressor().state(seq).auto_report;
     if (r.empty()) return IKV_OK;  // not compressed under auto (yet): every output stays 0
     *out_layers = static_cast<int32_t>(r.layers.size());
     *out_kept_tokens = r.tokens;
@@ -560,7 +560,7 @@ int32_t ikv_seq_auto_layer(int32_t *out_evidence, int32_t *out_budget, double *o
     const auto sess = infokv::capi::use(session, "session");
     require(out_evidence != nullptr && out_budget != nullptr && out_alpha != nullptr && out_loss != nullptr,
             "ikv_seq_auto_layer: no output may be NULL");
-    const infokv::AutoReport &r = sess->session->seq_state(seq).auto_report;
+    const infokv::AutoReport &r = sess->session->compressor().state(seq).auto_report;
     if (r.empty())
       fail(Status::out_of_range, "sequence " + std::to_string(seq) + " has no auto report (it has not been compressed under policy auto)");
     if (layer < 0 || static_cast<size_t>(layer) >= r.layers.size())
@@ -578,7 +578,7 @@ int32_t ikv_seq_auto_layer(int32_t *out_evidence, int32_t *out_budget, double *o
 int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin, int64_t end, int32_t fair) {
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");
-    sess->session->protect(seq, infokv::ProtectedSpan{begin, end, fair != 0});
+    sess->session->compressor().protect(seq, infokv::ProtectedSpan{begin, end, fair != 0});
     return IKV_OK;
   });
 }
@@ -587,7 +587,7 @@ int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_token
   return guard([&] {
     const auto sess = infokv::capi::use(session, "session");
     require(budget_tokens >= 0, "budget_tokens must be >= 0");
-    sess->session->compress(seq, budget_tokens);
+    sess->session->compressor().compress(seq, budget_tokens);
     return IKV_OK;
   });
 }
@@ -598,7 +598,7 @@ int32_t ikv_seq_compress_for(ikv_session *session, int32_t seq, int32_t budget_t
     require(budget_tokens >= 0, "budget_tokens must be >= 0");
     require(question >= IKV_QUESTION_BOTH && question <= IKV_QUESTION_LATER,
             "question must be IKV_QUESTION_BOTH, IKV_QUESTION_NEXT or IKV_QUESTION_LATER");
-    sess->session->compress(seq, budget_tokens, static_cast<infokv::Question>(question));
+    sess->session->compressor().compress(seq, budget_tokens, static_cast<infokv::Question>(question));
     return IKV_OK;
   });
 }
@@ -610,7 +610,7 @@ int32_t ikv_seq_compression_question(int32_t *out_question, double *out_probe_se
   return guard([&] {
     require(out_question != nullptr && out_probe_seconds != nullptr, "out_question and out_probe_seconds must not be NULL");
     const auto sess = infokv::capi::use(session, "session");
-    const infokv::Session::SeqState &st = sess->session->seq_state(seq);
+    const infokv::SeqCompression &st = sess->session->compressor().state(seq);
     *out_question = static_cast<int32_t>(st.question);
     *out_probe_seconds = st.probe_seconds;
     return IKV_OK;

@@ -110,7 +110,7 @@ void run_test(Session &s, const BenchSpec &spec, Test &t, std::mt19937 &rng) {
     const int32_t seq = s.add_sequence();
     if (t.depth > 0) {
       s.prefill(seq, random_tokens(t.depth));
-      if (t.policy != "none") s.compress(seq, budget_tokens(t.budget, t.depth));
+      if (t.policy != "none") s.compressor().compress(seq, budget_tokens(t.budget, t.depth));
     }
     t.kv_bytes = s.info(seq).bytes;
     const auto t0 = std::chrono::steady_clock::now();

@@ -46,7 +46,7 @@ int cmd_chat(int argc, char **argv) {
   const int32_t seq = session.add_sequence();
   Sampler sampler(sp);
   const bool tty = isatty(0) != 0;
-  const bool policy = session.options().compression.enabled();
+  const bool policy = session.compressor().config().enabled();
   if (tty)
     std::fprintf(stderr, "[chat format %s, protect %s; an empty line or end of input ends the chat]\n",
                  chat_format_name(tmpl.format), chat_protect_name(protect));
@@ -78,7 +78,7 @@ int cmd_chat(int argc, char **argv) {
     if (json) {
       JsonObject o;
       o.integer("turn", turn).str("user", line).str("reply", r.text).num("seconds", seconds).raw("kv", kv_json(session, seq));
-      o.integer("compressions", session.compressions(seq));
+      o.integer("compressions", session.compressor().compressions(seq));
       const std::string prot = protected_json(session, seq);
       if (!prot.empty()) o.raw("protected", prot);
       if (r.error != Status::ok) o.str("error", r.error_message);
@@ -86,21 +86,21 @@ int cmd_chat(int argc, char **argv) {
     } else {
       std::printf("\n");
       if (policy) {
-        const Session::Bound b = session.bound(seq);
+        const Compressor::Bound b = session.compressor().bound(seq);
         std::fprintf(stderr, "[turn %lld: KV %.2f MiB held of %.2f MiB uncompressed (%.0f%%), %lld tokens; budget %lld + "
                              "slack %lld tokens per layer; %lld compressions]\n",
                      static_cast<long long>(turn), static_cast<double>(info.bytes) / mib,
                      static_cast<double>(info.uncompressed_bytes) / mib,
                      info.uncompressed_bytes > 0 ? 100.0 * static_cast<double>(info.bytes) / static_cast<double>(info.uncompressed_bytes) : 0.0,
                      static_cast<long long>(info.length), static_cast<long long>(b.budget), static_cast<long long>(b.slack),
-                     static_cast<long long>(session.compressions(seq)));
+                     static_cast<long long>(session.compressor().compressions(seq)));
       }
     }
     std::fflush(stdout);
     if (r.error != Status::ok) fail(r.error, r.error_message);
   }
   if (a.has("plot"))
-    write_line_plot(a.str("plot"), "chat memory over turns (" + std::string(policy_name(session.options().compression.policy)) + ")",
+    write_line_plot(a.str("plot"), "chat memory over turns (" + std::string(policy_name(session.compressor().config().policy)) + ")",
                     "turn", "MiB", {held, full});
   return 0;
 }

@@ -227,8 +227,8 @@ void run_policy(const std::shared_ptr<const Model> &model, const SessionOptions 
   for (double b : o.budgets)
     for (ChatProtect mode : o.modes) {
       const int32_t f = s.fork_sequence(id);
-      s.set_protected_spans(f, p.spans[static_cast<size_t>(mode)]);
-      if (N > 0) s.compress(f, budget_tokens(b, N));
+      s.compressor().set_spans(f, p.spans[static_cast<size_t>(mode)]);
+      if (N > 0) s.compressor().compress(f, budget_tokens(b, N));
       score(s, f, p, ref, c, o.max_answer, *cells++);
       s.remove_sequence(f);
     }

@@ -388,13 +388,13 @@ int cmd_eval_retrieval(int argc, char **argv) {
         const int64_t N = s.info(id).length, full = s.info(id).bytes;
         for (size_t bi = 0; bi < budgets.size(); ++bi) {
           const int32_t f = s.fork_sequence(id);
-          s.set_protected_spans(f, p.spans);
+          s.compressor().set_spans(f, p.spans);
           const auto t0 = std::chrono::steady_clock::now();
-          s.compress(f, budget_tokens(budgets[bi], N));
+          s.compressor().compress(f, budget_tokens(budgets[bi], N));
           // What the compression served (the question asked unless the policy reads no queries or the probe did not
           // fit): "mixed" when cases differ.
           Cell &cell = rows[1 + pi * budgets.size() + bi];
-          const std::string served = question_name(s.seq_state(f).question);
+          const std::string served = question_name(s.compressor().state(f).question);
           cell.question = cell.question.empty() || cell.question == served ? served : "mixed";
           const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           const int64_t held = s.info(f).bytes;

@@ -36,8 +36,8 @@ std::string snapshot_json(const std::string &path, int64_t bytes) {
 
 // Policy auto: what it chose at the sequence's latest compression, on stderr (nothing for other policies).
 void print_auto(const Session &s, int32_t seq, const std::string &prefix) {
-  if (!s.options().compression.is_auto()) return;
-  const AutoReport &r = s.seq_state(seq).auto_report;
+  if (!s.compressor().config().is_auto()) return;
+  const AutoReport &r = s.compressor().state(seq).auto_report;
   const std::string line = r.empty() ? "no compression yet" : auto_report_summary(r);
   std::fprintf(stderr, "%s[auto: %s]\n", prefix.c_str(), line.c_str());
 }
@@ -97,7 +97,7 @@ std::vector<int32_t> encode_prompt(const Args &a, Session &session, int32_t seq,
     msgs.push_back({"user", prompt_text});
     const std::vector<ChatPiece> pieces = tmpl.encode_pieces(model.tokenizer(), msgs, true);
     for (const ChatPiece &pc : pieces) prompt.insert(prompt.end(), pc.ids.begin(), pc.ids.end());
-    for (const ProtectedSpan &sp : chat_spans(pieces, 0, ChatProtect::system)) session.protect(seq, sp);
+    for (const ProtectedSpan &sp : chat_spans(pieces, 0, ChatProtect::system)) session.compressor().protect(seq, sp);
   } else {
     prompt = model.tokenizer().encode(prompt_text, !a.flag("no-bos"), a.flag("special"));
   }
@@ -165,13 +165,13 @@ std::string compression_json(const Session &session, int32_t seq, const Compress
   comp.str("policy", policy_name(cc.policy))
       .num("budget_fraction", cc.budget_fraction)
       .integer("budget_tokens", cc.budget_tokens)
-      .integer("compressions", session.compressions(seq))
+      .integer("compressions", session.compressor().compressions(seq))
       .integer("compressions_after_prefill", compressions_before)
       // What the latest compression served (README "Which question") and what its probe took.
-      .str("question", question_name(session.seq_state(seq).question))
-      .num("probe_seconds", session.seq_state(seq).probe_seconds);
+      .str("question", question_name(session.compressor().state(seq).question))
+      .num("probe_seconds", session.compressor().state(seq).probe_seconds);
   if (cc.is_auto())  // what it chose at the latest compression (null before one)
-    comp.num("max_loss", cc.max_loss).raw("auto", auto_report_json(session.seq_state(seq).auto_report));
+    comp.num("max_loss", cc.max_loss).raw("auto", auto_report_json(session.compressor().state(seq).auto_report));
   if (!kv_before.empty()) comp.raw("kv_before", kv_before).raw("kv_after", kv_after);
   return comp.dump();
 }
@@ -181,20 +181,20 @@ std::string compression_json(const Session &session, int32_t seq, const Compress
 GenerateResult prefill_then_generate(Session &session, int32_t seq, const std::vector<int32_t> &prompt, int32_t max_tokens,
                                      Sampler &sampler, const TokenCallback &cb, std::string *kv_before,
                                      std::string *kv_after, int64_t *compressions_before) {
-  const bool after = session.options().compression.compress_after_prefill;
-  CompressionConfig cc = session.options().compression;
+  const bool after = session.compressor().config().compress_after_prefill;
+  CompressionConfig cc = session.compressor().config();
   cc.compress_after_prefill = false;
-  session.set_compression(cc);
+  session.compressor().set_config(cc);
   const auto t0 = std::chrono::steady_clock::now();
   session.prefill(seq, prompt);  // a long prompt in chunks, compressed between them
   const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (int32_t t : prompt) sampler.accept(t);
   *kv_before = kv_json(session, seq);
   cc.compress_after_prefill = after;
-  session.set_compression(cc);
-  if (after) session.compress(seq);
+  session.compressor().set_config(cc);
+  if (after) session.compressor().compress(seq);
   *kv_after = kv_json(session, seq);
-  *compressions_before = session.compressions(seq);
+  *compressions_before = session.compressor().compressions(seq);
   GenerateResult r = generate(session, seq, {}, max_tokens, sampler, cb);
   r.prefill_tokens = static_cast<int64_t>(prompt.size());
   r.prefill_seconds = prefill_s;
@@ -227,7 +227,7 @@ bool generate_parallel(Session &session, int32_t seq, const std::vector<int32_t>
     so1.integer("seed", static_cast<int64_t>(sp.seed + i)).ints("tokens", rs[i].tokens).str("text", rs[i].text);
     if (rs[i].error != Status::ok) so1.str("error", rs[i].error_message);
     so1.raw("kv", kv_json(session, seqs[i]));
-    if (so.compression.is_auto()) so1.raw("auto", auto_report_json(session.seq_state(seqs[i]).auto_report));
+    if (so.compression.is_auto()) so1.raw("auto", auto_report_json(session.compressor().state(seqs[i]).auto_report));
     arr += (i ? "," : "") + so1.dump();
   }
   arr += "]";

@@ -60,7 +60,7 @@ int cmd_tune(int argc, char **argv) {
     const int32_t id = decode_prefix(s, seq, N);
     // One fork per budget and per target; the continuation's KL against the full cache. Byte-budget compressions
     // refine the profile.
-    auto refine = [&](int32_t f) { prof.refine(s.seq_state(f).auto_report); };
+    auto refine = [&](int32_t f) { prof.refine(s.compressor().state(f).auto_report); };
     for (size_t i = 0; i < budgets.size(); ++i)
       kl_budget[i] += mean_kl(full, run_compressed_fork(s, id, seq, N, M, budget_tokens(budgets[i], N), 0.0, nullptr, refine).logits, M, V) / windows;
     for (size_t i = 0; i < max_losses.size(); ++i)

@@ -143,9 +143,9 @@ ContinuationRun run_full_cache(const std::shared_ptr<const Model> &model, const 
 namespace {
 
 void set_max_loss(Session &s, double max_loss) {
-  CompressionConfig c = s.options().compression;
+  CompressionConfig c = s.compressor().config();
   c.max_loss = max_loss;
-  s.set_compression(c);
+  s.compressor().set_config(c);
 }
 
 }  // namespace
@@ -156,7 +156,7 @@ ContinuationRun run_compressed_fork(Session &s, int32_t id, const std::vector<in
   const int32_t f = s.fork_sequence(id);
   if (before) before(f);
   if (max_loss > 0) set_max_loss(s, max_loss);
-  s.compress(f, budget);
+  s.compressor().compress(f, budget);
   if (max_loss > 0) set_max_loss(s, 0);
   if (after) after(f);
   ContinuationRun r;

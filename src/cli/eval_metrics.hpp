@@ -40,7 +40,7 @@ struct EvalWindows {
 EvalWindows eval_windows(const Tokenizer &tok, const std::string &text, int64_t N, int64_t M, int64_t count,
                          int64_t offset);
 
-// `base` with `policy` compressing only when the caller calls Session::compress: a budget of the whole sequence, no
+// `base` with `policy` compressing only when the caller calls Compressor::compress: a budget of the whole sequence, no
 // compression after a prefill, none on the decode interval.
 SessionOptions compress_on_demand(const SessionOptions &base, PolicyKind policy);
 

@@ -11,7 +11,7 @@ std::string kv_json(const Session &s, int32_t seq) {
   const SeqInfo info = s.info(seq);
   const KvStats st = s.kv().stats();
   JsonObject o;
-  const Session::Bound b = s.bound(seq);
+  const Compressor::Bound b = s.compressor().bound(seq);
   o.integer("bytes", info.bytes)
       .integer("uncompressed_bytes", info.uncompressed_bytes)
       .integer("budget_tokens", b.budget)
@@ -31,11 +31,11 @@ std::string kv_json(const Session &s, int32_t seq) {
 // Protected spans of `seq`, checked against the cache itself: is every protected position still held in every
 // layer? And the tokens released to keep protection within the budget. Empty when it has no spans and released none.
 std::string protected_json(const Session &session, int32_t seq) {
-  if (session.protected_spans(seq).empty() && session.seq_state(seq).protected_released == 0) return "";
+  if (session.compressor().spans(seq).empty() && session.compressor().state(seq).protected_released == 0) return "";
   const SeqCache &sc = session.kv().seq(seq);
   bool all = true;
   std::string spans = "[";
-  for (const ProtectedSpan &sp : session.protected_spans(seq)) {
+  for (const ProtectedSpan &sp : session.compressor().spans(seq)) {
     spans += (spans.size() > 1 ? "," : "") + std::string("[") + std::to_string(sp.begin) + "," + std::to_string(sp.end) + "]";
     if (sp.fair) continue;
     const int64_t end = std::min<int64_t>(sp.end, sc.length);
@@ -47,9 +47,9 @@ std::string protected_json(const Session &session, int32_t seq) {
   }
   JsonObject pj;
   pj.raw("spans", spans + "]")
-      .integer("tokens", session.protected_tokens(seq))
+      .integer("tokens", session.compressor().protected_tokens(seq))
       .boolean("kept_in_every_layer", all)
-      .integer("released", session.seq_state(seq).protected_released);
+      .integer("released", session.compressor().state(seq).protected_released);
   return pj.dump();
 }
 

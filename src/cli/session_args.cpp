@@ -130,7 +130,7 @@ std::optional<TuningProfile> profile_from_args(const Args &a) {
 }
 
 void apply_profile(const std::optional<TuningProfile> &p, Session &s) {
-  if (p) s.set_profile(*p);
+  if (p) s.compressor().set_profile(*p);
 }
 
 }  // namespace cli

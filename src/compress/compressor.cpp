@@ -1,5 +1,5 @@
-// Session::compress: scores every cached token of every layer under the configured policy and keeps the best
-// within the budget (DESIGN.md §4), then compacts the cache so the memory returns to the pool.
+// The compressor: scores every cached token of every layer under the configured policy and keeps the best within
+// the budget (DESIGN.md §4), compacts the cache so the memory returns to the pool, and decides when (§9).
 #include <algorithm>
 #include <exception>
 #include <map>
@@ -10,7 +10,7 @@
 
 #include "compress/auto_policy.hpp"
 #include "compress/scores.hpp"
-#include "session/session.hpp"
+#include "compress/compressor.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -24,29 +24,71 @@ int32_t whole_block_budget(int32_t b, int32_t bs) {
   return b > bs && r > 0 && r <= bs / 4 ? b - r : b;
 }
 
-// What a policy's scorer reads of layer l of sequence `seq` (window_probs unset: the caller adds the backend's).
-LayerScoreInput layer_score_input(KvCache &kv, int32_t seq, int32_t l, const Session::SeqState &st, const HParams &hp,
-                                  const std::vector<ProtectedSpan> &spans, const Session::EvidenceRows &rows) {
-  const SeqCache &sc = kv.seq(seq);
+}  // namespace
+
+Compressor::Compressor(const Model &model, KvCache &kv, ThreadPool &pool, EvidenceSource &evidence,
+                       WindowProbsFn window_probs, const CompressionConfig &config)
+    : model_(model), kv_(kv), pool_(pool), evidence_(evidence), window_probs_(std::move(window_probs)), config_(config) {
+  config_.validate();
+}
+
+void Compressor::set_config(const CompressionConfig &c) {
+  c.validate();
+  config_ = c;
+}
+
+void Compressor::add(int32_t seq, SeqCompression st) {
+  if (seqs_.count(seq) != 0) fail(Status::invalid_argument, "compressor: sequence " + std::to_string(seq) + " exists");
+  seqs_.emplace(seq, std::move(st));
+}
+
+SeqCompression &Compressor::state_mut(int32_t seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) fail(Status::not_found, "no sequence " + std::to_string(seq));
+  return it->second;
+}
+
+const SeqCompression &Compressor::state(int32_t seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) fail(Status::not_found, "no sequence " + std::to_string(seq));
+  return it->second;
+}
+
+void Compressor::set_state(int32_t seq, SeqCompression st) { seqs_[seq] = std::move(st); }
+
+int64_t Compressor::host_bytes(int32_t seq) const {
+  // A std::map node (the pair and about four pointers of tree links) and the spans' buffer.
+  return static_cast<int64_t>(sizeof(std::pair<const int32_t, SeqCompression>) + 4 * sizeof(void *) +
+                              state(seq).spans.capacity() * sizeof(ProtectedSpan));
+}
+
+void Compressor::protect(int32_t seq, const ProtectedSpan &span) { add_span(state_mut(seq).spans, span); }
+
+void Compressor::set_spans(int32_t seq, std::vector<ProtectedSpan> spans) {
+  if (spans.size() > static_cast<size_t>(kMaxProtectedSpans))
+    fail(Status::out_of_range, "more than " + std::to_string(kMaxProtectedSpans) + " protected spans");
+  state_mut(seq).spans = std::move(spans);
+}
+
+LayerScoreInput Compressor::layer_input(int32_t seq, int32_t l, const std::vector<ProtectedSpan> &spans,
+                                        const EvidenceRows &rows) const {
+  const SeqCache &sc = kv_.seq(seq);
+  const HParams &hp = model_.hparams();
   LayerScoreInput in;
-  in.kv = kv.view(seq, l);
+  in.kv = kv_.view(seq, l);
   in.slots = &sc.layers[static_cast<size_t>(l)];
   in.window_q = rows.own ? &rows.q[static_cast<size_t>(l)] : &sc.window_q[static_cast<size_t>(l)].get();
   in.window_pos = rows.own ? &rows.pos : &sc.window_pos;
   in.probe_rows = rows.own ? rows.probe : 0;
   in.n_heads = hp.n_head;
   in.head_dim = hp.head_dim;
-  in.prefill = st.n_compressions == 0;
+  in.prefill = state(seq).n_compressions == 0;
   in.spans = &spans;
   return in;
 }
 
-}  // namespace
-
-int32_t Session::budget_for(int32_t seq) const { return budget_at(kv_->seq(seq).length); }
-
-int32_t Session::budget_at(int64_t length) const {
-  const CompressionConfig &c = opts_.compression;
+int32_t Compressor::budget_at(int64_t length) const {
+  const CompressionConfig &c = config_;
   if (c.budget_tokens > 0) return c.budget_tokens;
   // A quality target alone has no budget: any sequence longer than the window is a candidate, and auto decides how
   // far.
@@ -55,13 +97,13 @@ int32_t Session::budget_at(int64_t length) const {
   return static_cast<int32_t>(std::min<double>(INT32_MAX, std::max(1.0, b)));
 }
 
-std::vector<ProtectedSpan> Session::spans_for_compression(int32_t seq, int32_t budget, int64_t *released) const {
-  const CompressionConfig &c = opts_.compression;
+std::vector<ProtectedSpan> Compressor::spans_for_compression(int32_t seq, int32_t budget, int64_t *released) const {
+  const CompressionConfig &c = config_;
   const std::vector<ProtectedSpan> &spans = state(seq).spans;
   *released = 0;
   if (spans.empty() || !c.has_budget()) return spans;
   const int32_t w = c.policy == PolicyKind::tova ? 1 : window_size(c, budget);
-  const SeqCache &sc = kv_->seq(seq);
+  const SeqCache &sc = kv_.seq(seq);
   // The observation window's first position: the window is the last w slots (none for a budget under 4), and the
   // latest positions are kept in every layer.
   int64_t cand_end = sc.length;
@@ -76,19 +118,19 @@ std::vector<ProtectedSpan> Session::spans_for_compression(int32_t seq, int32_t b
   return protection_within(spans, cand_end, all, rest, released);
 }
 
-Session::EvidenceRows Session::evidence_rows(int32_t seq, Question q, Question *served, double *seconds) {
+Compressor::EvidenceRows Compressor::evidence_rows(int32_t seq, Question q, Question *served, double *seconds) {
   EvidenceRows rows;
   *served = Question::next;
   *seconds = 0;
-  if (q == Question::next || !opts_.compression.needs_window_queries()) return rows;
+  if (q == Question::next || !config_.needs_window_queries()) return rows;
   ProbeRows pr;
   try {
-    pr = probe_queries(seq);
+    pr = evidence_.probe_queries(seq);
   } catch (const Error &e) {
     if (e.status() != Status::kv_full) throw;
     return rows;  // no room for the probe (a full pool is being relieved): the window alone
   }
-  const SeqCache &sc = kv_->seq(seq);
+  const SeqCache &sc = kv_.seq(seq);
   rows.own = true;
   rows.probe = static_cast<int32_t>(pr.pos.size());
   if (q == Question::both) rows.pos = sc.window_pos;
@@ -103,11 +145,10 @@ Session::EvidenceRows Session::evidence_rows(int32_t seq, Question q, Question *
   return rows;
 }
 
-Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_tokens, Question q) {
-  const CompressionConfig &c = opts_.compression;
+CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q) {
+  const CompressionConfig &c = config_;
   if (!c.enabled()) fail(Status::bad_state, "compression policy is 'none'");
-  const SeqState &st = state(seq);
-  const SeqCache &sc = kv_->seq(seq);
+  const SeqCache &sc = kv_.seq(seq);
   const int32_t B = budget_tokens > 0 ? budget_tokens : budget_for(seq);
   Question served = Question::next;
   double probe_seconds = 0;
@@ -120,7 +161,7 @@ Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_t
     plan.probe_seconds = probe_seconds;
     return plan;
   }
-  const HParams &hp = model_->hparams();
+  const HParams &hp = model_.hparams();
   CompressionPlan plan;
   plan.question = served;
   plan.probe_seconds = probe_seconds;
@@ -128,17 +169,16 @@ Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_t
   std::vector<int32_t> counts;
   for (const LayerSlots &L : sc.layers) counts.push_back(L.n());
   std::vector<int32_t> budgets = layer_budgets(c, counts, B);
-  const int32_t bs = kv_->config().block_size;
+  const int32_t bs = kv_.config().block_size;
   for (int32_t &b : budgets) b = whole_block_budget(b, bs);
   plan.keep.resize(sc.layers.size());
   ReplayEvidence replay;
-  if (c.needs_replay()) replay = replay_evidence(seq);
+  if (c.needs_replay()) replay = evidence_.replay_evidence(seq);
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const LayerSlots &L = sc.layers[static_cast<size_t>(l)];
-    LayerScoreInput in = layer_score_input(*kv_, seq, l, st, hp, plan.spans, rows);
+    LayerScoreInput in = layer_input(seq, l, plan.spans, rows);
     if (c.needs_replay()) in.replay = &replay.score[static_cast<size_t>(l)];
-    in.window_probs = [this](float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads,
-                             float scale) { device_->window_probs(out, q, vis, rows, kv, n_heads, scale); };
+    in.window_probs = window_probs_;
     double share = 0;
     std::vector<int32_t> &k = plan.keep[static_cast<size_t>(l)];
     k = select_keep(c, in, budgets[static_cast<size_t>(l)], &share);
@@ -148,14 +188,14 @@ Session::CompressionPlan Session::plan_compression(int32_t seq, int32_t budget_t
   return plan;
 }
 
-void Session::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, std::vector<float> &v) {
-  const LayerSlots &L = kv_->seq(seq).layers.at(static_cast<size_t>(layer));
-  const int64_t bb = kv_->block_bytes();
+void Compressor::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, std::vector<float> &v) const {
+  const LayerSlots &L = kv_.seq(seq).layers.at(static_cast<size_t>(layer));
+  const int64_t bb = kv_.block_bytes();
   std::vector<uint8_t> raw(L.blocks.size() * static_cast<size_t>(bb));
-  kv_->store().read_blocks(L.blocks, raw.data());
+  kv_.store().read_blocks(L.blocks, raw.data());
   std::vector<int32_t> table(L.blocks.size());
   std::iota(table.begin(), table.end(), 0);
-  PagedKv view = kv_->view(seq, layer);
+  PagedKv view = kv_.view(seq, layer);
   view.pool = raw.data();
   view.block_table = table.data();
   const int32_t kvh = view.n_kv_heads, hd = view.head_dim, n = L.n();
@@ -167,20 +207,19 @@ void Session::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, st
       cpu::kv_read(k.data() + at, view, j, h, 0);
       cpu::kv_read(v.data() + at, view, j, h, 1);
     }
-  const std::vector<float> &bk = model_->layer(layer).bk;  // keys as values (key norms): the bias back
+  const std::vector<float> &bk = model_.layer(layer).bk;  // keys as values (key norms): the bias back
   if (kv_keys_less_bias(view.dtype) && !bk.empty())
     for (int32_t j = 0; j < n; ++j)
       for (size_t i = 0; i < bk.size(); ++i) k[static_cast<size_t>(j) * bk.size() + i] += bk[i];
 }
 
-Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B, double max_loss, const EvidenceRows &rows) {
-  const CompressionConfig &c = opts_.compression;
+CompressionPlan Compressor::plan_auto(int32_t seq, int32_t B, double max_loss, const EvidenceRows &rows) {
+  const CompressionConfig &c = config_;
   CompressionPlan plan;
   plan.spans = B > 0 ? spans_for_compression(seq, B, &plan.released_tokens) : state(seq).spans;
-  const SeqState &st = state(seq);
-  const SeqCache &sc = kv_->seq(seq);
-  const HParams &hp = model_->hparams();
-  const int32_t bs = kv_->config().block_size;
+  const SeqCache &sc = kv_.seq(seq);
+  const HParams &hp = model_.hparams();
+  const int32_t bs = kv_.config().block_size;
   const auto L = static_cast<size_t>(hp.n_layer);
   // The window: as the fixed policies' for a byte budget; under a quality target, the configured one or 32.
   const int32_t w = B > 0 ? window_size(c, B) : (c.window >= 0 ? c.window : 32);
@@ -196,14 +235,14 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B, double max_l
   }
   std::vector<AutoLayerInput> inputs(L);
   for (size_t l = 0; l < L; ++l) {
-    inputs[l].score = layer_score_input(*kv_, seq, static_cast<int32_t>(l), st, hp, plan.spans, rows);
+    inputs[l].score = layer_input(seq, static_cast<int32_t>(l), plan.spans, rows);
     inputs[l].n_kv_heads = hp.n_head_kv;
   }
   std::vector<AutoLayerCurves> curves(L);
   // Layers in parallel; the pool's workers must not throw, so the first error is carried out.
   std::mutex mu;
   std::exception_ptr failed;
-  pool_->parallel_for(static_cast<int64_t>(L), 1, [&](int64_t l0, int64_t l1) {
+  pool_.parallel_for(static_cast<int64_t>(L), 1, [&](int64_t l0, int64_t l1) {
     for (int64_t l = l0; l < l1; ++l) {
       try {
         std::vector<float> k, v;
@@ -263,9 +302,9 @@ Session::CompressionPlan Session::plan_auto(int32_t seq, int32_t B, double max_l
   return plan;
 }
 
-void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
-  SeqState &st = state(seq);
-  if (plan.evicts) kv_->compact(seq, plan.keep);
+void Compressor::apply(int32_t seq, const CompressionPlan &plan) {
+  SeqCompression &st = state_mut(seq);
+  if (plan.evicts) kv_.compact(seq, plan.keep);
   if (plan.released_tokens > 0) {
     st.spans = plan.spans;
     st.protected_released += plan.released_tokens;
@@ -273,7 +312,7 @@ void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
   st.auto_report = plan.report;  // empty when another policy compressed: the report is of the latest compression
   if (!plan.report.empty() && plan.report.uniform_tokens > 0 && plan.report.max_loss <= 0) {
     if (!profile_)
-      profile_ = TuningProfile::empty(model_->weights_fingerprint(), model_->tokenizer().fingerprint(), model_->hparams().n_layer);
+      profile_ = TuningProfile::empty(model_.weights_fingerprint(), model_.tokenizer().fingerprint(), model_.hparams().n_layer);
     profile_->refine(plan.report);
   }
   st.question = plan.question;
@@ -282,62 +321,79 @@ void Session::apply_compression(int32_t seq, const CompressionPlan &plan) {
   st.since_compress = 0;
 }
 
-void Session::set_profile(const TuningProfile &p) {
+void Compressor::set_profile(const TuningProfile &p) {
   p.validate();
   const auto hex = [](uint64_t v) {
     char b[20];
     std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
     return std::string(b);
   };
-  if (p.weights_fingerprint != model_->weights_fingerprint())
+  if (p.weights_fingerprint != model_.weights_fingerprint())
     fail(Status::wrong_model, "tuning profile was made with another model (weights fingerprint " + hex(p.weights_fingerprint) +
-                                  ", this model " + hex(model_->weights_fingerprint()) + ")");
-  if (p.tokenizer_fingerprint != model_->tokenizer().fingerprint())
+                                  ", this model " + hex(model_.weights_fingerprint()) + ")");
+  if (p.tokenizer_fingerprint != model_.tokenizer().fingerprint())
     fail(Status::wrong_model, "tuning profile was made with another tokenizer (fingerprint " + hex(p.tokenizer_fingerprint) +
-                                  ", this model " + hex(model_->tokenizer().fingerprint()) + ")");
-  if (p.layers.size() != static_cast<size_t>(model_->hparams().n_layer))
+                                  ", this model " + hex(model_.tokenizer().fingerprint()) + ")");
+  if (p.layers.size() != static_cast<size_t>(model_.hparams().n_layer))
     fail(Status::wrong_model, "tuning profile has " + std::to_string(p.layers.size()) + " layers; the model has " +
-                                  std::to_string(model_->hparams().n_layer));
+                                  std::to_string(model_.hparams().n_layer));
   profile_ = p;
   profile_guides_ = true;
 }
 
-void Session::compress(int32_t seq, int32_t budget_tokens) { compress(seq, budget_tokens, opts_.compression.question); }
+void Compressor::compress(int32_t seq, int32_t budget_tokens, Question q) { apply(seq, plan(seq, budget_tokens, q)); }
 
-void Session::compress(int32_t seq, int32_t budget_tokens, Question q) {
-  apply_compression(seq, plan_compression(seq, budget_tokens, q));
+bool Compressor::try_compress(int32_t seq, int32_t budget_tokens) {
+  // A compaction that cannot copy its shared blocks (no free block) changes nothing: go on, as decode() does.
+  try {
+    compress(seq, budget_tokens);
+    return true;
+  } catch (const Error &e) {
+    if (e.status() != Status::kv_full) throw;
+    return false;
+  }
 }
 
-bool Session::pressure_candidate(int32_t id, int32_t n_new, PressureCandidate *out) {
+void Compressor::compress_over_budget(const std::vector<int32_t> &due) {
+  for (int32_t id : due) {
+    // The step is committed by now, so its status must be OK. Compacting a sequence that shares blocks with a fork
+    // needs fresh blocks for the copies; when the pool has none, compact() refuses before touching anything, and
+    // the sequence simply stays over budget: since_compress is kept, so the next step tries again.
+    if (max_kept(id) > budget_for(id) && !try_compress(id, 0)) continue;
+    state_mut(id).since_compress = 0;
+  }
+}
+
+bool Compressor::pressure_candidate(int32_t id, int32_t n_new, PressureCandidate *out) {
   if (max_kept(id) <= budget_for(id)) return false;
   PressureCandidate cand;
   cand.seq = id;
-  cand.plan = plan_compression(id, 0, opts_.compression.question);
+  cand.plan = plan(id, 0, config_.question);
   if (!cand.plan.evicts) return false;
   // What compressing it frees, less what the step's own tokens for it would need afterwards beyond what they
   // need now (a compacted last block may have more or less room than the current one).
-  cand.blocks = kv_->blocks_freed_by(id, cand.plan.keep);
-  if (n_new > 0) cand.blocks += kv_->blocks_needed({id}, {n_new}) - kv_->blocks_needed_after(id, cand.plan.keep, n_new);
+  cand.blocks = kv_.blocks_freed_by(id, cand.plan.keep);
+  if (n_new > 0) cand.blocks += kv_.blocks_needed({id}, {n_new}) - kv_.blocks_needed_after(id, cand.plan.keep, n_new);
   if (cand.blocks <= 0) return false;
   cand.cost_per_block = cand.plan.evicted_share / static_cast<double>(cand.blocks);
   *out = std::move(cand);
   return true;
 }
 
-Session::PressureCandidate Session::pressure_estimate(int32_t seq) {
+PressureCandidate Compressor::pressure_estimate(int32_t seq) {
   state(seq);  // not_found for an unknown sequence
   PressureCandidate cand;
   cand.seq = seq;
-  if (!opts_.compression.enabled()) return cand;
+  if (!config_.enabled()) return cand;
   PressureCandidate found;
   if (pressure_candidate(seq, 0, &found)) cand = std::move(found);
   return cand;
 }
 
-std::vector<Session::PressureCandidate> Session::pressure_candidates(const std::map<int32_t, int32_t> &appending) {
+std::vector<PressureCandidate> Compressor::pressure_candidates(const std::map<int32_t, int32_t> &appending, int32_t only) {
   std::vector<PressureCandidate> out;
-  for (int32_t id : kv_->sequence_ids()) {
-    if (prefill_seq_ >= 0 && id != prefill_seq_) continue;
+  for (int32_t id : kv_.sequence_ids()) {
+    if (only >= 0 && id != only) continue;
     const auto it = appending.find(id);
     PressureCandidate cand;
     if (pressure_candidate(id, it == appending.end() ? 0 : it->second, &cand)) out.push_back(std::move(cand));
@@ -351,22 +407,115 @@ std::vector<Session::PressureCandidate> Session::pressure_candidates(const std::
   return out;
 }
 
-void Session::relieve_pressure(const std::map<int32_t, int32_t> &appending, int64_t need) {
-  const std::vector<PressureCandidate> cands = pressure_candidates(appending);
+void Compressor::relieve_pressure(const std::map<int32_t, int32_t> &appending, int64_t need, int32_t only) {
+  const std::vector<PressureCandidate> cands = pressure_candidates(appending, only);
   // Each estimate holds under the current reference counts; compacting one sequence can only lower the counts
   // another sees (fewer copies, more frees), so the sum is a lower bound of what the chosen set frees together.
-  int64_t have = kv_->free_blocks();
+  int64_t have = kv_.free_blocks();
   size_t n_pick = 0;
   while (have < need && n_pick < cands.size()) have += cands[n_pick++].blocks;
   if (have < need) {
-    int64_t all = kv_->free_blocks();
+    int64_t all = kv_.free_blocks();
     for (const PressureCandidate &c : cands) all += c.blocks;
     fail(Status::kv_full, "KV cache full: this step needs " + std::to_string(need) + " blocks; " +
-                              std::to_string(kv_->free_blocks()) + " are free and compressing every sequence over its budget (" +
+                              std::to_string(kv_.free_blocks()) + " are free and compressing every sequence over its budget (" +
                               std::to_string(cands.size()) + ") would leave " + std::to_string(all) + " (pool of " +
-                              std::to_string(kv_->stats().blocks_total) + "); nothing was compressed");
+                              std::to_string(kv_.stats().blocks_total) + "); nothing was compressed");
   }
-  for (size_t i = 0; i < n_pick; ++i) apply_compression(cands[i].seq, cands[i].plan);
+  for (size_t i = 0; i < n_pick; ++i) apply(cands[i].seq, cands[i].plan);
 }
+
+double Compressor::mean_kept(int32_t seq) const {
+  const SeqCache &c = kv_.seq(seq);
+  if (c.layers.empty()) return 0;
+  int64_t sum = 0;
+  for (const LayerSlots &L : c.layers) sum += L.n();
+  return static_cast<double>(sum) / static_cast<double>(c.layers.size());
+}
+
+int32_t Compressor::max_kept(int32_t seq) const {
+  int32_t kept = 0;
+  for (const LayerSlots &L : kv_.seq(seq).layers) kept = std::max(kept, L.n());
+  return kept;
+}
+
+int32_t Compressor::slack_for(int32_t budget_tokens) const {
+  const int32_t bs = kv_.config().block_size;
+  const auto want = static_cast<int64_t>(std::ceil(kSlackShare * static_cast<double>(budget_tokens)));
+  const int64_t blocks = std::max<int64_t>(1, (want + bs - 1) / bs);
+  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX / 2, blocks * bs));
+}
+
+bool Compressor::compression_due(int32_t seq) const {
+  const CompressionConfig &c = config_;
+  if (!c.enabled()) return false;
+  const SeqCompression &st = state(seq);
+  if (c.step_interval()) return st.since_compress >= c.interval;
+  const double kept = mean_kept(seq);
+  if (c.has_budget()) {
+    const int32_t B = budget_for(seq);
+    if (kept > static_cast<double>(B) + slack_for(B)) return true;
+  }
+  return c.quality_target() && st.since_compress > quality_slack(seq);
+}
+
+int64_t Compressor::quality_slack(int32_t seq) const {
+  // Growth since the latest compression, against the slack of what it kept (at least the window).
+  const double base = std::max(mean_kept(seq) - static_cast<double>(state(seq).since_compress), 1.0 * window_capacity());
+  return slack_for(static_cast<int32_t>(std::min<double>(INT32_MAX, base)));
+}
+
+Compressor::Bound Compressor::bound(int32_t seq) const {
+  const CompressionConfig &c = config_;
+  Bound b;
+  state(seq);  // not_found for an unknown sequence
+  if (!c.enabled()) return b;
+  if (c.has_budget()) b.budget = budget_for(seq);
+  if (c.step_interval()) b.slack = c.interval;
+  else b.slack = c.has_budget() ? slack_for(static_cast<int32_t>(b.budget)) : quality_slack(seq);
+  return b;
+}
+
+int64_t Compressor::protected_tokens(int32_t seq) const {
+  const int64_t len = kv_.seq(seq).length;
+  int64_t n = 0;
+  for (const ProtectedSpan &sp : state(seq).spans)
+    if (!sp.fair) n += std::max<int64_t>(0, std::min(sp.end, len) - sp.begin);
+  return n;
+}
+
+int64_t Compressor::tokens_until_compression(int32_t seq) const {
+  const CompressionConfig &c = config_;
+  const SeqCompression &st = state(seq);
+  if (!c.enabled()) return INT64_MAX;
+  const double kept = mean_kept(seq);
+  // The fixed schedule: every `interval` tokens (maybe_compress_after then compresses if over the budget).
+  if (c.step_interval()) return std::max<int64_t>(0, c.interval - st.since_compress);
+  int64_t until = INT64_MAX;
+  if (c.has_budget()) {
+    const int64_t len = kv_.seq(seq).length;
+    const int32_t B = budget_for(seq);
+    const double excess = kept - (static_cast<double>(B) + slack_for(B));
+    if (excess > 0) return 0;
+    // Each token appended adds one to what is held, and to budget + slack about budget_fraction x 1.25 (a fraction
+    // of 0.8 or more grows its bound as fast as the sequence: it is never over it again).
+    const double growth = c.budget_tokens > 0 ? 1.0 : 1.0 - c.budget_fraction * (1.0 + kSlackShare);
+    const auto over = [&](int64_t a) {
+      const int32_t Ba = budget_at(len + a);
+      return kept + static_cast<double>(a) > static_cast<double>(Ba) + slack_for(Ba);
+    };
+    if (growth > 1e-3) {
+      // The estimate ignores the budget's rounding and the slack's whole blocks: walk to the first length over.
+      int64_t a = std::max<int64_t>(1, static_cast<int64_t>(std::floor(-excess / growth)));
+      while (a > 1 && over(a - 1)) --a;
+      for (int64_t steps = 0; !over(a) && steps < (int64_t{1} << 20); ++steps) ++a;
+      if (over(a)) until = a;
+    }
+  }
+  if (c.quality_target()) until = std::min(until, std::max<int64_t>(0, quality_slack(seq) + 1 - st.since_compress));
+  return until;
+}
+
+int32_t Compressor::window_capacity() const { return std::max(32, config_.window); }
 
 }  // namespace infokv

@@ -67,7 +67,7 @@ struct CompressionConfig {
   float tau = defaults::tau;
   int32_t entropy_top_k = defaults::entropy_top_k;
   // When compression runs. 0 or defaults::interval (1024, the released default): when memory requires it, i.e. when
-  // the sequence holds more than its budget plus a slack the runtime chooses (Session::slack_for). Any other value:
+  // the sequence holds more than its budget plus a slack the runtime chooses (Compressor::slack_for). Any other value:
   // every `interval` tokens appended while over the budget, the fixed schedule of earlier releases.
   int32_t interval = defaults::interval;
   BudgetShape shape = BudgetShape::uniform;  // pyramidkv forces pyramid
@@ -77,7 +77,7 @@ struct CompressionConfig {
   // auto only: a quality target instead of a byte target. > 0: no budget; each compression keeps, per layer, as
   // few tokens as keep the proxy loss (compress/auto_policy.hpp) at or under max_loss. 0: use the budget.
   double max_loss = 0.0;
-  // Which question the session's compressions serve when a call does not say (Session::compress). later by default:
+  // Which question the session's compressions serve when a call does not say (Compressor::compress). later by default:
   // measured, a probe's queries keep what a later question needs and serve the next tokens about as well as the
   // window's (packaging/docs/quality.md, "Which question").
   Question question = Question::later;

@@ -1,7 +1,7 @@
 // A tuning profile: what the `auto` policy learned on one workload, for one model — each layer's mean
 // share of the uniform budget and how often each evidence ranked it, plus calibration points (proxy-loss target ->
 // KL measured by `infokv tune`). A session with a profile starts each byte-budget compression from the profile's
-// layer shape (Session::plan_auto) and refines the profile from every auto compression it applies.
+// layer shape (Compressor::plan_auto) and refines the profile from every auto compression it applies.
 // File format: schemas/profile.fbs (FlatBuffers, identifier IKVP).
 #pragma once
 #include <array>

@@ -38,14 +38,14 @@ ChatSpan append(Session &session, int32_t seq, const std::vector<ChatPiece> &pie
   std::vector<int32_t> ids;
   for (const ChatPiece &p : pieces) ids.insert(ids.end(), p.ids.begin(), p.ids.end());
   const int64_t start = session.info(seq).length;
-  std::vector<ProtectedSpan> saved = session.protected_spans(seq);
+  std::vector<ProtectedSpan> saved = session.compressor().spans(seq);
   // The spans go in before the tokens: a long message is prefilled in chunks with compression between them, and a
   // system prompt must not be evicted by its own prefill.
   try {
-    for (const ProtectedSpan &s : chat_spans(pieces, start, protect)) session.protect(seq, s);
+    for (const ProtectedSpan &s : chat_spans(pieces, start, protect)) session.compressor().protect(seq, s);
     if (!ids.empty()) session.prefill(seq, ids);
   } catch (...) {
-    session.set_protected_spans(seq, std::move(saved));
+    session.compressor().set_spans(seq, std::move(saved));
     throw;
   }
   return {start, start + static_cast<int64_t>(ids.size())};

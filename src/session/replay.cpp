@@ -85,7 +85,7 @@ void Session::forward_rolled_back(int32_t seq, const std::vector<int32_t> &toks,
   kv_->remove(tmp);
 }
 
-Session::ProbeRows Session::probe_queries(int32_t seq) {
+ProbeRows Session::probe_queries(int32_t seq) {
   const auto t0 = std::chrono::steady_clock::now();
   ProbeRows pr;
   for (const std::vector<int32_t> &toks : probe_prompts())
@@ -98,7 +98,7 @@ Session::ProbeRows Session::probe_queries(int32_t seq) {
   return pr;
 }
 
-Session::ReplayEvidence Session::replay_evidence(int32_t seq) {
+ReplayEvidence Session::replay_evidence(int32_t seq) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int32_t> ctx = state(seq).tokens;
   const std::vector<int32_t> prompt = replay_prompt();

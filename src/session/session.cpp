@@ -70,7 +70,6 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   if (opts_.max_sequences < 1 || opts_.max_sequences > (1 << 20))
     fail(Status::invalid_argument, "max_sequences must be in [1, 2^20]");
   if (opts_.protect_prefix < 0) fail(Status::invalid_argument, "protect_prefix must not be negative");
-  opts_.compression.validate();
   const HParams &hp = model_->hparams();
   KvCache::check_dtype(opts_.kv_dtype, hp.head_dim);  // before the pool is sized in its block bytes
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
@@ -93,6 +92,13 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   kc.n_blocks = default_pool_blocks(hp, opts_, free_bytes, device_->default_pool_fraction(), device_bytes);
   kv_ = std::make_unique<KvCache>(
       kc, [this](const PagedKv &g, int64_t n_blocks) { return device_->make_kv_store(g, n_blocks); });
+  DeviceForward *dev = device_.get();
+  compressor_ = std::make_unique<Compressor>(
+      *model_, *kv_, *pool_, static_cast<EvidenceSource &>(*this),
+      [dev](float *out, const float *q, const int32_t *vis, int32_t rows, const PagedKv &kv, int32_t n_heads, float scale) {
+        dev->window_probs(out, q, vis, rows, kv, n_heads, scale);
+      },
+      opts_.compression);
 }
 
 Session::~Session() = default;
@@ -111,16 +117,24 @@ const Session::SeqState &Session::state(int32_t seq) const {
 
 int32_t Session::add_sequence() {
   check_room_for_sequences(1);
-  SeqState st;
-  if (opts_.protect_prefix > 0) add_span(st.spans, ProtectedSpan{0, opts_.protect_prefix, false});
+  SeqCompression cst;
+  if (opts_.protect_prefix > 0) add_span(cst.spans, ProtectedSpan{0, opts_.protect_prefix, false});
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
-  const int32_t id = next_id_++;
+  const int32_t id = next_id_;
   kv_->add(id);
-  seqs_[id] = std::move(st);
+  try {
+    seqs_[id] = SeqState{};
+    compressor_->set_state(id, std::move(cst));
+  } catch (...) {
+    seqs_.erase(id);
+    kv_->remove(id);
+    throw;
+  }
+  ++next_id_;
   return id;
 }
 
-int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st) {
+int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st, SeqCompression &&cst) {
   if (sequence_count() >= opts_.max_sequences) {
     // The caller passed its block references to this call (restore checks the count first; this is the backstop).
     for (const LayerSlots &L : cache.layers) kv_->release_blocks(L.blocks);
@@ -130,7 +144,9 @@ int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st) {
   const int32_t id = next_id_;
   try {
     seqs_.emplace(id, std::move(st));  // the node is allocated before st is moved from
+    compressor_->set_state(id, std::move(cst));
   } catch (...) {
+    seqs_.erase(id);
     for (const LayerSlots &L : cache.layers) kv_->release_blocks(L.blocks);
     throw;
   }
@@ -138,6 +154,7 @@ int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st) {
     kv_->adopt(id, std::move(cache));  // releases the blocks itself when it fails
   } catch (...) {
     seqs_.erase(id);
+    compressor_->remove(id);
     throw;
   }
   ++next_id_;
@@ -147,6 +164,7 @@ int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st) {
 void Session::remove_sequence(int32_t seq) {
   kv_->remove(seq);
   seqs_.erase(seq);
+  compressor_->remove(seq);
 }
 
 int32_t Session::fork_sequence(int32_t src) {
@@ -154,9 +172,17 @@ int32_t Session::fork_sequence(int32_t src) {
   check_room_for_sequences(1);
   check_host_memory_for_fork(src);
   while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
-  const int32_t id = next_id_++;
+  const int32_t id = next_id_;
   kv_->fork(src, id);
-  seqs_[id] = s;
+  try {
+    seqs_[id] = s;
+    compressor_->set_state(id, compressor_->state(src));
+  } catch (...) {
+    seqs_.erase(id);
+    kv_->remove(id);
+    throw;
+  }
+  ++next_id_;
   return id;
 }
 
@@ -197,8 +223,6 @@ const std::vector<float> &Session::logits(int32_t seq) const {
   return s.logits;
 }
 
-int32_t Session::window_capacity() const { return std::max(32, opts_.compression.window); }
-
 void Session::decode(const std::vector<BatchToken> &batch) {
   if (batch.empty()) fail(Status::invalid_argument, "empty batch");
   const int32_t n_vocab = model_->hparams().n_vocab;
@@ -228,8 +252,9 @@ void Session::decode(const std::vector<BatchToken> &batch) {
     cnts.push_back(kv.second);
   }
   int64_t need = kv_->blocks_needed(ids, cnts);
-  if (need > kv_->free_blocks() && opts_.compression.enabled()) {
-    relieve_pressure(counts, need);  // all or nothing: throws kv_full having compressed nothing
+  if (need > kv_->free_blocks() && compressor_->config().enabled()) {
+    // All or nothing: throws kv_full having compressed nothing. During prefill() only its sequence may give room.
+    compressor_->relieve_pressure(counts, need, prefill_seq_);
     need = kv_->blocks_needed(ids, cnts);
   }
   if (need > kv_->free_blocks())
@@ -263,12 +288,12 @@ void Session::decode(const std::vector<BatchToken> &batch) {
   std::vector<float> out_logits;
   try {
     forward(batch, positions, out_logits, logit_rows, staged, steps);
-    for (const auto &st : steps) kv_->prepare_step(st.first, st.second, window_capacity());
+    for (const auto &st : steps) kv_->prepare_step(st.first, st.second, compressor_->window_capacity());
   } catch (...) {
     for (auto &kv : saved) kv_->shrink_to(kv.first, kv.second.n, kv.second.length);
     throw;
   }
-  for (const auto &st : steps) kv_->commit_step(st.first, st.second, window_capacity());
+  for (const auto &st : steps) kv_->commit_step(st.first, st.second, compressor_->window_capacity());
   // Commit.
   batch_logits_.clear();
   const size_t V = static_cast<size_t>(n_vocab);
@@ -284,21 +309,23 @@ void Session::decode(const std::vector<BatchToken> &batch) {
     seqs_[kv.first] = std::move(kv.second);
   }
   for (size_t i = 0; i < batch.size(); ++i) seqs_[batch[i].seq].tokens.push_back(batch[i].token);
-  if (opts_.compression.enabled()) {
+  Compressor &cmp = *compressor_;
+  if (cmp.config().enabled()) {
     std::vector<int32_t> prefill, decoded;
     for (int32_t id : ids) {
       SeqState &s = seqs_[id];
-      s.since_compress += counts[id];
+      cmp.appended(id, counts[id]);
+      // prefill() decides for its own chunks.
       if (!s.prefilled) {
         s.prefilled = true;
-        if (opts_.compression.compress_after_prefill) prefill.push_back(id);
-      } else if (id != prefill_seq_ && compression_due(id)) {  // prefill() decides for its own chunks
+        if (cmp.config().compress_after_prefill && id != prefill_seq_) prefill.push_back(id);
+      } else if (id != prefill_seq_ && cmp.compression_due(id)) {
         decoded.push_back(id);
       }
     }
-    // compress() tells a prefill compression (pooling kernel 5) from a decoding one (7) by its count.
-    maybe_compress_after(prefill);
-    maybe_compress_after(decoded);
+    // The compressor tells a prefill compression (pooling kernel 5) from a decoding one (7) by its count.
+    cmp.compress_over_budget(prefill);
+    cmp.compress_over_budget(decoded);
   } else {
     for (int32_t id : ids) seqs_[id].prefilled = true;
   }
@@ -306,7 +333,8 @@ void Session::decode(const std::vector<BatchToken> &batch) {
 
 void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
   if (tokens.empty()) return;
-  const CompressionConfig &cc = opts_.compression;
+  Compressor &cmp = *compressor_;
+  const CompressionConfig cc = cmp.config();
   const size_t ubatch = static_cast<size_t>(opts_.ubatch);
   // Without a policy, or as one chunk that fits: one decode(), which compresses as after any step.
   if (!cc.enabled() || (tokens.size() <= ubatch && chunk_that_fits(seq, tokens.size()) == tokens.size())) {
@@ -316,40 +344,36 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
   // Compression part-way evicts for good, so a failure part-way is undone from a copy: an empty sequence needs none
   // (it is emptied again); otherwise a fork holds the old blocks (shared, no copy) until the message is in.
   const SeqState saved = state(seq);
+  const SeqCompression saved_cmp = cmp.state(seq);
   const bool was_empty = kv_->seq(seq).length == 0;
   const int32_t backup = was_empty ? -1 : fork_sequence(seq);
   try {
-    const bool after_prefill = cc.compress_after_prefill;
-    // The chunks' own decodes neither count as "the" prefill nor trigger compression: this function decides.
-    opts_.compression.compress_after_prefill = false;
-    // Memory pressure during the chunks may compress only this sequence: another one's evictions could not be
-    // undone if a later chunk failed.
+    // The chunks' own decodes neither count as "the" prefill nor trigger compression: this function decides (see
+    // decode()). Memory pressure during the chunks may compress only this sequence: another one's evictions could
+    // not be undone if a later chunk failed.
     prefill_seq_ = seq;
     struct Restore {
       Session &s;
-      bool after;
-      ~Restore() {
-        s.opts_.compression.compress_after_prefill = after;
-        s.prefill_seq_ = -1;
-      }
-    } restore{*this, after_prefill};
+      ~Restore() { s.prefill_seq_ = -1; }
+    } restore{*this};
     const int64_t end_length = kv_->seq(seq).length + static_cast<int64_t>(tokens.size());
-    const int32_t end_budget = budget_at(end_length);
+    const int32_t end_budget = cmp.budget_at(end_length);
     // The most a message may hold before its end: kPrefillCeiling x the budget it will have at its end.
     const double ceiling = cc.has_budget() ? kPrefillCeiling * static_cast<double>(end_budget) : INFINITY;
     for (size_t b = 0; b < tokens.size();) {
       const size_t want = std::min(tokens.size() - b, ubatch);
       // Past the ceiling, a gentle compression: to the end budget, not the (smaller) current one.
-      if (mean_kept(seq) + static_cast<double>(want) > ceiling && mean_kept(seq) > end_budget) try_compress(seq, end_budget);
+      if (cmp.mean_kept(seq) + static_cast<double>(want) > ceiling && cmp.mean_kept(seq) > end_budget)
+        cmp.try_compress(seq, end_budget);
       size_t n = chunk_that_fits(seq, want);
       if (n == 0) {
         // Memory requires it: compress to the end budget, or to the current one if the sequence holds less (a
         // quality target alone: as its target allows), and take what then fits.
         if (!cc.has_budget()) {
-          try_compress(seq, 0);
+          cmp.try_compress(seq, 0);
         } else {
-          const int32_t target = mean_kept(seq) > end_budget ? end_budget : budget_for(seq);
-          if (mean_kept(seq) > target) try_compress(seq, target);
+          const int32_t target = cmp.mean_kept(seq) > end_budget ? end_budget : cmp.budget_for(seq);
+          if (cmp.mean_kept(seq) > target) cmp.try_compress(seq, target);
         }
         n = chunk_that_fits(seq, want);
       }
@@ -360,7 +384,7 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
     }
     // The end of the message: as decode() after a step, compressed to the budget after the sequence's first decode
     // (compress_after_prefill), later when the trigger asks.
-    if (saved.prefilled ? compression_due(seq) : after_prefill) maybe_compress_after({seq});
+    if (saved.prefilled ? cmp.compression_due(seq) : cc.compress_after_prefill) cmp.compress_over_budget({seq});
   } catch (...) {
     kv_->remove(seq);
     if (was_empty) {
@@ -368,8 +392,10 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
     } else {
       kv_->rename(backup, seq);
       seqs_.erase(backup);
+      cmp.remove(backup);
     }
     seqs_[seq] = saved;
+    cmp.set_state(seq, saved_cmp);
     throw;
   }
   if (backup >= 0) remove_sequence(backup);
@@ -394,112 +420,10 @@ size_t Session::chunk_that_fits(int32_t seq, size_t n) {
   return lo;
 }
 
-bool Session::try_compress(int32_t seq, int32_t budget) {
-  // A compaction that cannot copy its shared blocks (no free block) changes nothing: go on, as decode() does.
-  try {
-    compress(seq, budget);
-    return true;
-  } catch (const Error &e) {
-    if (e.status() != Status::kv_full) throw;
-    return false;
-  }
-}
-
-double Session::mean_kept(int32_t seq) const {
-  const SeqCache &c = kv_->seq(seq);
-  if (c.layers.empty()) return 0;
-  int64_t sum = 0;
-  for (const LayerSlots &L : c.layers) sum += L.n();
-  return static_cast<double>(sum) / static_cast<double>(c.layers.size());
-}
-
-int32_t Session::max_kept(int32_t seq) const {
-  int32_t kept = 0;
-  for (const LayerSlots &L : kv_->seq(seq).layers) kept = std::max(kept, L.n());
-  return kept;
-}
-
-int32_t Session::slack_for(int32_t budget_tokens) const {
-  const int32_t bs = kv_->config().block_size;
-  const auto want = static_cast<int64_t>(std::ceil(kSlackShare * static_cast<double>(budget_tokens)));
-  const int64_t blocks = std::max<int64_t>(1, (want + bs - 1) / bs);
-  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX / 2, blocks * bs));
-}
-
-bool Session::compression_due(int32_t seq) const {
-  const CompressionConfig &c = opts_.compression;
-  if (!c.enabled()) return false;
-  const SeqState &st = state(seq);
-  if (c.step_interval()) return st.since_compress >= c.interval;
-  const double kept = mean_kept(seq);
-  if (c.has_budget()) {
-    const int32_t B = budget_for(seq);
-    if (kept > static_cast<double>(B) + slack_for(B)) return true;
-  }
-  return c.quality_target() && st.since_compress > quality_slack(seq);
-}
-
-int64_t Session::quality_slack(int32_t seq) const {
-  // Growth since the latest compression, against the slack of what it kept (at least the window).
-  const double base = std::max(mean_kept(seq) - static_cast<double>(state(seq).since_compress), 1.0 * window_capacity());
-  return slack_for(static_cast<int32_t>(std::min<double>(INT32_MAX, base)));
-}
-
-Session::Bound Session::bound(int32_t seq) const {
-  const CompressionConfig &c = opts_.compression;
-  Bound b;
-  state(seq);  // not_found for an unknown sequence
-  if (!c.enabled()) return b;
-  if (c.has_budget()) b.budget = budget_for(seq);
-  if (c.step_interval()) b.slack = c.interval;
-  else b.slack = c.has_budget() ? slack_for(static_cast<int32_t>(b.budget)) : quality_slack(seq);
-  return b;
-}
-
-int64_t Session::protected_tokens(int32_t seq) const {
-  const int64_t len = kv_->seq(seq).length;
-  int64_t n = 0;
-  for (const ProtectedSpan &sp : state(seq).spans)
-    if (!sp.fair) n += std::max<int64_t>(0, std::min(sp.end, len) - sp.begin);
-  return n;
-}
-
-int64_t Session::tokens_until_compression(int32_t seq) const {
-  const CompressionConfig &c = opts_.compression;
-  const SeqState &st = state(seq);
-  if (!c.enabled()) return INT64_MAX;
-  const double kept = mean_kept(seq);
-  // The fixed schedule: every `interval` tokens (maybe_compress_after then compresses if over the budget).
-  if (c.step_interval()) return std::max<int64_t>(0, c.interval - st.since_compress);
-  int64_t until = INT64_MAX;
-  if (c.has_budget()) {
-    const int64_t len = kv_->seq(seq).length;
-    const int32_t B = budget_for(seq);
-    const double excess = kept - (static_cast<double>(B) + slack_for(B));
-    if (excess > 0) return 0;
-    // Each token appended adds one to what is held, and to budget + slack about budget_fraction x 1.25 (a fraction
-    // of 0.8 or more grows its bound as fast as the sequence: it is never over it again).
-    const double growth = c.budget_tokens > 0 ? 1.0 : 1.0 - c.budget_fraction * (1.0 + kSlackShare);
-    const auto over = [&](int64_t a) {
-      const int32_t Ba = budget_at(len + a);
-      return kept + static_cast<double>(a) > static_cast<double>(Ba) + slack_for(Ba);
-    };
-    if (growth > 1e-3) {
-      // The estimate ignores the budget's rounding and the slack's whole blocks: walk to the first length over.
-      int64_t a = std::max<int64_t>(1, static_cast<int64_t>(std::floor(-excess / growth)));
-      while (a > 1 && over(a - 1)) --a;
-      for (int64_t steps = 0; !over(a) && steps < (int64_t{1} << 20); ++steps) ++a;
-      if (over(a)) until = a;
-    }
-  }
-  if (c.quality_target()) until = std::min(until, std::max<int64_t>(0, quality_slack(seq) + 1 - st.since_compress));
-  return until;
-}
-
 void Session::forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                       std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                       std::map<int32_t, SeqState> &staged, std::map<int32_t, StepChannels> &steps) {
-  const CompressionConfig &cc = opts_.compression;
+  const CompressionConfig &cc = compressor_->config();
   const size_t V = static_cast<size_t>(model_->hparams().n_vocab);
   out_logits.assign(logit_rows.size() * V, 0.0f);
   std::vector<char> row_wanted(items.size(), 0);
@@ -535,42 +459,13 @@ void Session::forward(const std::vector<BatchToken> &items, const std::vector<in
     c.attention_acc = cc.needs_accumulated_attention();
     c.entropy = cc.needs_entropy();
     c.entropy_top_k = cc.entropy_top_k;
-    c.window_rows = cc.needs_window_queries() ? window_capacity() : 0;
+    c.window_rows = cc.needs_window_queries() ? compressor_->window_capacity() : 0;
     lg.assign(c.logit_rows.size() * V, 0.0f);
     device_->forward_chunk(c, *kv_, lg.data());
     for (size_t r = 0; r < c.logit_rows.size(); ++r) {
       const size_t i = c0 + static_cast<size_t>(c.logit_rows[r]);
       std::copy_n(lg.begin() + static_cast<int64_t>(r * V), V, out_logits.begin() + static_cast<int64_t>(row_slot[i] * V));
     }
-  }
-}
-
-void Session::set_compression(const CompressionConfig &c) {
-  c.validate();
-  opts_.compression = c;
-}
-
-void Session::protect(int32_t seq, const ProtectedSpan &span) {
-  add_span(state(seq).spans, span);
-}
-
-const std::vector<ProtectedSpan> &Session::protected_spans(int32_t seq) const { return state(seq).spans; }
-
-void Session::set_protected_spans(int32_t seq, std::vector<ProtectedSpan> spans) {
-  if (spans.size() > static_cast<size_t>(kMaxProtectedSpans))
-    fail(Status::out_of_range, "more than " + std::to_string(kMaxProtectedSpans) + " protected spans");
-  state(seq).spans = std::move(spans);
-}
-
-int64_t Session::compressions(int32_t seq) const { return state(seq).n_compressions; }
-
-void Session::maybe_compress_after(const std::vector<int32_t> &seqs) {
-  for (int32_t id : seqs) {
-    // The step is committed by now, so its status must be OK. Compacting a sequence that shares blocks with a fork
-    // needs fresh blocks for the copies; when the pool has none, compact() refuses before touching anything, and
-    // the sequence simply stays over budget: since_compress is kept, so the next step tries again.
-    if (max_kept(id) > budget_for(id) && !try_compress(id, 0)) continue;
-    state(id).since_compress = 0;
   }
 }
 

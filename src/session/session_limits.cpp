@@ -10,20 +10,17 @@ namespace infokv {
 
 namespace {
 
-// A std::map node (the pair and about four pointers of tree links) and the vectors' buffers of a Session::SeqState
-// (private: hence the template).
-template <typename State>
-int64_t state_bytes(const State &st) {
-  return static_cast<int64_t>(sizeof(std::pair<const int32_t, State>) + 4 * sizeof(void *) +
-                              st.tokens.capacity() * sizeof(int32_t) + st.logits.capacity() * sizeof(float) +
-                              st.spans.capacity() * sizeof(ProtectedSpan));
+// A std::map node (the pair and about four pointers of tree links) and the vectors' buffers of a Session::SeqState.
+int64_t state_bytes(const Session::SeqState &st) {
+  return static_cast<int64_t>(sizeof(std::pair<const int32_t, Session::SeqState>) + 4 * sizeof(void *) +
+                              st.tokens.capacity() * sizeof(int32_t) + st.logits.capacity() * sizeof(float));
 }
 
 }  // namespace
 
 KvStats Session::kv_stats() const {
   KvStats s = kv_->stats();
-  for (const auto &kv : seqs_) s.host_bytes += state_bytes(kv.second);
+  for (const auto &kv : seqs_) s.host_bytes += state_bytes(kv.second) + compressor_->host_bytes(kv.first);
   return s;
 }
 
@@ -37,7 +34,7 @@ void Session::check_host_memory_for_fork(int32_t src) const {
   const int64_t limit = opts_.host_memory_limit > 0 ? opts_.host_memory_limit : physical_memory_bytes();
   if (limit <= 0) return;  // the OS does not say
   // The fork's worst case: a private copy of everything src holds outside the pool (its windows once it decodes).
-  const int64_t cost = kv_->seq_host_bytes_unshared(src) + state_bytes(state(src));
+  const int64_t cost = kv_->seq_host_bytes_unshared(src) + state_bytes(state(src)) + compressor_->host_bytes(src);
   // On the CPU the KV pool is host memory too (committed as it fills): counted whole.
   const KvStats ks = kv_->stats();
   const int64_t pool = device_name() == "cpu" ? ks.blocks_total * ks.block_bytes : 0;

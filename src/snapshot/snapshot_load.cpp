@@ -30,6 +30,7 @@ struct StagedLayer {
 
 struct StagedSeq {
   Session::SeqState st;
+  SeqCompression cst;
   int64_t length = 0;
   std::vector<int32_t> window_pos;
   std::vector<StagedLayer> layers;
@@ -312,10 +313,10 @@ SequenceSummary read_sequence(const fb::Sequence *s, int32_t si, const Summary &
     sq->st.has_logits = s->has_logits();
     if (s->has_logits()) sq->st.logits.assign(s->logits()->begin(), s->logits()->end());
     sq->st.pending_entropy = s->pending_entropy();
-    sq->st.since_compress = s->since_compress();
+    sq->cst.since_compress = s->since_compress();
     sq->st.prefilled = s->prefilled();
-    sq->st.n_compressions = s->n_compressions();
-    sq->st.auto_report = ss.auto_report;
+    sq->cst.n_compressions = s->n_compressions();
+    sq->cst.auto_report = ss.auto_report;
     if (s->window_pos() != nullptr) sq->window_pos.assign(s->window_pos()->begin(), s->window_pos()->end());
     sq->layers.resize(static_cast<size_t>(sum.n_layer));
   }
@@ -324,7 +325,7 @@ SequenceSummary read_sequence(const fb::Sequence *s, int32_t si, const Summary &
   if (s->spans() != nullptr)
     for (const fb::Span *sp : *s->spans()) {
       if (sp->begin() < 0 || sp->end() < sp->begin()) bad(where + ": invalid protected span");
-      if (sq != nullptr) add_span(sq->st.spans, ProtectedSpan{sp->begin(), sp->end(), sp->fair()});
+      if (sq != nullptr) add_span(sq->cst.spans, ProtectedSpan{sp->begin(), sp->end(), sp->fair()});
     }
   if (s->layer_chunks() < sum.n_layer) bad(where + ": too few layer chunks");
   *sq_out = sq;
@@ -553,7 +554,7 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in,
         c.window_q[l].assign(std::move(SL.window_q));
       }
       loose.clear();  // adopt_sequence owns them from here, and releases them itself if it fails
-      ids.push_back(session.adopt_sequence(std::move(c), std::move(s.st)));
+      ids.push_back(session.adopt_sequence(std::move(c), std::move(s.st), std::move(s.cst)));
     }
   } catch (...) {
     kv.release_blocks(loose);

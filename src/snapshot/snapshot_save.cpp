@@ -41,14 +41,14 @@ uint64_t vec_hash(const std::vector<T> &v) { return xxh3(v.data(), v.size() * si
 // automatically, only those the next scheduled compression will score with that the restored sequence will not
 // have decoded anew by then.
 int64_t saved_window_rows(const Session &session, const SaveOptions &opts, int32_t id) {
-  const CompressionConfig &cc = session.options().compression;
+  const CompressionConfig &cc = session.compressor().config();
   const SeqCache &c = session.kv().seq(id);
   const int64_t rows = static_cast<int64_t>(c.window_pos.size());
   if (opts.window_queries != SaveOptions::WindowQueries::automatic)
     return opts.window_queries == SaveOptions::WindowQueries::always ? rows : 0;
   if (!cc.enabled() || !cc.needs_window_queries() || rows == 0) return 0;
   // The fewest tokens before the next compression the trigger schedules (memory or a fixed interval).
-  const int64_t ahead = std::min<int64_t>(rows, session.tokens_until_compression(id));
+  const int64_t ahead = std::min<int64_t>(rows, session.compressor().tokens_until_compression(id));
   const int64_t next_len = c.length + ahead;
   const int64_t budget = cc.budget_tokens > 0 ? cc.budget_tokens
                                               : std::max<int64_t>(1, std::llround(cc.budget_fraction * static_cast<double>(next_len)));
@@ -71,7 +71,7 @@ void write_header(ChunkWriter &w, const Session &session, const Sampler *sampler
   const KvConfig &kc = session.kv().config();
   const HParams &hp = session.model().hparams();
   flatbuffers::FlatBufferBuilder b(1024);
-  auto comp = to_fb(b, session.options().compression);
+  auto comp = to_fb(b, session.compressor().config());
   flatbuffers::Offset<fb::SamplerState> samp;
   if (sampler != nullptr) {
     const SamplerParams &p = sampler->params();
@@ -84,7 +84,7 @@ void write_header(ChunkWriter &w, const Session &session, const Sampler *sampler
                                         p.seed, &rng, &hist);
   }
   auto producer = b.CreateString(std::string("infokv ") + "0.1.0");
-  const TuningProfile *prof = session.profile();
+  const TuningProfile *prof = session.compressor().profile();
   flatbuffers::Offset<flatbuffers::String> prof_tag;
   if (prof != nullptr) prof_tag = b.CreateString(prof->tag);
   fb::HeaderBuilder h(b);
@@ -147,20 +147,20 @@ LayerSplit split_layers(const SeqCache &c, int64_t slot_bytes, int64_t max_chunk
 }
 
 void write_sequence_chunk(ChunkWriter &w, size_t si, int32_t id, const SeqCache &c, const Session::SeqState &st,
-                          const std::vector<int32_t> &window_pos, const LayerSplit &sp) {
+                          const SeqCompression &cst, const std::vector<int32_t> &window_pos, const LayerSplit &sp) {
   flatbuffers::FlatBufferBuilder b(1024 + st.tokens.size() * 4 + st.logits.size() * 4);
   std::vector<flatbuffers::Offset<fb::Span>> spans;
-  for (const ProtectedSpan &span : st.spans) spans.push_back(fb::CreateSpan(b, span.begin, span.end, span.fair));
+  for (const ProtectedSpan &span : cst.spans) spans.push_back(fb::CreateSpan(b, span.begin, span.end, span.fair));
   const std::vector<float> no_logits;
   const std::vector<float> &logits = st.has_logits ? st.logits : no_logits;
-  const AutoReport &ar = st.auto_report;
+  const AutoReport &ar = cst.auto_report;
   std::vector<fb::AutoLayer> auto_layers;
   for (const AutoLayerChoice &ch : ar.layers)
     auto_layers.emplace_back(static_cast<int32_t>(ch.evidence), ch.budget, ch.alpha, ch.loss);
   auto meta = fb::CreateSequenceDirect(
       b, static_cast<int32_t>(si), id, c.length, &st.tokens, vec_hash(st.tokens), st.has_logits,
       &logits, vec_hash(logits), st.pending_entropy,
-      st.since_compress, st.prefilled, st.n_compressions, &spans, &window_pos, &sp.kept, sp.layer_chunks,
+      cst.since_compress, st.prefilled, cst.n_compressions, &spans, &window_pos, &sp.kept, sp.layer_chunks,
       ar.empty() ? nullptr : &auto_layers, ar.loss, ar.tokens, ar.uniform_tokens, ar.max_loss);
   fb::ChunkBuilder cb(b);
   cb.add_kind(fb::ChunkKind::SEQUENCE);
@@ -261,7 +261,8 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     const LayerSplit sp = split_layers(c, slot_bytes, opts.max_chunk_bytes);
     const int64_t n_rows = saved_window_rows(session, opts, ids[si]);
     const std::vector<int32_t> window_pos(c.window_pos.end() - n_rows, c.window_pos.end());
-    write_sequence_chunk(w, si, ids[si], c, session.seq_state(ids[si]), window_pos, sp);
+    write_sequence_chunk(w, si, ids[si], c, session.seq_state(ids[si]),
+                         session.compressor().state(ids[si]), window_pos, sp);
     for (size_t l = 0; l < c.layers.size(); ++l) write_layer_chunks(w, kv, c, si, l, sp, n_rows, half_window, qd, buf);
   }
   w.finish();

@@ -158,7 +158,7 @@ void CompressStep(benchmark::State &st) {
     st.PauseTiming();
     const int32_t f = s.fork_sequence(id);
     st.ResumeTiming();
-    s.compress(f, 256);
+    s.compressor().compress(f, 256);
     st.PauseTiming();
     s.remove_sequence(f);
     st.ResumeTiming();
@@ -172,7 +172,7 @@ void DecodeLongContext(benchmark::State &st) {
   const bool compressed = st.range(0) != 0;
   Session s(model(), options(1, compressed ? PolicyKind::infokv : PolicyKind::none));
   const int32_t id = prefilled(s, 1536);
-  if (compressed) s.compress(id, 384);
+  if (compressed) s.compressor().compress(id, 384);
   int64_t steps = 0;
   for (auto _ : st) {
     s.decode({{id, 11, false}});
@@ -245,7 +245,7 @@ void ChooseOverhead(benchmark::State &st) {
     const int32_t f = s.fork_sequence(id);
     st.ResumeTiming();
     const auto c0 = std::chrono::steady_clock::now();
-    if (policy != PolicyKind::none) s.compress(f, 512);  // none: only the decode speed without side channels
+    if (policy != PolicyKind::none) s.compressor().compress(f, 512);  // none: only the decode speed without side channels
     compress_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
     ++n;
     st.PauseTiming();

@@ -92,7 +92,7 @@ TEST_P(DeviceStore, SessionsOnBothStoresAgreeThroughCompressionForkAndSnapshots)
   }
   expect_same(p, s, "after decoding");
   if (GetParam() != PolicyKind::none) {
-    EXPECT_GT(p.dev.compressions(s), 1);
+    EXPECT_GT(p.dev.compressor().compressions(s), 1);
   }
 
   // A fork shares blocks; decoding both sides copies the shared last block (copy-on-write) and compacts shared ones.

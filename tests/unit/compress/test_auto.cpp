@@ -267,8 +267,8 @@ std::vector<int32_t> story_tokens(size_t n) { return infokv_test::story_tokens(s
 struct AutoRun {
   std::unique_ptr<Session> s;
   int32_t id = -1;
-  bool ok() const { return s->compressions(id) == 1; }
-  const AutoReport &report() const { return s->seq_state(id).auto_report; }
+  bool ok() const { return s->compressor().compressions(id) == 1; }
+  const AutoReport &report() const { return s->compressor().state(id).auto_report; }
 };
 
 AutoRun auto_run(CompressionConfig c, const std::vector<int32_t> &toks) {
@@ -350,10 +350,10 @@ TEST(AutoPolicy, ProtectedSpansSurviveAndConfigsWithoutABudgetNeedAuto) {
   o.compression.interval = 16;
   Session s(stories(), o);
   const int32_t id = s.add_sequence();
-  s.protect(id, ProtectedSpan{0, 20, false});
+  s.compressor().protect(id, ProtectedSpan{0, 20, false});
   Sampler smp(SamplerParams{});
   generate(s, id, story_tokens(80), 60, smp, nullptr);
-  EXPECT_GE(s.compressions(id), 2);
+  EXPECT_GE(s.compressor().compressions(id), 2);
   infokv_test::expect_positions_kept(s.kv().seq(id), 0, 20);
   s.kv().check_invariants();
 

@@ -398,10 +398,10 @@ SessionOptions infokv_options(double budget, int32_t interval) {
 TEST(Compression, ProtectedPrefixSurvivesEveryLayer) {
   Session s(stories(), infokv_options(0.3, 16));
   const int32_t id = s.add_sequence();
-  s.protect(id, ProtectedSpan{0, 20, false});
+  s.compressor().protect(id, ProtectedSpan{0, 20, false});
   Sampler smp(SamplerParams{});
   generate(s, id, text_tokens(60), 80, smp, nullptr);
-  EXPECT_GE(s.compressions(id), 2);
+  EXPECT_GE(s.compressor().compressions(id), 2);
   const SeqCache &c = s.kv().seq(id);
   infokv_test::expect_positions_kept(c, 0, 20);
   for (const LayerSlots &L : c.layers) EXPECT_LT(L.n(), c.length);
@@ -432,7 +432,7 @@ TEST(Compression, FullPoolTriggersCompressionInsteadOfFailing) {
   Sampler smp(SamplerParams{});
   GenerateResult r = generate(s, id, text_tokens(30), 100, smp, nullptr);
   EXPECT_EQ(r.tokens.size() + (r.stopped_by_eos ? 1 : 0) > 0, true);
-  EXPECT_GE(s.compressions(id), 2);
+  EXPECT_GE(s.compressor().compressions(id), 2);
   // Without a policy the same pool fails with KV full.
   SessionOptions o2 = o;
   o2.compression = CompressionConfig{};
@@ -450,17 +450,17 @@ TEST(Protection, ProtectPrefixCoversEveryAddedSequence) {
   Session s(stories(), o);
   const int32_t a = s.add_sequence(), b = s.add_sequence();
   for (int32_t id : {a, b}) {
-    ASSERT_EQ(s.protected_spans(id).size(), 1u);
-    EXPECT_EQ(s.protected_spans(id)[0].begin, 0);
-    EXPECT_EQ(s.protected_spans(id)[0].end, 5);
-    EXPECT_FALSE(s.protected_spans(id)[0].fair);
+    ASSERT_EQ(s.compressor().spans(id).size(), 1u);
+    EXPECT_EQ(s.compressor().spans(id)[0].begin, 0);
+    EXPECT_EQ(s.compressor().spans(id)[0].end, 5);
+    EXPECT_FALSE(s.compressor().spans(id)[0].fair);
   }
-  s.protect(a, ProtectedSpan{10, 12, true});
+  s.compressor().protect(a, ProtectedSpan{10, 12, true});
   const int32_t f = s.fork_sequence(a);
-  EXPECT_EQ(s.protected_spans(f).size(), 2u);
+  EXPECT_EQ(s.compressor().spans(f).size(), 2u);
   SessionOptions none;
   Session plain(stories(), none);
-  EXPECT_TRUE(plain.protected_spans(plain.add_sequence()).empty());
+  EXPECT_TRUE(plain.compressor().spans(plain.add_sequence()).empty());
   SessionOptions bad;
   bad.protect_prefix = -1;
   EXPECT_THROW(Session(stories(), bad), Error);

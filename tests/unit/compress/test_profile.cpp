@@ -183,51 +183,51 @@ TEST(Profile, HugeCountersAreRefusedOnLoadAndSaturateWhenRefined) {
   const std::string bytes = profile_to_bytes(p);
   const TuningProfile loaded = profile_from_bytes(bytes.data(), bytes.size());
   Session s(stories(), auto_options(48));
-  s.set_profile(loaded);
+  s.compressor().set_profile(loaded);
   const int32_t id = add_story(s);
-  s.compress(s.fork_sequence(id), 40);
-  s.compress(s.fork_sequence(id), 32);
-  ASSERT_NE(s.profile(), nullptr);
-  EXPECT_EQ(s.profile()->compressions, kProfileMaxCompressions);
-  for (const ProfileLayer &L : s.profile()->layers)
+  s.compressor().compress(s.fork_sequence(id), 40);
+  s.compressor().compress(s.fork_sequence(id), 32);
+  ASSERT_NE(s.compressor().profile(), nullptr);
+  EXPECT_EQ(s.compressor().profile()->compressions, kProfileMaxCompressions);
+  for (const ProfileLayer &L : s.compressor().profile()->layers)
     for (int64_t e : L.evidence) EXPECT_LE(e, kProfileMaxCompressions);
-  EXPECT_NO_THROW(profile_to_bytes(*s.profile()));
+  EXPECT_NO_THROW(profile_to_bytes(*s.compressor().profile()));
 }
 
 TEST(Profile, AnotherModelsProfileIsRefusedAndTheSessionUnchanged) {
   Session s(stories(), auto_options(48));
   TuningProfile p = sample_profile();
   p.weights_fingerprint ^= 1;
-  EXPECT_EQ(status_of([&] { s.set_profile(p); }), Status::wrong_model);
+  EXPECT_EQ(status_of([&] { s.compressor().set_profile(p); }), Status::wrong_model);
   p = sample_profile();
   p.tokenizer_fingerprint ^= 1;
-  EXPECT_EQ(status_of([&] { s.set_profile(p); }), Status::wrong_model);
+  EXPECT_EQ(status_of([&] { s.compressor().set_profile(p); }), Status::wrong_model);
   p = sample_profile();
   p.layers.push_back(ProfileLayer{});
-  EXPECT_EQ(status_of([&] { s.set_profile(p); }), Status::wrong_model);
-  EXPECT_EQ(s.profile(), nullptr);
-  s.set_profile(sample_profile());
-  ASSERT_NE(s.profile(), nullptr);
-  EXPECT_TRUE(s.profile_guides());
+  EXPECT_EQ(status_of([&] { s.compressor().set_profile(p); }), Status::wrong_model);
+  EXPECT_EQ(s.compressor().profile(), nullptr);
+  s.compressor().set_profile(sample_profile());
+  ASSERT_NE(s.compressor().profile(), nullptr);
+  EXPECT_TRUE(s.compressor().profile_guides());
   p.weights_fingerprint ^= 1;
-  EXPECT_ANY_THROW(s.set_profile(p));
-  EXPECT_EQ(s.profile()->tag, "stories");  // the loaded one stays
+  EXPECT_ANY_THROW(s.compressor().set_profile(p));
+  EXPECT_EQ(s.compressor().profile()->tag, "stories");  // the loaded one stays
 }
 
 TEST(Profile, AutoCompressionsRefineTheProfile) {
   Session s(stories(), auto_options(48));
   const int32_t id = add_story(s);
-  EXPECT_EQ(s.profile(), nullptr);
+  EXPECT_EQ(s.compressor().profile(), nullptr);
   TuningProfile start = TuningProfile::empty(stories()->weights_fingerprint(), stories()->tokenizer().fingerprint(), stories()->hparams().n_layer);
-  s.set_profile(start);
+  s.compressor().set_profile(start);
   std::vector<AutoReport> reports;
   for (int32_t budget : {64, 40}) {
     const int32_t f = s.fork_sequence(id);
-    s.compress(f, budget);
-    reports.push_back(s.seq_state(f).auto_report);
+    s.compressor().compress(f, budget);
+    reports.push_back(s.compressor().state(f).auto_report);
     ASSERT_FALSE(reports.back().empty());
   }
-  const TuningProfile *p = s.profile();
+  const TuningProfile *p = s.compressor().profile();
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->compressions, 2);
   const double L = static_cast<double>(p->layers.size());
@@ -243,23 +243,23 @@ TEST(Profile, AutoCompressionsRefineTheProfile) {
   }
   // A quality target has no uniform budget: it does not change the shares.
   const int32_t q = s.fork_sequence(id);
-  CompressionConfig target = s.options().compression;
+  CompressionConfig target = s.compressor().config();
   target.max_loss = 0.05;
-  s.set_compression(target);
-  s.compress(q, 0);
+  s.compressor().set_config(target);
+  s.compressor().compress(q, 0);
   target.max_loss = 0;
-  s.set_compression(target);
-  EXPECT_EQ(s.profile()->compressions, 2);
+  s.compressor().set_config(target);
+  EXPECT_EQ(s.compressor().profile()->compressions, 2);
 }
 
 TEST(Profile, WithoutOneTheFirstAutoCompressionStartsARecordOnlyProfile) {
   Session s(stories(), auto_options(48));
   const int32_t id = add_story(s);
-  s.compress(id);
-  ASSERT_NE(s.profile(), nullptr);
-  EXPECT_FALSE(s.profile_guides());
-  EXPECT_EQ(s.profile()->compressions, 1);
-  EXPECT_EQ(s.profile()->weights_fingerprint, stories()->weights_fingerprint());
+  s.compressor().compress(id);
+  ASSERT_NE(s.compressor().profile(), nullptr);
+  EXPECT_FALSE(s.compressor().profile_guides());
+  EXPECT_EQ(s.compressor().profile()->compressions, 1);
+  EXPECT_EQ(s.compressor().profile()->weights_fingerprint, stories()->weights_fingerprint());
 }
 
 TEST(Profile, FloorsFollowTheProfilesShares) {
@@ -269,10 +269,10 @@ TEST(Profile, FloorsFollowTheProfilesShares) {
   p.layers[0].share = 3.0;  // clamped to 1.5
   for (int32_t budget : {32, 48, 64}) {
     Session s(stories(), auto_options(budget));
-    s.set_profile(p);
+    s.compressor().set_profile(p);
     const int32_t id = add_story(s);
-    s.compress(id);
-    const AutoReport &r = s.seq_state(id).auto_report;
+    s.compressor().compress(id);
+    const AutoReport &r = s.compressor().state(id).auto_report;
     ASSERT_FALSE(r.empty());
     EXPECT_GE(r.layers[0].budget, static_cast<int32_t>(0.75 * budget)) << "budget " << budget;
     for (const AutoLayerChoice &c : r.layers) EXPECT_GE(c.budget, static_cast<int32_t>(0.25 * budget));
@@ -283,9 +283,9 @@ TEST(Profile, SnapshotRecordsTheProfileTagAndCompressions) {
   Session s(stories(), auto_options(48));
   TuningProfile p = sample_profile();
   p.tag = "emma-tuned";
-  s.set_profile(p);
+  s.compressor().set_profile(p);
   const int32_t id = add_story(s);
-  s.compress(id);
+  s.compressor().compress(id);
   const std::string path = temp_path("snap.ikvs");
   snapshot::save_file(s, id, nullptr, path);
   snapshot::FileSource src(path);
@@ -297,7 +297,7 @@ TEST(Profile, SnapshotRecordsTheProfileTagAndCompressions) {
   // Restore ignores it: a session without a profile restores the sequence and keeps none.
   Session r(stories(), auto_options(48));
   snapshot::restore_file(r, nullptr, path);
-  EXPECT_EQ(r.profile(), nullptr);
+  EXPECT_EQ(r.compressor().profile(), nullptr);
   std::filesystem::remove(path);
   // Without a profile: none recorded.
   SessionOptions o;
@@ -394,7 +394,7 @@ TEST(ProfileCli, TuneWritesALoadableProfileAndEvalRefusesItsTokens) {
   ASSERT_EQ(p.calibration.size(), 1u);
   EXPECT_EQ(p.calibration[0].max_loss, 0.02);
   Session s(stories(), auto_options(48));
-  s.set_profile(p);  // the model's own: accepted
+  s.compressor().set_profile(p);  // the model's own: accepted
   // eval on tokens it was tuned on: refused (exit 2); after them: runs.
   const std::string eval = cli + " eval" + common + " --policies auto --budgets 0.25 --profile '" + out + "'";
   const infokv_test::CommandOutput bad = infokv_test::run_command(eval + " --windows 1 --offset 200 2>&1");

@@ -67,7 +67,7 @@ TEST(ChatSession, SystemPromptAndControlTokensAreHeldInEveryLayerThroughCompress
   Session s(m, compressing(96));
   const int32_t seq = s.add_sequence();
   const ChatSpan sys = converse(s, seq, ChatProtect::system, 4);
-  ASSERT_GT(s.compressions(seq), 2) << "the conversation should have been compressed several times";
+  ASSERT_GT(s.compressor().compressions(seq), 2) << "the conversation should have been compressed several times";
   ASSERT_GE(s.info(seq).length, 3 * 96);
   EXPECT_TRUE(held(s, seq, sys.begin, sys.end)) << "system turn [" << sys.begin << ", " << sys.end << ") evicted";
   // Every control token of the template (<|im_start|>, <|im_end|>) still protected is held too; protection lives
@@ -77,7 +77,7 @@ TEST(ChatSession, SystemPromptAndControlTokensAreHeldInEveryLayerThroughCompress
   const int32_t im_start = tok.find_piece("<|im_start|>"), im_end = tok.find_piece("<|im_end|>");
   const std::vector<int32_t> &ids = s.tokens(seq);
   auto protected_at = [&](int64_t p) {
-    for (const infokv::ProtectedSpan &sp : s.protected_spans(seq))
+    for (const infokv::ProtectedSpan &sp : s.compressor().spans(seq))
       if (!sp.fair && sp.begin <= p && p < sp.end) return true;
     return false;
   };
@@ -101,7 +101,7 @@ TEST(ChatSession, WithoutProtectionTheSameConversationLosesPartOfItsSystemPrompt
   Session s(m, compressing(96));
   const int32_t seq = s.add_sequence();
   const ChatSpan sys = converse(s, seq, ChatProtect::none, 4);
-  EXPECT_TRUE(s.protected_spans(seq).empty());
+  EXPECT_TRUE(s.compressor().spans(seq).empty());
   EXPECT_FALSE(held(s, seq, sys.begin, sys.end)) << "the test's budget is meant to squeeze the system turn";
 }
 
@@ -115,7 +115,7 @@ TEST(ChatSession, FairModeGivesEachMessageAFairSpanAndHoldsTheMarkup) {
   EXPECT_EQ(b.begin, a.end);
   EXPECT_EQ(b.end, s.info(seq).length);
   int fair = 0, held_spans = 0;
-  for (const infokv::ProtectedSpan &p : s.protected_spans(seq)) (p.fair ? fair : held_spans)++;
+  for (const infokv::ProtectedSpan &p : s.compressor().spans(seq)) (p.fair ? fair : held_spans)++;
   EXPECT_EQ(fair, 2);          // one per message text
   EXPECT_GE(held_spans, 1);    // the markup
 }
@@ -141,12 +141,12 @@ TEST(ChatSession, FailuresChangeNothing) {
   const int32_t seq = s.add_sequence();
   infokv::chat_add(s, seq, {"system", kSystem});
   const int64_t len = s.info(seq).length;
-  const size_t spans = s.protected_spans(seq).size();
+  const size_t spans = s.compressor().spans(seq).size();
   for (const char *role : {"", "User", "us er", "<|im_start|>", "a_very_long_role_name_that_goes_on_and_on"})
     EXPECT_THROW(infokv::chat_add(s, seq, {role, "hello"}), infokv::Error) << role;
   EXPECT_THROW(infokv::chat_add(s, seq + 99, {"user", "hello"}), infokv::Error);
   EXPECT_EQ(s.info(seq).length, len);
-  EXPECT_EQ(s.protected_spans(seq).size(), spans);
+  EXPECT_EQ(s.compressor().spans(seq).size(), spans);
   // a pool too small for the message: KV full, and neither tokens nor spans were added
   SessionOptions tiny;
   tiny.kv_pool_blocks = static_cast<int64_t>(m->hparams().n_layer) * 2;
@@ -161,7 +161,7 @@ TEST(ChatSession, FailuresChangeNothing) {
     EXPECT_EQ(e.status(), infokv::Status::kv_full) << e.what();
   }
   EXPECT_EQ(t.info(q).length, 0);
-  EXPECT_TRUE(t.protected_spans(q).empty());
+  EXPECT_TRUE(t.compressor().spans(q).empty());
 }
 
 TEST(ChatCapi, AddReplyAndTokenizeThroughTheCAbi) {

@@ -54,7 +54,7 @@ SeqPicture picture(const Session &s, int32_t id) {
   p.info = s.info(id);
   for (const LayerSlots &L : s.kv().seq(id).layers) p.pos.push_back(L.pos);
   if (s.seq_state(id).has_logits) p.logits = s.logits(id);
-  p.compressions = s.compressions(id);
+  p.compressions = s.compressor().compressions(id);
   p.tokens = s.tokens(id);
   return p;
 }
@@ -162,7 +162,7 @@ TEST(Pressure, CompressesOnlyWhatTheStepNeedsCheapestFirst) {
   for (int32_t id : ids) before[id] = picture(s, id);
   // 48 tokens need 3 blocks per layer: one more than is free, so one compression (96 -> 32 frees 4) is enough.
   const std::vector<int32_t> step = random_tokens(rng, 48);
-  const std::vector<Session::PressureCandidate> cands = s.pressure_candidates({{fresh, 48}});
+  const std::vector<PressureCandidate> cands = s.compressor().pressure_candidates({{fresh, 48}});
   ASSERT_EQ(cands.size(), 3u);
   for (size_t i = 1; i < cands.size(); ++i) EXPECT_LE(cands[i - 1].cost_per_block, cands[i].cost_per_block);
   for (const auto &c : cands) {
@@ -174,7 +174,7 @@ TEST(Pressure, CompressesOnlyWhatTheStepNeedsCheapestFirst) {
   int compressed = 0;
   for (int32_t id : ids) {
     if (id == cands[0].seq) {
-      EXPECT_EQ(s.compressions(id), 1);
+      EXPECT_EQ(s.compressor().compressions(id), 1);
       EXPECT_EQ(s.info(id).kept_per_layer, std::vector<int32_t>(static_cast<size_t>(n_layer), 32));
       ++compressed;
     } else {
@@ -302,7 +302,7 @@ TEST(Prefill, PromptFourTimesThePoolFitsWithCompression) {
   EXPECT_EQ(s.info(id).length, 1024);
   EXPECT_EQ(s.tokens(id), prompt);
   for (int32_t k : s.info(id).kept_per_layer) EXPECT_LE(k, 128);
-  EXPECT_GE(s.compressions(id), 2);
+  EXPECT_GE(s.compressor().compressions(id), 2);
   EXPECT_TRUE(s.seq_state(id).has_logits);
   s.decode({{id, 300, false}});  // and generation goes on
   s.kv().check_invariants();
@@ -348,7 +348,7 @@ TEST(Prefill, FailurePartWayLeavesEverySequenceAsItWas) {
     s.kv().check_invariants();
     prompt[550] = 300;  // the same prompt, valid, then goes in (compressing on the way)
     s.prefill(id, prompt);
-    EXPECT_GE(s.compressions(id), 2);
+    EXPECT_GE(s.compressor().compressions(id), 2);
     EXPECT_TRUE(picture(s, other) == p_other);
   }
 }

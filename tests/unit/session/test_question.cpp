@@ -86,7 +86,7 @@ TEST(Question, TheProbeLeavesTheSequenceExactlyAsItWasAndSeesAllOfIt) {
   const int32_t id = s.add_sequence();
   s.prefill(id, story(s, 120));
   const Seen before = seen(s, id);
-  const Session::ProbeRows pr = s.probe_queries(id);
+  const infokv::ProbeRows pr = s.probe_queries(id);
   expect_same(before, seen(s, id));
   // Each probe question's rows in turn, each at the positions right after the sequence.
   std::vector<int32_t> want_pos;
@@ -122,7 +122,7 @@ TEST(Question, TheContextReplayLeavesTheSequenceAsItWasAndScoresEverySlot) {
   const int32_t id = s.add_sequence();
   s.prefill(id, story(s, 150));
   const Seen before = seen(s, id);
-  const Session::ReplayEvidence ev = s.replay_evidence(id);
+  const infokv::ReplayEvidence ev = s.replay_evidence(id);
   expect_same(before, seen(s, id));
   ASSERT_EQ(ev.score.size(), before.pos.size());
   EXPECT_GT(ev.tokens, 150);  // every token, and a prompt per chunk
@@ -145,13 +145,13 @@ TEST(Question, TheQuestionDecidesWhoseQueriesRankTheTokensAndIsReported) {
     std::vector<std::vector<std::vector<int32_t>>> kept;
     for (Question q : {Question::next, Question::later, Question::both}) {
       const int32_t f = s.fork_sequence(id);
-      s.compress(f, 0, q);
-      EXPECT_EQ(s.seq_state(f).question, q) << infokv::policy_name(p);
-      EXPECT_EQ(s.seq_state(f).probe_seconds > 0, q != Question::next);
+      s.compressor().compress(f, 0, q);
+      EXPECT_EQ(s.compressor().state(f).question, q) << infokv::policy_name(p);
+      EXPECT_EQ(s.compressor().state(f).probe_seconds > 0, q != Question::next);
       std::vector<std::vector<int32_t>> pos;
       for (const infokv::LayerSlots &L : s.kv().seq(f).layers) pos.push_back(L.pos);
       kept.push_back(pos);
-      EXPECT_LE(s.mean_kept(f), 0.3 * 200 + 16) << infokv::policy_name(p);
+      EXPECT_LE(s.compressor().mean_kept(f), 0.3 * 200 + 16) << infokv::policy_name(p);
       s.decode({{f, 7, true}});  // the compressed fork goes on
       s.remove_sequence(f);
     }
@@ -177,8 +177,8 @@ TEST(Question, AFullPoolFallsBackToTheWindowInsteadOfFailing) {
   EXPECT_THROW(s.probe_queries(id), infokv::Error);
   const Seen before = seen(s, id);
   expect_same(before, seen(s, id));
-  s.compress(id, 0, Question::later);
-  EXPECT_EQ(s.seq_state(id).question, Question::next);
+  s.compressor().compress(id, 0, Question::later);
+  EXPECT_EQ(s.compressor().state(id).question, Question::next);
   EXPECT_LT(s.info(id).bytes, before.info.bytes);
 }
 
@@ -188,7 +188,7 @@ TEST(Question, KvzipCompressesToItsBudgetKeepingTheWindow) {
   const int32_t id = s.add_sequence();
   const std::vector<int32_t> t = story(s, 160);
   s.prefill(id, t);
-  s.compress(id);
+  s.compressor().compress(id);
   const infokv::SeqCache &c = s.kv().seq(id);
   for (const infokv::LayerSlots &L : c.layers) {
     EXPECT_LE(L.n(), 40);

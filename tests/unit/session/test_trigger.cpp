@@ -49,9 +49,9 @@ std::vector<int32_t> ids(int32_t n, int32_t vocab, uint32_t seed) {
 
 // The promise: on average over layers, at most budget + slack tokens.
 void expect_within_bound(const Session &s, int32_t seq, const std::string &where) {
-  const Session::Bound b = s.bound(seq);
+  const infokv::Compressor::Bound b = s.compressor().bound(seq);
   ASSERT_GT(b.budget, 0) << where;
-  EXPECT_LE(s.mean_kept(seq), static_cast<double>(b.budget + b.slack)) << where << ": budget " << b.budget << ", slack "
+  EXPECT_LE(s.compressor().mean_kept(seq), static_cast<double>(b.budget + b.slack)) << where << ": budget " << b.budget << ", slack "
                                                                        << b.slack;
 }
 
@@ -70,10 +70,10 @@ TEST(Trigger, TheDefaultIntervalIsTheMemoryTriggerAndAnyOtherIsAFixedSchedule) {
 
 TEST(Trigger, TheSlackIsAQuarterOfTheBudgetInWholeBlocksAndAtLeastOne) {
   Session s(infokv_test::stories_model(), with_policy(PolicyKind::snapkv, 0.25));
-  EXPECT_EQ(s.slack_for(1), 16);
-  EXPECT_EQ(s.slack_for(64), 16);
-  EXPECT_EQ(s.slack_for(65), 32);
-  EXPECT_EQ(s.slack_for(1000), 256);
+  EXPECT_EQ(s.compressor().slack_for(1), 16);
+  EXPECT_EQ(s.compressor().slack_for(64), 16);
+  EXPECT_EQ(s.compressor().slack_for(65), 32);
+  EXPECT_EQ(s.compressor().slack_for(1000), 256);
 }
 
 TEST(Trigger, GenerationStaysWithinBudgetPlusSlackAfterEveryTokenAndCompressesOnlyWhenItMustNot) {
@@ -85,18 +85,18 @@ TEST(Trigger, GenerationStaysWithinBudgetPlusSlackAfterEveryTokenAndCompressesOn
     infokv::SamplerParams sp;
     sp.temperature = 0;
     infokv::Sampler greedy(sp);
-    int64_t compressions = s.compressions(seq);
+    int64_t compressions = s.compressor().compressions(seq);
     int64_t triggered = 0;
     for (int i = 0; i < 300; ++i) {
-      const int64_t until = s.tokens_until_compression(seq);
+      const int64_t until = s.compressor().tokens_until_compression(seq);
       const int32_t next = greedy.sample(s.logits(seq).data(), static_cast<int32_t>(s.logits(seq).size()));
       s.decode({{seq, next, false}});
       expect_within_bound(s, seq, "step " + std::to_string(i));
-      const bool compressed = s.compressions(seq) > compressions;
+      const bool compressed = s.compressor().compressions(seq) > compressions;
       // A compression happens exactly when the schedule said it would: never earlier, never later.
       EXPECT_EQ(compressed, until == 1) << "step " << i << ", policy " << infokv::policy_name(p);
       triggered += compressed;
-      compressions = s.compressions(seq);
+      compressions = s.compressor().compressions(seq);
     }
     // 300 tokens at 25%: the budget grows by 75, what is held by 300, so the slack is crossed several times.
     EXPECT_GE(triggered, 2) << infokv::policy_name(p);
@@ -110,19 +110,19 @@ TEST(Trigger, AnExplicitIntervalKeepsTheFixedSchedule) {
   Session s(infokv_test::stories_model(), o);
   const int32_t seq = s.add_sequence();
   s.prefill(seq, ids(40, s.model().hparams().n_vocab, 2));
-  EXPECT_EQ(s.compressions(seq), 1);  // after the prompt
+  EXPECT_EQ(s.compressor().compressions(seq), 1);  // after the prompt
   const std::vector<int32_t> more = ids(21, s.model().hparams().n_vocab, 3);
-  int64_t before = s.compressions(seq);
+  int64_t before = s.compressor().compressions(seq);
   for (int32_t i = 0; i < 21; ++i) {
     s.decode({{seq, more[static_cast<size_t>(i)], false}});
     // Only every 7 tokens, and then only if over the budget (the prompt's budget of 20 kept 16: whole blocks).
-    if (s.compressions(seq) != before) {
+    if (s.compressor().compressions(seq) != before) {
       EXPECT_EQ((i + 1) % 7, 0) << "token " << i;
     }
-    before = s.compressions(seq);
+    before = s.compressor().compressions(seq);
   }
-  EXPECT_EQ(s.compressions(seq), 3);
-  EXPECT_EQ(s.bound(seq).slack, 7);
+  EXPECT_EQ(s.compressor().compressions(seq), 3);
+  EXPECT_EQ(s.compressor().bound(seq).slack, 7);
 }
 
 TEST(Trigger, AChatAtAQuarterIsCompressedEveryFewTurnsAndHeldWithinItsBoundAtEveryTurn) {
@@ -146,9 +146,9 @@ TEST(Trigger, AChatAtAQuarterIsCompressedEveryFewTurnsAndHeldWithinItsBoundAtEve
       expect_within_bound(s, seq, std::string("after the reply to ") + q);
     }
     // The system turn is protected and fits the budget: it was never released.
-    int64_t prot = s.protected_tokens(seq);
+    int64_t prot = s.compressor().protected_tokens(seq);
     EXPECT_GT(prot, 0);
-    EXPECT_GE(s.compressions(seq), 3) << f;
+    EXPECT_GE(s.compressor().compressions(seq), 3) << f;
     const infokv::SeqInfo info = s.info(seq);
     EXPECT_LT(static_cast<double>(info.bytes), (f + 0.2) * static_cast<double>(info.uncompressed_bytes)) << f;
   }
@@ -168,17 +168,17 @@ TEST(Trigger, ProtectedTokensStayInsideTheBudgetOldestReleasedFirstSystemPromptL
     infokv::chat_end_reply(s, seq);
     expect_within_bound(s, seq, "turn " + std::to_string(t));
   }
-  const Session::Bound b = s.bound(seq);
+  const infokv::Compressor::Bound b = s.compressor().bound(seq);
   int64_t prot = 0, released = 0;
-  prot = s.protected_tokens(seq);
-  released = s.seq_state(seq).protected_released;
+  prot = s.compressor().protected_tokens(seq);
+  released = s.compressor().state(seq).protected_released;
   EXPECT_GT(released, 0);
   EXPECT_LE(prot, b.budget + b.slack);
-  EXPECT_LT(s.protected_spans(seq).size(), 16u) << "released spans are dropped, so their count stays bounded";
+  EXPECT_LT(s.compressor().spans(seq).size(), 16u) << "released spans are dropped, so their count stays bounded";
   // The system turn is still protected and held in every layer; the oldest turns' markup is not protected any more
   // (the first turn's opening markup touches the system turn's end, so the two are one span: look at the second).
   bool sys_protected = false, first_turn_protected = false;
-  for (const ProtectedSpan &sp : s.protected_spans(seq)) {
+  for (const ProtectedSpan &sp : s.compressor().spans(seq)) {
     if (!sp.fair && sp.begin <= sys.begin && sp.end >= sys.end) sys_protected = true;
     if (!sp.fair && sp.begin < opens[1].end && sp.end > opens[1].begin) first_turn_protected = true;
   }
@@ -198,7 +198,7 @@ TEST(Trigger, ASystemPromptLongerThanTheBudgetIsReleasedAndTheBudgetHolds) {
   infokv::chat_add(s, seq, {"system", sys});
   infokv::chat_add(s, seq, {"user", "Hello there, who are you?"});
   expect_within_bound(s, seq, "after the first turn");
-  EXPECT_GT(s.seq_state(seq).protected_released, 200);
+  EXPECT_GT(s.compressor().state(seq).protected_released, 200);
 }
 
 TEST(Trigger, AQualityTargetWithABudgetNeverKeepsMoreThanTheBudget) {
@@ -210,9 +210,9 @@ TEST(Trigger, AQualityTargetWithABudgetNeverKeepsMoreThanTheBudget) {
     Session s(m, o);
     const int32_t seq = s.add_sequence();
     s.prefill(seq, prompt);
-    EXPECT_EQ(s.compressions(seq), 1);
-    EXPECT_EQ(s.seq_state(seq).auto_report.max_loss, max_loss);
-    EXPECT_GT(s.seq_state(seq).auto_report.uniform_tokens, 0);
+    EXPECT_EQ(s.compressor().compressions(seq), 1);
+    EXPECT_EQ(s.compressor().state(seq).auto_report.max_loss, max_loss);
+    EXPECT_GT(s.compressor().state(seq).auto_report.uniform_tokens, 0);
     return s.info(seq).blocks;
   };
   const int64_t uniform_blocks = [&] {
@@ -234,19 +234,19 @@ TEST(Trigger, AQualityTargetAloneIsCompressedAsItGrows) {
   Session s(infokv_test::stories_model(), o);
   const int32_t seq = s.add_sequence();
   s.prefill(seq, ids(100, s.model().hparams().n_vocab, 5));
-  const int64_t after_prompt = s.compressions(seq);
+  const int64_t after_prompt = s.compressor().compressions(seq);
   const std::vector<int32_t> more = ids(400, s.model().hparams().n_vocab, 6);
   for (int32_t t : more) s.decode({{seq, t, false}});
-  EXPECT_GT(s.compressions(seq), after_prompt);
-  EXPECT_EQ(s.bound(seq).budget, 0);
-  EXPECT_GE(s.bound(seq).slack, 16);
+  EXPECT_GT(s.compressor().compressions(seq), after_prompt);
+  EXPECT_EQ(s.compressor().bound(seq).budget, 0);
+  EXPECT_GE(s.compressor().bound(seq).slack, 16);
 }
 
 TEST(Trigger, ALongPromptIsCompressedOnceAtItsEndWhenThePoolHoldsIt) {
   Session s(infokv_test::stories_model(), with_policy(PolicyKind::snapkv, 0.25));
   const int32_t seq = s.add_sequence();
   s.prefill(seq, ids(1000, s.model().hparams().n_vocab, 7));  // four chunks of 256
-  EXPECT_EQ(s.compressions(seq), 1) << "the chunks were compressed part-way though the pool could hold them";
+  EXPECT_EQ(s.compressor().compressions(seq), 1) << "the chunks were compressed part-way though the pool could hold them";
   expect_within_bound(s, seq, "after the prompt");
 }
 
@@ -296,13 +296,13 @@ TEST(Trigger, TokensUntilCompressionIsExactForTokenAndFractionBudgets) {
     Session s(infokv_test::stories_model(), with_policy(PolicyKind::streaming, 0.3, tokens));
     const int32_t seq = s.add_sequence();
     s.prefill(seq, ids(120, s.model().hparams().n_vocab, 11));
-    const int64_t until = s.tokens_until_compression(seq);
+    const int64_t until = s.compressor().tokens_until_compression(seq);
     ASSERT_GT(until, 0);
-    const int64_t c0 = s.compressions(seq);
+    const int64_t c0 = s.compressor().compressions(seq);
     const std::vector<int32_t> more = ids(static_cast<int32_t>(until), s.model().hparams().n_vocab, 12);
     for (int64_t i = 0; i + 1 < until; ++i) s.decode({{seq, more[static_cast<size_t>(i)], false}});
-    EXPECT_EQ(s.compressions(seq), c0) << tokens;
+    EXPECT_EQ(s.compressor().compressions(seq), c0) << tokens;
     s.decode({{seq, more.back(), false}});
-    EXPECT_EQ(s.compressions(seq), c0 + 1) << tokens;
+    EXPECT_EQ(s.compressor().compressions(seq), c0 + 1) << tokens;
   }
 }

@@ -81,7 +81,7 @@ TEST_P(SnapshotContinuation, RestoredSessionContinuesWithIdenticalTokensAndLogit
   sp.repeat_penalty = 1.1f;
   Session a(m, session_opts(c.policy, c.budget, c.interval));
   const int32_t seq = a.add_sequence();
-  a.protect(seq, ProtectedSpan{0, 3, false});
+  a.compressor().protect(seq, ProtectedSpan{0, 3, false});
   Sampler sa(sp);
   prefill(a, seq, &sa, story_prompt(*m));
   continue_n(a, seq, sa, 12);
@@ -92,14 +92,14 @@ TEST_P(SnapshotContinuation, RestoredSessionContinuesWithIdenticalTokensAndLogit
   Sampler sb(SamplerParams{});  // replaced by the snapshot's sampler
   const std::vector<int32_t> ids = restore_bytes(b, &sb, snap);
   ASSERT_EQ(ids.size(), 1u);
-  EXPECT_EQ(b.protected_spans(ids[0]).size(), 1u);
+  EXPECT_EQ(b.compressor().spans(ids[0]).size(), 1u);
   b.kv().check_invariants();
   const Trace got = continue_n(b, ids[0], sb, 20);
   EXPECT_EQ(got.tokens, want.tokens);
   ASSERT_EQ(got.logits.size(), want.logits.size());
   for (size_t i = 0; i < got.logits.size(); ++i)
     ASSERT_EQ(0, std::memcmp(got.logits[i].data(), want.logits[i].data(), got.logits[i].size() * sizeof(float))) << "step " << i;
-  EXPECT_EQ(b.compressions(ids[0]), a.compressions(seq));
+  EXPECT_EQ(b.compressor().compressions(ids[0]), a.compressor().compressions(seq));
   EXPECT_EQ(b.info(ids[0]).kept_per_layer, a.info(seq).kept_per_layer);
 }
 
@@ -187,7 +187,7 @@ TEST(Snapshot, ASequenceSavedWithoutAPolicyCompressesUnderAWindowPolicy) {
     Session b(m, session_opts(p, 0.5));
     const std::vector<int32_t> ids = restore_bytes(b, nullptr, snap);
     ASSERT_EQ(ids.size(), 1u);
-    ASSERT_NO_THROW(b.compress(ids[0])) << policy_name(p);
+    ASSERT_NO_THROW(b.compressor().compress(ids[0])) << policy_name(p);
     EXPECT_LT(b.info(ids[0]).kept_per_layer[0], b.info(ids[0]).length) << policy_name(p);
     SamplerParams sp;
     sp.temperature = 0;
@@ -574,26 +574,26 @@ TEST(Snapshot, ProtectedSpansAreMergedAndBounded) {
   auto m = stories_model();
   Session a(m, session_opts(PolicyKind::infokv, 0.5));
   const int32_t seq = a.add_sequence();
-  for (int64_t i = 0; i < 100000; ++i) a.protect(seq, ProtectedSpan{i % 1000, i % 1000 + 2, false});
-  ASSERT_EQ(a.protected_spans(seq).size(), 1u);
-  EXPECT_EQ(a.protected_spans(seq)[0].begin, 0);
-  EXPECT_EQ(a.protected_spans(seq)[0].end, 1001);
-  a.protect(seq, ProtectedSpan{5, 5, false});  // empty: nothing to hold
-  EXPECT_EQ(a.protected_spans(seq).size(), 1u);
-  for (int64_t i = 1; i < kMaxProtectedSpans; ++i) a.protect(seq, ProtectedSpan{2000 + 2 * i, 2001 + 2 * i, true});
+  for (int64_t i = 0; i < 100000; ++i) a.compressor().protect(seq, ProtectedSpan{i % 1000, i % 1000 + 2, false});
+  ASSERT_EQ(a.compressor().spans(seq).size(), 1u);
+  EXPECT_EQ(a.compressor().spans(seq)[0].begin, 0);
+  EXPECT_EQ(a.compressor().spans(seq)[0].end, 1001);
+  a.compressor().protect(seq, ProtectedSpan{5, 5, false});  // empty: nothing to hold
+  EXPECT_EQ(a.compressor().spans(seq).size(), 1u);
+  for (int64_t i = 1; i < kMaxProtectedSpans; ++i) a.compressor().protect(seq, ProtectedSpan{2000 + 2 * i, 2001 + 2 * i, true});
   try {
-    a.protect(seq, ProtectedSpan{1, 2, true});
+    a.compressor().protect(seq, ProtectedSpan{1, 2, true});
     FAIL() << "span beyond the limit accepted";
   } catch (const Error &e) {
     EXPECT_EQ(e.status(), Status::out_of_range);
   }
-  EXPECT_EQ(static_cast<int32_t>(a.protected_spans(seq).size()), kMaxProtectedSpans);
+  EXPECT_EQ(static_cast<int32_t>(a.compressor().spans(seq).size()), kMaxProtectedSpans);
   // A session at the limit still compresses quickly, saves, and restores.
   prefill(a, seq, nullptr, story_prompt(*m));
   const std::vector<uint8_t> b = save_bytes(a, seq, nullptr);
   Session c(m, session_opts(PolicyKind::infokv, 0.5));
   const std::vector<int32_t> ids = restore_bytes(c, nullptr, b);
-  EXPECT_EQ(c.protected_spans(ids.at(0)).size(), a.protected_spans(seq).size());
+  EXPECT_EQ(c.compressor().spans(ids.at(0)).size(), a.compressor().spans(seq).size());
 }
 
 // ---- the auto policy's report travels with the sequence ----
@@ -632,7 +632,7 @@ AutoSnapshot auto_snapshot(double budget, double max_loss) {
   const int32_t seq = a.add_sequence();
   prefill(a, seq, nullptr, long_story(*m));
   AutoSnapshot s;
-  s.report = a.seq_state(seq).auto_report;
+  s.report = a.compressor().state(seq).auto_report;
   s.bytes = save_bytes(a, seq, nullptr);
   return s;
 }
@@ -647,11 +647,11 @@ TEST(SnapshotAuto, RestoreAndInspectKeepTheReport) {
   Session b(m, session_opts(PolicyKind::snapkv, 0.5));
   const std::vector<int32_t> ids = restore_bytes(b, nullptr, snap.bytes);
   ASSERT_EQ(ids.size(), 1u);
-  expect_same_report(b.seq_state(ids[0]).auto_report, snap.report);
+  expect_same_report(b.compressor().state(ids[0]).auto_report, snap.report);
   // ... and saved again from there, unchanged.
   Session c(m, session_opts(PolicyKind::auto_, 0.5));
   const std::vector<int32_t> ids2 = restore_bytes(c, nullptr, save_bytes(b, ids[0], nullptr));
-  expect_same_report(c.seq_state(ids2.at(0)).auto_report, snap.report);
+  expect_same_report(c.compressor().state(ids2.at(0)).auto_report, snap.report);
 
   const snapshot::Summary sum = inspect_bytes(snap.bytes);
   expect_same_report(sum.sequences.at(0).auto_report, snap.report);
@@ -685,7 +685,7 @@ TEST(SnapshotAuto, QualityTargetIsRecordedAndAFixedPolicyHasNoReport) {
   EXPECT_NE(snapshot::summary_json(s2).find("\"auto\":null"), std::string::npos);
   EXPECT_EQ(snapshot::summary_text(s2).find("auto:"), std::string::npos);
   Session c(m, session_opts(PolicyKind::auto_, 0.5));
-  EXPECT_TRUE(c.seq_state(restore_bytes(c, nullptr, b).at(0)).auto_report.empty());
+  EXPECT_TRUE(c.compressor().state(restore_bytes(c, nullptr, b).at(0)).auto_report.empty());
 }
 
 TEST(SnapshotAuto, ACorruptReportIsRefusedAndNothingIsRestored) {

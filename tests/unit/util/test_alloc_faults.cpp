@@ -601,7 +601,7 @@ TEST(AllocFaultCore, CompressKeepsTheCacheConsistent) {
   every_nth("Session::compress", [&](int64_t n) {
     auto s = cpp_session(40, 1024);
     const int32_t b = s->fork_sequence(0);  // shared blocks: compression copies on write
-    const bool hit = armed_call(n, [&] { s->compress(0, 8); });
+    const bool hit = armed_call(n, [&] { s->compressor().compress(0, 8); });
     intact_and_decodes(*s, 0);
     intact_and_decodes(*s, b);
     return hit;
