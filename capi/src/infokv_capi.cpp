@@ -41,17 +41,8 @@ static_assert(IKV_ERR_BAD_STATE == static_cast<int32_t>(Status::bad_state), "sta
 static_assert(IKV_ERR_BAD_HANDLE == static_cast<int32_t>(Status::bad_handle), "status values must agree");
 static_assert(IKV_ERR_BUSY == static_cast<int32_t>(Status::busy), "status values must agree");
 static_assert(IKV_ERR_INTERNAL == static_cast<int32_t>(Status::internal), "status values must agree");
-// Each IKV_POLICY_* constant against its row of the policy table (the table is the one converter).
-static_assert(IKV_POLICY_NONE == infokv::policy_row(infokv::PolicyKind::none).c_value, "policy table: C value");
-static_assert(IKV_POLICY_INFOKV == infokv::policy_row(infokv::PolicyKind::infokv).c_value, "policy table: C value");
-static_assert(IKV_POLICY_SNAPKV == infokv::policy_row(infokv::PolicyKind::snapkv).c_value, "policy table: C value");
-static_assert(IKV_POLICY_H2O == infokv::policy_row(infokv::PolicyKind::h2o).c_value, "policy table: C value");
-static_assert(IKV_POLICY_STREAMING == infokv::policy_row(infokv::PolicyKind::streaming).c_value, "policy table: C value");
-static_assert(IKV_POLICY_TOVA == infokv::policy_row(infokv::PolicyKind::tova).c_value, "policy table: C value");
-static_assert(IKV_POLICY_PYRAMIDKV == infokv::policy_row(infokv::PolicyKind::pyramidkv).c_value, "policy table: C value");
-static_assert(IKV_POLICY_AUTO == infokv::policy_row(infokv::PolicyKind::auto_).c_value, "policy table: C value");
-static_assert(IKV_POLICY_KVZIP == infokv::policy_row(infokv::PolicyKind::kvzip).c_value, "policy table: C value");
-static_assert(infokv::kPolicyTable.size() == 9, "a new policy needs its IKV_POLICY_* constant checked here");
+// Each IKV_POLICY_* constant is checked against its row of the policy table (the one converter) by
+// ConfigPolicy.TableColumnsMatchTheSchemasAndTheCConstants, which reads this header.
 static_assert(IKV_KV_BF16 == static_cast<int32_t>(infokv::KvDtype::bf16), "dtype values must agree");
 static_assert(IKV_KV_Q8_0 == static_cast<int32_t>(infokv::KvDtype::q8_0), "dtype values must agree");
 static_assert(IKV_KV_Q4_0 == static_cast<int32_t>(infokv::KvDtype::q4_0), "dtype values must agree");

@@ -102,7 +102,7 @@ std::vector<ProtectedSpan> Compressor::spans_for_compression(int32_t seq, int32_
   const std::vector<ProtectedSpan> &spans = state(seq).spans;
   *released = 0;
   if (spans.empty() || !c.has_budget()) return spans;
-  const int32_t w = c.policy == PolicyKind::tova ? 1 : window_size(c, budget);
+  const int32_t w = kept_window(c, budget);
   const SeqCache &sc = kv_.seq(seq);
   // The observation window's first position: the window is the last w slots (none for a budget under 4), and the
   // latest positions are kept in every layer.
@@ -222,7 +222,7 @@ CompressionPlan Compressor::plan_auto(int32_t seq, int32_t B, double max_loss, c
   const int32_t bs = kv_.config().block_size;
   const auto L = static_cast<size_t>(hp.n_layer);
   // The window: as the fixed policies' for a byte budget; under a quality target, the configured one or 32.
-  const int32_t w = B > 0 ? window_size(c, B) : (c.window >= 0 ? c.window : 32);
+  const int32_t w = B > 0 ? window_size(c, B) : quality_window();
   // What a uniform budget holds (the fixed policies' block rule included): the blocks auto may spread.
   int64_t total_blocks = 0, uniform_tokens = 0;
   if (B > 0) {
@@ -516,6 +516,26 @@ int64_t Compressor::tokens_until_compression(int32_t seq) const {
   return until;
 }
 
-int32_t Compressor::window_capacity() const { return std::max(32, config_.window); }
+int32_t Compressor::window_capacity() const { return std::max(defaults::max_window, config_.window); }
+
+int32_t Compressor::quality_window() const { return config_.window >= 0 ? config_.window : defaults::max_window; }
+
+int64_t Compressor::window_rows_needed(int32_t seq) const {
+  const SeqCache &c = kv_.seq(seq);
+  const auto rows = static_cast<int64_t>(c.window_pos.size());
+  if (!config_.enabled() || !config_.needs_window_queries() || rows == 0) return 0;
+  // The fewest tokens before the next compression the trigger schedules (memory or a fixed interval), each of
+  // which adds a row of its own.
+  const int64_t ahead = std::min<int64_t>(rows, tokens_until_compression(seq));
+  int64_t w = 0;
+  if (!config_.has_budget()) {
+    w = quality_window();
+  } else {
+    std::vector<int32_t> counts;
+    for (const LayerSlots &L : c.layers) counts.push_back(static_cast<int32_t>(std::min<int64_t>(INT32_MAX, L.n() + ahead)));
+    for (int32_t b : layer_budgets(config_, counts, budget_at(c.length + ahead))) w = std::max<int64_t>(w, kept_window(config_, b));
+  }
+  return std::min(rows, std::max<int64_t>(0, w - ahead));
+}
 
 }  // namespace infokv

@@ -151,8 +151,11 @@ class Compressor {
     int64_t slack = 0;
   };
   Bound bound(int32_t seq) const;
-  // Observation-window rows kept per layer: max(32, the configured window).
+  // Observation-window rows kept per layer: max(defaults::max_window, the configured window).
   int32_t window_capacity() const;
+  // How many of the latest observation-window rows of `seq` its next scheduled compression reads that it will not
+  // have decoded anew by then (what a snapshot must keep for compression to go on as if uninterrupted).
+  int64_t window_rows_needed(int32_t seq) const;
 
   // After a committed step that appended counts[seq] tokens: counts them, then compresses each of `due` (the
   // session's choice: a first decode, or compression_due()) that holds more than its budget in some layer. A
@@ -192,6 +195,8 @@ class Compressor {
     bool own = false;   // false: read the sequence's observation window as it is
   };
   SeqCompression &state_mut(int32_t seq);
+  // The window a quality target alone keeps: the configured one, or defaults::max_window.
+  int32_t quality_window() const;
   CompressionPlan plan(int32_t seq, int32_t budget_tokens, Question q);
   // plan() for policy auto: B tokens per layer on average (0: none), max_loss a quality target (0: none); with both,
   // as few tokens as hold max_loss and never more blocks than B holds.

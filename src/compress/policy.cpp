@@ -63,12 +63,10 @@ Question parse_question(const std::string &name) {
   fail(Status::invalid_argument, "unknown question '" + name + "' (known: both, next, later)");
 }
 
-bool CompressionConfig::needs_window_queries() const {
-  switch (policy) {
-    case PolicyKind::infokv: case PolicyKind::snapkv: case PolicyKind::pyramidkv: case PolicyKind::tova: case PolicyKind::auto_: return true;
-    default: return false;
-  }
-}
+bool CompressionConfig::needs_window_queries() const { return (policy_info(policy).reads & kReadsWindow) != 0; }
+bool CompressionConfig::needs_accumulated_attention() const { return (policy_info(policy).reads & kReadsAttentionSums) != 0; }
+bool CompressionConfig::needs_entropy() const { return (policy_info(policy).reads & kReadsEntropy) != 0; }
+bool CompressionConfig::needs_replay() const { return (policy_info(policy).reads & kReadsReplay) != 0; }
 
 void add_span(std::vector<ProtectedSpan> &spans, const ProtectedSpan &span) {
   if (span.begin < 0 || span.end < span.begin) fail(Status::invalid_argument, "protected span must satisfy 0 <= begin <= end");

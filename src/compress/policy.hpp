@@ -88,11 +88,12 @@ struct CompressionConfig {
   bool has_budget() const { return budget_tokens > 0 || budget_fraction > 0.0; }
   // A fixed step schedule (an explicit interval) rather than the memory trigger.
   bool step_interval() const { return interval != 0 && interval != defaults::interval; }
+  // What the policy reads (its row of compress/policy_table.hpp): the observation window's queries, the attention
+  // sums, entropy, a replay of the context (an extra pass at each compression).
   bool needs_window_queries() const;
-  bool needs_accumulated_attention() const { return policy == PolicyKind::h2o || policy == PolicyKind::auto_; }
-  bool needs_entropy() const { return policy == PolicyKind::infokv || policy == PolicyKind::auto_; }
-  // kvzip scores by replaying the context (Session::replay_evidence), an extra pass at each compression.
-  bool needs_replay() const { return policy == PolicyKind::kvzip; }
+  bool needs_accumulated_attention() const;
+  bool needs_entropy() const;
+  bool needs_replay() const;
   void validate() const;  // throws Error(invalid_argument) naming the parameter
 };
 

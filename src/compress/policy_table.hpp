@@ -1,8 +1,10 @@
 // The one table of compression policies: name (configs, the CLI, snapshot inspect) <-> core PolicyKind <->
-// C IKV_POLICY_* <-> schema enum value (config.fbs and snapshot.fbs `Policy`, which are offset by UNSPECIFIED = 0).
-// Every conversion goes through it; static_asserts in the C shim, the config reader and the snapshot converter
-// check each column against the constants they mirror. A new policy is one row here (appended: released C and
-// schema values never change) and its scorer in its own file, compress/policy_<name>.cpp.
+// C IKV_POLICY_* <-> schema enum value (config.fbs and snapshot.fbs `Policy`, which are offset by UNSPECIFIED = 0),
+// and each policy's traits: what it reads, its observation window, how its scores weigh, its budget shape. Every
+// conversion and every question about a policy goes through it; a test (tests/unit/compress/test_policy_table.cpp)
+// checks each column against the C header and both schemas. A new policy is one row here (appended: released C and
+// schema values never change), its scorer in its own file (compress/policy_<name>.cpp), its C #define, its two
+// schema values and a test.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -27,24 +29,39 @@ std::vector<float> streaming_scores(const CompressionConfig &c, const LayerScore
 std::vector<float> tova_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
 std::vector<float> kvzip_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w);
 
+// What a policy reads besides the cached K/V (PolicyInfo::reads): the observation window's query rows, the attention
+// sums every slot receives (H2O), the predictive entropy and representation change (InfoKV), a replay of the
+// context (KVzip, an extra pass at each compression).
+enum PolicyReads : uint8_t { kReadsWindow = 1, kReadsAttentionSums = 2, kReadsEntropy = 4, kReadsReplay = 8 };
+
+// The observation window a policy keeps (and scores with): the configured one (window_size), the last token only
+// (TOVA), or none (StreamingLLM: its sink and recent tokens are its ranking, not a window).
+enum class WindowRule : uint8_t { configured, last_token, none };
+
 struct PolicyInfo {
   PolicyKind kind;
   const char *name;      // the config/CLI spelling; the schema enum's value name in config.fbs
   int32_t c_value;       // IKV_POLICY_*
   int16_t schema_value;  // config.fbs / snapshot.fbs Policy
   PolicyScorer scorer;   // nullptr: none (keeps everything) and auto (compress/auto_policy.cpp chooses per layer)
+  uint8_t reads;         // PolicyReads
+  WindowRule window;
+  bool rank_only;        // its scores only rank: what eviction drops is counted in tokens, not score mass
+  bool pyramid;          // its own budget shape: per-layer budgets shrinking bottom to top (whatever shape is set)
 };
 
 inline constexpr std::array<PolicyInfo, 9> kPolicyTable = {{
-    {PolicyKind::none, "none", 0, 1, nullptr},
-    {PolicyKind::infokv, "infokv", 1, 2, &infokv_scores},
-    {PolicyKind::snapkv, "snapkv", 2, 3, &snapkv_scores},
-    {PolicyKind::h2o, "h2o", 3, 4, &h2o_scores},
-    {PolicyKind::streaming, "streaming", 4, 5, &streaming_scores},
-    {PolicyKind::tova, "tova", 5, 6, &tova_scores},
-    {PolicyKind::pyramidkv, "pyramidkv", 6, 7, &snapkv_scores},  // its own per-layer budgets, snapkv's scores
-    {PolicyKind::auto_, "auto", 7, 8, nullptr},
-    {PolicyKind::kvzip, "kvzip", 8, 9, &kvzip_scores},  // context replay (Session::replay_evidence)
+    // kind, name, C, schema, scorer, reads, window, rank_only, pyramid
+    {PolicyKind::none, "none", 0, 1, nullptr, 0, WindowRule::configured, false, false},
+    {PolicyKind::infokv, "infokv", 1, 2, &infokv_scores, kReadsWindow | kReadsEntropy, WindowRule::configured, false, false},
+    {PolicyKind::snapkv, "snapkv", 2, 3, &snapkv_scores, kReadsWindow, WindowRule::configured, false, false},
+    {PolicyKind::h2o, "h2o", 3, 4, &h2o_scores, kReadsAttentionSums, WindowRule::configured, false, false},
+    {PolicyKind::streaming, "streaming", 4, 5, &streaming_scores, 0, WindowRule::none, true, false},
+    {PolicyKind::tova, "tova", 5, 6, &tova_scores, kReadsWindow, WindowRule::last_token, false, false},
+    {PolicyKind::pyramidkv, "pyramidkv", 6, 7, &snapkv_scores, kReadsWindow, WindowRule::configured, false, true},
+    {PolicyKind::auto_, "auto", 7, 8, nullptr, kReadsWindow | kReadsAttentionSums | kReadsEntropy, WindowRule::configured,
+     false, false},
+    {PolicyKind::kvzip, "kvzip", 8, 9, &kvzip_scores, kReadsReplay, WindowRule::configured, false, false},
 }};
 
 // policy_row() indexes by the core value, and the schema values are the C values + 1 (UNSPECIFIED = 0 first):

@@ -10,14 +10,14 @@
 namespace infokv {
 
 int32_t window_size(const CompressionConfig &c, int32_t budget) {
-  int32_t w = c.window >= 0 ? c.window : std::min(32, budget / 4);
+  int32_t w = c.window >= 0 ? c.window : std::min(defaults::max_window, budget / 4);
   return std::max(0, std::min(w, budget - 1));
 }
 
 std::vector<int32_t> layer_budgets(const CompressionConfig &c, const std::vector<int32_t> &counts, int32_t budget) {
   const auto L = static_cast<int32_t>(counts.size());
   std::vector<int32_t> out(counts.size(), budget);
-  const bool pyramid = c.policy == PolicyKind::pyramidkv || c.shape == BudgetShape::pyramid;
+  const bool pyramid = policy_info(c.policy).pyramid || c.shape == BudgetShape::pyramid;
   if (!pyramid || L < 2) return out;
   // kvpress PyramidKV: candidate budgets fall linearly from max (bottom) to min (top) with min = C / beta.
   const int32_t n = *std::max_element(counts.begin(), counts.end());
@@ -156,8 +156,13 @@ std::vector<int32_t> top_k_later_ties(const std::vector<float> &scores, const st
 }
 
 int32_t policy_window(const CompressionConfig &c, int32_t budget, int32_t n) {
-  const int32_t w = c.policy == PolicyKind::tova ? 1 : c.policy == PolicyKind::streaming ? 0 : window_size(c, budget);
+  const WindowRule r = policy_info(c.policy).window;
+  const int32_t w = r == WindowRule::last_token ? 1 : r == WindowRule::none ? 0 : window_size(c, budget);
   return std::min(w, n);
+}
+
+int32_t kept_window(const CompressionConfig &c, int32_t budget) {
+  return policy_info(c.policy).window == WindowRule::last_token ? 1 : window_size(c, budget);
 }
 
 std::vector<float> policy_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w) {
@@ -170,14 +175,14 @@ std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInp
                                  double *evicted_share) {
   const int32_t n = in.slots->n();
   if (evicted_share != nullptr) *evicted_share = 0.0;
-  if (n <= budget || c.policy == PolicyKind::none) {
+  if (n <= budget || !c.enabled()) {
     std::vector<int32_t> all(static_cast<size_t>(n));
     std::iota(all.begin(), all.end(), 0);
     return all;
   }
   const int32_t w = policy_window(c, budget, n);
   const std::vector<float> score = policy_scores(c, in, n - w, w);
-  return select_with_scores(in, budget, w, score, c.policy == PolicyKind::streaming, evicted_share);
+  return select_with_scores(in, budget, w, score, policy_info(c.policy).rank_only, evicted_share);
 }
 
 std::vector<int32_t> select_with_scores(const LayerScoreInput &in, int32_t budget, int32_t w, const std::vector<float> &score,

@@ -55,8 +55,12 @@ std::vector<float> rank_max(const std::vector<float> &a, const std::vector<float
 std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<float> &rep_change,
                               const std::vector<float> &entropy, float alpha, float tau);
 
-// The observation window a fixed policy always keeps (tova: the last token; streaming: none), at most n.
+// The observation window a fixed policy always keeps and scores with (its row's WindowRule: the configured one,
+// TOVA's last token, none for StreamingLLM), at most n.
 int32_t policy_window(const CompressionConfig &c, int32_t budget, int32_t n);
+// The latest tokens every layer keeps as the window, which protection and a snapshot's saved window rows count: the
+// policy's window, with StreamingLLM's recent tokens counted as a configured window.
+int32_t kept_window(const CompressionConfig &c, int32_t budget);
 
 // A fixed policy's score for each of the first n_cand slots (higher: keep), w being its window: the scorer of its
 // row in the policy table (compress/policy_<name>.cpp). Throws Error(internal) for none and auto, which have no

@@ -37,16 +37,6 @@ namespace infokv {
 namespace fbc = ::infokv::config;
 
 // The schema's Policy values against the policy table (the JSON names are checked by a test: they are not constexpr).
-static_assert(static_cast<int>(fbc::Policy::UNSPECIFIED) == kPolicySchemaUnspecified, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::none) == policy_row(PolicyKind::none).schema_value, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::infokv) == policy_row(PolicyKind::infokv).schema_value, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::snapkv) == policy_row(PolicyKind::snapkv).schema_value, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::h2o) == policy_row(PolicyKind::h2o).schema_value, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::streaming) == policy_row(PolicyKind::streaming).schema_value, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::tova) == policy_row(PolicyKind::tova).schema_value, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::pyramidkv) == policy_row(PolicyKind::pyramidkv).schema_value, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::auto_) == policy_row(PolicyKind::auto_).schema_value, "policy table: schema value");
-static_assert(static_cast<int>(fbc::Policy::kvzip) == policy_row(PolicyKind::kvzip).schema_value, "policy table: schema value");
 static_assert(static_cast<int>(fbc::Policy::MAX) == kPolicyTable.back().schema_value, "a schema policy is missing from the table");
 
 namespace {

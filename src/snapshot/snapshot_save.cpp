@@ -41,23 +41,11 @@ uint64_t vec_hash(const std::vector<T> &v) { return xxh3(v.data(), v.size() * si
 // automatically, only those the next scheduled compression will score with that the restored sequence will not
 // have decoded anew by then.
 int64_t saved_window_rows(const Session &session, const SaveOptions &opts, int32_t id) {
-  const CompressionConfig &cc = session.compressor().config();
-  const SeqCache &c = session.kv().seq(id);
-  const int64_t rows = static_cast<int64_t>(c.window_pos.size());
   if (opts.window_queries != SaveOptions::WindowQueries::automatic)
-    return opts.window_queries == SaveOptions::WindowQueries::always ? rows : 0;
-  if (!cc.enabled() || !cc.needs_window_queries() || rows == 0) return 0;
-  // The fewest tokens before the next compression the trigger schedules (memory or a fixed interval).
-  const int64_t ahead = std::min<int64_t>(rows, session.compressor().tokens_until_compression(id));
-  const int64_t next_len = c.length + ahead;
-  const int64_t budget = cc.budget_tokens > 0 ? cc.budget_tokens
-                                              : std::max<int64_t>(1, std::llround(cc.budget_fraction * static_cast<double>(next_len)));
-  std::vector<int32_t> counts;
-  for (const LayerSlots &L : c.layers) counts.push_back(static_cast<int32_t>(std::min<int64_t>(INT32_MAX, L.n() + ahead)));
-  int64_t w = 0;
-  for (int32_t b : layer_budgets(cc, counts, static_cast<int32_t>(std::min<int64_t>(INT32_MAX, budget))))
-    w = std::max<int64_t>(w, cc.policy == PolicyKind::tova ? 1 : window_size(cc, b));
-  return std::min(rows, std::max<int64_t>(0, w - ahead));
+    return opts.window_queries == SaveOptions::WindowQueries::always
+               ? static_cast<int64_t>(session.kv().seq(id).window_pos.size())
+               : 0;
+  return session.compressor().window_rows_needed(id);
 }
 
 // What the header records besides the session: versions, sequence count and the KV byte totals.

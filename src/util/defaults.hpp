@@ -15,7 +15,10 @@ constexpr int32_t ubatch = 256;
 constexpr int32_t max_sequences = 4096;  // C options and configs: 0 means this
 
 // Compression.
-constexpr int32_t window = -1;  // min(32, budget / 4)
+constexpr int32_t window = -1;  // min(max_window, budget / 4)
+// The default observation window's size at most, the window a quality target alone keeps, and the fewest
+// observation-window rows a sequence keeps for scoring.
+constexpr int32_t max_window = 32;
 constexpr int32_t pool_kernel_prefill = 5;
 constexpr int32_t pool_kernel_decode = 7;
 constexpr float alpha = 0.9f;

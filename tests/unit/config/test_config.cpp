@@ -231,6 +231,8 @@ TEST(Config, FuzzRegressionInputsAreHandled) {
 // ---- strict JSON (RFC 8259), one policy name, and the policy table ----
 #include "compress/policy_table.hpp"
 #include "infokv_fb/config_generated.h"
+#include "infokv_fb/snapshot_generated.h"
+#include <regex>
 namespace {
 namespace fbc = ::infokv::config;
 
@@ -359,6 +361,30 @@ TEST(ConfigPolicy, TableColumnsMatchTheSchemasAndTheCConstants) {
     EXPECT_STREQ(policy_name(p.kind), p.name);
     EXPECT_EQ(parse_policy(p.name), p.kind);
   }
+  // snapshot.fbs spells them in capitals, with the same values; both schemas end with the table's last row.
+  for (const PolicyInfo &p : kPolicyTable) {
+    std::string upper = p.name;
+    for (char &ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    EXPECT_STREQ(infokv::snap::EnumNamePolicy(static_cast<infokv::snap::Policy>(p.schema_value)), upper.c_str());
+  }
+  EXPECT_EQ(static_cast<int>(fbc::Policy::MAX), kPolicyTable.back().schema_value);
+  EXPECT_EQ(static_cast<int>(infokv::snap::Policy::MAX), kPolicyTable.back().schema_value);
+  EXPECT_EQ(static_cast<int>(fbc::Policy::UNSPECIFIED), kPolicySchemaUnspecified);
+  EXPECT_EQ(static_cast<int>(infokv::snap::Policy::UNSPECIFIED), kPolicySchemaUnspecified);
+  // Every IKV_POLICY_<NAME> the C header defines is the row named <name>, with that value, and every row has one.
+  std::ifstream h(std::string(INFOKV_TEST_DATA_DIR) + "/../../capi/include/infokv/session.h");
+  ASSERT_TRUE(h.good()) << "capi/include/infokv/session.h not found from " << INFOKV_TEST_DATA_DIR;
+  const std::string text((std::istreambuf_iterator<char>(h)), std::istreambuf_iterator<char>());
+  const std::regex def(R"(#define IKV_POLICY_([A-Z0-9_]+) +([0-9]+))");
+  size_t defined = 0;
+  for (std::sregex_iterator it(text.begin(), text.end(), def), end; it != end; ++it, ++defined) {
+    std::string lower = (*it)[1].str();
+    for (char &ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const PolicyInfo *row = policy_by_name(lower);
+    ASSERT_NE(row, nullptr) << "IKV_POLICY_" << (*it)[1].str() << " has no row in kPolicyTable";
+    EXPECT_EQ(row->c_value, std::stoi((*it)[2].str())) << lower;
+  }
+  EXPECT_EQ(defined, kPolicyTable.size());
   EXPECT_EQ(policy_by_c_value(IKV_POLICY_H2O)->kind, PolicyKind::h2o);
   EXPECT_EQ(policy_by_schema_value(static_cast<int>(fbc::Policy::h2o))->kind, PolicyKind::h2o);
   EXPECT_EQ(policy_by_c_value(IKV_POLICY_KVZIP + 1), nullptr);
