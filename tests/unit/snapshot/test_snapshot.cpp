@@ -114,6 +114,37 @@ INSTANTIATE_TEST_SUITE_P(PoliciesAndSampling, SnapshotContinuation,
                                            Case{PolicyKind::snapkv, 0.3, 1024, 0.0f}, Case{PolicyKind::auto_, 0.25, 1024, 0.9f},
                                            Case{PolicyKind::tova, 0.2, 0, 0.0f}));
 
+// Under a quality target alone (auto, max_loss, no budget) the next compression reads the window a quality target
+// keeps (32 rows): the snapshot keeps those rows, so the restored sequence compresses as the uninterrupted one. (A
+// save derived the budget itself and, finding none, kept no rows.)
+TEST(Snapshot, AQualityTargetSequenceContinuesExactly) {
+  auto m = stories_model();
+  SessionOptions o = session_opts(PolicyKind::auto_, 0.0);
+  o.compression.max_loss = 0.02;
+  o.compression.question = Question::next;  // the window's rows are the evidence (a probe's are made anew)
+  SamplerParams sp;
+  sp.temperature = 0.9f;
+  sp.seed = 99;
+  Session a(m, o);
+  const int32_t seq = a.add_sequence();
+  Sampler sa(sp);
+  prefill(a, seq, &sa, story_prompt(*m));
+  continue_n(a, seq, sa, 60);
+  ASSERT_GT(a.compressor().compressions(seq), 0);
+  const std::vector<uint8_t> snap = save_bytes(a, seq, &sa);
+  const Trace want = continue_n(a, seq, sa, 80);
+  ASSERT_GT(a.compressor().compressions(seq), 2);
+
+  Session b(m, o);
+  Sampler sb(SamplerParams{});
+  const int32_t id = restore_bytes(b, &sb, snap).at(0);
+  const Trace got = continue_n(b, id, sb, 80);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.logits, want.logits);
+  EXPECT_EQ(b.compressor().compressions(id), a.compressor().compressions(seq));
+  EXPECT_EQ(b.info(id).kept_per_layer, a.info(seq).kept_per_layer);
+}
+
 // With compression every step, the observation-window queries used to dominate a compressed snapshot (stored as
 // f32, all 32 rows: 48% of the full cache's snapshot at 25%); now they are stored in the KV dtype and only the rows
 // the next compression uses.
