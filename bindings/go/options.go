@@ -165,8 +165,8 @@ func WithBudgetTokens(n int) SessionOption {
 	return func(s *SessionSettings) error { o := s.o; o.SetBudget_tokens(n); o.SetBudget_fraction(0); return nil }
 }
 
-// WithDevice chooses where the session runs: "cpu" (the default; so is ""), "cuda", "cuda:N", or "auto" (the CPU
-// for now). NewSession then fails with an error matching ErrNoDevice when there is no such CUDA device (its
+// WithDevice chooses where the session runs: "auto" (the default; so is "": the runtime's choice, the CPU for now), "cpu",
+// "cuda" or "cuda:N". NewSession then fails with an error matching ErrNoDevice when there is no such CUDA device (its
 // Message says why) and ErrInvalidArgument for any other name.
 func WithDevice(device string) SessionOption {
 	return func(s *SessionSettings) error { o := s.o; o.SetDevice(device); return nil }

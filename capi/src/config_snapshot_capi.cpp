@@ -142,10 +142,9 @@ int32_t ikv_session_create_with_config(ikv_session **out, ikv_model *model, cons
     const auto cfg = infokv::capi::use(config, "config");
     const infokv::Config &c = cfg->config;
     auto s = std::make_unique<ikv_session>();
-    infokv::SessionOptions so = c.session;
-    so.device = c.device;  // "cuda" without a usable GPU fails here with IKV_ERR_NO_DEVICE
-    so.protect_prefix = c.protect_prefix;  // every sequence the session adds, sequence 0 included
-    s->session = std::make_unique<infokv::Session>(mdl->model, so);
+    // "cuda" without a usable GPU fails here with IKV_ERR_NO_DEVICE; the protected prefix holds for every sequence
+    // the session adds, sequence 0 included.
+    s->session = std::make_unique<infokv::Session>(mdl->model, c.session);
     s->session->add_sequence();
     *out = infokv::capi::register_handle(std::move(s));
     return IKV_OK;

@@ -13,6 +13,7 @@
 #include "kernels/ggml_types.hpp"
 #include "model/describe.hpp"
 #include "session/generate.hpp"
+#include "util/version.hpp"
 
 using infokv::Error;
 using infokv::Status;
@@ -156,10 +157,10 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   // 0 is a byte budget; > 0 is auto's quality target (validate() refuses it with another policy, and a NaN).
   if (has_v4) c.max_loss = o->max_loss;
   c.validate();
-  // NULL and "" mean the default ("cpu"); the Session constructor judges the rest (select_device): a malformed
+  // NULL and "" mean the default ("auto"); the Session constructor judges the rest (select_device): a malformed
   // string is invalid_argument, a CUDA device that is not there is no_device. Copied: the caller's string may go.
   if (has_v2 && o->device != nullptr) so.device = o->device;
-  if (so.device.empty()) so.device = "cpu";
+  if (so.device.empty()) so.device = infokv::defaults::device;
   if (has_v3) {
     require(o->max_sequences >= 0 && o->max_sequences <= (1 << 20), "max_sequences must be in [0, 2^20] (0: 4096)");
     if (o->max_sequences > 0) so.max_sequences = o->max_sequences;
@@ -215,6 +216,9 @@ int32_t seq_pair(A *out_a, B *out_b, const char *names, const ikv_session *sessi
 }  // namespace
 
 extern "C" {
+
+// The C header's version is the project's (CMakeLists.txt), which the core's generated header carries.
+static_assert(IKV_VERSION_NUMBER == infokv::kVersionNumber, "IKV_VERSION_* in infokv.h must match project(VERSION) in CMakeLists.txt");
 
 const char *ikv_version_string(void) { return IKV_VERSION_STRING; }
 int32_t ikv_version_number(void) { return IKV_VERSION_NUMBER; }

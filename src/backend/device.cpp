@@ -58,11 +58,6 @@ bool cuda_forward_available() {
 #endif
 }
 
-// "auto" picks CUDA only once the CUDA forward path has passed its parity tests on hardware
-// (tests/gpu/run.sh). Until then it has only been compiled, never run, so "auto" stays on the CPU and CUDA is
-// opt-in with "cuda" / "cuda:N".
-constexpr bool kAutoPicksCuda = false;
-
 std::unique_ptr<DeviceForward> make_device_forward(const Model &model, const DeviceChoice &choice, ThreadPool *pool) {
   if (choice.kind == DeviceKind::cpu) return make_ops_forward(model, make_host_ops(pool));
 #ifdef INFOKV_WITH_CUDA
@@ -80,10 +75,9 @@ DeviceChoice select_device(const std::string &spec) {
   }
   if (spec == "auto") {
     DeviceReport r = device_report();
-    if (r.cuda_devices > 0 && cuda_forward_available() && kAutoPicksCuda) {
-      c.kind = DeviceKind::cuda;
-      c.reason = "auto: CUDA device 0 (" + r.devices[0].name + ")";
-    } else if (r.cuda_devices > 0) {
+    // The CUDA forward path has been compiled and twin-tested on the CPU, never run on hardware: "auto" stays on
+    // the CPU until tests/gpu/run.sh has shown parity on a GPU, and CUDA is opt-in with "cuda" / "cuda:N".
+    if (r.cuda_devices > 0) {
       c.reason = cuda_forward_available()
                      ? "auto: a CUDA device exists but the CUDA forward path is not yet verified on hardware, using the CPU "
                        "(choose it with device cuda)"

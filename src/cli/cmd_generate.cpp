@@ -263,7 +263,7 @@ int cmd_generate(int argc, char **argv) {
   const std::string prompt_text = a.str("prompt");
   const int32_t max_tokens = static_cast<int32_t>(a.integer("max-tokens", 64, 0, 1 << 24));
   const int32_t parallel = static_cast<int32_t>(a.integer("parallel", 1, 1, 1024));
-  const int64_t protect_prefix = a.integer("protect-prefix", cfg.protect_prefix, 0, INT64_MAX);
+  const int64_t protect_prefix = a.integer("protect-prefix", cfg.session.protect_prefix, 0, INT64_MAX);
   const bool json = a.flag("json");
   if (parallel != 1 && (!load_path.empty() || !save_path.empty()))
     fail(Status::invalid_argument, "--save-snapshot and --load-snapshot work with one sequence (--parallel 1)");

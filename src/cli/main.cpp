@@ -5,9 +5,9 @@
 #include <exception>
 #include <string>
 
-#include "capi/include/infokv/infokv.h"
 #include "cli/args.hpp"
 #include "util/error.hpp"
+#include "util/version.hpp"
 
 namespace {
 
@@ -140,9 +140,9 @@ int main(int argc, char **argv) {
     if (cmd == "version" || cmd == "--version") {
       infokv::cli::Args a(argc, argv, 2, {}, {"json"});
       if (a.flag("json"))
-        std::printf("{\"version\":\"%s\",\"version_number\":%d}\n", IKV_VERSION_STRING, IKV_VERSION_NUMBER);
+        std::printf("{\"version\":\"%s\",\"version_number\":%d}\n", infokv::kVersionString, static_cast<int>(infokv::kVersionNumber));
       else
-        std::printf("infokv %s\n", IKV_VERSION_STRING);
+        std::printf("infokv %s\n", infokv::kVersionString);
       return 0;
     }
     std::fprintf(stderr, "infokv: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);

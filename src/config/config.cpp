@@ -182,8 +182,8 @@ bool valid_utf8(const std::string &s) {
 void validate_config(const Config &c) {
   // Strings must be UTF-8 without NUL: the JSON writer cannot represent anything else.
   if (!valid_utf8(c.model_path) || c.model_path.find('\0') != std::string::npos) bad("model_path is not valid UTF-8 text");
-  if (!valid_utf8(c.device) || c.device.find('\0') != std::string::npos) bad("device is not valid UTF-8 text");
-  const std::string &d = c.device;
+  const std::string &d = c.session.device;
+  if (!valid_utf8(d) || d.find('\0') != std::string::npos) bad("device is not valid UTF-8 text");
   bool dev_ok = d.empty() || d == "auto" || d == "cpu" || d == "cuda";
   if (!dev_ok && d.size() > 5 && d.compare(0, 5, "cuda:") == 0 && d.size() <= 9) {
     dev_ok = true;
@@ -230,12 +230,7 @@ void validate_config(const Config &c) {
   in_range("sampler.min_p", p.min_p, 0.0f, 1.0f);
   if (!(p.repeat_penalty > 0.0f && p.repeat_penalty <= 100.0f)) bad("sampler.repeat_penalty must be in (0, 100]");
   in_range("sampler.repeat_last_n", p.repeat_last_n, 0, 1 << 20);
-  in_range<int64_t>("protection.protect_prefix", c.protect_prefix, 0, int64_t{1} << 40);
-  if (c.self_tuning.enabled)
-    bad("self_tuning is deprecated and was never applied: use compression.policy \"auto\" (it chooses per sequence and "
-        "layer; compression.max_loss sets a quality target) with a tuning profile from `infokv tune`");
-  in_range("self_tuning.kl_bound", c.self_tuning.kl_bound, 0.0f, 100.0f);
-  in_range("self_tuning.probe_tokens", c.self_tuning.probe_tokens, 1, 1 << 20);
+  in_range<int64_t>("protection.protect_prefix", c.session.protect_prefix, 0, int64_t{1} << 40);
 }
 
 Config config_from_binary(const void *data, size_t size) {
@@ -248,9 +243,8 @@ Config config_from_binary(const void *data, size_t size) {
   const fbc::Config *f = fbc::GetConfig(copy.data());
   Config c;
   if (f->model_path() != nullptr) c.model_path = f->model_path()->str();
-  if (f->device() != nullptr && f->device()->size() > 0) c.device = f->device()->str();
   SessionOptions &s = c.session;
-  s.device = c.device;  // the session selects (and refuses) the device
+  if (f->device() != nullptr && f->device()->size() > 0) s.device = f->device()->str();  // the session selects it
   s.n_threads = f->threads();
   const int dt = static_cast<int>(f->kv_dtype());
   if (dt != 0 && !kv_dtype_valid(dt)) bad("kv_dtype = " + std::to_string(dt) + " is not " + kKvDtypeNames);
@@ -289,7 +283,7 @@ Config config_from_binary(const void *data, size_t size) {
     if (qv < 0 || qv > 3) bad("compression.question = " + std::to_string(qv) + " is not both, next or later");
     if (qv > 0) cc.question = static_cast<Question>(qv - 1);
   }
-  if (const fbc::Protection *p = f->protection()) c.protect_prefix = p->protect_prefix();
+  if (const fbc::Protection *p = f->protection()) s.protect_prefix = p->protect_prefix();
   if (const fbc::Sampler *p = f->sampler()) {
     c.sampler.temperature = p->temperature();
     c.sampler.top_k = p->top_k();
@@ -299,11 +293,9 @@ Config config_from_binary(const void *data, size_t size) {
     c.sampler.repeat_last_n = p->repeat_last_n();
     c.sampler.seed = p->seed();
   }
-  if (const fbc::SelfTuning *t = f->self_tuning()) {
-    c.self_tuning.enabled = t->enabled();
-    c.self_tuning.kl_bound = t->kl_bound();
-    c.self_tuning.probe_tokens = t->probe_tokens();
-  }
+  if (const fbc::SelfTuning *t = f->self_tuning(); t != nullptr && t->enabled())
+    bad("self_tuning is deprecated and was never applied: use compression.policy \"auto\" (it chooses per sequence and "
+        "layer; compression.max_loss sets a quality target) with a tuning profile from `infokv tune`");
   validate_config(c);
   return c;
 }
@@ -340,14 +332,13 @@ std::vector<uint8_t> config_to_binary(const Config &c) {
                                      static_cast<fbc::BudgetShape>(static_cast<int16_t>(k.shape) + 1), k.beta, k.sink,
                                      k.compress_after_prefill, k.max_loss,
                                      static_cast<fbc::Question>(static_cast<int16_t>(k.question) + 1));
-  auto prot = fbc::CreateProtection(b, c.protect_prefix);
+  auto prot = fbc::CreateProtection(b, c.session.protect_prefix);
   const SamplerParams &p = c.sampler;
   auto samp = fbc::CreateSampler(b, p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed);
-  auto tune = fbc::CreateSelfTuning(b, c.self_tuning.enabled, c.self_tuning.kl_bound, c.self_tuning.probe_tokens);
   const SessionOptions &s = c.session;
-  auto root = fbc::CreateConfigDirect(b, c.model_path.c_str(), c.device.c_str(), s.n_threads,
+  auto root = fbc::CreateConfigDirect(b, c.model_path.c_str(), s.device.c_str(), s.n_threads,
                                       static_cast<fbc::KvDtype>(static_cast<int16_t>(s.kv_dtype)), s.block_size,
-                                      s.kv_pool_bytes, s.kv_pool_blocks, s.ubatch, comp, prot, samp, tune, s.kv_pool_fraction,
+                                      s.kv_pool_bytes, s.kv_pool_blocks, s.ubatch, comp, prot, samp, 0, s.kv_pool_fraction,
                                       s.max_sequences);
   fbc::FinishConfigBuffer(b, root);
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());

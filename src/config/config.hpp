@@ -6,23 +6,16 @@
 #include <vector>
 
 #include "sampling/sampler.hpp"
-#include "session/session.hpp"
+#include "session/session_options.hpp"
 
 namespace infokv {
 
-struct SelfTuningConfig {
-  bool enabled = false;     // stored and validated; the tuner is not built yet (no effect in this version)
-  float kl_bound = 0.05f;   // nats
-  int32_t probe_tokens = 64;
-};
-
+// A config: the model, the session's options (device and protected prefix included) and the sampler's. The schema's
+// deprecated self_tuning block is read only to refuse enabled = true (it was never applied).
 struct Config {
   std::string model_path;
-  std::string device = "auto";  // "cpu", "cuda", "cuda:N", "auto"
   SessionOptions session;
   SamplerParams sampler;
-  int64_t protect_prefix = 0;
-  SelfTuningConfig self_tuning;
 };
 
 Config config_from_json(const std::string &text);

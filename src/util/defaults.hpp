@@ -13,6 +13,8 @@ constexpr int32_t n_threads = 0;  // 0: available cores
 constexpr int32_t block_size = 16;
 constexpr int32_t ubatch = 256;
 constexpr int32_t max_sequences = 4096;  // C options and configs: 0 means this
+// The device: the runtime's choice (src/backend/device.hpp). C options: NULL or "" means this.
+constexpr const char *device = "auto";
 
 // Compression.
 constexpr int32_t window = -1;  // min(max_window, budget / 4)

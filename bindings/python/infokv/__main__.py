@@ -60,7 +60,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--repeat-penalty", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--threads", type=int, default=0)
-    g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    g.add_argument("--device", default="auto", help="auto (the CPU for now), cpu, cuda or cuda:N")
     g.add_argument("--kv-dtype", default="f16", choices=["f32", "f16", "bf16", "q8_0", "q4_0"])
     g.add_argument("--policy", default="none")
     g.add_argument("--budget", type=_budget, default=None, help="fraction (0.5, 50%%) or tokens per layer (128)")

@@ -67,7 +67,7 @@ class Session(_Owner):
     ``budget=0.5`` (a fraction) or ``budget=128`` (tokens per layer), ``kv_dtype="f16"``, ``threads=4``.
     ``policy="auto", max_loss=0.05`` compresses to a quality target instead of a budget (see :meth:`auto_report`).
 
-    ``device="cpu"`` (the default; also None), ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (the CPU for now) chooses where
+    ``device="auto"`` (the default; also None: the runtime's choice, the CPU for now), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` chooses where
     it runs: :class:`NoDeviceError` when there is no such CUDA device (its message says why),
     :class:`InvalidArgumentError` for any other name.
 

@@ -85,8 +85,8 @@ typedef struct ikv_session_options {
   int32_t sink;              /* streaming: sink tokens; default 4 */
   int32_t compress_after_prefill; /* non-zero (default): compress once right after the first decode */
   /* ---- version 2 ---- */
-  /* Where the session runs: NULL or "" (default) is "cpu"; "cuda" (device 0), "cuda:N", or "auto" (the runtime's
-   * choice; the README says which device it picks). UTF-8, NUL-terminated, owned by the caller: ikv_session_create
+  /* Where the session runs: NULL or "" (default) is "auto", the runtime's choice (the README says which device it
+   * picks: today the CPU); "cpu"; "cuda" (device 0) or "cuda:N". UTF-8, NUL-terminated, owned by the caller: ikv_session_create
    * copies what it needs, so the string only has to live until that call returns.
    * A string rather than an enum + index: the C++ core, the CLI's --device and configs name devices with the same
    * strings, one parser judges them all, a new device kind needs no new constant, and SWIG gives it to Python (str),

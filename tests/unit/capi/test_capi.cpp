@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "infokv/infokv.h"
+#include "util/version.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -137,6 +138,9 @@ TEST(Capi, VersionMacrosMatchTheLibrary) {
                                std::to_string(IKV_VERSION_PATCH);
   EXPECT_EQ(composed, IKV_VERSION_STRING);
   EXPECT_EQ(IKV_VERSION_NUMBER, IKV_VERSION_MAJOR * 10000 + IKV_VERSION_MINOR * 100 + IKV_VERSION_PATCH);
+  // The core's version (generated from the CMake project's) is the C header's.
+  EXPECT_STREQ(infokv::kVersionString, IKV_VERSION_STRING);
+  EXPECT_EQ(infokv::kVersionNumber, IKV_VERSION_NUMBER);
 }
 
 TEST(Capi, EveryStatusHasItsOwnStaticString) {

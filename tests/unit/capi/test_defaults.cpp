@@ -50,7 +50,7 @@ void expect_session_options_match_core(const ikv_session_options &o, const char 
   EXPECT_EQ(o.max_sequences, 0);  // 0 means the core's default
   EXPECT_EQ(s.max_sequences, defaults::max_sequences);
   EXPECT_EQ(o.device, nullptr);  // NULL means the core's default device
-  EXPECT_EQ(s.device, "cpu");
+  EXPECT_EQ(s.device, "auto");
 }
 
 void expect_sampler_options_match_core(const ikv_sampler_options &o, const char *what) {

@@ -41,14 +41,14 @@ std::vector<int32_t> json_ints(const std::string &json, const std::string &key) 
 
 void expect_golden_config(const Config &c) {
   EXPECT_EQ(c.model_path, "stories260K/stories260K.gguf");
-  EXPECT_EQ(c.device, "cpu");
+  EXPECT_EQ(c.session.device, "cpu");
   EXPECT_EQ(c.session.n_threads, 2);
   EXPECT_EQ(c.session.kv_pool_bytes, 8388608);
   EXPECT_EQ(c.session.ubatch, 128);
   EXPECT_EQ(c.session.compression.policy, PolicyKind::infokv);
   EXPECT_DOUBLE_EQ(c.session.compression.budget_fraction, 0.25);
   EXPECT_EQ(c.session.compression.interval, 256);
-  EXPECT_EQ(c.protect_prefix, 4);
+  EXPECT_EQ(c.session.protect_prefix, 4);
   EXPECT_FLOAT_EQ(c.sampler.temperature, 0.7f);
   EXPECT_FLOAT_EQ(c.sampler.repeat_penalty, 1.1f);
   EXPECT_EQ(c.sampler.seed, 42u);

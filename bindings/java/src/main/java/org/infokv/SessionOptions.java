@@ -35,7 +35,7 @@ public final class SessionOptions {
   public SessionOptions set(String field, String value) { fields.put(field, value); return this; }
 
   /**
-   * Where the session runs: "cpu" (the default; also null), "cuda", "cuda:N", or "auto" (the CPU for now). Creating
+   * Where the session runs: "auto" (the default; also null: the runtime's choice, the CPU for now), "cpu", "cuda" or "cuda:N". Creating
    * the session throws an InfokvException of kind {@link Status#NO_DEVICE} when there is no such CUDA device (the
    * message says why) and {@link Status#INVALID_ARGUMENT} for any other name.
    */
