@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/dequant.hpp"
+#include "kernels/cpu/matmul_quant.hpp"
 #include "kernels/cpu/exp_avx2.hpp"
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/fp16.hpp"

@@ -13,9 +13,9 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_features.hpp"
-#include "kernels/cpu/dequant.hpp"
+#include "kernels/cpu/matmul_quant.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kernels/ggml_types.hpp"
 
 namespace infokv {

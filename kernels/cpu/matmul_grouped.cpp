@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.hpp"
-#include "kernels/cpu/dequant.hpp"
+#include "kernels/cpu/matmul_quant.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_features.hpp"
-#include "kernels/cpu/dequant.hpp"
+#include "kernels/cpu/matmul_quant.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
 #include "kernels/cpu/matmul_act8.hpp"
 #include "kernels/cpu/kv_rows.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 

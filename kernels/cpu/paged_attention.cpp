@@ -10,7 +10,7 @@
 #include "kernels/cpu/attention_math.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/kv_rows.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ops.hpp"
 

@@ -1,8 +1,8 @@
 // Dequantisation of ggml's quantised weight types to f16 on the device, for weights uploaded in their compact form
-// and expanded once at load. The block functions are the CPU's own (kernels/cpu/dequant.hpp, compiled for both
+// and expanded once at load. The block functions are the CPU's own (kernels/dequant.hpp, compiled for both
 // sides), and so is the f32 -> f16 rounding (kernels/fp16.hpp): the twin cpu::dequantize_f16 is bit-exact by
 // construction.
-#include "kernels/cpu/dequant.hpp"
+#include "kernels/dequant.hpp"
 #include "kernels/cuda/common.cuh"
 #include "kernels/ggml_types.hpp"
 
@@ -20,14 +20,14 @@ __global__ void dequant_f16_kernel(uint16_t *out, const uint8_t *src, int64_t n_
        b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float y[ELEMS];
     const uint8_t *s = src + b * BYTES;
-    if constexpr (TYPE == static_cast<int>(GgmlType::Q4_0)) cpu::dq::q4_0(y, s);
-    else if constexpr (TYPE == static_cast<int>(GgmlType::Q4_1)) cpu::dq::q4_1(y, s);
-    else if constexpr (TYPE == static_cast<int>(GgmlType::Q5_0)) cpu::dq::q5_0(y, s);
-    else if constexpr (TYPE == static_cast<int>(GgmlType::Q5_1)) cpu::dq::q5_1(y, s);
-    else if constexpr (TYPE == static_cast<int>(GgmlType::Q8_0)) cpu::dq::q8_0(y, s);
-    else if constexpr (TYPE == static_cast<int>(GgmlType::Q4_K)) cpu::dq::q4_k(y, s);
-    else if constexpr (TYPE == static_cast<int>(GgmlType::Q5_K)) cpu::dq::q5_k(y, s);
-    else cpu::dq::q6_k(y, s);
+    if constexpr (TYPE == static_cast<int>(GgmlType::Q4_0)) dq::q4_0(y, s);
+    else if constexpr (TYPE == static_cast<int>(GgmlType::Q4_1)) dq::q4_1(y, s);
+    else if constexpr (TYPE == static_cast<int>(GgmlType::Q5_0)) dq::q5_0(y, s);
+    else if constexpr (TYPE == static_cast<int>(GgmlType::Q5_1)) dq::q5_1(y, s);
+    else if constexpr (TYPE == static_cast<int>(GgmlType::Q8_0)) dq::q8_0(y, s);
+    else if constexpr (TYPE == static_cast<int>(GgmlType::Q4_K)) dq::q4_k(y, s);
+    else if constexpr (TYPE == static_cast<int>(GgmlType::Q5_K)) dq::q5_k(y, s);
+    else dq::q6_k(y, s);
     for (int i = 0; i < ELEMS; ++i) out[b * ELEMS + i] = float_to_fp16(y[i]);
   }
 }

@@ -6,6 +6,7 @@
 #include "cli/args.hpp"
 #include "config/config.hpp"
 #include "util/error.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 namespace cli {
@@ -78,7 +79,7 @@ CompressionConfig compression_from(const Args &a, const CompressionConfig &base)
   if (c.policy != PolicyKind::none && !c.quality_target() && c.budget_fraction <= 0 && c.budget_tokens <= 0)
     fail(Status::invalid_argument, c.is_auto() ? "--policy auto needs --budget or --max-loss" : "--policy needs --budget");
   c.interval = static_cast<int32_t>(a.integer("compress-interval", c.interval, 0, 1 << 30));
-  c.window = static_cast<int32_t>(a.integer("window", c.window, -1, 4096));
+  c.window = static_cast<int32_t>(a.integer("window", c.window, -1, limits::max_window));
   c.alpha = static_cast<float>(a.number("alpha", c.alpha, 0.0, 1.0));
   c.tau = static_cast<float>(a.number("tau", c.tau, 0.0, 1e6));
   c.entropy_top_k = static_cast<int32_t>(a.integer("entropy-top-k", c.entropy_top_k, 1, 1 << 24));
@@ -100,14 +101,14 @@ SessionOptions session_options_from(const Args &a) { return session_options_from
 
 SessionOptions session_options_from(const Args &a, const SessionOptions &base) {
   SessionOptions o = base;
-  o.n_threads = static_cast<int32_t>(a.integer("threads", o.n_threads, 0, 1024));
+  o.n_threads = static_cast<int32_t>(a.integer("threads", o.n_threads, 0, limits::max_threads));
   o.device = a.str("device", o.device);
   if (a.has("kv-dtype")) {
     const std::string dt = a.str("kv-dtype");
     if (!kv_dtype_parse(dt.c_str(), &o.kv_dtype))
       fail(Status::invalid_argument, std::string("--kv-dtype must be ") + kKvDtypeNames + " (got '" + dt + "')");
   }
-  o.block_size = static_cast<int32_t>(a.integer("block-size", o.block_size, 1, 1024));
+  o.block_size = static_cast<int32_t>(a.integer("block-size", o.block_size, 1, limits::max_block_size));
   o.ubatch = static_cast<int32_t>(a.integer("ubatch", o.ubatch, 1, 1 << 16));
   if (a.has("kv-pool-mb")) {
     const double mb = a.number("kv-pool-mb", 0, 1e-6, 1 << 20);

@@ -12,7 +12,7 @@
 #include "compress/policy.hpp"
 #include "compress/profile.hpp"
 #include "compress/scores.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/model.hpp"
 

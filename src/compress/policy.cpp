@@ -5,6 +5,7 @@
 
 #include "compress/policy_table.hpp"
 #include "util/error.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 
@@ -135,7 +136,7 @@ void CompressionConfig::validate() const {
   if (max_loss > 0.0 && policy != PolicyKind::auto_) bad("max loss (a quality target) needs policy auto");
   if (policy != PolicyKind::none && !quality_target() && budget_tokens == 0 && budget_fraction <= 0.0)
     bad("budget is required for policy " + std::string(policy_name(policy)));
-  if (window > 4096) bad("window must be at most 4096");
+  if (window > limits::max_window) bad("window must be at most " + std::to_string(limits::max_window));
   if (pool_kernel_prefill < 1 || pool_kernel_prefill % 2 == 0 || pool_kernel_prefill > 63) bad("pooling kernel (prefill) must be odd, 1..63");
   if (pool_kernel_decode < 1 || pool_kernel_decode % 2 == 0 || pool_kernel_decode > 63) bad("pooling kernel (decode) must be odd, 1..63");
   if (!(alpha >= 0.0f && alpha <= 1.0f)) bad("alpha must be in [0, 1]");

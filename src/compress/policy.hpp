@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "util/defaults.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 
@@ -36,7 +37,7 @@ struct ProtectedSpan {
 
 // Spans per sequence: each compression visits every span, and a snapshot or an app must not be able to make that
 // unbounded (a million spans made each compression take seconds).
-constexpr int32_t kMaxProtectedSpans = 4096;
+constexpr int32_t kMaxProtectedSpans = limits::max_protected_spans;
 
 // Adds `span` to `spans`, merging never-evicted spans that overlap or touch into one (fair spans stay separate:
 // each is its own share); an empty span or one that adds nothing is dropped. Throws Error(invalid_argument) for

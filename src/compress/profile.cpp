@@ -8,6 +8,7 @@
 #include "infokv_fb/profile_generated.h"
 #include "util/error.hpp"
 #include "util/file_io.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 
@@ -67,7 +68,8 @@ void TuningProfile::validate() const {
     if (!finite_nonneg(calibration[i].max_loss) || !finite_nonneg(calibration[i].kl))
       bad("calibration[" + std::to_string(i) + "] is not finite and non-negative");
   if (tuned_begin < 0 || tuned_end < tuned_begin) bad("tuned range [" + std::to_string(tuned_begin) + ", " + std::to_string(tuned_end) + ") is invalid");
-  if (tag.size() > 4096) bad("tag is longer than 4096 bytes");
+  if (static_cast<int64_t>(tag.size()) > limits::max_tag_bytes)
+    bad("tag is longer than " + std::to_string(limits::max_tag_bytes) + " bytes");
 }
 
 std::string profile_to_bytes(const TuningProfile &p) {

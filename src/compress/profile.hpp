@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "compress/auto_policy.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 
 constexpr int32_t kProfileFormatVersion = 1;
-constexpr int32_t kProfileMaxLayers = 4096;
+constexpr int32_t kProfileMaxLayers = limits::max_layers;
 constexpr int64_t kProfileMaxBytes = int64_t{64} << 20;
 // The most compressions a profile counts (2^40): a loaded profile above it is refused, and refining one at it keeps
 // averaging the shares but counts no further (a counter near INT64_MAX overflowed the running mean's arithmetic).

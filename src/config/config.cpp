@@ -31,6 +31,7 @@
 #include "util/error.hpp"
 #include "util/file_io.hpp"
 #include "util/json_reader.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 
@@ -191,8 +192,8 @@ void validate_config(const Config &c) {
   }
   if (!dev_ok) bad("device = \"" + d + "\" must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"");
   const SessionOptions &s = c.session;
-  in_range("threads", s.n_threads, 0, 1024);
-  in_range("block_size", s.block_size, 1, 1024);
+  in_range("threads", s.n_threads, 0, limits::max_threads);
+  in_range("block_size", s.block_size, 1, limits::max_block_size);
   in_range("ubatch", s.ubatch, 1, 1 << 16);
   in_range<int64_t>("kv_pool_bytes", s.kv_pool_bytes, 0, int64_t{1} << 46);
   in_range<int64_t>("kv_pool_blocks", s.kv_pool_blocks, 0, int64_t{1} << 30);
@@ -201,7 +202,7 @@ void validate_config(const Config &c) {
   const CompressionConfig &k = s.compression;
   in_range("compression.budget_fraction", k.budget_fraction, 0.0, 1.0);
   in_range("compression.budget_tokens", k.budget_tokens, 0, 1 << 30);
-  in_range("compression.window", k.window, -1, 4096);
+  in_range("compression.window", k.window, -1, limits::max_window);
   in_range("compression.interval", k.interval, 0, 1 << 30);  // 0 and 1024: when memory requires it
   in_range("compression.alpha", k.alpha, 0.0f, 1.0f);
   in_range("compression.tau", k.tau, 0.0f, 1e6f);

@@ -36,8 +36,7 @@ void validate_config(const Config &c);  // the semantic checks both readers run
 // would block); a path found nowhere is returned as given, so that the loader's error names it.
 std::string resolve_config_model_path(const std::string &model_path);
 
-// The schema texts compiled into the library (generated from schemas/*.fbs at build time).
+// The config schema's text compiled into the library (generated from schemas/config.fbs at build time).
 const char *schema_text_config();
-const char *schema_text_snapshot();
 
 }  // namespace infokv

@@ -6,6 +6,7 @@
 
 #include "util/error.hpp"
 #include "kernels/fp16.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 
@@ -30,7 +31,8 @@ bool block_changes(const std::vector<int32_t> &keep, int32_t b, int32_t bs) {
 }  // namespace
 
 KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg) {
-  if (cfg.block_size < 1 || cfg.block_size > 4096) fail(Status::invalid_argument, "block size must be in [1, 4096]");
+  if (cfg.block_size < 1 || cfg.block_size > limits::max_block_size)
+    fail(Status::invalid_argument, "block size must be in [1, " + std::to_string(limits::max_block_size) + "]");
   // 2^26 blocks of 16 tokens is a billion tokens per layer-pool: more is a mistake, and the per-block bookkeeping
   // (8 bytes a block) would itself be gigabytes.
   if (cfg.n_blocks < 1 || cfg.n_blocks > (int64_t{1} << 26))

@@ -8,6 +8,7 @@
 
 #include "util/error.hpp"
 #include "util/sys_memory.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 
@@ -61,8 +62,10 @@ Session::Session(std::shared_ptr<const Model> model, const SessionOptions &opts,
 
 void Session::init(std::unique_ptr<DeviceForward> backend) {
   if (!model_) fail(Status::invalid_argument, "session needs a model");
-  if (opts_.n_threads < 0 || opts_.n_threads > 1024) fail(Status::invalid_argument, "n_threads must be in [0, 1024]");
-  if (opts_.block_size < 1 || opts_.block_size > 1024) fail(Status::invalid_argument, "block_size must be in [1, 1024]");
+  if (opts_.n_threads < 0 || opts_.n_threads > limits::max_threads)
+    fail(Status::invalid_argument, "n_threads must be in [0, " + std::to_string(limits::max_threads) + "]");
+  if (opts_.block_size < 1 || opts_.block_size > limits::max_block_size)
+    fail(Status::invalid_argument, "block_size must be in [1, " + std::to_string(limits::max_block_size) + "]");
   if (opts_.ubatch < 1) opts_.ubatch = 256;
   if (opts_.kv_pool_blocks < 0 || opts_.kv_pool_bytes < 0) fail(Status::invalid_argument, "KV pool size must not be negative");
   if (!(opts_.kv_pool_fraction >= 0 && opts_.kv_pool_fraction <= 1))

@@ -11,7 +11,7 @@
 
 #include "backend/device_forward.hpp"
 #include "compress/compressor.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kv/kv_cache.hpp"
 #include "model/model.hpp"
 #include "session/session_options.hpp"

@@ -13,6 +13,7 @@
 #include "snapshot/snapshot.hpp"
 #include "util/json_escape.hpp"
 #include "util/error.hpp"
+#include "util/limits.hpp"
 
 namespace infokv {
 namespace snapshot {
@@ -189,11 +190,12 @@ int32_t read_header(ChunkReader &rd, const Model *model, Staged *staged, Summary
   if (sum.profile_compressions < -1) bad("profile_compressions " + std::to_string(sum.profile_compressions) + " is negative");
   if (h->profile_tag() != nullptr) {
     if (sum.profile_compressions < 0) bad("a profile tag without a profile (profile_compressions is -1)");
-    if (h->profile_tag()->size() > 4096) bad("profile tag longer than 4096 bytes");
+    if (static_cast<int64_t>(h->profile_tag()->size()) > limits::max_tag_bytes)
+      bad("profile tag longer than " + std::to_string(limits::max_tag_bytes) + " bytes");
     sum.profile_tag = h->profile_tag()->str();
   }
-  if (!in_range(sum.block_size, 1, 4096) || !in_range(sum.n_layer, 1, 4096) || !in_range(sum.n_kv_heads, 1, 4096) ||
-      !in_range(sum.head_dim, 1, 4096) || !in_range(sum.n_heads, 1, 65536) || !in_range(sum.n_vocab, 1, 1 << 26) ||
+  if (!in_range(sum.block_size, 1, limits::max_block_size) || !in_range(sum.n_layer, 1, limits::max_layers) ||
+      !in_range(sum.n_kv_heads, 1, limits::max_kv_heads) || !in_range(sum.head_dim, 1, limits::max_head_dim) || !in_range(sum.n_heads, 1, 65536) || !in_range(sum.n_vocab, 1, 1 << 26) ||
       sum.n_heads % sum.n_kv_heads != 0)
     bad("implausible cache layout in the header");
   // A quantised row is whole blocks: any other head size would make rows of no bytes (and K/V that read as nothing).

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/device_ops.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "model/model.hpp"
 #include "util/error.hpp"
 

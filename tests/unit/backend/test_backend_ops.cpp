@@ -9,7 +9,7 @@
 
 #include "backend/device_forward.hpp"
 #include "backend/device_ops.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "snapshot/snapshot.hpp"

@@ -18,7 +18,7 @@
 #include "kernels/ggml_types.hpp"
 #include "kernels/cpu/attention_math.hpp"
 #include "kernels/cpu/cpu_features.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kernels/ops.hpp"
 #include "random_inputs.hpp"
 

@@ -12,7 +12,7 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/matmul_act8.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"

@@ -15,7 +15,7 @@
 
 #include "gguf_builder.hpp"
 #include "kernels/cpu/cpu_features.hpp"
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"

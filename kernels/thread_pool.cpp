@@ -1,4 +1,4 @@
-#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/thread_pool.hpp"
 
 #include <algorithm>
 #include <chrono>
