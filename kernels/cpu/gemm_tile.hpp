@@ -182,12 +182,11 @@ constexpr int64_t kTokenChunk = 64;
 // Bytes of f32 rows widened at a time for run_block (see block_rows).
 constexpr int64_t kBlockBytes = 64 * 1024;
 // How far ahead of the row being read decode asks for weight bytes (prefetch_l1): f16/bf16 rows read in place by
-// run(), and quantised rows in matmul_quant's fused dots. Measured on SmolLM2 decode on a KVM Xeon: 1-2 KB ahead is
-// best, 3 KB and more loses again (F16 decode 42 -> 37 tok/s).
+// run(), and quantised rows in matmul_quant's fused dots. 1-2 KB ahead measured best, 3 KB and more worse; see
+// packaging/docs/performance.md, "Kernel choices".
 constexpr int64_t kRowsAhead = 1536;
-// For the fused quantised dots: 2 KB on Intel (the KVM Xeon above); 8 KB on AMD, where 2 KB ahead left SmolLM2
-// Q8_0 decode waiting on DRAM (Zen 5 VM, 2026-12-03, medians of 5 interleaved runs: 1 thread 178 -> 188 tok/s,
-// 2 threads 268 -> 292; Q4_1 unchanged).
+// For the fused quantised dots: 2 KB on Intel; 8 KB on AMD, where 2 KB ahead left decode waiting on DRAM
+// (measured; packaging/docs/performance.md, "Kernel choices").
 inline int64_t fused_ahead() {
   static const int64_t ahead = cpu_is_amd() ? 8192 : 2048;
   return ahead;
@@ -229,9 +228,9 @@ TileFn pick(int rm, int rn) {
 }
 
 // Asks for the cache lines of bytes [b, e) of base to be brought into L1 (none when b >= e). Decode reads each
-// weight row once, in order; on some machines (a 2-vCPU KVM Xeon here) the hardware prefetchers fall far behind that
-// stream and decode waits on DRAM: asking for the bytes a row or two ahead (kRowsAhead, fused_ahead) doubled
-// SmolLM2's Q4_1 and Q8_0 decode there.
+// weight row once, in order; on some machines the hardware prefetchers fall far behind that stream and decode waits
+// on DRAM: asking for the bytes a row or two ahead (kRowsAhead, fused_ahead) keeps it fed (measured; see
+// packaging/docs/performance.md, "Kernel choices").
 inline void prefetch_l1(const uint8_t *base, int64_t b, int64_t e) {
   for (; b < e; b += 64) _mm_prefetch(reinterpret_cast<const char *>(base + b), _MM_HINT_T0);
 }
@@ -240,8 +239,8 @@ inline void prefetch_l1(const uint8_t *base, int64_t b, int64_t e) {
 // 4 rows x 3 tokens (x 6 with AVX-512). A lone token over f32 rows (small models, or a buffer of expanded rows in L1) takes 8 rows a
 // tile, so eight independent FMA chains hide the FMA latency. A lone token over f16/bf16 rows read in place (decode
 // on a model far larger than the caches) takes one row at a time: the weights are then read as one sequential
-// stream, which the hardware prefetchers follow (helped by prefetch_l1); eight rows side by side are eight streams 2k bytes apart, and
-// measured 1.5-1.8x slower on SmolLM2-sized rows (k = 576, 270 MB of f16 rows: 4.3 against 7.2 GB/s, one thread).
+// stream, which the hardware prefetchers follow (helped by prefetch_l1); eight rows side by side are eight streams
+// 2k bytes apart, which measured slower (packaging/docs/performance.md, "Kernel choices").
 template <WKind K>
 void run(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int64_t r0, int64_t r1, int64_t t0,
          int64_t t1, int64_t m, int64_t k) {
@@ -289,8 +288,8 @@ inline int64_t block_rows(int64_t k) { return std::clamp<int64_t>((kBlockBytes /
 // Quantised rows expanded to f32 are multiplied against a transposed panel of kPanel tokens (xt[i * kPanel + j] =
 // token j's element i, zero past the last token): per element i, two vector loads of the panel and one broadcast of
 // each row's weight feed 2 * RM FMAs, and every output is one plain chain of FMAs over i = 0 .. k-1 in order, with no
-// lane sums at the end. 12 rows x 32 tokens keep 24 of AVX-512's 32 registers as accumulators; measured 185 GFLOP/s
-// with its data in L1 against 130 for tile_avx512. The sums are in another order than the tiles', so this path
+// lane sums at the end. 12 rows x 32 tokens keep 24 of AVX-512's 32 registers as accumulators; measured faster
+// than tile_avx512 with its data in L1. The sums are in another order than the tiles', so this path
 // serves only quantised weights, whose decode (matmul_quant's fused dots) already sums in its own order, and only
 // products of 16 tokens or more (a panel's zero padding would cost more than it gains on fewer); f32/f16/bf16
 // weights keep the tiles, where a token's result is the same bits alone and batched.
@@ -299,7 +298,7 @@ constexpr int kPanelRows = 12;
 
 // Tokens per chunk of the panel path (a multiple of kPanel, 64 to 256): their packed panels (about 512 KB) stay in L2
 // while a block of rows passes over them; more tokens per chunk spread each row's expansion over more of them
-// (SmolLM2's MLP product at k = 576: 137 GFLOP/s with 64 tokens, 150 with 256, one thread).
+// (measured; packaging/docs/performance.md, "Kernel choices").
 inline int64_t panel_chunk(int64_t k) {
   return std::clamp<int64_t>((int64_t{512} * 1024 / (4 * k)) & ~(kPanel - 1), kTokenChunk, 256);
 }
@@ -307,8 +306,8 @@ inline int64_t panel_chunk(int64_t k) {
 // xt = the panel of tokens t0 .. t1-1 (at most `width`) of x [*, k], transposed: xt[i * width + j] = token t0 + j's
 // element i, zero past t1. The panel kernel here reads it 64-byte aligned (width kPanel); matmul_grouped.cpp packs
 // narrower panels for its broadcasts.
-// Full groups of four tokens go 4 x 4 elements at a time through SSE transposes (a scalar strided copy was 3-4% of
-// SmolLM2's F16 prefill); the rest one element at a time.
+// Full groups of four tokens go 4 x 4 elements at a time through SSE transposes, cheaper than a scalar strided copy
+// (measured in F16 prefill); the rest one element at a time.
 inline void pack_panel(float *xt, const float *x, int64_t t0, int64_t t1, int64_t k, int64_t width = kPanel) {
   const int64_t quads = (t1 - t0) / 4 * 4, k4 = k & ~int64_t{3};
   for (int64_t j = 0; j < quads; j += 4) {
@@ -382,8 +381,8 @@ inline void run_panels(float *out, const float *xt, int64_t t0, int64_t t1, cons
 }
 
 // Asks for bytes [p, p + n) to be brought into L2, one request per cache line. Prefill widens or expands a block
-// of weight rows while the tile works on the previous one from L1: without this the widening stalls on DRAM (8% of
-// SmolLM2 F16 prefill was widen_row waiting for memory), with it the fetch overlaps the tile's arithmetic.
+// of weight rows while the tile works on the previous one from L1: without this the widening stalls on DRAM
+// (measured in F16 prefill), with it the fetch overlaps the tile's arithmetic.
 inline void prefetch_l2(const uint8_t *p, int64_t n) {
   for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T1);
 }

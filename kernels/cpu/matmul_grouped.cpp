@@ -35,8 +35,8 @@ constexpr int64_t kPanel512 = 12;
 constexpr int64_t kPanel256 = 6;
 // Products of fewer tokens than this take the decode tiles (more rows, no panels).
 constexpr int64_t kDecodeTokens = 4;
-// Elements (cache lines of a group) that decode asks for ahead of the one it reads, 4 KB: on SmolLM2 F16 decode at
-// one thread (Zen 5 VM) 1 KB read 102-104 tok/s, 2 KB 116-123, 4 KB 122-143, 6 KB 135-143, 8 KB 114-117.
+// Elements (cache lines of a group) that decode asks for ahead of the one it reads, 4 KB: among the best of 1 to 8 KB
+// measured on F16 decode (packaging/docs/performance.md, "Kernel choices").
 constexpr int64_t kAheadLines = 64;
 
 // Weights: element i of a group's lane j at wg[i * kG + j]. A tile covers the rows r0 .. r0 + W * NV - 1 (r0 a
@@ -125,8 +125,8 @@ GTile tile_for(int rn) {
 
 // Groups g0 .. g1-1 for n < kDecodeTokens tokens, xp = [k][n]: a group a tile (two chains of 16 lanes per token with
 // AVX-512, four of 8 with AVX2), read as one sequential stream a cache line per element and asked for ahead. One
-// stream measured faster than two groups side by side (SmolLM2 F16 decode, one thread: 128-143 against 122-134
-// tok/s), and two chains per token still outrun the memory.
+// stream measured faster than two groups side by side (packaging/docs/performance.md, "Kernel choices"), and two
+// chains per token still outrun the memory.
 template <WKind K, bool Wide>
 void decode_groups(float *out, const float *xp, const uint16_t *w, int64_t n, int64_t g0, int64_t g1, int64_t m,
                    int64_t k) {
@@ -239,8 +239,8 @@ bool matmul_grouped(float *out, const float *x, const void *w, uint32_t w_type, 
   const int64_t groups = (m + kG - 1) / kG;
   const bool pool_on = pool != nullptr && pool->size() > 1 && n * m * k >= tile::kShareMacs;
   const int64_t grain = tile::rows_per_item(n * k * kG);
-  // prefill: 16 chunks per thread, so that 18 groups (SmolLM2's 576 rows) split evenly over 2 threads (F16 prefill 512
-  // at 2 threads, Zen 5 VM, medians of 5: 1170 -> 1292 tok/s); decode keeps 4, each hand-off costing more than it saves
+  // prefill: 16 chunks per thread, so that 18 groups (SmolLM2's 576 rows) split evenly over 2 threads (measured:
+  // packaging/docs/performance.md, "Kernel choices"); decode keeps 4, each hand-off costing more than it saves
   const int per_thread = n < kDecodeTokens ? 4 : 16;
   auto share = [&](const std::function<void(int64_t, int64_t)> &body) {
     if (pool_on) pool->parallel_for(groups, grain, body, per_thread);

@@ -154,7 +154,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const u
 // and multiplied against the chunk's tokens: through the register-blocked f32 tiles (tile::run_block; x as it is),
 // or, with Panels (AVX-512, 16 tokens or more), through tile::run_panels, x already packed into transposed panels of
 // tile::kPanel tokens (see tile::pack_panel; packed once per product and shared by the threads; plain k-order sums,
-// about 1.45x the tiles' speed), in longer chunks (tile::panel_chunk).
+// measured faster than the tiles), in longer chunks (tile::panel_chunk).
 template <BlockFn F, int64_t QK, int64_t BB, bool Panels>
 __attribute__((target("avx2,fma,f16c"))) void rows_expanded(float *out, const float *x, const uint8_t *w, int64_t n,
                                                              int64_t m0, int64_t m1, int64_t m, int64_t k) {
@@ -475,8 +475,8 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
   constexpr bool kSums = K == Fused::q4_1 || K == Fused::q5_1 || K == Fused::q4_k || K == Fused::q5_k ||
                          (K == Fused::q4_0 && !Wide);
   // Each sum is eight chains l[i] = x[i] + x[i + 8] + x[i + 16] + x[i + 24] (one vector), then
-  // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): the bits of the scalar loops this replaced, which compiled to
-  // stores and reloads and took 6% of SmolLM2 Q4_1 decode.
+  // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), in vectors: scalar loops compile to stores and reloads, which
+  // cost decode time (packaging/docs/performance.md, "Kernel choices").
   if (kSums)
     for (int64_t t = 0; t < n; ++t)
       for (int64_t b = 0; b < nb; ++b) {
@@ -489,8 +489,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
         const __m128 h = _mm_add_ps(y, _mm_movehl_ps(y, y));                                    // [y0 + y2, y1 + y3]
         sums[static_cast<size_t>(t * nb + b)] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
       }
-  // each row's bytes are asked for tile::fused_ahead() bytes before they are read (see tile::prefetch_l1): 2x decode
-  // on a KVM Xeon
+  // each row's bytes are asked for tile::fused_ahead() bytes before they are read (see tile::prefetch_l1)
   const int64_t ahead_bytes = tile::fused_ahead();
   for (int64_t r = m0; r < m1; ++r) {
     const int64_t ahead = r * row_bytes + ahead_bytes;

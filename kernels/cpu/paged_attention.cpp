@@ -37,8 +37,8 @@ void head_scores(float *scores, const float *qh, const PagedKv &kv, int32_t g, i
 
 using namespace attn;  // NOLINT(build/namespaces): the attention arithmetic, internal to kernels/cpu
 
-// SmolLM2 Q4_1 decode after 3,500 tokens (Zen 5 VM), tok/s at 1 / 2 threads: no prefetch 46-55 / 62-73, one block
-// ahead 75-77 / -, two 79-91 / 106-134, three 79-89 / 117-136, four 74-98 / 124-134.
+// Blocks ahead that block_src asks for: long-context decode measured far faster with this prefetch than without, and
+// about the same at two to four blocks (packaging/docs/performance.md, "Kernel choices").
 constexpr int32_t kPrefetchBlocks = 3;
 
 // Where a tile reads block s0 (n slots) of K (which = 0) or V (1) of head g from: the cache itself when `direct`

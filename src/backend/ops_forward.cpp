@@ -204,7 +204,7 @@ class OpsForward final : public DeviceForward {
 
     // Rows that get logits. Entropy scoring needs every position's distribution, but only its entropy is kept: the
     // LM head then runs kLmRows rows at a time into a small buffer (a whole chunk of SmolLM2's 49,152-wide logits
-    // was 50 MB), and the rows the caller asked for are copied out as they pass.
+    // would take about 50 MB), and the rows the caller asked for are copied out as they pass.
     p.R = static_cast<int64_t>(c.logit_rows.size());
     p.LR = c.entropy ? std::min<int64_t>(p.T, kLmRows) : p.R;
 

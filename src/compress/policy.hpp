@@ -36,7 +36,7 @@ struct ProtectedSpan {
 };
 
 // Spans per sequence: each compression visits every span, and a snapshot or an app must not be able to make that
-// unbounded (a million spans made each compression take seconds).
+// unbounded (a million spans would make each compression take seconds).
 constexpr int32_t kMaxProtectedSpans = limits::max_protected_spans;
 
 // Adds `span` to `spans`, merging never-evicted spans that overlap or touch into one (fair spans stay separate:
@@ -69,7 +69,7 @@ struct CompressionConfig {
   int32_t entropy_top_k = defaults::entropy_top_k;
   // When compression runs. 0 or defaults::interval (1024, the released default): when memory requires it, i.e. when
   // the sequence holds more than its budget plus a slack the runtime chooses (Compressor::slack_for). Any other value:
-  // every `interval` tokens appended while over the budget, the fixed schedule of earlier releases.
+  // every `interval` tokens appended while over the budget (a fixed schedule).
   int32_t interval = defaults::interval;
   BudgetShape shape = BudgetShape::uniform;  // pyramidkv forces pyramid
   float beta = defaults::beta;

@@ -11,7 +11,7 @@
 namespace infokv {
 
 // A config: the model, the session's options (device and protected prefix included) and the sampler's. The schema's
-// deprecated self_tuning block is read only to refuse enabled = true (it was never applied).
+// deprecated self_tuning block is read only to refuse enabled = true (nothing applies it).
 struct Config {
   std::string model_path;
   SessionOptions session;

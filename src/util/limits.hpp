@@ -1,6 +1,5 @@
-// The sizes the runtime accepts from callers, configs and files, in one place: each name is one meaning (4096 was
-// five of them). The checks that use them say the value in their messages; the C headers and schema comments spell
-// the same numbers.
+// The sizes the runtime accepts from callers, configs and files, in one place: each name is one meaning. The checks
+// that use them say the value in their messages; the C headers and schema comments spell the same numbers.
 #pragma once
 #include <cstdint>
 

@@ -17,7 +17,7 @@
 #include "kernels/ops.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 
 using namespace infokv;
 

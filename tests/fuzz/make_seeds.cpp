@@ -1,11 +1,11 @@
-// Writes small GGUF files built with tests/unit/gguf_builder.hpp into a folder: seeds for the fuzzer's corpus that
+// Writes small GGUF files built with tests/unit/support/gguf_builder.hpp into a folder: seeds for the fuzzer's corpus that
 // reach the reader's branches quickly (every value type, arrays, nested arrays, tensors of several types, a tiny
 // llama model that loads). usage: make_seeds OUT_DIR
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "gguf_builder.hpp"
+#include "support/gguf_builder.hpp"
 
 using infokv_test::GgufBuilder;
 

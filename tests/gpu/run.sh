@@ -11,7 +11,7 @@
 # Dependencies from a carried prefix: on a machine without FlatBuffers, xxHash or GoogleTest (the lent GPU machine),
 # tests/gpu/prepare_carry.sh fills a prefix elsewhere and the prefix travels along; this script uses it when
 # INFOKV_DEPS names it, or by itself when <repo>/build-carry/deps exists. It then also takes the test data from
-# the prefix's data/ folder where ../shared is missing. See src/backend/README.md.
+# the prefix's data/ folder where ../shared is missing. See tests/gpu/README.md.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build-gpu}

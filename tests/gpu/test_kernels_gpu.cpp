@@ -20,8 +20,8 @@
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 #include "model/rope.hpp"
-#include "tests/unit/quant_blocks.hpp"
-#include "tests/unit/random_inputs.hpp"
+#include "tests/unit/support/quant_blocks.hpp"
+#include "tests/unit/support/random_inputs.hpp"
 
 using namespace infokv;
 using cuda::DeviceBuffer;

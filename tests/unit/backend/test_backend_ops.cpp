@@ -13,10 +13,10 @@
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "snapshot/snapshot.hpp"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 #include "util/byte_io.hpp"
 #include "util/error.hpp"
-#include "stories_model.hpp"
+#include "support/stories_model.hpp"
 
 using namespace infokv;
 

@@ -82,7 +82,7 @@ TEST(Device, CAbiCountAndName) {
 
 #include "model/model.hpp"
 #include "session/session.hpp"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 
 TEST(Device, SessionDeviceOptionCpuAutoAndCudaWithoutGpu) {
   const std::string p = infokv_test::models_dir() + "/stories260K/stories260K.gguf";

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "infokv/infokv.h"
-#include "test_util.hpp"
+#include "support/util.hpp"
 
 namespace {
 

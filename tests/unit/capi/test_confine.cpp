@@ -8,7 +8,7 @@
 #include <string>
 
 #include "infokv/infokv.h"
-#include "test_util.hpp"
+#include "support/util.hpp"
 #include "util/error.hpp"
 #include "util/path_confine.hpp"
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "infokv/infokv.h"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 
 namespace {
 

@@ -10,8 +10,8 @@
 #include <set>
 #include <string>
 
-#include "json_mini.hpp"
-#include "test_util.hpp"
+#include "support/json_mini.hpp"
+#include "support/util.hpp"
 
 #ifdef INFOKV_CLI_PATH
 namespace {

@@ -17,7 +17,7 @@
 #include "session/session.hpp"
 #include "util/error.hpp"
 #include "util/json_reader.hpp"
-#include "test_util.hpp"
+#include "support/util.hpp"
 
 #ifndef INFOKV_CLI_PATH
 #define INFOKV_CLI_PATH "infokv"

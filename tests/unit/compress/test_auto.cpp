@@ -11,15 +11,15 @@
 #include <random>
 
 #include "compress/auto_policy.hpp"
-#include "kv_test_util.hpp"
+#include "support/kv.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "session/session.hpp"
-#include "story_text.hpp"
-#include "test_paths.hpp"
-#include "random_inputs.hpp"
-#include "stories_model.hpp"
+#include "support/story_text.hpp"
+#include "support/paths.hpp"
+#include "support/random_inputs.hpp"
+#include "support/stories_model.hpp"
 
 using namespace infokv;
 

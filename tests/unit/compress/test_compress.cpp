@@ -8,16 +8,16 @@
 #include <random>
 
 #include "compress/scores.hpp"
-#include "kv_test_util.hpp"
+#include "support/kv.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "session/session.hpp"
-#include "story_text.hpp"
-#include "test_paths.hpp"
+#include "support/story_text.hpp"
+#include "support/paths.hpp"
 #include "util/error.hpp"
-#include "stories_model.hpp"
-#include "random_inputs.hpp"
+#include "support/stories_model.hpp"
+#include "support/random_inputs.hpp"
 
 using namespace infokv;
 

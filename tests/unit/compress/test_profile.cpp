@@ -17,10 +17,10 @@
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "snapshot/snapshot.hpp"
-#include "test_paths.hpp"
-#include "test_util.hpp"
+#include "support/paths.hpp"
+#include "support/util.hpp"
 #include "util/error.hpp"
-#include "stories_model.hpp"
+#include "support/stories_model.hpp"
 
 using namespace infokv;
 
@@ -94,14 +94,7 @@ void expect_same(const TuningProfile &a, const TuningProfile &b) {
   EXPECT_EQ(a.tuned_end, b.tuned_end);
 }
 
-Status status_of(const std::function<void()> &f) {
-  try {
-    f();
-  } catch (const Error &e) {
-    return e.status();
-  }
-  return Status::ok;
-}
+using infokv_test::status_of;
 
 }  // namespace
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "config/config.hpp"
-#include "config_samples.hpp"
+#include "support/config_samples.hpp"
 #include "infokv/infokv.h"
 #include "util/error.hpp"
 
@@ -554,7 +554,7 @@ TEST(ConfigMaxLoss, BinaryRefusesNonFiniteNegativeAndNonAutoTargets) {
 // Issue 38: one rule for a config's relative model_path, in the library and the CLI: the working directory, then
 // $INFOKV_MODELS_DIR. (The CLI's --config calls the same function.)
 #include <cstdlib>
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 
 TEST(Config, RelativeModelPathFollowsOneRuleInTheLibrary) {
   const std::string models = infokv_test::models_dir();

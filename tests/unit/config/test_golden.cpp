@@ -8,7 +8,7 @@
 #include "config/config.hpp"
 #include "session/generate.hpp"
 #include "snapshot/snapshot.hpp"
-#include "snapshot_test_util.hpp"
+#include "support/snapshot.hpp"
 
 #ifndef INFOKV_TEST_DATA_DIR
 #define INFOKV_TEST_DATA_DIR "tests/data"

@@ -14,10 +14,10 @@
 #include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
-#include "test_util.hpp"
+#include "support/util.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 
 using infokv::Error;
 using infokv::GgufFile;
@@ -33,21 +33,7 @@ namespace {
 
 constexpr uint64_t kHuge = uint64_t{1} << 63;
 
-// Runs f and reports the status of the infokv::Error it throws (ok when it throws nothing). Any other exception is
-// a bug (the C shim would turn it into IKV_ERR_INTERNAL): reported as internal with its text.
-template <typename F>
-Status status_of(F &&f, std::string *msg = nullptr) {
-  try {
-    f();
-  } catch (const Error &e) {
-    if (msg != nullptr) *msg = e.what();
-    return e.status();
-  } catch (const std::exception &e) {
-    if (msg != nullptr) *msg = std::string("non-infokv exception: ") + e.what();
-    return Status::internal;
-  }
-  return Status::ok;
-}
+using infokv_test::status_of;
 
 bool is_rejection(Status s) { return s == Status::bad_model || s == Status::unsupported || s == Status::io; }
 

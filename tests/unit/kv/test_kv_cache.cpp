@@ -8,9 +8,9 @@
 #include <random>
 
 #include "kv/kv_cache.hpp"
-#include "kv_test_util.hpp"
+#include "support/kv.hpp"
 #include "util/error.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 
 using namespace infokv;
 

@@ -9,11 +9,11 @@
 #include <random>
 #include <unistd.h>
 
-#include "gguf_builder.hpp"
+#include "support/gguf_builder.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "util/error.hpp"
-#include "test_util.hpp"
+#include "support/util.hpp"
 
 namespace fs = std::filesystem;
 using infokv_test::GgufBuilder;

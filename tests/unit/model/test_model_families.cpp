@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "gguf/gguf.hpp"
-#include "gguf_builder.hpp"
-#include "json_mini.hpp"
+#include "support/gguf_builder.hpp"
+#include "support/json_mini.hpp"
 #include "model/model.hpp"
 #include "model/rope.hpp"
 #include "session/session.hpp"
 #include "util/error.hpp"
-#include "test_paths.hpp"
-#include "test_util.hpp"
+#include "support/paths.hpp"
+#include "support/util.hpp"
 
 namespace fs = std::filesystem;
 namespace json = infokv_test::json;

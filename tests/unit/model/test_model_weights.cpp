@@ -11,8 +11,8 @@
 #include "kernels/ggml_types.hpp"
 #include "model/model.hpp"
 #include "model/weight_check.hpp"
-#include "quant_blocks.hpp"
-#include "test_util.hpp"
+#include "support/quant_blocks.hpp"
+#include "support/util.hpp"
 #include "util/error.hpp"
 
 namespace {

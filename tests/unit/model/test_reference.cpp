@@ -9,13 +9,13 @@
 #include <numeric>
 
 #include "infokv/infokv.h"
-#include "json_mini.hpp"
+#include "support/json_mini.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "session/session.hpp"
-#include "test_util.hpp"
-#include "stories_model.hpp"
+#include "support/util.hpp"
+#include "support/stories_model.hpp"
 
 using infokv::KvDtype;
 using infokv_test::json::Value;

@@ -13,10 +13,10 @@
 
 #include "model/model.hpp"
 #include "session/session.hpp"
-#include "random_inputs.hpp"
-#include "smollm2_model.hpp"
-#include "test_paths.hpp"
-#include "test_util.hpp"
+#include "support/random_inputs.hpp"
+#include "support/smollm2_model.hpp"
+#include "support/paths.hpp"
+#include "support/util.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 
 #include "sampling/sampler.hpp"
 #include "util/error.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 
 using infokv::Error;
 using infokv::Rng;

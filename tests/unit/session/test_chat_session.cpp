@@ -11,8 +11,8 @@
 
 #include "infokv/infokv.h"
 #include "session/chat.hpp"
-#include "smollm2_model.hpp"
-#include "test_paths.hpp"
+#include "support/smollm2_model.hpp"
+#include "support/paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
 

@@ -12,9 +12,9 @@
 #include "infokv_fb/snapshot_generated.h"
 #include "sampling/sampler.hpp"
 #include "snapshot/snapshot.hpp"
-#include "snapshot_test_util.hpp"
-#include "smollm2_model.hpp"
-#include "test_paths.hpp"
+#include "support/snapshot.hpp"
+#include "support/smollm2_model.hpp"
+#include "support/paths.hpp"
 #include "util/error.hpp"
 
 using namespace infokv;

@@ -8,15 +8,15 @@
 #include <memory>
 #include <random>
 
-#include "kv_test_util.hpp"
+#include "support/kv.hpp"
 #include "model/model.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "session/session.hpp"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 #include "util/error.hpp"
-#include "stories_model.hpp"
+#include "support/stories_model.hpp"
 
 using namespace infokv;
 

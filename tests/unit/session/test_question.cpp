@@ -10,8 +10,8 @@
 
 #include "compress/policy.hpp"
 #include "session/session.hpp"
-#include "stories_model.hpp"
-#include "story_text.hpp"
+#include "support/stories_model.hpp"
+#include "support/story_text.hpp"
 #include "util/error.hpp"
 
 using infokv::PolicyKind;

@@ -6,15 +6,15 @@
 #include <cmath>
 #include <random>
 
-#include "params.hpp"
+#include "support/params.hpp"
 #include "model/model.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
 #include "session/session.hpp"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 #include "util/error.hpp"
-#include "stories_model.hpp"
+#include "support/stories_model.hpp"
 
 using namespace infokv;
 
@@ -206,7 +206,7 @@ TEST_P(SessionDtype, AccountingMatchesTheFormula) {
   }
 }
 
-// stories260K's heads of 8 take the float dtypes only (the quantised ones: tests/unit/kv/test_kv_quant_session.cpp).
+// stories260K's heads of 8 take the float dtypes only (the quantised ones: tests/unit/session/test_kv_quant_session.cpp).
 INSTANTIATE_TEST_SUITE_P(KvDtypes, SessionDtype, infokv_test::float_kv_dtypes(), infokv_test::kv_dtype_param_name);
 
 TEST(Session, RemovingSequencesReturnsMemory) {

@@ -11,7 +11,8 @@
 #include "session/session.hpp"
 #include "util/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
-#include "snapshot_test_util.hpp"
+#include "support/snapshot.hpp"
+#include "support/util.hpp"
 #include "util/error.hpp"
 #include "util/sys_memory.hpp"
 
@@ -24,16 +25,7 @@ using infokv::Status;
 using infokv_test::session_opts;
 using infokv_test::stories_model;
 
-template <typename F>
-Status status_of(F &&f, std::string *msg = nullptr) {
-  try {
-    f();
-    return Status::ok;
-  } catch (const Error &e) {
-    if (msg != nullptr) *msg = e.what();
-    return e.status();
-  }
-}
+using infokv_test::status_of;
 
 TEST(SessionLimits, ExplicitPoolLargerThanPhysicalMemoryIsOutOfMemory) {
   const int64_t phys = infokv::physical_memory_bytes();

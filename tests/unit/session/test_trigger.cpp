@@ -15,8 +15,8 @@
 #include "session/chat.hpp"
 #include "session/generate.hpp"
 #include "session/session.hpp"
-#include "smollm2_model.hpp"
-#include "stories_model.hpp"
+#include "support/smollm2_model.hpp"
+#include "support/stories_model.hpp"
 #include "util/error.hpp"
 
 using infokv::ChatProtect;

@@ -10,7 +10,7 @@
 
 #include "infokv_fb/snapshot_generated.h"
 #include "snapshot/snapshot.hpp"
-#include "snapshot_test_util.hpp"
+#include "support/snapshot.hpp"
 #include "util/error.hpp"
 
 using namespace infokv;

@@ -9,10 +9,10 @@
 #include <random>
 
 #include "gguf/gguf.hpp"
-#include "gguf_builder.hpp"
-#include "test_util.hpp"
-#include "tokenizer_test_util.hpp"
-#include "test_paths.hpp"
+#include "support/gguf_builder.hpp"
+#include "support/util.hpp"
+#include "support/tokenizer.hpp"
+#include "support/paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
 

@@ -10,10 +10,10 @@
 #include <sstream>
 
 #include "gguf/gguf.hpp"
-#include "gguf_builder.hpp"
-#include "test_util.hpp"
-#include "tokenizer_test_util.hpp"
-#include "test_paths.hpp"
+#include "support/gguf_builder.hpp"
+#include "support/util.hpp"
+#include "support/tokenizer.hpp"
+#include "support/paths.hpp"
 #include "tokenizer/chat.hpp"
 #include "util/error.hpp"
 #include "tokenizer/tokenizer.hpp"

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "model/model.hpp"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "tokenizer/unicode.hpp"
-#include "tokenizer_test_util.hpp"
+#include "support/tokenizer.hpp"
 #include "util/error.hpp"
 #include "util/json_reader.hpp"
 

@@ -9,12 +9,12 @@
 #include <sstream>
 
 #include "gguf/gguf.hpp"
-#include "gguf_builder.hpp"
-#include "tokenizer_test_util.hpp"
-#include "test_paths.hpp"
+#include "support/gguf_builder.hpp"
+#include "support/tokenizer.hpp"
+#include "support/paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 
 using infokv::Error;
 using infokv::GgufFile;

@@ -35,11 +35,11 @@
 #include <utility>
 #include <vector>
 
-#include "config_samples.hpp"
+#include "support/config_samples.hpp"
 #include "infokv/infokv.h"  // includes config.h and snapshot.h
 #include "session/session.hpp"
-#include "snapshot_test_util.hpp"
-#include "test_paths.hpp"
+#include "support/snapshot.hpp"
+#include "support/paths.hpp"
 #include "util/error.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)

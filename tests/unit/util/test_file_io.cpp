@@ -26,9 +26,9 @@
 #include "infokv/infokv.h"
 #include "util/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
-#include "snapshot_test_util.hpp"
-#include "test_paths.hpp"
-#include "test_util.hpp"
+#include "support/snapshot.hpp"
+#include "support/paths.hpp"
+#include "support/util.hpp"
 #include "util/error.hpp"
 #include "util/file_io.hpp"
 

@@ -15,8 +15,8 @@
 #include "session/session.hpp"
 #include "util/byte_io.hpp"
 #include "snapshot/snapshot.hpp"
-#include "snapshot_test_util.hpp"
-#include "test_util.hpp"
+#include "support/snapshot.hpp"
+#include "support/util.hpp"
 #include "util/error.hpp"
 #include "util/fault_injection.hpp"
 

@@ -21,10 +21,27 @@
 #include <vector>
 
 #include "gguf/gguf.hpp"
-#include "gguf_builder.hpp"
-#include "test_paths.hpp"
+#include "support/gguf_builder.hpp"
+#include "support/paths.hpp"
+#include "util/error.hpp"
 
 namespace infokv_test {
+
+// Runs f and reports the status of the infokv::Error it throws (ok when it throws nothing), its message in *msg. Any
+// other exception is a bug (the C shim would turn it into IKV_ERR_INTERNAL): reported as internal with its text.
+template <typename F>
+infokv::Status status_of(F &&f, std::string *msg = nullptr) {
+  try {
+    f();
+  } catch (const infokv::Error &e) {
+    if (msg != nullptr) *msg = e.what();
+    return e.status();
+  } catch (const std::exception &e) {
+    if (msg != nullptr) *msg = std::string("non-infokv exception: ") + e.what();
+    return infokv::Status::internal;
+  }
+  return infokv::Status::ok;
+}
 
 inline std::string stories_path() { return models_dir() + "/stories260K/stories260K.gguf"; }
 inline std::string reference_json_path() { return models_dir() + "/stories260K/reference.json"; }

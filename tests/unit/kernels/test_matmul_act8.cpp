@@ -16,7 +16,7 @@
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 
 using infokv::GgmlType;
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "model/model.hpp"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 
 namespace infokv_test {
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "gguf/gguf.hpp"
-#include "gguf_builder.hpp"
-#include "test_paths.hpp"
+#include "support/gguf_builder.hpp"
+#include "support/paths.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "util/error.hpp"
 

@@ -11,7 +11,7 @@
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/kv_quant.hpp"
 #include "kernels/ops.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 
 using namespace infokv;
 using infokv_test::randn;

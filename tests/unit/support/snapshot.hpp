@@ -11,8 +11,8 @@
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
-#include "stories_model.hpp"
-#include "test_paths.hpp"
+#include "support/stories_model.hpp"
+#include "support/paths.hpp"
 
 namespace infokv_test {
 

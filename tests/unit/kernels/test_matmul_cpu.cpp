@@ -1,6 +1,6 @@
 // CPU matrix products of float weights (f32/f16/bf16 read in place by the register-blocked tiles) against a float64
 // reference, and each token's result the same bits alone, batched, and on one or two threads. Quantised weights
-// are checked the same way in tests/unit/gguf/test_quant.cpp.
+// are checked the same way in tests/unit/kernels/test_quant.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 
 using infokv::GgmlType;
 

@@ -13,18 +13,18 @@
 #include <set>
 #include <unistd.h>
 
-#include "gguf_builder.hpp"
+#include "support/gguf_builder.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 #include "model/model.hpp"
-#include "quant_blocks.hpp"
+#include "support/quant_blocks.hpp"
 #include "session/session.hpp"
-#include "test_paths.hpp"
+#include "support/paths.hpp"
 #include "util/error.hpp"
-#include "test_util.hpp"
+#include "support/util.hpp"
 
 using infokv::GgmlType;
 using infokv_test::GgufBuilder;
@@ -93,7 +93,7 @@ TEST(Dequant, RejectsPartialBlocksAndUnsupportedTypes) {
 }
 
 // The exact f32 path (decode's integer activations, the default where the CPU has VNNI, are checked against their
-// own float64 reference in tests/unit/backend/test_matmul_act8.cpp).
+// own float64 reference in tests/unit/kernels/test_matmul_act8.cpp).
 struct F32Activations {
   infokv::CpuActivations before = infokv::cpu_activations();
   F32Activations() { infokv::set_cpu_activations(infokv::CpuActivations::f32); }

@@ -13,14 +13,14 @@
 #include <random>
 #include <vector>
 
-#include "params.hpp"
+#include "support/params.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/cpu/attention_math.hpp"
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/ops.hpp"
-#include "random_inputs.hpp"
+#include "support/random_inputs.hpp"
 
 using namespace infokv;
 
