@@ -1,5 +1,5 @@
 // The seam between Session and a backend: Session keeps the KV bookkeeping (KvCache: block tables, slot positions,
-// free list, importance channels, window queries) on the host and hands each forward chunk to a DeviceForward,
+// free list, slot channels, window queries) on the host and hands each forward chunk to a DeviceForward,
 // which owns the weights, the activations and the KV block pool (through the KvStore it makes) on its device.
 // One implementation (OpsForward, ops_forward.cpp) serves every device through DeviceOps (device_ops.hpp).
 #pragma once

@@ -1,7 +1,7 @@
 // The forward pass, written once over DeviceOps: weights resident on the device (as DeviceOps::matrix decides),
 // activations in f32, the KV block pool in the device's memory (same block ids and layout as the host KvCache's
 // tables), one upload of the block tables per chunk and one synchronisation (the downloads at its end).
-// It also produces the compression side channels (DESIGN.md §4) on the device and records them on the host:
+// It also produces the compression slot channels (DESIGN.md §4) on the device and records them on the host:
 // H2O attention sums, the observation window's query rows, per-position entropy and representation change.
 #include <algorithm>
 #include <deque>
@@ -410,7 +410,7 @@ class OpsForward final : public DeviceForward {
     o.sync();
   }
 
-  // Records group gi's side channels on the host: H2O sums and window rows into its StepChannels (applied when the
+  // Records group gi's slot channels on the host: H2O sums and window rows into its StepChannels (applied when the
   // step commits), entropy and representation change into its new slots.
   void record_channels(const ForwardChunk &c, KvCache &kv, const ChunkPlan &p, size_t gi) {
     const ForwardGroup &g = c.groups[gi];
@@ -442,8 +442,8 @@ class OpsForward final : public DeviceForward {
         for (int32_t l = 0; l < nl; ++l) {
           LayerSlots &LS = sc.layers[static_cast<size_t>(l)];
           const auto slot = static_cast<size_t>(LS.n() - n + j);
-          LS.imp[kImpEntropy][slot] = h;
-          LS.imp[kImpRepChange][slot] = rep_host_[static_cast<size_t>(l * p.T + t)];
+          LS.channels[kChanEntropy][slot] = h;
+          LS.channels[kChanRepChange][slot] = rep_host_[static_cast<size_t>(l * p.T + t)];
         }
       }
     }

@@ -125,15 +125,15 @@ std::vector<std::vector<float>> evidence_scores(const CompressionConfig &c, cons
   const int32_t kernel = s.prefill ? c.pool_kernel_prefill : c.pool_kernel_decode;
   std::vector<float> a = pool_and_normalise(mean_attention(w, nh, n, n_cand, r0, r1), kernel);
   {
-    std::vector<float> d(S.imp[kImpRepChange].begin(), S.imp[kImpRepChange].begin() + n_cand);
-    std::vector<float> h(S.imp[kImpEntropy].begin(), S.imp[kImpEntropy].begin() + n_cand);
+    std::vector<float> d(S.channels[kChanRepChange].begin(), S.channels[kChanRepChange].begin() + n_cand);
+    std::vector<float> h(S.channels[kChanEntropy].begin(), S.channels[kChanEntropy].begin() + n_cand);
     out[static_cast<size_t>(Evidence::infokv)] = infokv_mix(a, d, h, c.alpha, c.tau);
   }
   out[static_cast<size_t>(Evidence::window_attention)] = std::move(a);
   for (int32_t j = 0; j < n_cand; ++j) {
-    const float cnt = S.imp[kImpAttnCount][static_cast<size_t>(j)];
+    const float cnt = S.channels[kChanAttnCount][static_cast<size_t>(j)];
     out[static_cast<size_t>(Evidence::accumulated_attention)][static_cast<size_t>(j)] =
-        cnt > 0 ? S.imp[kImpAttnAcc][static_cast<size_t>(j)] / cnt : 0.0f;
+        cnt > 0 ? S.channels[kChanAttnSum][static_cast<size_t>(j)] / cnt : 0.0f;
   }
   if (r1 > r0) out[static_cast<size_t>(Evidence::last_query)] = mean_attention(w, nh, n, n_cand, r1 - 1, r1);
   for (int32_t j = 0; j < n_cand; ++j)

@@ -11,8 +11,8 @@ namespace infokv {
 std::vector<float> infokv_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w) {
   const LayerSlots &S = *in.slots;
   const std::vector<float> a = snapkv_scores(c, in, n_cand, w);
-  const std::vector<float> d(S.imp[kImpRepChange].begin(), S.imp[kImpRepChange].begin() + n_cand);
-  const std::vector<float> h(S.imp[kImpEntropy].begin(), S.imp[kImpEntropy].begin() + n_cand);
+  const std::vector<float> d(S.channels[kChanRepChange].begin(), S.channels[kChanRepChange].begin() + n_cand);
+  const std::vector<float> h(S.channels[kChanEntropy].begin(), S.channels[kChanEntropy].begin() + n_cand);
   return infokv_mix(a, d, h, c.alpha, c.tau);
 }
 

@@ -91,7 +91,7 @@ int64_t KvCache::seq_host_bytes(int32_t id) const {
   n += heap_bytes(c.layers) + heap_bytes(c.window_q) + heap_bytes(c.window_pos);
   for (const LayerSlots &L : c.layers) {
     n += heap_bytes(L.blocks) + heap_bytes(L.pos);
-    for (const auto &ch : L.imp) n += heap_bytes(ch);
+    for (const auto &ch : L.channels) n += heap_bytes(ch);
   }
   for (const CowRows &w : c.window_q) n += w.bytes_share();
   return n;
@@ -235,7 +235,7 @@ void KvCache::append_slots(int32_t id, const int32_t *positions, int32_t n) {
       L.blocks.reserve(static_cast<size_t>(blocks_for(static_cast<int64_t>(n0) + n, bs)));  // push_back below can't throw
       while (static_cast<int64_t>(L.blocks.size()) * bs < n0 + n) L.blocks.push_back(alloc_block());
       L.pos.insert(L.pos.end(), positions, positions + n);
-      for (auto &ch : L.imp) ch.resize(L.pos.size(), 0.0f);
+      for (auto &ch : L.channels) ch.resize(L.pos.size(), 0.0f);
     }
   } catch (...) {
     shrink_to(id, keep_n, old_len);
@@ -264,10 +264,10 @@ void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_c
   SeqCache &s = seq_mut(id);
   for (size_t l = 0; l < s.layers.size(); ++l) {
     LayerSlots &L = s.layers[l];
-    for (int ch : {kImpAttnAcc, kImpAttnCount}) {
-      const auto &add = ch == kImpAttnAcc ? step.acc : step.count;
+    for (int ch : {kChanAttnSum, kChanAttnCount}) {
+      const auto &add = ch == kChanAttnSum ? step.acc : step.count;
       if (l >= add.size()) continue;
-      std::vector<float> &dst = L.imp[static_cast<size_t>(ch)];
+      std::vector<float> &dst = L.channels[static_cast<size_t>(ch)];
       for (size_t j = 0; j < add[l].size() && j < dst.size(); ++j) dst[j] += add[l][j];
     }
     if (l < step.window_q.size()) {
@@ -304,7 +304,7 @@ void KvCache::shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t 
       L.blocks.pop_back();
     }
     L.pos.resize(static_cast<size_t>(n));
-    for (auto &ch : L.imp) ch.resize(static_cast<size_t>(n));
+    for (auto &ch : L.channels) ch.resize(static_cast<size_t>(n));
   }
   s.length = length;
   return_memory();
@@ -395,12 +395,12 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
   if (need > free_blocks())
     fail(Status::kv_full, "KV cache full: compaction of shared blocks needs " + std::to_string(need) + " free blocks");
 
-  // Everything that allocates happens before the first change (new block tables, positions, importance channels,
+  // Everything that allocates happens before the first change (new block tables, positions, slot channels,
   // the move list, the store's scratch), so that out of host memory leaves the sequence as it was; fresh blocks
   // taken for copy-on-write go back on failure. Then the commit only releases blocks and moves vectors.
   std::vector<std::vector<int32_t>> new_tables(keep.size());
   std::vector<std::vector<int32_t>> new_pos(keep.size());
-  std::vector<std::vector<std::vector<float>>> new_imp(keep.size());
+  std::vector<std::vector<std::vector<float>>> new_channels(keep.size());
   std::vector<int32_t> moves;
   std::vector<int32_t> fresh_blocks;
   size_t n_moves = 0;
@@ -413,11 +413,11 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
     std::vector<int32_t> &pos = new_pos[l];
     pos.resize(k.size());
     for (size_t d = 0; d < k.size(); ++d) pos[d] = L.pos[static_cast<size_t>(k[d])];
-    new_imp[l].resize(L.imp.size());
-    for (size_t c = 0; c < L.imp.size(); ++c) {
-      std::vector<float> &v = new_imp[l][c];
+    new_channels[l].resize(L.channels.size());
+    for (size_t c = 0; c < L.channels.size(); ++c) {
+      std::vector<float> &v = new_channels[l][c];
       v.resize(k.size());
-      for (size_t d = 0; d < k.size(); ++d) v[d] = L.imp[c][static_cast<size_t>(k[d])];
+      for (size_t d = 0; d < k.size(); ++d) v[d] = L.channels[c][static_cast<size_t>(k[d])];
     }
     new_tables[l].reserve(static_cast<size_t>(blocks_for(static_cast<int64_t>(k.size()), bs)));
   }
@@ -460,7 +460,7 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
       if (b >= static_cast<size_t>(nb) || dst[b] != L.blocks[b]) release(L.blocks[b]);
     L.blocks = std::move(dst);
     L.pos = std::move(new_pos[l]);
-    for (size_t c = 0; c < L.imp.size(); ++c) L.imp[c] = std::move(new_imp[l][c]);
+    for (size_t c = 0; c < L.channels.size(); ++c) L.channels[c] = std::move(new_channels[l][c]);
   }
   return_memory();
 }
@@ -484,7 +484,7 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
             s.window_q.size() == static_cast<size_t>(cfg_.n_layer);
   for (const LayerSlots &L : s.layers) {
     ok = ok && static_cast<int32_t>(L.blocks.size()) == blocks_for(L.n(), cfg_.block_size);
-    for (const auto &ch : L.imp) ok = ok && ch.size() == L.pos.size();
+    for (const auto &ch : L.channels) ok = ok && ch.size() == L.pos.size();
   }
   if (!ok) {
     release_all(s);
@@ -510,8 +510,8 @@ void KvCache::check_invariants() const {
       const LayerSlots &L = kv.second.layers[l];
       const std::string where = "sequence " + std::to_string(kv.first) + " layer " + std::to_string(l);
       if (static_cast<int32_t>(L.blocks.size()) != blocks_for(L.n(), bs)) fail(Status::internal, where + ": block count does not fit slots");
-      for (const auto &ch : L.imp)
-        if (ch.size() != L.pos.size()) fail(Status::internal, where + ": importance channel size differs");
+      for (const auto &ch : L.channels)
+        if (ch.size() != L.pos.size()) fail(Status::internal, where + ": slot channel size differs");
       for (size_t j = 1; j < L.pos.size(); ++j)
         if (L.pos[j] <= L.pos[j - 1]) fail(Status::internal, where + ": positions not ascending");
       if (!L.pos.empty() && L.pos.back() >= kv.second.length) fail(Status::internal, where + ": position beyond length");

@@ -25,13 +25,16 @@ struct KvConfig {
   int64_t n_blocks = 0;        // pool capacity, all layers together
 };
 
-// Per-slot importance channels kept alongside K/V and moved with them by compaction.
-enum ImpChannel : int { kImpAttnAcc = 0, kImpAttnCount = 1, kImpEntropy = 2, kImpRepChange = 3, kImpChannels = 4 };
+// Slot channels: what the compressor records about each cached token, kept alongside its K/V and moved with it by
+// compaction and copy-on-write (the cache itself never reads them): the attention the token received and from how
+// many queries (H2O), the entropy of the distribution that predicted it, and its representation change (InfoKV).
+// The one name for this state in the code; a step's additions to it travel in StepChannels until the step commits.
+enum SlotChannel : int { kChanAttnSum = 0, kChanAttnCount = 1, kChanEntropy = 2, kChanRepChange = 3, kSlotChannels = 4 };
 
 struct LayerSlots {
   std::vector<int32_t> blocks;  // block table
   std::vector<int32_t> pos;     // original position of each kept slot, ascending
-  std::array<std::vector<float>, kImpChannels> imp;
+  std::array<std::vector<float>, kSlotChannels> channels;
   int32_t n() const { return static_cast<int32_t>(pos.size()); }
 };
 
@@ -99,7 +102,7 @@ struct KvStats {
   int64_t block_bytes = 0;
   int64_t bytes_used = 0;
   // Host memory outside the pool (malloc'd, so invisible in the block counts): the pool's per-block bookkeeping and
-  // every sequence's block tables, positions, importance channels and observation window (the window alone is
+  // every sequence's block tables, positions, slot channels and observation window (the window alone is
   // [layers x window rows x n_q_dim] floats, shared by forks until one changes it, counted once).
   // Session::kv_stats() adds the sessions' per-sequence state (token history, logits).
   int64_t host_bytes = 0;

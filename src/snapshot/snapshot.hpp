@@ -1,4 +1,4 @@
-// Snapshots of a session's sequences (KV cache as kept after compression, importance state, logical length,
+// Snapshots of a session's sequences (KV cache as kept after compression, slot channels, logical length,
 // tokens, logits, protected spans, and optionally a sampler's state) in the container format described at the
 // top of schemas/snapshot.fbs. Restore is all or nothing: every check passes before any state changes.
 #pragma once

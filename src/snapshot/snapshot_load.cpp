@@ -25,7 +25,7 @@ namespace {
 struct StagedLayer {
   std::vector<int32_t> pos;
   std::vector<uint8_t> k, v;  // [n_slots][n_kv_heads][head_dim] of the snapshot's dtype (token-major)
-  std::array<std::vector<float>, kImpChannels> imp;
+  std::array<std::vector<float>, kSlotChannels> channels;
   std::vector<float> window_q;
 };
 
@@ -335,7 +335,7 @@ SequenceSummary read_sequence(const fb::Sequence *s, int32_t si, const Summary &
 }
 
 // Checks one layer chunk of sequence `si` against its sequence (kept counts, window rows) and the layout; returns
-// its number of importance channels.
+// its number of slot channels.
 int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t first, int32_t &last_pos, const SequenceSummary &ss,
                       size_t n_wpos, const Summary &sum, const RowLayout &lay, const std::string &lw) {
   const int64_t len = ss.length, row = lay.row, qd = lay.qd, es = lay.es;
@@ -346,10 +346,10 @@ int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t fir
   if (vsize(L->pos()) != static_cast<size_t>(n)) bad(lw + ": positions size");
   const size_t kv_size = static_cast<size_t>(n) * static_cast<size_t>(sum.n_kv_heads) * static_cast<size_t>(row);
   if (vsize(L->k()) != kv_size || vsize(L->v()) != kv_size) bad(lw + ": K/V size does not match the layout");
-  if ((L->imp_mask() & ~((1u << kImpChannels) - 1)) != 0) bad(lw + ": unknown importance channel");
+  if ((L->imp_mask() & ~((1u << kSlotChannels) - 1)) != 0) bad(lw + ": unknown slot channel");
   int n_ch = 0;
-  for (int ch = 0; ch < kImpChannels; ++ch) n_ch += (L->imp_mask() >> ch) & 1;
-  if (vsize(L->imp()) != static_cast<size_t>(n_ch) * static_cast<size_t>(n)) bad(lw + ": importance size");
+  for (int ch = 0; ch < kSlotChannels; ++ch) n_ch += (L->imp_mask() >> ch) & 1;
+  if (vsize(L->imp()) != static_cast<size_t>(n_ch) * static_cast<size_t>(n)) bad(lw + ": slot channel size");
   // Window rows come as f32 (v1) or, in a v2 file with a 16-bit KV dtype, in that dtype; never both.
   const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(qd) : 0;
   const bool wq_kv = vsize(L->window_q_kv()) != 0;
@@ -361,13 +361,13 @@ int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t fir
   check_hash(L->pos(), L->pos_xxh3(), lw + " positions");
   check_hash(L->k(), L->k_xxh3(), lw + " K");
   check_hash(L->v(), L->v_xxh3(), lw + " V");
-  check_hash(L->imp(), L->imp_xxh3(), lw + " importance");
+  check_hash(L->imp(), L->imp_xxh3(), lw + " slot channels");
   check_hash(L->window_q(), L->window_q_xxh3(), lw + " window queries");
   if (wq_kv) check_hash(L->window_q_kv(), L->window_q_kv_xxh3(), lw + " window queries");  // v1: absent
-  // Non-finite K/V, queries or importance values would turn every later logit into NaN (token 0 forever).
+  // Non-finite K/V, queries or slot channel values would turn every later logit into NaN (token 0 forever).
   if (!kv_rows_finite(L->k(), sum.kv_dtype) || !kv_rows_finite(L->v(), sum.kv_dtype)) bad(lw + ": K/V values are not all finite");
   if (!all_finite(L->imp()) || !all_finite(L->window_q()) || !kv_rows_finite(L->window_q_kv(), kv_window_dtype(sum.kv_dtype)))
-    bad(lw + ": importance or window query values are not all finite");
+    bad(lw + ": slot channel or window query values are not all finite");
   for (int32_t j = 0; j < n; ++j) {
     const int32_t p = L->pos()->Get(static_cast<flatbuffers::uoffset_t>(j));
     if (p <= last_pos || p >= len) bad(lw + ": positions not ascending within the length");
@@ -376,7 +376,7 @@ int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t fir
   return n_ch;
 }
 
-// Appends a checked layer chunk's slots (K/V transposed to [slot][kv head][head_dim], importance channels, and the
+// Appends a checked layer chunk's slots (K/V transposed to [slot][kv head][head_dim], slot channels, and the
 // layer's window query rows with its first chunk) to the staged layer.
 void stage_layer_chunk(const fb::Layer *L, int32_t first, size_t n_wpos, const Summary &sum, const RowLayout &lay,
                        StagedLayer &SL) {
@@ -396,8 +396,8 @@ void stage_layer_chunk(const fb::Layer *L, int32_t first, size_t n_wpos, const S
       std::memcpy(SL.v.data() + dst, L->v()->data() + src, r);
     }
   int k = 0;
-  for (int ch = 0; ch < kImpChannels; ++ch) {
-    auto &dst = SL.imp[static_cast<size_t>(ch)];
+  for (int ch = 0; ch < kSlotChannels; ++ch) {
+    auto &dst = SL.channels[static_cast<size_t>(ch)];
     if ((L->imp_mask() >> ch) & 1) {
       const float *p = L->imp()->data() + static_cast<size_t>(k) * static_cast<size_t>(n);
       dst.insert(dst.end(), p, p + n);
@@ -414,7 +414,7 @@ void stage_layer_chunk(const fb::Layer *L, int32_t first, size_t n_wpos, const S
   }
 }
 
-// The layer chunks of sequence `si`, checked and (sq not null) staged; max_channels takes the most importance
+// The layer chunks of sequence `si`, checked and (sq not null) staged; max_channels takes the most slot
 // channels a chunk has.
 void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const SequenceSummary &ss, size_t n_wpos,
                        const Summary &sum, const RowLayout &lay, StagedSeq *sq, int &max_channels) {
@@ -552,7 +552,7 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in,
             }
         kv.store().write_blocks(L.blocks, blocks.data());
         L.pos = std::move(SL.pos);
-        L.imp = std::move(SL.imp);
+        L.channels = std::move(SL.channels);
         c.window_q[l].assign(std::move(SL.window_q));
       }
       loose.clear();  // adopt_sequence owns them from here, and releases them itself if it fails

@@ -106,7 +106,7 @@ void write_header(ChunkWriter &w, const Session &session, const Sampler *sampler
   w.put(b);
 }
 
-// Which importance channels each layer of a sequence stores, and how the layer is split into chunks.
+// Which slot channels each layer of a sequence stores, and how the layer is split into chunks.
 struct LayerSplit {
   std::vector<uint32_t> masks;
   std::vector<int32_t> per_chunk;
@@ -122,8 +122,8 @@ LayerSplit split_layers(const SeqCache &c, int64_t slot_bytes, int64_t max_chunk
     const LayerSlots &L = c.layers[l];
     sp.kept.push_back(L.n());
     int n_ch = 0;
-    for (int ch = 0; ch < kImpChannels; ++ch)
-      if (std::any_of(L.imp[static_cast<size_t>(ch)].begin(), L.imp[static_cast<size_t>(ch)].end(), [](float x) { return x != 0.0f; })) {
+    for (int ch = 0; ch < kSlotChannels; ++ch)
+      if (std::any_of(L.channels[static_cast<size_t>(ch)].begin(), L.channels[static_cast<size_t>(ch)].end(), [](float x) { return x != 0.0f; })) {
         sp.masks[l] |= 1u << ch;
         ++n_ch;
       }
@@ -163,7 +163,7 @@ struct LayerBuffers {
 };
 
 // Layer l of sequence si as chunks of at most sp.per_chunk[l] slots: K/V (gathered per head), positions, the stored
-// importance channels and, with the first chunk, the last n_rows window query rows (in the KV dtype when
+// slot channels and, with the first chunk, the last n_rows window query rows (in the KV dtype when
 // half_window).
 void write_layer_chunks(ChunkWriter &w, const KvCache &kv, const SeqCache &c, size_t si, size_t l, const LayerSplit &sp,
                         int64_t n_rows, bool half_window, int64_t qd, LayerBuffers &buf) {
@@ -178,8 +178,8 @@ void write_layer_chunks(ChunkWriter &w, const KvCache &kv, const SeqCache &c, si
     gather(buf.vbuf, kv, buf.blocks, first, n, 1);
     std::vector<int32_t> pos(L.pos.begin() + first, L.pos.begin() + first + n);
     std::vector<float> imp;
-    for (int ch = 0; ch < kImpChannels; ++ch)
-      if (sp.masks[l] & (1u << ch)) imp.insert(imp.end(), L.imp[static_cast<size_t>(ch)].begin() + first, L.imp[static_cast<size_t>(ch)].begin() + first + n);
+    for (int ch = 0; ch < kSlotChannels; ++ch)
+      if (sp.masks[l] & (1u << ch)) imp.insert(imp.end(), L.channels[static_cast<size_t>(ch)].begin() + first, L.channels[static_cast<size_t>(ch)].begin() + first + n);
     const std::vector<float> empty;
     const std::vector<float> &all_rows = c.window_q[l].get();
     if (static_cast<int64_t>(all_rows.size()) != static_cast<int64_t>(c.window_pos.size()) * qd)

@@ -129,7 +129,7 @@ void DecodeBatch(benchmark::State &st) {
 }
 BENCHMARK(DecodeBatch)->ArgNames({"seqs"})->Arg(1)->Arg(4)->Arg(16)->UseRealTime();
 
-// Decode with the side channels of each policy on (scores are recorded, no compression happens).
+// Decode with the slot channels of each policy on (scores are recorded, no compression happens).
 void SideChannels(benchmark::State &st) {
   const auto policy = static_cast<PolicyKind>(st.range(0));
   Session s(model(), options(1, policy));
@@ -209,7 +209,7 @@ BENCHMARK(BytesPerToken)->DenseRange(1, 3)->Iterations(1);
 
 // What choosing costs on a real model (SmolLM2-135M, $INFOKV_SMOLLM2 or the fetched file): one compression of a
 // 2,048-token context to 25% against the 1,024 decode steps of the default interval at that context, for auto and
-// for snapkv (the fixed policy auto's window scoring comes from), and decode speed with each policy's side channels
+// for snapkv (the fixed policy auto's window scoring comes from), and decode speed with each policy's slot channels
 // on. Counters: decode_ms (one step), compress_ms (one compression), overhead_% = compress_ms / (1024 x decode_ms).
 void ChooseOverhead(benchmark::State &st) {
   const std::string path = infokv_test::smollm2_path();
@@ -229,7 +229,7 @@ void ChooseOverhead(benchmark::State &st) {
   o.compression.interval = 1 << 30;
   Session s(m, o);
   const int32_t id = prefilled(s, 2048);
-  // Decode speed at this context, side channels on: 96 steps on a fork (truncating would also drop the observation
+  // Decode speed at this context, slot channels on: 96 steps on a fork (truncating would also drop the observation
   // window's query rows, and the compression below would have nothing to score with).
   const int32_t probe = s.fork_sequence(id);
   const auto t0 = std::chrono::steady_clock::now();
@@ -245,7 +245,7 @@ void ChooseOverhead(benchmark::State &st) {
     const int32_t f = s.fork_sequence(id);
     st.ResumeTiming();
     const auto c0 = std::chrono::steady_clock::now();
-    if (policy != PolicyKind::none) s.compressor().compress(f, 512);  // none: only the decode speed without side channels
+    if (policy != PolicyKind::none) s.compressor().compress(f, 512);  // none: only the decode speed without slot channels
     compress_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
     ++n;
     st.PauseTiming();

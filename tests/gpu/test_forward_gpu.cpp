@@ -132,7 +132,7 @@ TEST_F(GpuForward, MixedBatchOfTwoSequencesMatchesCpu) {
   EXPECT_LT(compare(gs.batch_logits(), cs.batch_logits()).rel, 3e-2);
 }
 
-// Compression on the device (side channels, window scoring, slot moves), forks (copy-on-write on the device) and
+// Compression on the device (slot channels, window scoring, slot moves), forks (copy-on-write on the device) and
 // snapshots between devices, against the same steps on the CPU. Scores computed in f16 on the GPU may break near
 // ties differently, so kept sets must overlap (Jaccard >= 0.9 per layer), and logits must agree where they are equal.
 class GpuCompression : public GpuForward, public ::testing::WithParamInterface<PolicyKind> {};

@@ -2,7 +2,7 @@
 // store the CUDA backend uses, here in host memory through the CPU's DeviceOps) must behave exactly like one on the
 // memory-mapped host store, through every compression policy (slot moves), forks (copy-on-write block copies) and
 // snapshots (whole-block reads and writes) in both directions. That CPU DeviceOps also delivers downloads only at
-// sync(), as a GPU stream does, so a read of the side channels, logits or blocks before the sync fails here too.
+// sync(), as a GPU stream does, so a read of the slot channels, logits or blocks before the sync fails here too.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -56,7 +56,7 @@ void expect_same(Pair &p, int32_t seq, const std::string &what) {
   ASSERT_EQ(a.layers.size(), b.layers.size());
   for (size_t l = 0; l < a.layers.size(); ++l) {
     EXPECT_EQ(a.layers[l].pos, b.layers[l].pos) << what << " layer " << l;
-    for (int ch = 0; ch < kImpChannels; ++ch) EXPECT_EQ(a.layers[l].imp[static_cast<size_t>(ch)], b.layers[l].imp[static_cast<size_t>(ch)]) << what;
+    for (int ch = 0; ch < kSlotChannels; ++ch) EXPECT_EQ(a.layers[l].channels[static_cast<size_t>(ch)], b.layers[l].channels[static_cast<size_t>(ch)]) << what;
   }
   EXPECT_EQ(a.window_q, b.window_q) << what;
   p.host.kv().check_invariants();
@@ -155,7 +155,7 @@ class FailingForward final : public DeviceForward {
 
 class FailedStep : public ::testing::TestWithParam<PolicyKind> {};
 
-// A step that fails in its second chunk leaves every sequence exactly as before (slots, lengths, importance
+// A step that fails in its second chunk leaves every sequence exactly as before (slots, lengths, slot
 // channels, window queries, logits), and the same step retried then equals a session that never failed.
 TEST_P(FailedStep, DeviceFailureMidStepChangesNothing) {
   SessionOptions o = opts_for(GetParam());
@@ -189,8 +189,8 @@ TEST_P(FailedStep, DeviceFailureMidStepChangesNothing) {
   for (size_t l = 0; l < before.layers.size(); ++l) {
     EXPECT_EQ(after.layers[l].pos, before.layers[l].pos) << "layer " << l;
     EXPECT_EQ(after.layers[l].blocks, before.layers[l].blocks) << "layer " << l;
-    for (int ch = 0; ch < kImpChannels; ++ch)
-      EXPECT_EQ(after.layers[l].imp[static_cast<size_t>(ch)], before.layers[l].imp[static_cast<size_t>(ch)]) << "layer " << l << " channel " << ch;
+    for (int ch = 0; ch < kSlotChannels; ++ch)
+      EXPECT_EQ(after.layers[l].channels[static_cast<size_t>(ch)], before.layers[l].channels[static_cast<size_t>(ch)]) << "layer " << l << " channel " << ch;
   }
   EXPECT_EQ(after.window_q, before.window_q);
   EXPECT_EQ(after.window_pos, before.window_pos);
@@ -203,8 +203,8 @@ TEST_P(FailedStep, DeviceFailureMidStepChangesNothing) {
   ref.decode(second);
   EXPECT_EQ(s.logits(id), ref.logits(id));
   for (size_t l = 0; l < before.layers.size(); ++l)
-    for (int ch = 0; ch < kImpChannels; ++ch)
-      EXPECT_EQ(s.kv().seq(id).layers[l].imp[static_cast<size_t>(ch)], ref.kv().seq(id).layers[l].imp[static_cast<size_t>(ch)]);
+    for (int ch = 0; ch < kSlotChannels; ++ch)
+      EXPECT_EQ(s.kv().seq(id).layers[l].channels[static_cast<size_t>(ch)], ref.kv().seq(id).layers[l].channels[static_cast<size_t>(ch)]);
   EXPECT_EQ(s.kv().seq(id).window_q, ref.kv().seq(id).window_q);
 }
 

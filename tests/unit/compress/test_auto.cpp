@@ -40,13 +40,13 @@ Layer random_layer(std::mt19937 &rng, int32_t n, int32_t rows) {
   L.n = n;
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int32_t i = 0; i < n; ++i) L.slots.pos.push_back(3 * i);
-  for (auto &ch : L.slots.imp) ch.assign(static_cast<size_t>(n), 0.0f);
+  for (auto &ch : L.slots.channels) ch.assign(static_cast<size_t>(n), 0.0f);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   for (int32_t i = 0; i < n; ++i) {
-    L.slots.imp[kImpAttnAcc][static_cast<size_t>(i)] = u(rng) * static_cast<float>(n - i);
-    L.slots.imp[kImpAttnCount][static_cast<size_t>(i)] = static_cast<float>(n - i);
-    L.slots.imp[kImpEntropy][static_cast<size_t>(i)] = 3.0f * u(rng);
-    L.slots.imp[kImpRepChange][static_cast<size_t>(i)] = u(rng);
+    L.slots.channels[kChanAttnSum][static_cast<size_t>(i)] = u(rng) * static_cast<float>(n - i);
+    L.slots.channels[kChanAttnCount][static_cast<size_t>(i)] = static_cast<float>(n - i);
+    L.slots.channels[kChanEntropy][static_cast<size_t>(i)] = 3.0f * u(rng);
+    L.slots.channels[kChanRepChange][static_cast<size_t>(i)] = u(rng);
   }
   L.k.resize(static_cast<size_t>(n * L.kvh * L.hd));
   L.v.resize(L.k.size());

@@ -53,7 +53,7 @@ void expect_matches(KvCache &kv, const std::map<int32_t, ModelSeq> &model, const
       PagedKv view = kv.view(ms.first, l);
       for (size_t j = 0; j < exp.size(); ++j) {
         ASSERT_EQ(L.pos[j], exp[j].first) << where;
-        ASSERT_EQ(L.imp[kImpAttnAcc][j], exp[j].second) << where << ": importance channel not moved with its slot";
+        ASSERT_EQ(L.channels[kChanAttnSum][j], exp[j].second) << where << ": slot channel not moved with its slot";
         for (int32_t h = 0; h < c.n_kv_heads; ++h) {
           cpu::kv_read(buf.data(), view, static_cast<int32_t>(j), h, 0);
           for (int32_t i = 0; i < c.head_dim; ++i)
@@ -109,7 +109,7 @@ TEST(KvCache, RandomOperationsKeepEveryInvariant) {
             const int32_t first = L.n() - n;
             write_slots(kv, pick, l, first, tags);
             for (int32_t i = 0; i < n; ++i) {
-              L.imp[kImpAttnAcc][static_cast<size_t>(first + i)] = tags[static_cast<size_t>(i)];
+              L.channels[kChanAttnSum][static_cast<size_t>(first + i)] = tags[static_cast<size_t>(i)];
               m.layers[static_cast<size_t>(l)].push_back({pos[static_cast<size_t>(i)], tags[static_cast<size_t>(i)]});
             }
           }
@@ -148,7 +148,7 @@ TEST(KvCache, RandomOperationsKeepEveryInvariant) {
           const SeqCache &s = kv.seq(pick);
           for (const LayerSlots &L : s.layers) {
             std::vector<std::pair<int32_t, float>> v;
-            for (int32_t j = 0; j < L.n(); ++j) v.push_back({L.pos[static_cast<size_t>(j)], L.imp[kImpAttnAcc][static_cast<size_t>(j)]});
+            for (int32_t j = 0; j < L.n(); ++j) v.push_back({L.pos[static_cast<size_t>(j)], L.channels[kChanAttnSum][static_cast<size_t>(j)]});
             m.layers.push_back(v);
           }
         }

@@ -570,7 +570,7 @@ TEST_F(Damage, NonFiniteCompressionParametersAreRefused) {
   expect_untouched();
 }
 
-// NaN or Inf in the logits, K/V or importance values (checksums re-made to match) are refused: they used to restore
+// NaN or Inf in the logits, K/V or slot channel values (checksums re-made to match) are refused: they used to restore
 // and produce token 0 forever.
 TEST_F(Damage, NonFiniteValuesAreRefused) {
   auto lg = with_chunk(snap, 1, [](snap::Chunk *c) {
