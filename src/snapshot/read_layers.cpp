@@ -1,0 +1,160 @@
+// A sequence's layer chunks: the KV cache's kept slots (positions, K/V, slot channels) and each layer's window
+// query rows, checked and staged; and a staged layer committed to the cache in its dtype (snapshot/read_internal.hpp).
+#include <algorithm>
+#include <cstring>
+
+#include "snapshot/convert.hpp"
+#include "snapshot/read_internal.hpp"
+
+namespace infokv {
+namespace snapshot {
+namespace detail {
+
+namespace {
+
+// Checks one layer chunk of sequence `si` against its sequence (kept counts, window rows) and the layout; returns
+// its number of slot channels.
+int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t first, int32_t &last_pos, const SequenceSummary &ss,
+                      size_t n_wpos, const Summary &sum, const RowLayout &lay, const std::string &lw) {
+  const int64_t len = ss.length, row = lay.row, qd = lay.qd, es = lay.es;
+  const int32_t kept = ss.kept_per_layer[static_cast<size_t>(layer)];
+  if (L->seq_index() != si || L->layer() != layer || L->first_slot() != first) bad(lw + ": out of order");
+  const int32_t n = L->n_slots();
+  if (n < 0 || n > kept - first || (n == 0 && kept != 0)) bad(lw + ": slot count does not add up to the kept count");
+  if (vsize(L->pos()) != static_cast<size_t>(n)) bad(lw + ": positions size");
+  const size_t kv_size = static_cast<size_t>(n) * static_cast<size_t>(sum.n_kv_heads) * static_cast<size_t>(row);
+  if (vsize(L->k()) != kv_size || vsize(L->v()) != kv_size) bad(lw + ": K/V size does not match the layout");
+  if ((L->imp_mask() & ~((1u << kSlotChannels) - 1)) != 0) bad(lw + ": unknown slot channel");
+  int n_ch = 0;
+  for (int ch = 0; ch < kSlotChannels; ++ch) n_ch += (L->imp_mask() >> ch) & 1;
+  if (vsize(L->imp()) != static_cast<size_t>(n_ch) * static_cast<size_t>(n)) bad(lw + ": slot channel size");
+  // Window rows come as f32 (v1) or, in a v2 file with a 16-bit KV dtype, in that dtype; never both.
+  const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(qd) : 0;
+  const bool wq_kv = vsize(L->window_q_kv()) != 0;
+  if (wq_kv && (sum.min_reader_version < kWindowKvVersion || sum.kv_dtype == KvDtype::f32))
+    bad(lw + ": 16-bit window queries in a v1 file or an f32 cache");
+  if (wq_kv ? vsize(L->window_q()) != 0 || vsize(L->window_q_kv()) != wq_size * static_cast<size_t>(es)
+            : vsize(L->window_q()) != wq_size)
+    bad(lw + ": window query size");
+  check_hash(L->pos(), L->pos_xxh3(), lw + " positions");
+  check_hash(L->k(), L->k_xxh3(), lw + " K");
+  check_hash(L->v(), L->v_xxh3(), lw + " V");
+  check_hash(L->imp(), L->imp_xxh3(), lw + " slot channels");
+  check_hash(L->window_q(), L->window_q_xxh3(), lw + " window queries");
+  if (wq_kv) check_hash(L->window_q_kv(), L->window_q_kv_xxh3(), lw + " window queries");  // v1: absent
+  // Non-finite K/V, queries or slot channel values would turn every later logit into NaN (token 0 forever).
+  if (!kv_rows_finite(L->k(), sum.kv_dtype) || !kv_rows_finite(L->v(), sum.kv_dtype)) bad(lw + ": K/V values are not all finite");
+  if (!all_finite(L->imp()) || !all_finite(L->window_q()) || !kv_rows_finite(L->window_q_kv(), kv_window_dtype(sum.kv_dtype)))
+    bad(lw + ": slot channel or window query values are not all finite");
+  for (int32_t j = 0; j < n; ++j) {
+    const int32_t p = L->pos()->Get(static_cast<flatbuffers::uoffset_t>(j));
+    if (p <= last_pos || p >= len) bad(lw + ": positions not ascending within the length");
+    last_pos = p;
+  }
+  return n_ch;
+}
+
+// Appends a checked layer chunk's slots (K/V transposed to [slot][kv head][head_dim], slot channels, and the
+// layer's window query rows with its first chunk) to the staged layer.
+void stage_layer_chunk(const fb::Layer *L, int32_t first, size_t n_wpos, const Summary &sum, const RowLayout &lay,
+                       StagedLayer &SL) {
+  const int32_t n = L->n_slots();
+  const int64_t row = lay.row;
+  const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(lay.qd) : 0;
+  const bool wq_kv = vsize(L->window_q_kv()) != 0;
+  SL.pos.insert(SL.pos.end(), L->pos()->begin(), L->pos()->end());
+  const size_t nh = static_cast<size_t>(sum.n_kv_heads), r = static_cast<size_t>(row);
+  SL.k.resize(static_cast<size_t>(first + n) * nh * r);
+  SL.v.resize(SL.k.size());
+  for (size_t hh = 0; hh < nh; ++hh)
+    for (int32_t j = 0; j < n; ++j) {
+      const size_t src = (hh * static_cast<size_t>(n) + static_cast<size_t>(j)) * r;
+      const size_t dst = ((static_cast<size_t>(first + j)) * nh + hh) * r;
+      std::memcpy(SL.k.data() + dst, L->k()->data() + src, r);
+      std::memcpy(SL.v.data() + dst, L->v()->data() + src, r);
+    }
+  int k = 0;
+  for (int ch = 0; ch < kSlotChannels; ++ch) {
+    auto &dst = SL.channels[static_cast<size_t>(ch)];
+    if ((L->imp_mask() >> ch) & 1) {
+      const float *p = L->imp()->data() + static_cast<size_t>(k) * static_cast<size_t>(n);
+      dst.insert(dst.end(), p, p + n);
+      ++k;
+    } else {
+      dst.resize(static_cast<size_t>(first + n), 0.0f);
+    }
+  }
+  if (first == 0 && L->window_q() != nullptr) SL.window_q.assign(L->window_q()->begin(), L->window_q()->end());
+  if (first == 0 && wq_kv) {
+    SL.window_q.resize(wq_size);
+    convert_rows(reinterpret_cast<uint8_t *>(SL.window_q.data()), KvDtype::f32, L->window_q_kv()->data(), kv_window_dtype(sum.kv_dtype),
+                 static_cast<int64_t>(wq_size));
+  }
+}
+
+}  // namespace
+
+void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const SequenceSummary &ss, size_t n_wpos,
+                       const Summary &sum, const RowLayout &lay, StagedSeq *sq, int &max_channels) {
+  const std::string where = "sequence " + std::to_string(si);
+  int32_t layer = 0, first = 0, last_pos = -1;
+  bool started = false;  // the current layer has had a chunk (a layer with nothing kept has one empty chunk)
+  for (int32_t ci = 0; ci < layer_chunks; ++ci) {
+    const fb::Chunk *c = rd.next();
+    const std::string lw = where + " chunk " + std::to_string(ci);
+    if (c == nullptr || c->kind() != fb::ChunkKind::LAYER || c->layer() == nullptr) bad(lw + ": layer chunk missing");
+    const fb::Layer *L = c->layer();
+    if (started && first == ss.kept_per_layer[static_cast<size_t>(layer)]) {  // previous layer complete: next one
+      ++layer;
+      first = 0;
+      last_pos = -1;
+      started = false;
+      if (layer >= sum.n_layer) bad(lw + ": more layer chunks than layers");
+    }
+    const int32_t kept = ss.kept_per_layer[static_cast<size_t>(layer)];
+    max_channels = std::max(max_channels, check_layer_chunk(L, si, layer, first, last_pos, ss, n_wpos, sum, lay, lw));
+    if (sq != nullptr) stage_layer_chunk(L, first, n_wpos, sum, lay, sq->layers[static_cast<size_t>(layer)]);
+    first += L->n_slots();
+    started = true;
+    if (ci + 1 == layer_chunks && (layer != sum.n_layer - 1 || first != kept)) bad(where + ": layer chunks do not cover every layer");
+  }
+}
+
+
+LayerSlots commit_layer(KvCache &kv, StagedLayer &SL, KvDtype src, const std::vector<float> &bk, std::vector<int32_t> &taken) {
+  const KvConfig &kc = kv.config();
+  const int32_t bs = kc.block_size;
+  const int64_t row = kv_bytes(kc.dtype, kc.head_dim), src_row = kv_bytes(src, kc.head_dim);
+  const int64_t hd = kc.head_dim, nkv = kc.n_kv_heads;
+  LayerSlots L;
+  const auto n = static_cast<int64_t>(SL.pos.size());
+  L.blocks = kv.alloc_blocks((n + bs - 1) / bs);
+  taken.insert(taken.end(), L.blocks.begin(), L.blocks.end());
+  // Keys a quantised cache stored less the layer's K bias (kv_keys_less_bias) move to a float cache with it added
+  // back, and the other way round.
+  const float bias_sign = static_cast<float>(kv_keys_less_bias(src)) - static_cast<float>(kv_keys_less_bias(kc.dtype));
+  std::vector<float> krow(static_cast<size_t>(hd));
+  // Built in host memory block by block, then written to the store (host or device) in one call.
+  std::vector<uint8_t> blocks(L.blocks.size() * static_cast<size_t>(kv.block_bytes()), 0);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t h = 0; h < nkv; ++h)
+      for (int which = 0; which < 2; ++which) {
+        uint8_t *dst = blocks.data() + (j / bs) * kv.block_bytes() + ((which * nkv + h) * bs + j % bs) * row;
+        const uint8_t *from = (which == 0 ? SL.k : SL.v).data() + (j * nkv + h) * src_row;
+        if (which == 0 && bias_sign != 0 && !bk.empty()) {  // keys less their bias on one side only
+          convert_rows(reinterpret_cast<uint8_t *>(krow.data()), KvDtype::f32, from, src, hd);
+          for (int64_t i = 0; i < hd; ++i) krow[static_cast<size_t>(i)] += bias_sign * bk[static_cast<size_t>(h * hd + i)];
+          convert_rows(dst, kc.dtype, reinterpret_cast<const uint8_t *>(krow.data()), KvDtype::f32, hd);
+        } else {
+          convert_rows(dst, kc.dtype, from, src, hd);
+        }
+      }
+  kv.store().write_blocks(L.blocks, blocks.data());
+  L.pos = std::move(SL.pos);
+  L.channels = std::move(SL.channels);
+  return L;
+}
+
+}  // namespace detail
+}  // namespace snapshot
+}  // namespace infokv
