@@ -24,7 +24,7 @@ struct ForwardGroup {
   int32_t seq = 0;
   std::vector<int64_t> items;        // chunk-relative indices, ascending (their slots: the last items.size() of each layer)
   float *pending_entropy = nullptr;  // host, in/out: entropy of the distribution that predicts the next token
-  StepChannels *step = nullptr;      // host, out: H2O sums and window rows, applied by the caller when the step commits
+  StepObservations *step = nullptr;  // host, out: what the step observed, applied by the caller when the step commits
 };
 
 struct ForwardChunk {
@@ -51,9 +51,10 @@ class DeviceForward {
   // The KV block pool for a cache of this geometry, in this backend's memory.
   virtual std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) = 0;
   // Runs the decoder on the chunk. The caller has already reserved the KV slots with KvCache::append_slots.
-  // Writes the logits of c.logit_rows to out[logit_rows.size(), n_vocab]; records the entropy channels of the new
-  // slots in `kv` (they go if the step fails), the groups' pending_entropy, and what changes older state (H2O sums,
-  // window rows) in the groups' StepChannels, which the caller applies on commit. Throws Error on failure.
+  // Writes the logits of c.logit_rows to out[logit_rows.size(), n_vocab] and K/V of the new slots into `kv`; updates
+  // the groups' pending_entropy and records what compression asked to observe (attention sums, window rows,
+  // entropy and representation change) in the groups' StepObservations, which the caller applies on commit. Throws
+  // Error on failure.
   virtual void forward_chunk(const ForwardChunk &c, KvCache &kv, float *out) = 0;
   // Observation-window scoring: out[r, j] for j < vis[r] = attention probability, averaged over heads, that slot
   // j of `kv` (a view of this backend's pool) receives from query row r of q[rows, n_heads * head_dim] (host);

@@ -1,8 +1,8 @@
 // The forward pass, written once over DeviceOps: weights resident on the device (as DeviceOps::matrix decides),
 // activations in f32, the KV block pool in the device's memory (same block ids and layout as the host KvCache's
 // tables), one upload of the block tables per chunk and one synchronisation (the downloads at its end).
-// It also produces the compression slot channels (DESIGN.md §4) on the device and records them on the host:
-// H2O attention sums, the observation window's query rows, per-position entropy and representation change.
+// It also observes, on the device, what compression asked for (DESIGN.md §4) and records it on the host in the
+// groups' StepObservations: H2O attention sums, the observation window's query rows, entropy and representation change.
 #include <algorithm>
 #include <deque>
 #include <cmath>
@@ -169,7 +169,7 @@ class OpsForward final : public DeviceForward {
     for (int32_t l = 0; l < p.nl; ++l) run_layer(c, kv, p, l);
     run_lm_head(c, p);
     download(c, p, out);
-    for (size_t gi = 0; gi < c.groups.size(); ++gi) record_channels(c, kv, p, gi);
+    for (size_t gi = 0; gi < c.groups.size(); ++gi) record_channels(c, p, gi);
   }
 
  private:
@@ -410,19 +410,19 @@ class OpsForward final : public DeviceForward {
     o.sync();
   }
 
-  // Records group gi's slot channels on the host: H2O sums and window rows into its StepChannels (applied when the
-  // step commits), entropy and representation change into its new slots.
-  void record_channels(const ForwardChunk &c, KvCache &kv, const ChunkPlan &p, size_t gi) {
+  // Records group gi's observations on the host, in its StepObservations (applied when the step commits): the
+  // attention sums of every slot, the window rows, and each new token's entropy and representation change.
+  void record_channels(const ForwardChunk &c, const ChunkPlan &p, size_t gi) {
     const ForwardGroup &g = c.groups[gi];
     const int64_t n = static_cast<int64_t>(g.items.size());
     const int32_t nl = p.nl;
-    StepChannels &step = *g.step;
+    StepObservations &step = *g.step;
     if (c.attention_acc) {
-      step.acc.resize(static_cast<size_t>(nl));
-      step.count.resize(static_cast<size_t>(nl));
+      step.attn_sum.resize(static_cast<size_t>(nl));
+      step.attn_count.resize(static_cast<size_t>(nl));
       for (int32_t l = 0; l < nl; ++l) {
         const ViewRef &r = p.ref(gi, l);
-        std::vector<float> &acc = step.acc[static_cast<size_t>(l)], &cnt = step.count[static_cast<size_t>(l)];
+        std::vector<float> &acc = step.attn_sum[static_cast<size_t>(l)], &cnt = step.attn_count[static_cast<size_t>(l)];
         acc.resize(static_cast<size_t>(r.n_slots), 0.0f);
         cnt.resize(static_cast<size_t>(r.n_slots), 0.0f);
         for (int32_t j = 0; j < r.n_slots; ++j) {
@@ -433,23 +433,19 @@ class OpsForward final : public DeviceForward {
     }
     if (p.W > 0) record_window(c, p, g, step);
     if (c.entropy) {
-      SeqCache &sc = kv.seq_mut(g.seq);
+      step.rep_change.resize(static_cast<size_t>(nl));
       // H of a token is the entropy of the distribution that predicted it (the previous position's logits).
       for (int64_t j = 0; j < n; ++j) {
         const int64_t t = g.items[static_cast<size_t>(j)];
-        const float h = c.positions[t] == 0 ? 0.0f : *g.pending_entropy;
+        step.entropy.push_back(c.positions[t] == 0 ? 0.0f : *g.pending_entropy);
         *g.pending_entropy = static_cast<float>(ent_host_[static_cast<size_t>(t)]);
-        for (int32_t l = 0; l < nl; ++l) {
-          LayerSlots &LS = sc.layers[static_cast<size_t>(l)];
-          const auto slot = static_cast<size_t>(LS.n() - n + j);
-          LS.channels[kChanEntropy][slot] = h;
-          LS.channels[kChanRepChange][slot] = rep_host_[static_cast<size_t>(l * p.T + t)];
-        }
+        for (int32_t l = 0; l < nl; ++l)
+          step.rep_change[static_cast<size_t>(l)].push_back(rep_host_[static_cast<size_t>(l * p.T + t)]);
       }
     }
   }
 
-  void record_window(const ForwardChunk &c, const ChunkPlan &p, const ForwardGroup &g, StepChannels &step) {
+  void record_window(const ForwardChunk &c, const ChunkPlan &p, const ForwardGroup &g, StepObservations &step) {
     const int64_t n = static_cast<int64_t>(g.items.size()), qd = p.qd;
     // Only the last window_rows rows can survive the commit's trim: older ones are not kept.
     const int64_t keep = std::min<int64_t>(n, c.window_rows);

@@ -354,6 +354,26 @@ bool Compressor::try_compress(int32_t seq, int32_t budget_tokens) {
   }
 }
 
+void Compressor::observe(int32_t seq, const StepObservations &obs) {
+  SeqCache &s = kv_.seq_mut(seq);
+  const size_t n_new = obs.entropy.size();
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    LayerSlots &L = s.layers[l];
+    for (int ch : {kChanAttnSum, kChanAttnCount}) {
+      const auto &add = ch == kChanAttnSum ? obs.attn_sum : obs.attn_count;
+      if (l >= add.size()) continue;
+      std::vector<float> &dst = L.channels[static_cast<size_t>(ch)];
+      for (size_t j = 0; j < add[l].size() && j < dst.size(); ++j) dst[j] += add[l][j];
+    }
+    if (n_new == 0 || l >= obs.rep_change.size() || static_cast<size_t>(L.n()) < n_new) continue;
+    const size_t base = static_cast<size_t>(L.n()) - n_new;
+    for (size_t j = 0; j < n_new; ++j) {
+      L.channels[kChanEntropy][base + j] = obs.entropy[j];
+      L.channels[kChanRepChange][base + j] = obs.rep_change[l][j];
+    }
+  }
+}
+
 void Compressor::compress_over_budget(const std::vector<int32_t> &due) {
   for (int32_t id : due) {
     // The step is committed by now, so its status must be OK. Compacting a sequence that shares blocks with a fork

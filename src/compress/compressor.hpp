@@ -162,6 +162,10 @@ class Compressor {
   // compaction that finds no block for its copies leaves that sequence over budget with its count kept, so the
   // next step tries again.
   void appended(int32_t seq, int64_t n) { state_mut(seq).since_compress += n; }
+  // Records a committed step's observations of `seq` in its slot channels (compress/channels.hpp): adds the
+  // attention sums to every slot they cover and sets the entropy and representation change of the step's new slots
+  // (the last of each layer). Allocates nothing: it cannot fail once the step's slots are appended.
+  void observe(int32_t seq, const StepObservations &obs);
   void compress_over_budget(const std::vector<int32_t> &due);
 
   // Memory pressure, decided like an allocator. pressure_candidates(): the sequences over their budget whose

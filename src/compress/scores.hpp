@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "compress/channels.hpp"
 #include "compress/policy.hpp"
 #include "kernels/ops.hpp"
 #include "kv/kv_cache.hpp"

@@ -249,7 +249,7 @@ namespace {
 size_t rows_kept_before(size_t have, size_t add, size_t cap) { return std::min(have, add >= cap ? 0 : cap - add); }
 }  // namespace
 
-void KvCache::prepare_step(int32_t id, const StepChannels &step, int32_t window_cap) {
+void KvCache::prepare_step(int32_t id, const StepObservations &step, int32_t window_cap) {
   SeqCache &s = seq_mut(id);
   const size_t cap = static_cast<size_t>(window_cap) * static_cast<size_t>(cfg_.n_q_dim);
   for (size_t l = 0; l < s.layers.size() && l < step.window_q.size(); ++l) {
@@ -260,16 +260,9 @@ void KvCache::prepare_step(int32_t id, const StepChannels &step, int32_t window_
   s.window_pos.reserve(rows_kept_before(s.window_pos.size(), step.window_pos.size(), pcap) + step.window_pos.size());
 }
 
-void KvCache::commit_step(int32_t id, const StepChannels &step, int32_t window_cap) {
+void KvCache::commit_step(int32_t id, const StepObservations &step, int32_t window_cap) {
   SeqCache &s = seq_mut(id);
   for (size_t l = 0; l < s.layers.size(); ++l) {
-    LayerSlots &L = s.layers[l];
-    for (int ch : {kChanAttnSum, kChanAttnCount}) {
-      const auto &add = ch == kChanAttnSum ? step.acc : step.count;
-      if (l >= add.size()) continue;
-      std::vector<float> &dst = L.channels[static_cast<size_t>(ch)];
-      for (size_t j = 0; j < add[l].size() && j < dst.size(); ++j) dst[j] += add[l][j];
-    }
     if (l < step.window_q.size()) {
       // prepare_step made the rows this sequence's own and reserved room for them, so nothing here allocates. The
       // oldest rows go first and the buffer holds exactly what it keeps (at most window_cap rows): inserting first

@@ -25,11 +25,9 @@ struct KvConfig {
   int64_t n_blocks = 0;        // pool capacity, all layers together
 };
 
-// Slot channels: what the compressor records about each cached token, kept alongside its K/V and moved with it by
-// compaction and copy-on-write (the cache itself never reads them): the attention the token received and from how
-// many queries (H2O), the entropy of the distribution that predicted it, and its representation change (InfoKV).
-// The one name for this state in the code; a step's additions to it travel in StepChannels until the step commits.
-enum SlotChannel : int { kChanAttnSum = 0, kChanAttnCount = 1, kChanEntropy = 2, kChanRepChange = 3, kSlotChannels = 4 };
+// Slot channels: what the compressor records about each cached token (compress/channels.hpp names them), kept
+// alongside its K/V and moved with it by compaction and copy-on-write. The cache never reads them.
+constexpr int kSlotChannels = 4;
 
 struct LayerSlots {
   std::vector<int32_t> blocks;  // block table
@@ -80,13 +78,20 @@ struct SeqCache {
   std::vector<int32_t> window_pos;    // positions of the rows of window_q (same for every layer)
 };
 
-// What one decode step adds to a sequence's compression state outside its new slots (those go with the slots), held
-// back until the step commits, so that a failed step leaves the cache exactly as it was (DESIGN §2) without copying
-// the state beforehand: the H2O sums that every slot receives, and the observation window's new query rows.
-struct StepChannels {
-  std::vector<std::vector<float>> acc, count;  // [layer][slot]: sums to add (sized to the slots the step has seen)
-  std::vector<std::vector<float>> window_q;    // [layer]: rows appended, oldest first (n_q_dim floats each)
+// What the backend observed during one step of a sequence, in neutral terms, for compression: held back until the
+// step commits, so that a failed step leaves the cache and the compressor's state exactly as they were (DESIGN §2)
+// without copying them beforehand. The cache applies the observation window's rows (commit_step); the compressor
+// records the rest in the slot channels (Compressor::observe).
+struct StepObservations {
+  // [layer][slot]: the attention each slot received from the step's queries, and from how many (sized to the slots
+  // the step has seen; empty when not asked for).
+  std::vector<std::vector<float>> attn_sum, attn_count;
+  std::vector<std::vector<float>> window_q;    // [layer]: query rows appended, oldest first (n_q_dim floats each)
   std::vector<int32_t> window_pos;             // positions of those rows
+  // The step's new tokens, in order (empty when not asked for): the entropy of the distribution that predicted each
+  // ([token]) and its representation change 1 - cos(h_l, h_L) ([layer][token]).
+  std::vector<float> entropy;
+  std::vector<std::vector<float>> rep_change;
 };
 
 // Drops the front of v so that at most `keep` elements remain (the observation window slides).
@@ -147,12 +152,11 @@ class KvCache {
   // Makes room for `n` more slots in every layer of `id` (positions given), copying a shared last block first.
   // Call only after blocks_needed() fit; throws kv_full otherwise, changing nothing for that sequence.
   void append_slots(int32_t id, const int32_t *positions, int32_t n);
-  // Applies a step's held-back channels to `id`: adds the H2O sums and appends the window rows, keeping the last
-  // `window_cap` of them.
-  void commit_step(int32_t id, const StepChannels &step, int32_t window_cap);
+  // Applies a step's observation-window rows to `id`, keeping the last `window_cap` of them.
+  void commit_step(int32_t id, const StepObservations &step, int32_t window_cap);
   // What commit_step will need, allocated beforehand (a window shared with a fork is copied, room reserved), so that
   // the commit itself allocates nothing and cannot fail half-way. May throw (out of memory); changes no content.
-  void prepare_step(int32_t id, const StepChannels &step, int32_t window_cap);
+  void prepare_step(int32_t id, const StepObservations &step, int32_t window_cap);
   // Undoes append_slots back to n_keep slots per layer (used when a step fails after reserving).
   void shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length);
 

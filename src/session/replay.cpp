@@ -42,7 +42,7 @@ std::vector<std::vector<int32_t>> Session::probe_prompts() const {
 }
 
 void Session::forward_rolled_back(int32_t seq, const std::vector<int32_t> &toks,
-                                  const std::function<void(int32_t, const StepChannels &)> &use) {
+                                  const std::function<void(int32_t, const StepObservations &)> &use) {
   const int64_t len0 = kv_->seq(seq).length;
   const auto T = static_cast<int32_t>(toks.size());
   if (T == 0) return;
@@ -53,7 +53,7 @@ void Session::forward_rolled_back(int32_t seq, const std::vector<int32_t> &toks,
   while (kv_->has(tmp)) --tmp;
   std::vector<int32_t> positions(static_cast<size_t>(T));
   for (int32_t i = 0; i < T; ++i) positions[static_cast<size_t>(i)] = static_cast<int32_t>(len0 + i);
-  StepChannels step;
+  StepObservations step;
   float pending = state(seq).pending_entropy;
   ForwardChunk c;
   c.tokens = toks.data();
@@ -89,7 +89,7 @@ ProbeRows Session::probe_queries(int32_t seq) {
   const auto t0 = std::chrono::steady_clock::now();
   ProbeRows pr;
   for (const std::vector<int32_t> &toks : probe_prompts())
-    forward_rolled_back(seq, toks, [&](int32_t, const StepChannels &step) {
+    forward_rolled_back(seq, toks, [&](int32_t, const StepObservations &step) {
       pr.q.resize(step.window_q.size());
       for (size_t l = 0; l < step.window_q.size(); ++l) pr.q[l].insert(pr.q[l].end(), step.window_q[l].begin(), step.window_q[l].end());
       pr.pos.insert(pr.pos.end(), step.window_pos.begin(), step.window_pos.end());
@@ -121,7 +121,7 @@ ReplayEvidence Session::replay_evidence(int32_t seq) {
     std::vector<int32_t> toks = prompt;
     toks.insert(toks.end(), ctx.begin() + static_cast<std::ptrdiff_t>(c0), ctx.begin() + static_cast<std::ptrdiff_t>(c1));
     const auto T = static_cast<int32_t>(toks.size());
-    forward_rolled_back(seq, toks, [&](int32_t tmp, const StepChannels &step) {
+    forward_rolled_back(seq, toks, [&](int32_t tmp, const StepObservations &step) {
       // The chunk's rows (the prompt's own are left out) over every slot they see; the maximum over the original
       // slots. Layers in parallel; the pool's workers must not throw, so the first error is carried out.
       std::mutex mu;

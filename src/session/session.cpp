@@ -278,7 +278,7 @@ void Session::decode(const std::vector<BatchToken> &batch) {
   struct Saved { std::vector<int32_t> n; int64_t length; };
   std::map<int32_t, Saved> saved;
   std::map<int32_t, SeqState> staged;
-  std::map<int32_t, StepChannels> steps;
+  std::map<int32_t, StepObservations> steps;
   for (int32_t id : ids) {
     const SeqCache &c = kv_->seq(id);
     Saved s;
@@ -286,7 +286,7 @@ void Session::decode(const std::vector<BatchToken> &batch) {
     s.length = c.length;
     saved.emplace(id, std::move(s));
     staged.emplace(id, state(id));
-    steps.emplace(id, StepChannels{});
+    steps.emplace(id, StepObservations{});
   }
   std::vector<float> out_logits;
   try {
@@ -296,7 +296,10 @@ void Session::decode(const std::vector<BatchToken> &batch) {
     for (auto &kv : saved) kv_->shrink_to(kv.first, kv.second.n, kv.second.length);
     throw;
   }
-  for (const auto &st : steps) kv_->commit_step(st.first, st.second, compressor_->window_capacity());
+  for (const auto &st : steps) {
+    kv_->commit_step(st.first, st.second, compressor_->window_capacity());
+    compressor_->observe(st.first, st.second);
+  }
   // Commit.
   batch_logits_.clear();
   const size_t V = static_cast<size_t>(n_vocab);
@@ -425,7 +428,7 @@ size_t Session::chunk_that_fits(int32_t seq, size_t n) {
 
 void Session::forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                       std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
-                      std::map<int32_t, SeqState> &staged, std::map<int32_t, StepChannels> &steps) {
+                      std::map<int32_t, SeqState> &staged, std::map<int32_t, StepObservations> &steps) {
   const CompressionConfig &cc = compressor_->config();
   const size_t V = static_cast<size_t>(model_->hparams().n_vocab);
   out_logits.assign(logit_rows.size() * V, 0.0f);

@@ -131,7 +131,7 @@ class Session final : private EvidenceSource {
   void init(std::unique_ptr<DeviceForward> backend);
   void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
-               std::map<int32_t, SeqState> &staged, std::map<int32_t, StepChannels> &steps);
+               std::map<int32_t, SeqState> &staged, std::map<int32_t, StepObservations> &steps);
   // decode() of tokens[b, e) of `seq`.
   void decode_tokens(int32_t seq, const std::vector<int32_t> &tokens, size_t b, size_t e);
   // The most tokens, at most n, that the pool can take for `seq` now.
@@ -140,7 +140,7 @@ class Session final : private EvidenceSource {
   // id and the step's channels (every row's queries in window_q), and removes the fork: `seq` and the pool are left
   // exactly as they were, on success or error.
   void forward_rolled_back(int32_t seq, const std::vector<int32_t> &toks,
-                           const std::function<void(int32_t, const StepChannels &)> &use);
+                           const std::function<void(int32_t, const StepObservations &)> &use);
   SeqState &state(int32_t seq);
   const SeqState &state(int32_t seq) const;
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 
+#include "compress/channels.hpp"
 #include "kv/kv_cache.hpp"
 #include "support/kv.hpp"
 #include "util/error.hpp"
