@@ -118,18 +118,30 @@ const Session::SeqState &Session::state(int32_t seq) const {
   return it->second;
 }
 
+int32_t Session::free_id() {
+  while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
+  return next_id_;
+}
+
+void Session::insert_states(int32_t id, SeqState st, SeqCompression cst) {
+  try {
+    seqs_.emplace(id, std::move(st));
+    compressor_->set_state(id, std::move(cst));
+  } catch (...) {
+    seqs_.erase(id);
+    throw;
+  }
+}
+
 int32_t Session::add_sequence() {
   check_room_for_sequences(1);
   SeqCompression cst;
   if (opts_.protect_prefix > 0) add_span(cst.spans, ProtectedSpan{0, opts_.protect_prefix, false});
-  while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
-  const int32_t id = next_id_;
+  const int32_t id = free_id();
   kv_->add(id);
   try {
-    seqs_[id] = SeqState{};
-    compressor_->set_state(id, std::move(cst));
+    insert_states(id, SeqState{}, std::move(cst));
   } catch (...) {
-    seqs_.erase(id);
     kv_->remove(id);
     throw;
   }
@@ -143,13 +155,10 @@ int32_t Session::adopt_sequence(SeqCache &&cache, SeqState &&st, SeqCompression 
     for (const LayerSlots &L : cache.layers) kv_->release_blocks(L.blocks);
     check_room_for_sequences(1);
   }
-  while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
-  const int32_t id = next_id_;
+  const int32_t id = free_id();
   try {
-    seqs_.emplace(id, std::move(st));  // the node is allocated before st is moved from
-    compressor_->set_state(id, std::move(cst));
+    insert_states(id, std::move(st), std::move(cst));
   } catch (...) {
-    seqs_.erase(id);
     for (const LayerSlots &L : cache.layers) kv_->release_blocks(L.blocks);
     throw;
   }
@@ -174,14 +183,11 @@ int32_t Session::fork_sequence(int32_t src) {
   const SeqState &s = state(src);
   check_room_for_sequences(1);
   check_host_memory_for_fork(src);
-  while (kv_->has(next_id_) || next_id_ < 0) next_id_ = next_id_ < 0 ? 0 : next_id_ + 1;
-  const int32_t id = next_id_;
+  const int32_t id = free_id();
   kv_->fork(src, id);
   try {
-    seqs_[id] = s;
-    compressor_->set_state(id, compressor_->state(src));
+    insert_states(id, s, compressor_->state(src));
   } catch (...) {
-    seqs_.erase(id);
     kv_->remove(id);
     throw;
   }

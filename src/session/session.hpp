@@ -143,6 +143,10 @@ class Session final : private EvidenceSource {
                            const std::function<void(int32_t, const StepObservations &)> &use);
   SeqState &state(int32_t seq);
   const SeqState &state(int32_t seq) const;
+  // The next id no sequence has (next_id_ moves past it only once the sequence is in).
+  int32_t free_id();
+  // Adds sequence `id`'s state and its compressor's, both or neither.
+  void insert_states(int32_t id, SeqState st, SeqCompression cst);
 
   std::shared_ptr<const Model> model_;
   SessionOptions opts_;
