@@ -323,17 +323,7 @@ void Compressor::apply(int32_t seq, const CompressionPlan &plan) {
 
 void Compressor::set_profile(const TuningProfile &p) {
   p.validate();
-  const auto hex = [](uint64_t v) {
-    char b[20];
-    std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-    return std::string(b);
-  };
-  if (p.weights_fingerprint != model_.weights_fingerprint())
-    fail(Status::wrong_model, "tuning profile was made with another model (weights fingerprint " + hex(p.weights_fingerprint) +
-                                  ", this model " + hex(model_.weights_fingerprint()) + ")");
-  if (p.tokenizer_fingerprint != model_.tokenizer().fingerprint())
-    fail(Status::wrong_model, "tuning profile was made with another tokenizer (fingerprint " + hex(p.tokenizer_fingerprint) +
-                                  ", this model " + hex(model_.tokenizer().fingerprint()) + ")");
+  model_.check_made_with("tuning profile", p.weights_fingerprint, p.tokenizer_fingerprint);
   if (p.layers.size() != static_cast<size_t>(model_.hparams().n_layer))
     fail(Status::wrong_model, "tuning profile has " + std::to_string(p.layers.size()) + " layers; the model has " +
                                   std::to_string(model_.hparams().n_layer));

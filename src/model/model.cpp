@@ -1,6 +1,8 @@
 #include "model/model.hpp"
 
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -251,6 +253,20 @@ const void *Model::derived(const Weight &w, size_t bytes, const std::function<vo
     for (size_t i = 0; i < shards_.size() && !ours; ++i) ours = shards_[i]->mapping().release(w.data, n);
   }
   return p;
+}
+
+void Model::check_made_with(const std::string &what, uint64_t weights_fp, uint64_t tokenizer_fp) const {
+  const auto hex = [](uint64_t v) {
+    char b[20];
+    std::snprintf(b, sizeof b, "%016" PRIx64, v);
+    return std::string(b);
+  };
+  if (weights_fp != weights_fingerprint())
+    fail(Status::wrong_model, what + " was made with another model (weights fingerprint " + hex(weights_fp) +
+                                  ", this model " + hex(weights_fingerprint()) + ")");
+  if (tokenizer_fp != tokenizer().fingerprint())
+    fail(Status::wrong_model, what + " was made with another tokenizer (fingerprint " + hex(tokenizer_fp) +
+                                  ", this model " + hex(tokenizer().fingerprint()) + ")");
 }
 
 }  // namespace infokv

@@ -82,6 +82,9 @@ class Model {
   const LayerWeights &layer(int32_t l) const { return layers_[static_cast<size_t>(l)]; }
   // 64-bit fingerprint of the weights (hash of shapes, types and a sample of the bytes of every tensor).
   uint64_t weights_fingerprint() const { return weights_fp_; }
+  // Throws Error(wrong_model) naming `what` (e.g. "snapshot") unless the weights and tokenizer fingerprints it was
+  // made with are this model's.
+  void check_made_with(const std::string &what, uint64_t weights_fp, uint64_t tokenizer_fp) const;
   uint64_t n_params() const { return n_params_; }
   uint64_t weight_bytes() const { return weight_bytes_; }
 

@@ -2,7 +2,6 @@
 // the model it was made with and the sampler's state (snapshot/read_internal.hpp).
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 
 #include "kernels/kv_quant.hpp"
 #include "snapshot/convert.hpp"
@@ -84,13 +83,7 @@ void read_profile_record(const fb::Header *h, Summary &sum) {
 // as wrong_model.
 void check_model(const Summary &sum, const Model &model) {
   const HParams &hp = model.hparams();
-  auto hex = [](uint64_t v) { std::ostringstream s; s << std::hex << v; return s.str(); };
-  if (sum.weights_fingerprint != model.weights_fingerprint())
-    fail(Status::wrong_model, "snapshot was made with another model (weights fingerprint " + hex(sum.weights_fingerprint) +
-                                  ", this model " + hex(model.weights_fingerprint()) + ")");
-  if (sum.tokenizer_fingerprint != model.tokenizer().fingerprint())
-    fail(Status::wrong_model, "snapshot was made with another tokenizer (fingerprint " + hex(sum.tokenizer_fingerprint) +
-                                  ", this model " + hex(model.tokenizer().fingerprint()) + ")");
+  model.check_made_with("snapshot", sum.weights_fingerprint, sum.tokenizer_fingerprint);
   if (sum.n_layer != hp.n_layer || sum.n_kv_heads != hp.n_head_kv || sum.head_dim != hp.head_dim ||
       sum.n_heads != hp.n_head || sum.n_vocab != hp.n_vocab)
     fail(Status::wrong_model, "snapshot head layout (layers " + std::to_string(sum.n_layer) + ", kv heads " +
