@@ -6,4 +6,10 @@ foreach(f capi.go capi_wrap.c)
                         "headers now: run `cmake --build <build> --target go_capi_update` and commit it")
   endif()
 endforeach()
-message(STATUS "bindings/go/internal/capi is current")
+# and bindings/go/policies.go (M: the module) from bindings/gen_policies.cmake
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${A}/policies.go ${M}/policies.go RESULT_VARIABLE differ)
+if(differ)
+  message(FATAL_ERROR "bindings/go/policies.go is not what bindings/gen_policies.cmake generates from the header now: "
+                      "run `cmake --build <build> --target go_capi_update` and commit it")
+endif()
+message(STATUS "bindings/go/internal/capi and bindings/go/policies.go are current")

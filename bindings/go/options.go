@@ -14,26 +14,6 @@ import (
 // Policy is a compression policy (the C IKV_POLICY_* values).
 type Policy int32
 
-// Compression policies.
-const (
-	PolicyNone      Policy = Policy(capi.IKV_POLICY_NONE)
-	PolicyInfoKV    Policy = Policy(capi.IKV_POLICY_INFOKV)
-	PolicySnapKV    Policy = Policy(capi.IKV_POLICY_SNAPKV)
-	PolicyH2O       Policy = Policy(capi.IKV_POLICY_H2O)
-	PolicyStreaming Policy = Policy(capi.IKV_POLICY_STREAMING)
-	PolicyTOVA      Policy = Policy(capi.IKV_POLICY_TOVA)
-	PolicyPyramidKV Policy = Policy(capi.IKV_POLICY_PYRAMIDKV)
-	// PolicyAuto chooses per layer what ranks the tokens and how the budget is spread (Session.AutoReport); with
-	// WithMaxLoss it needs no budget.
-	PolicyAuto Policy = Policy(capi.IKV_POLICY_AUTO)
-	// PolicyKVzip scores by KVzip's context replay: one more pass over the sequence's tokens at each compression.
-	PolicyKVzip Policy = Policy(capi.IKV_POLICY_KVZIP)
-)
-
-var policyNames = map[Policy]string{PolicyNone: "none", PolicyInfoKV: "infokv", PolicySnapKV: "snapkv",
-	PolicyH2O: "h2o", PolicyStreaming: "streaming", PolicyTOVA: "tova", PolicyPyramidKV: "pyramidkv",
-	PolicyAuto: "auto", PolicyKVzip: "kvzip"}
-
 // String is the policy's name as the CLI and configs spell it ("snapkv"); Policy(N) for an unknown value.
 func (p Policy) String() string { return enumName(policyNames, p, "Policy") }
 
