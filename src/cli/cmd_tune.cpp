@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <unistd.h>
 
+#include "compress/policy_table.hpp"
 #include "cli/args.hpp"
 #include "cli/eval_metrics.hpp"
 #include "cli/json.hpp"

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "compress/policy_table.hpp"
 #include "cli/args.hpp"
 #include "config/config.hpp"
 #include "util/error.hpp"

@@ -64,6 +64,8 @@ Question parse_question(const std::string &name) {
   fail(Status::invalid_argument, "unknown question '" + name + "' (known: both, next, later)");
 }
 
+bool CompressionConfig::is_auto() const { return policy == PolicyKind::auto_; }
+bool CompressionConfig::enabled() const { return policy != PolicyKind::none; }
 bool CompressionConfig::needs_window_queries() const { return (policy_info(policy).reads & kReadsWindow) != 0; }
 bool CompressionConfig::needs_accumulated_attention() const { return (policy_info(policy).reads & kReadsAttentionSums) != 0; }
 bool CompressionConfig::needs_entropy() const { return (policy_info(policy).reads & kReadsEntropy) != 0; }

@@ -9,9 +9,9 @@
 
 namespace infokv {
 
-enum class PolicyKind : int32_t {
-  none = 0, infokv = 1, snapkv = 2, h2o = 3, streaming = 4, tova = 5, pyramidkv = 6, auto_ = 7, kvzip = 8
-};
+// A compression policy: its values are the rows of the policy table (compress/policy_table.hpp), where a new policy
+// is one row; 0 is none.
+enum class PolicyKind : int32_t;
 enum class BudgetShape : int32_t { uniform = 0, pyramid = 1 };
 
 // Both go through the policy table (compress/policy_table.hpp).
@@ -58,7 +58,7 @@ std::vector<ProtectedSpan> protection_within(const std::vector<ProtectedSpan> &s
                                              int64_t all_cap, int64_t rest_cap, int64_t *released = nullptr);
 
 struct CompressionConfig {
-  PolicyKind policy = PolicyKind::none;
+  PolicyKind policy{};  // none
   double budget_fraction = 0.0;  // of the logical length at compression time, in (0, 1]; used when budget_tokens == 0
   int32_t budget_tokens = 0;     // absolute tokens per layer (average over layers for pyramid shapes)
   int32_t window = defaults::window;  // observation window; < 0: min(32, budget / 4)
@@ -83,9 +83,9 @@ struct CompressionConfig {
   // window's (packaging/docs/quality.md, "Which question").
   Question question = Question::later;
 
-  bool is_auto() const { return policy == PolicyKind::auto_; }
+  bool is_auto() const;
   bool quality_target() const { return is_auto() && max_loss > 0.0; }
-  bool enabled() const { return policy != PolicyKind::none; }
+  bool enabled() const;  // any policy but none
   bool has_budget() const { return budget_tokens > 0 || budget_fraction > 0.0; }
   // A fixed step schedule (an explicit interval) rather than the memory trigger.
   bool step_interval() const { return interval != 0 && interval != defaults::interval; }

@@ -16,6 +16,11 @@
 
 namespace infokv {
 
+// The policies, one per row of kPolicyTable below (appended: released values never change).
+enum class PolicyKind : int32_t {
+  none = 0, infokv = 1, snapkv = 2, h2o = 3, streaming = 4, tova = 5, pyramidkv = 6, auto_ = 7, kvzip = 8
+};
+
 struct LayerScoreInput;  // compress/scores.hpp
 
 // A fixed policy's score for each of the first n_cand slots of a layer (higher: keep), w being its observation

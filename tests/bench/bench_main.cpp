@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/policy_table.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"

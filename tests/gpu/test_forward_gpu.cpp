@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "compress/policy_table.hpp"
 #include "backend/device.hpp"
 #include "cuda_test.hpp"
 #include "model/model.hpp"

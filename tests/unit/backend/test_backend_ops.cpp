@@ -7,6 +7,7 @@
 
 #include <random>
 
+#include "compress/policy_table.hpp"
 #include "backend/device_forward.hpp"
 #include "backend/device_ops.hpp"
 #include "kernels/thread_pool.hpp"

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 
+#include "compress/policy_table.hpp"
 #include "compress/auto_policy.hpp"
 #include "support/kv.hpp"
 #include "model/model.hpp"

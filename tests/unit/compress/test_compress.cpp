@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "compress/policy_table.hpp"
 #include "compress/scores.hpp"
 #include "support/kv.hpp"
 #include "model/model.hpp"

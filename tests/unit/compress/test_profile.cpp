@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "compress/policy_table.hpp"
 #include "capi/include/infokv/infokv.h"
 #include "compress/profile.hpp"
 #include "model/model.hpp"

@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 
+#include "compress/policy_table.hpp"
 #include "config/config.hpp"
 #include "support/config_samples.hpp"
 #include "infokv/infokv.h"

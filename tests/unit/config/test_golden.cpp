@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "compress/policy_table.hpp"
 #include "config/config.hpp"
 #include "session/generate.hpp"
 #include "snapshot/snapshot.hpp"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/policy_table.hpp"
 #include "infokv/infokv.h"
 #include "session/chat.hpp"
 #include "support/smollm2_model.hpp"

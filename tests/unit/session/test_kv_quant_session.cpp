@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/policy_table.hpp"
 #include "infokv_fb/snapshot_generated.h"
 #include "sampling/sampler.hpp"
 #include "snapshot/snapshot.hpp"

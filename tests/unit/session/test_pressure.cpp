@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 
+#include "compress/policy_table.hpp"
 #include "support/kv.hpp"
 #include "model/model.hpp"
 #include "support/random_inputs.hpp"

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/policy_table.hpp"
 #include "compress/policy.hpp"
 #include "session/session.hpp"
 #include "support/stories_model.hpp"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/policy_table.hpp"
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
 #include "util/byte_io.hpp"

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/policy_table.hpp"
 #include "compress/policy.hpp"
 #include "sampling/sampler.hpp"
 #include "session/chat.hpp"

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "compress/policy_table.hpp"
 #include "infokv_fb/snapshot_generated.h"
 #include "snapshot/snapshot.hpp"
 #include "support/snapshot.hpp"

@@ -8,6 +8,7 @@
 
 #include <xxhash.h>
 
+#include "compress/policy_table.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "compress/policy_table.hpp"
 #include "support/config_samples.hpp"
 #include "infokv/infokv.h"  // includes config.h and snapshot.h
 #include "session/session.hpp"
