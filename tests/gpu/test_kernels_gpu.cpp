@@ -74,7 +74,13 @@ class Gpu : public infokv_test::CudaTest {
   std::mt19937 g_;
 };
 
+// The kernels that read or write the KV pool, once per float KV dtype the CUDA backend stores.
+class GpuKv : public Gpu, public ::testing::WithParamInterface<KvDtype> {};
+
 }  // namespace
+
+INSTANTIATE_TEST_SUITE_P(FloatKv, GpuKv, ::testing::Values(KvDtype::f32, KvDtype::f16, KvDtype::bf16),
+                         [](const ::testing::TestParamInfo<KvDtype> &i) { return std::string(kv_dtype_name(i.param)); });
 
 TEST_F(Gpu, RmsNormMatchesCpu) {
   for (int64_t d : {64, 576, 2048, 4096}) {
@@ -213,40 +219,38 @@ struct PagedFixture {
   }
 };
 
-TEST_F(Gpu, KvAppendWritesTheSameBytes) {
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
-    PagedFixture f(g_, dt, 70, 2, 64);
-    const int32_t first = 33, n = 37;
-    auto k = randn(static_cast<size_t>(n) * 2 * 64, g_), v = randn(k.size(), g_);
-    cpu::kv_append(f.host, first, k.data(), v.data(), n);
-    auto dk = up(k), dv = up(v);
-    ASSERT_EQ(cuda::kv_append(f.dev, first, dk.as<float>(), dv.as<float>(), n, nullptr), Status::ok);
-    EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << kv_dtype_name(dt);
-  }
+TEST_P(GpuKv, KvAppendWritesTheSameBytes) {
+  const KvDtype dt = GetParam();
+  PagedFixture f(g_, dt, 70, 2, 64);
+  const int32_t first = 33, n = 37;
+  auto k = randn(static_cast<size_t>(n) * 2 * 64, g_), v = randn(k.size(), g_);
+  cpu::kv_append(f.host, first, k.data(), v.data(), n);
+  auto dk = up(k), dv = up(v);
+  ASSERT_EQ(cuda::kv_append(f.dev, first, dk.as<float>(), dv.as<float>(), n, nullptr), Status::ok);
+  EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << kv_dtype_name(dt);
 }
 
 // Compaction moves in place (slot j <- keep[j] within one view) plus a swap: the device's two passes must land the
 // same bytes as the CPU twin.
-TEST_F(Gpu, KvMoveSlotsMatchesCpu) {
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
-    PagedFixture f(g_, dt, 100, 2, 32);
-    std::vector<int32_t> keep;
-    for (int32_t s = 0; s < 100; ++s)
-      if (g_() % 3 != 0) keep.push_back(s);
-    std::swap(keep[keep.size() - 1], keep[keep.size() - 2]);
-    const int32_t bs = f.host.block_size;
-    std::vector<int32_t> moves;
-    for (size_t j = 0; j < keep.size(); ++j)
-      moves.insert(moves.end(), {f.table[static_cast<size_t>(keep[j] / bs)], keep[j] % bs, f.table[j / static_cast<size_t>(bs)],
-                                 static_cast<int32_t>(j % static_cast<size_t>(bs))});
-    const int64_t n = static_cast<int64_t>(keep.size());
-    std::vector<uint8_t> scratch(static_cast<size_t>(n * 2 * 2 * kv_bytes(dt, 32)));
-    cpu::kv_move_slots(f.host, moves.data(), n, scratch.data());
-    auto dmoves = up(moves);
-    DeviceBuffer dscratch(scratch.size());
-    ASSERT_EQ(cuda::kv_move_slots(f.dev, dmoves.as<int32_t>(), n, dscratch.as<uint8_t>(), nullptr), Status::ok);
-    EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << kv_dtype_name(dt);
-  }
+TEST_P(GpuKv, KvMoveSlotsMatchesCpu) {
+  const KvDtype dt = GetParam();
+  PagedFixture f(g_, dt, 100, 2, 32);
+  std::vector<int32_t> keep;
+  for (int32_t s = 0; s < 100; ++s)
+    if (g_() % 3 != 0) keep.push_back(s);
+  std::swap(keep[keep.size() - 1], keep[keep.size() - 2]);
+  const int32_t bs = f.host.block_size;
+  std::vector<int32_t> moves;
+  for (size_t j = 0; j < keep.size(); ++j)
+    moves.insert(moves.end(), {f.table[static_cast<size_t>(keep[j] / bs)], keep[j] % bs, f.table[j / static_cast<size_t>(bs)],
+                               static_cast<int32_t>(j % static_cast<size_t>(bs))});
+  const int64_t n = static_cast<int64_t>(keep.size());
+  std::vector<uint8_t> scratch(static_cast<size_t>(n * 2 * 2 * kv_bytes(dt, 32)));
+  cpu::kv_move_slots(f.host, moves.data(), n, scratch.data());
+  auto dmoves = up(moves);
+  DeviceBuffer dscratch(scratch.size());
+  ASSERT_EQ(cuda::kv_move_slots(f.dev, dmoves.as<int32_t>(), n, dscratch.as<uint8_t>(), nullptr), Status::ok);
+  EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << kv_dtype_name(dt);
 }
 
 TEST_F(Gpu, RepChangeMatchesCpu) {
@@ -264,7 +268,7 @@ struct AttnCase {
   int32_t n_q, visible0, n_heads, n_kv, hd;
 };
 
-TEST_F(Gpu, PagedAttentionDecodeAndPrefillMatchCpu) {
+TEST_P(GpuKv, PagedAttentionDecodeAndPrefillMatchCpu) {
   const AttnCase cases[] = {
       {1, 1, 4, 4, 8},        // tiny head (stories260K)
       {1, 1000, 32, 8, 64},   // decode, split along the context
@@ -272,68 +276,67 @@ TEST_F(Gpu, PagedAttentionDecodeAndPrefillMatchCpu) {
       {37, 1, 9, 3, 64},      // causal prefill from empty
       {20, 300, 8, 8, 128},   // prefill continuing a cache
   };
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16})
-    for (const AttnCase &c : cases) {
-      const int32_t n_slots = c.visible0 + c.n_q - 1;
-      PagedFixture f(g_, dt, n_slots, c.n_kv, c.hd);
-      auto q = randn(static_cast<size_t>(c.n_q) * c.n_heads * c.hd, g_);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-      std::vector<float> want(q.size()), acc(n_slots, 0.0f), cnt(n_slots, 0.0f);
-      cpu::paged_attention(want.data(), q.data(), c.n_q, c.n_heads, f.host, c.visible0, scale, acc.data(), cnt.data(), nullptr);
-      auto dq = up(q);
-      DeviceBuffer dout(q.size() * 4);
-      auto dacc = up(std::vector<float>(n_slots, 0.0f)), dcnt = up(std::vector<float>(n_slots, 0.0f));
-      ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale,
-                                      dacc.as<float>(), dcnt.as<float>(), nullptr),
-                Status::ok);
-      const std::string what = std::string(kv_dtype_name(dt)) + " n_q=" + std::to_string(c.n_q) + " vis0=" + std::to_string(c.visible0) +
-                               " hd=" + std::to_string(c.hd);
-      // both sides read the same stored K/V, so only arithmetic order differs: f32-level tolerance for every dtype
-      expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "out " + what);
-      expect_close(down<float>(dacc, n_slots), acc, 1e-4, 1e-6, "acc " + what);
-      expect_close(down<float>(dcnt, n_slots), cnt, 0, 0, "count " + what);
-      // and without the score outputs
-      ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr,
-                                      nullptr, nullptr),
-                Status::ok);
-      expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "out (no acc) " + what);
-    }
+  const KvDtype dt = GetParam();
+  for (const AttnCase &c : cases) {
+    const int32_t n_slots = c.visible0 + c.n_q - 1;
+    PagedFixture f(g_, dt, n_slots, c.n_kv, c.hd);
+    auto q = randn(static_cast<size_t>(c.n_q) * c.n_heads * c.hd, g_);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    std::vector<float> want(q.size()), acc(n_slots, 0.0f), cnt(n_slots, 0.0f);
+    cpu::paged_attention(want.data(), q.data(), c.n_q, c.n_heads, f.host, c.visible0, scale, acc.data(), cnt.data(), nullptr);
+    auto dq = up(q);
+    DeviceBuffer dout(q.size() * 4);
+    auto dacc = up(std::vector<float>(n_slots, 0.0f)), dcnt = up(std::vector<float>(n_slots, 0.0f));
+    ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale,
+                                    dacc.as<float>(), dcnt.as<float>(), nullptr),
+              Status::ok);
+    const std::string what = std::string(kv_dtype_name(dt)) + " n_q=" + std::to_string(c.n_q) + " vis0=" + std::to_string(c.visible0) +
+                             " hd=" + std::to_string(c.hd);
+    // both sides read the same stored K/V, so only arithmetic order differs: f32-level tolerance for every dtype
+    expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "out " + what);
+    expect_close(down<float>(dacc, n_slots), acc, 1e-4, 1e-6, "acc " + what);
+    expect_close(down<float>(dcnt, n_slots), cnt, 0, 0, "count " + what);
+    // and without the score outputs
+    ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr,
+                                    nullptr, nullptr),
+              Status::ok);
+    expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "out (no acc) " + what);
+  }
 }
 
 // A decode batch in one launch: each row reads its own part of the block table with its own visible count.
-TEST_F(Gpu, PagedAttentionRowsAndAppendRowsMatchCpu) {
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
-    const int32_t n_heads = 8, n_kv = 2, hd = 64, bs = 16;
-    PagedFixture f(g_, dt, 4000, n_kv, hd, bs);
-    const std::vector<int32_t> off = {0, 10, 40, 3, 100, 7}, vis = {1, 150, 1000, 80, 33, 2500};
-    const int64_t n = static_cast<int64_t>(off.size());
-    const int32_t max_vis = *std::max_element(vis.begin(), vis.end());
-    auto q = randn(static_cast<size_t>(n) * n_heads * hd, g_);
-    const float scale = 0.125f;
-    std::vector<float> want(q.size());
-    for (int64_t t = 0; t < n; ++t) {
-      PagedKv v = f.host;
-      v.block_table = f.table.data() + off[static_cast<size_t>(t)];
-      v.n_slots = vis[static_cast<size_t>(t)];
-      cpu::paged_attention(want.data() + t * n_heads * hd, q.data() + t * n_heads * hd, 1, n_heads, v, v.n_slots, scale, nullptr,
-                           nullptr, nullptr);
-    }
-    auto dq = up(q), doff = up(off), dvis = up(vis);
-    DeviceBuffer dout(q.size() * 4);
-    ASSERT_EQ(cuda::paged_attention_rows(dout.as<float>(), dq.as<float>(), n, n_heads, f.dev, doff.as<int32_t>(), dvis.as<int32_t>(),
-                                         max_vis, scale, nullptr),
-              Status::ok);
-    expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, std::string("attention rows ") + kv_dtype_name(dt));
-
-    // appends to scattered slots
-    std::vector<int32_t> addr;
-    for (int64_t t = 0; t < n; ++t) addr.insert(addr.end(), {f.table[static_cast<size_t>(17 * t + 3)], static_cast<int32_t>((5 * t) % bs)});
-    auto k = randn(static_cast<size_t>(n) * n_kv * hd, g_), v = randn(k.size(), g_);
-    cpu::kv_append_rows(f.host, addr.data(), k.data(), v.data(), n);
-    auto daddr = up(addr), dk = up(k), dv = up(v);
-    ASSERT_EQ(cuda::kv_append_rows(f.dev, daddr.as<int32_t>(), dk.as<float>(), dv.as<float>(), n, nullptr), Status::ok);
-    EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << "append rows " << kv_dtype_name(dt);
+TEST_P(GpuKv, PagedAttentionRowsAndAppendRowsMatchCpu) {
+  const KvDtype dt = GetParam();
+  const int32_t n_heads = 8, n_kv = 2, hd = 64, bs = 16;
+  PagedFixture f(g_, dt, 4000, n_kv, hd, bs);
+  const std::vector<int32_t> off = {0, 10, 40, 3, 100, 7}, vis = {1, 150, 1000, 80, 33, 2500};
+  const int64_t n = static_cast<int64_t>(off.size());
+  const int32_t max_vis = *std::max_element(vis.begin(), vis.end());
+  auto q = randn(static_cast<size_t>(n) * n_heads * hd, g_);
+  const float scale = 0.125f;
+  std::vector<float> want(q.size());
+  for (int64_t t = 0; t < n; ++t) {
+    PagedKv v = f.host;
+    v.block_table = f.table.data() + off[static_cast<size_t>(t)];
+    v.n_slots = vis[static_cast<size_t>(t)];
+    cpu::paged_attention(want.data() + t * n_heads * hd, q.data() + t * n_heads * hd, 1, n_heads, v, v.n_slots, scale, nullptr,
+                         nullptr, nullptr);
   }
+  auto dq = up(q), doff = up(off), dvis = up(vis);
+  DeviceBuffer dout(q.size() * 4);
+  ASSERT_EQ(cuda::paged_attention_rows(dout.as<float>(), dq.as<float>(), n, n_heads, f.dev, doff.as<int32_t>(), dvis.as<int32_t>(),
+                                       max_vis, scale, nullptr),
+            Status::ok);
+  expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, std::string("attention rows ") + kv_dtype_name(dt));
+
+  // appends to scattered slots
+  std::vector<int32_t> addr;
+  for (int64_t t = 0; t < n; ++t) addr.insert(addr.end(), {f.table[static_cast<size_t>(17 * t + 3)], static_cast<int32_t>((5 * t) % bs)});
+  auto k = randn(static_cast<size_t>(n) * n_kv * hd, g_), v = randn(k.size(), g_);
+  cpu::kv_append_rows(f.host, addr.data(), k.data(), v.data(), n);
+  auto daddr = up(addr), dk = up(k), dv = up(v);
+  ASSERT_EQ(cuda::kv_append_rows(f.dev, daddr.as<int32_t>(), dk.as<float>(), dv.as<float>(), n, nullptr), Status::ok);
+  EXPECT_EQ(down<uint8_t>(f.dpool, f.pool.size()), f.pool) << "append rows " << kv_dtype_name(dt);
 }
 
 // The query-tiled prefill kernel (cuda::prefill_attention, which cuda::paged_attention routes to for
@@ -341,46 +344,46 @@ TEST_F(Gpu, PagedAttentionRowsAndAppendRowsMatchCpu) {
 // instantiates, GQA groups 1 and 4, partial row tiles (17, 300 * group rows), and the two kinds of causal window:
 // a prefill on top of a 203-slot cache (visible0 = n_slots - n_q + 1) and one from visible0 = 1 whose last 37
 // slots no query sees (the kernel must not read them into any row).
-TEST_F(Gpu, PrefillAttentionTiledMatchesCpu) {
+TEST_P(GpuKv, PrefillAttentionTiledMatchesCpu) {
   struct Heads {
     int32_t n_heads, n_kv;
   };
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16})
-    for (int32_t hd : {64, 128, 256})
-      for (Heads hs : {Heads{2, 2}, Heads{8, 2}})
-        for (int32_t n_q : {17, 64, 300})
-          for (bool on_cache : {true, false}) {
-            const int32_t n_slots = on_cache ? 203 + n_q : n_q + 37;
-            const int32_t visible0 = on_cache ? n_slots - n_q + 1 : 1;
-            PagedFixture f(g_, dt, n_slots, hs.n_kv, hd);
-            auto q = randn(static_cast<size_t>(n_q) * hs.n_heads * hd, g_);
-            const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-            std::vector<float> want(q.size());
-            cpu::paged_attention(want.data(), q.data(), n_q, hs.n_heads, f.host, visible0, scale, nullptr, nullptr, nullptr);
-            auto dq = up(q);
-            DeviceBuffer dout(q.size() * 4);
-            const std::string what = std::string(kv_dtype_name(dt)) + " hd=" + std::to_string(hd) + " heads=" +
-                                     std::to_string(hs.n_heads) + "/" + std::to_string(hs.n_kv) + " n_q=" + std::to_string(n_q) +
-                                     " n_slots=" + std::to_string(n_slots) + " vis0=" + std::to_string(visible0);
-            // the tiled kernel itself (ok: it did not decline the shape) ...
-            ASSERT_EQ(cuda::prefill_attention(dout.as<float>(), dq.as<float>(), n_q, hs.n_heads, f.dev, visible0, scale, nullptr),
-                      Status::ok) << what;
-            // same stored K/V on both sides, only the arithmetic order differs: f32-level tolerance for every dtype
-            expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "tiled " + what);
-            // ... and through the router
-            dout.zero();
-            ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), n_q, hs.n_heads, f.dev, visible0, scale, nullptr,
-                                            nullptr, nullptr),
-                      Status::ok) << what;
-            expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "routed " + what);
-          }
+  const KvDtype dt = GetParam();
+  for (int32_t hd : {64, 128, 256})
+    for (Heads hs : {Heads{2, 2}, Heads{8, 2}})
+      for (int32_t n_q : {17, 64, 300})
+        for (bool on_cache : {true, false}) {
+          const int32_t n_slots = on_cache ? 203 + n_q : n_q + 37;
+          const int32_t visible0 = on_cache ? n_slots - n_q + 1 : 1;
+          PagedFixture f(g_, dt, n_slots, hs.n_kv, hd);
+          auto q = randn(static_cast<size_t>(n_q) * hs.n_heads * hd, g_);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          std::vector<float> want(q.size());
+          cpu::paged_attention(want.data(), q.data(), n_q, hs.n_heads, f.host, visible0, scale, nullptr, nullptr, nullptr);
+          auto dq = up(q);
+          DeviceBuffer dout(q.size() * 4);
+          const std::string what = std::string(kv_dtype_name(dt)) + " hd=" + std::to_string(hd) + " heads=" +
+                                   std::to_string(hs.n_heads) + "/" + std::to_string(hs.n_kv) + " n_q=" + std::to_string(n_q) +
+                                   " n_slots=" + std::to_string(n_slots) + " vis0=" + std::to_string(visible0);
+          // the tiled kernel itself (ok: it did not decline the shape) ...
+          ASSERT_EQ(cuda::prefill_attention(dout.as<float>(), dq.as<float>(), n_q, hs.n_heads, f.dev, visible0, scale, nullptr),
+                    Status::ok) << what;
+          // same stored K/V on both sides, only the arithmetic order differs: f32-level tolerance for every dtype
+          expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "tiled " + what);
+          // ... and through the router
+          dout.zero();
+          ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), n_q, hs.n_heads, f.dev, visible0, scale, nullptr,
+                                          nullptr, nullptr),
+                    Status::ok) << what;
+          expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "routed " + what);
+        }
 }
 
 // Shapes at the edges of the tiled kernel: a head smaller than its bound (8 in 32, 80 in 128), GQA group 3, a
 // block size that makes tiles straddle blocks (7), the routing threshold itself, a single query, visible0 = 0
 // (query 0 sees nothing: zeros, as on the CPU), and a head size it declines (6: not a multiple of 4), which
 // paged_attention must still answer through the split-K kernel.
-TEST_F(Gpu, PrefillAttentionEdgeShapesMatchCpu) {
+TEST_P(GpuKv, PrefillAttentionEdgeShapesMatchCpu) {
   struct Edge {
     int32_t n_q, visible0, extra_slots, n_heads, n_kv, hd, bs;
     bool tiled;  // prefill_attention accepts the shape
@@ -392,27 +395,27 @@ TEST_F(Gpu, PrefillAttentionEdgeShapesMatchCpu) {
       {40, 5, 11, 6, 3, 256, 7, true},
       {24, 10, 0, 4, 2, 6, 16, false},
   };
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16})
-    for (const Edge &c : cases) {
-      const int32_t n_slots = std::max(1, c.visible0 + c.n_q - 1 + c.extra_slots);
-      PagedFixture f(g_, dt, n_slots, c.n_kv, c.hd, c.bs);
-      auto q = randn(static_cast<size_t>(c.n_q) * c.n_heads * c.hd, g_);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-      std::vector<float> want(q.size());
-      cpu::paged_attention(want.data(), q.data(), c.n_q, c.n_heads, f.host, c.visible0, scale, nullptr, nullptr, nullptr);
-      auto dq = up(q);
-      DeviceBuffer dout(q.size() * 4);
-      const std::string what = std::string(kv_dtype_name(dt)) + " hd=" + std::to_string(c.hd) + " n_q=" + std::to_string(c.n_q) +
-                               " vis0=" + std::to_string(c.visible0) + " bs=" + std::to_string(c.bs);
-      const Status st = cuda::prefill_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr);
-      ASSERT_EQ(st, c.tiled ? Status::ok : Status::unsupported) << what;
-      if (c.tiled) expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "tiled " + what);
-      dout.zero();
-      ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr,
-                                      nullptr, nullptr),
-                Status::ok) << what;
-      expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "routed " + what);
-    }
+  const KvDtype dt = GetParam();
+  for (const Edge &c : cases) {
+    const int32_t n_slots = std::max(1, c.visible0 + c.n_q - 1 + c.extra_slots);
+    PagedFixture f(g_, dt, n_slots, c.n_kv, c.hd, c.bs);
+    auto q = randn(static_cast<size_t>(c.n_q) * c.n_heads * c.hd, g_);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    std::vector<float> want(q.size());
+    cpu::paged_attention(want.data(), q.data(), c.n_q, c.n_heads, f.host, c.visible0, scale, nullptr, nullptr, nullptr);
+    auto dq = up(q);
+    DeviceBuffer dout(q.size() * 4);
+    const std::string what = std::string(kv_dtype_name(dt)) + " hd=" + std::to_string(c.hd) + " n_q=" + std::to_string(c.n_q) +
+                             " vis0=" + std::to_string(c.visible0) + " bs=" + std::to_string(c.bs);
+    const Status st = cuda::prefill_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr);
+    ASSERT_EQ(st, c.tiled ? Status::ok : Status::unsupported) << what;
+    if (c.tiled) expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "tiled " + what);
+    dout.zero();
+    ASSERT_EQ(cuda::paged_attention(dout.as<float>(), dq.as<float>(), c.n_q, c.n_heads, f.dev, c.visible0, scale, nullptr,
+                                    nullptr, nullptr),
+              Status::ok) << what;
+    expect_close(down<float>(dout, q.size()), want, 1e-4, 1e-5, "routed " + what);
+  }
 }
 
 TEST_F(Gpu, PagedAttentionRejectsWhatItDoesNotSupport) {
@@ -432,18 +435,17 @@ TEST_F(Gpu, PagedAttentionRejectsWhatItDoesNotSupport) {
   EXPECT_EQ(cuda::prefill_attention(d.as<float>(), nullptr, 16, 2, f.dev, 1, 1.0f, nullptr), Status::invalid_argument);
 }
 
-TEST_F(Gpu, AttentionProbsMeanMatchesCpu) {
-  for (KvDtype dt : {KvDtype::f32, KvDtype::f16, KvDtype::bf16}) {
-    const int32_t n_slots = 777, n_q = 8, nh = 8, nkv = 2, hd = 64;
-    PagedFixture f(g_, dt, n_slots, nkv, hd);
-    auto q = randn(static_cast<size_t>(n_q) * nh * hd, g_);
-    std::vector<float> want(n_slots);
-    cpu::attention_probs_mean(want.data(), q.data(), n_q, nh, f.host, n_slots - n_q + 1, 0.125f);
-    auto dq = up(q);
-    DeviceBuffer dp(n_slots * 4);
-    ASSERT_EQ(cuda::attention_probs_mean(dp.as<float>(), dq.as<float>(), n_q, nh, f.dev, n_slots - n_q + 1, 0.125f, nullptr), Status::ok);
-    expect_close(down<float>(dp, n_slots), want, 1e-4, 1e-7, std::string("probs ") + kv_dtype_name(dt));
-  }
+TEST_P(GpuKv, AttentionProbsMeanMatchesCpu) {
+  const KvDtype dt = GetParam();
+  const int32_t n_slots = 777, n_q = 8, nh = 8, nkv = 2, hd = 64;
+  PagedFixture f(g_, dt, n_slots, nkv, hd);
+  auto q = randn(static_cast<size_t>(n_q) * nh * hd, g_);
+  std::vector<float> want(n_slots);
+  cpu::attention_probs_mean(want.data(), q.data(), n_q, nh, f.host, n_slots - n_q + 1, 0.125f);
+  auto dq = up(q);
+  DeviceBuffer dp(n_slots * 4);
+  ASSERT_EQ(cuda::attention_probs_mean(dp.as<float>(), dq.as<float>(), n_q, nh, f.dev, n_slots - n_q + 1, 0.125f, nullptr), Status::ok);
+  expect_close(down<float>(dp, n_slots), want, 1e-4, 1e-7, std::string("probs ") + kv_dtype_name(dt));
 }
 
 TEST_F(Gpu, TopkEntropyMatchesCpu) {
