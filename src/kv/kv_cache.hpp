@@ -178,6 +178,18 @@ class KvCache {
   // Throws invalid_argument if `id` exists or the tables do not fit the slots (the blocks are then released).
   void adopt(int32_t id, SeqCache &&s);
 
+  // A layer's K/V as rows, for what saves and restores them (snapshots). layer_blocks(): the blocks of `layer` of
+  // `id` read from the store in table order (one read, host or device). gather_rows(): from those, K (which 0) or V
+  // (1) of slots [first, first + n), head-major: [n_kv_heads][n][row bytes] in the cache's dtype.
+  std::vector<uint8_t> layer_blocks(int32_t id, int32_t layer) const;
+  void gather_rows(const std::vector<uint8_t> &blocks, int which, int32_t first, int32_t n, std::vector<uint8_t> &out) const;
+  // The other way: n slots of token-major K and V rows ([n][n_kv_heads][head_dim] of dtype `src`) written into fresh
+  // blocks in the cache's dtype. Keys that one side stores less the layer's K bias (kv_keys_less_bias) and the other
+  // not get `key_bias` added back or taken away. Returns the blocks, also appended to `taken` as they are taken (a
+  // caller that fails later gives them back with release_blocks). Throws kv_full when the pool has too few.
+  std::vector<int32_t> import_rows(const uint8_t *k, const uint8_t *v, int64_t n, KvDtype src, const std::vector<float> &key_bias,
+                                   std::vector<int32_t> &taken);
+
   PagedKv view(int32_t id, int32_t layer);
   KvStore &store() { return *store_; }
   const KvStore &store() const { return *store_; }

@@ -122,34 +122,8 @@ void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const 
 
 
 LayerSlots commit_layer(KvCache &kv, StagedLayer &SL, KvDtype src, const std::vector<float> &bk, std::vector<int32_t> &taken) {
-  const KvConfig &kc = kv.config();
-  const int32_t bs = kc.block_size;
-  const int64_t row = kv_bytes(kc.dtype, kc.head_dim), src_row = kv_bytes(src, kc.head_dim);
-  const int64_t hd = kc.head_dim, nkv = kc.n_kv_heads;
   LayerSlots L;
-  const auto n = static_cast<int64_t>(SL.pos.size());
-  L.blocks = kv.alloc_blocks((n + bs - 1) / bs);
-  taken.insert(taken.end(), L.blocks.begin(), L.blocks.end());
-  // Keys a quantised cache stored less the layer's K bias (kv_keys_less_bias) move to a float cache with it added
-  // back, and the other way round.
-  const float bias_sign = static_cast<float>(kv_keys_less_bias(src)) - static_cast<float>(kv_keys_less_bias(kc.dtype));
-  std::vector<float> krow(static_cast<size_t>(hd));
-  // Built in host memory block by block, then written to the store (host or device) in one call.
-  std::vector<uint8_t> blocks(L.blocks.size() * static_cast<size_t>(kv.block_bytes()), 0);
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t h = 0; h < nkv; ++h)
-      for (int which = 0; which < 2; ++which) {
-        uint8_t *dst = blocks.data() + (j / bs) * kv.block_bytes() + ((which * nkv + h) * bs + j % bs) * row;
-        const uint8_t *from = (which == 0 ? SL.k : SL.v).data() + (j * nkv + h) * src_row;
-        if (which == 0 && bias_sign != 0 && !bk.empty()) {  // keys less their bias on one side only
-          convert_rows(reinterpret_cast<uint8_t *>(krow.data()), KvDtype::f32, from, src, hd);
-          for (int64_t i = 0; i < hd; ++i) krow[static_cast<size_t>(i)] += bias_sign * bk[static_cast<size_t>(h * hd + i)];
-          convert_rows(dst, kc.dtype, reinterpret_cast<const uint8_t *>(krow.data()), KvDtype::f32, hd);
-        } else {
-          convert_rows(dst, kc.dtype, from, src, hd);
-        }
-      }
-  kv.store().write_blocks(L.blocks, blocks.data());
+  L.blocks = kv.import_rows(SL.k.data(), SL.v.data(), static_cast<int64_t>(SL.pos.size()), src, bk, taken);
   L.pos = std::move(SL.pos);
   L.channels = std::move(SL.channels);
   return L;

@@ -19,21 +19,6 @@ int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Gathers K (which = 0) or V (which = 1) of slots [first, first + n) of one layer into [n_kv_heads][n][head_dim].
-// blocks: the layer's blocks, read from the store in block-table order.
-void gather(std::vector<uint8_t> &out, const KvCache &kv, const std::vector<uint8_t> &blocks, int32_t first, int32_t n, int which) {
-  const KvConfig &c = kv.config();
-  const auto row = static_cast<size_t>(kv_bytes(c.dtype, c.head_dim));
-  out.resize(static_cast<size_t>(c.n_kv_heads) * static_cast<size_t>(n) * row);
-  for (int32_t h = 0; h < c.n_kv_heads; ++h)
-    for (int32_t j = 0; j < n; ++j) {
-      const int32_t s = first + j;
-      const uint8_t *src = blocks.data() + static_cast<int64_t>(s / c.block_size) * kv.block_bytes() +
-                           ((static_cast<int64_t>(which) * c.n_kv_heads + h) * c.block_size + s % c.block_size) * static_cast<int64_t>(row);
-      std::memcpy(out.data() + (static_cast<size_t>(h) * static_cast<size_t>(n) + static_cast<size_t>(j)) * row, src, row);
-    }
-}
-
 template <typename T>
 uint64_t vec_hash(const std::vector<T> &v) { return xxh3(v.data(), v.size() * sizeof(T)); }
 
@@ -159,23 +144,22 @@ void write_sequence_chunk(ChunkWriter &w, size_t si, int32_t id, const SeqCache 
 
 // Scratch reused across a save's layer chunks.
 struct LayerBuffers {
-  std::vector<uint8_t> kbuf, vbuf, blocks, wq_kv;
+  std::vector<uint8_t> kbuf, vbuf, wq_kv;
 };
 
 // Layer l of sequence si as chunks of at most sp.per_chunk[l] slots: K/V (gathered per head), positions, the stored
 // slot channels and, with the first chunk, the last n_rows window query rows (in the KV dtype when
 // half_window).
-void write_layer_chunks(ChunkWriter &w, const KvCache &kv, const SeqCache &c, size_t si, size_t l, const LayerSplit &sp,
+void write_layer_chunks(ChunkWriter &w, const KvCache &kv, int32_t id, const SeqCache &c, size_t si, size_t l, const LayerSplit &sp,
                         int64_t n_rows, bool half_window, int64_t qd, LayerBuffers &buf) {
   const KvConfig &kc = kv.config();
   const LayerSlots &L = c.layers[l];
-  buf.blocks.resize(L.blocks.size() * static_cast<size_t>(kv.block_bytes()));
-  kv.store().read_blocks(L.blocks, buf.blocks.data());
+  const std::vector<uint8_t> blocks = kv.layer_blocks(id, static_cast<int32_t>(l));
   int32_t first = 0;
   do {
     const int32_t n = std::min(sp.per_chunk[l], L.n() - first);
-    gather(buf.kbuf, kv, buf.blocks, first, n, 0);
-    gather(buf.vbuf, kv, buf.blocks, first, n, 1);
+    kv.gather_rows(blocks, 0, first, n, buf.kbuf);
+    kv.gather_rows(blocks, 1, first, n, buf.vbuf);
     std::vector<int32_t> pos(L.pos.begin() + first, L.pos.begin() + first + n);
     std::vector<float> imp;
     for (int ch = 0; ch < kSlotChannels; ++ch)
@@ -251,7 +235,7 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     const std::vector<int32_t> window_pos(c.window_pos.end() - n_rows, c.window_pos.end());
     write_sequence_chunk(w, si, ids[si], c, session.seq_state(ids[si]),
                          session.compressor().state(ids[si]), window_pos, sp);
-    for (size_t l = 0; l < c.layers.size(); ++l) write_layer_chunks(w, kv, c, si, l, sp, n_rows, half_window, qd, buf);
+    for (size_t l = 0; l < c.layers.size(); ++l) write_layer_chunks(w, kv, ids[si], c, si, l, sp, n_rows, half_window, qd, buf);
   }
   w.finish();
 }
