@@ -232,10 +232,9 @@ const std::vector<float> &Session::logits(int32_t seq) const {
   return s.logits;
 }
 
-void Session::decode(const std::vector<BatchToken> &batch) {
+std::vector<int32_t> Session::check_batch(const std::vector<BatchToken> &batch, std::map<int32_t, int32_t> &counts) const {
   if (batch.empty()) fail(Status::invalid_argument, "empty batch");
   const int32_t n_vocab = model_->hparams().n_vocab;
-  std::map<int32_t, int32_t> counts;
   for (size_t i = 0; i < batch.size(); ++i) {
     const BatchToken &b = batch[i];
     if (!kv_->has(b.seq)) fail(Status::not_found, "batch item " + std::to_string(i) + ": no sequence " + std::to_string(b.seq));
@@ -246,15 +245,17 @@ void Session::decode(const std::vector<BatchToken> &batch) {
   }
   // Positions continue each sequence's logical length.
   std::vector<int32_t> positions(batch.size());
-  {
-    std::map<int32_t, int64_t> next;
-    for (const auto &kv : counts) next[kv.first] = kv_->seq(kv.first).length;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      int64_t p = next[batch[i].seq]++;
-      if (p >= (int64_t{1} << 31) - 1) fail(Status::out_of_range, "sequence too long");
-      positions[i] = static_cast<int32_t>(p);
-    }
+  std::map<int32_t, int64_t> next;
+  for (const auto &kv : counts) next[kv.first] = kv_->seq(kv.first).length;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    int64_t p = next[batch[i].seq]++;
+    if (p >= (int64_t{1} << 31) - 1) fail(Status::out_of_range, "sequence too long");
+    positions[i] = static_cast<int32_t>(p);
   }
+  return positions;
+}
+
+void Session::make_room(const std::map<int32_t, int32_t> &counts) {
   std::vector<int32_t> ids, cnts;
   for (const auto &kv : counts) {
     ids.push_back(kv.first);
@@ -270,6 +271,36 @@ void Session::decode(const std::vector<BatchToken> &batch) {
     fail(Status::kv_full, "KV cache full: this step needs " + std::to_string(need) + " blocks, " +
                               std::to_string(kv_->free_blocks()) + " are free (pool of " +
                               std::to_string(kv_->stats().blocks_total) + ")");
+}
+
+void Session::after_step(const std::map<int32_t, int32_t> &counts) {
+  Compressor &cmp = *compressor_;
+  if (!cmp.config().enabled()) {
+    for (const auto &kv : counts) seqs_[kv.first].prefilled = true;
+    return;
+  }
+  std::vector<int32_t> prefill, decoded;
+  for (const auto &kv : counts) {
+    const int32_t id = kv.first;
+    SeqState &s = seqs_[id];
+    cmp.appended(id, kv.second);
+    // prefill() decides for its own chunks.
+    if (!s.prefilled) {
+      s.prefilled = true;
+      if (cmp.config().compress_after_prefill && id != prefill_seq_) prefill.push_back(id);
+    } else if (id != prefill_seq_ && cmp.compression_due(id)) {
+      decoded.push_back(id);
+    }
+  }
+  // The compressor tells a prefill compression (pooling kernel 5) from a decoding one (7) by its count.
+  cmp.compress_over_budget(prefill);
+  cmp.compress_over_budget(decoded);
+}
+
+void Session::decode(const std::vector<BatchToken> &batch) {
+  std::map<int32_t, int32_t> counts;
+  const std::vector<int32_t> positions = check_batch(batch, counts);
+  make_room(counts);
 
   // Rows whose logits are computed: flagged ones and the last of each sequence.
   std::map<int32_t, size_t> last_item;
@@ -278,14 +309,14 @@ void Session::decode(const std::vector<BatchToken> &batch) {
   for (size_t i = 0; i < batch.size(); ++i)
     if (batch[i].logits || last_item[batch[i].seq] == i) logit_rows.push_back(i);
 
-  // Snapshot of what a failure must restore.
-  // What a failure must restore: the slot counts and lengths (the step's new slots carry their own channels). What
-  // the step does to older state (H2O sums, window rows) is held in `steps` and applied only on commit.
+  // What a failure must restore: the slot counts and lengths. What the step observed (attention sums, window rows,
+  // the new slots' entropy) is held in `steps` and applied only on commit.
   struct Saved { std::vector<int32_t> n; int64_t length; };
   std::map<int32_t, Saved> saved;
   std::map<int32_t, SeqState> staged;
   std::map<int32_t, StepObservations> steps;
-  for (int32_t id : ids) {
+  for (const auto &kv : counts) {
+    const int32_t id = kv.first;
     const SeqCache &c = kv_->seq(id);
     Saved s;
     for (const LayerSlots &L : c.layers) s.n.push_back(L.n());
@@ -302,13 +333,13 @@ void Session::decode(const std::vector<BatchToken> &batch) {
     for (auto &kv : saved) kv_->shrink_to(kv.first, kv.second.n, kv.second.length);
     throw;
   }
+  // Commit: nothing below fails.
   for (const auto &st : steps) {
     kv_->commit_step(st.first, st.second, compressor_->window_capacity());
     compressor_->observe(st.first, st.second);
   }
-  // Commit.
   batch_logits_.clear();
-  const size_t V = static_cast<size_t>(n_vocab);
+  const size_t V = static_cast<size_t>(model_->hparams().n_vocab);
   for (size_t r = 0; r < logit_rows.size(); ++r) {
     const size_t i = logit_rows[r];
     if (batch[i].logits) batch_logits_.insert(batch_logits_.end(), out_logits.begin() + r * V, out_logits.begin() + (r + 1) * V);
@@ -321,26 +352,7 @@ void Session::decode(const std::vector<BatchToken> &batch) {
     seqs_[kv.first] = std::move(kv.second);
   }
   for (size_t i = 0; i < batch.size(); ++i) seqs_[batch[i].seq].tokens.push_back(batch[i].token);
-  Compressor &cmp = *compressor_;
-  if (cmp.config().enabled()) {
-    std::vector<int32_t> prefill, decoded;
-    for (int32_t id : ids) {
-      SeqState &s = seqs_[id];
-      cmp.appended(id, counts[id]);
-      // prefill() decides for its own chunks.
-      if (!s.prefilled) {
-        s.prefilled = true;
-        if (cmp.config().compress_after_prefill && id != prefill_seq_) prefill.push_back(id);
-      } else if (id != prefill_seq_ && cmp.compression_due(id)) {
-        decoded.push_back(id);
-      }
-    }
-    // The compressor tells a prefill compression (pooling kernel 5) from a decoding one (7) by its count.
-    cmp.compress_over_budget(prefill);
-    cmp.compress_over_budget(decoded);
-  } else {
-    for (int32_t id : ids) seqs_[id].prefilled = true;
-  }
+  after_step(counts);
 }
 
 void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {

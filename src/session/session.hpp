@@ -132,6 +132,11 @@ class Session final : private EvidenceSource {
   void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,
                std::map<int32_t, SeqState> &staged, std::map<int32_t, StepObservations> &steps);
+  // decode()'s parts: the batch checked (counts[seq]: its tokens) and its positions; room in the pool for it (memory
+  // pressure relieved or kv_full, changing nothing); after the commit, the compression the step triggers.
+  std::vector<int32_t> check_batch(const std::vector<BatchToken> &batch, std::map<int32_t, int32_t> &counts) const;
+  void make_room(const std::map<int32_t, int32_t> &counts);
+  void after_step(const std::map<int32_t, int32_t> &counts);
   // decode() of tokens[b, e) of `seq`.
   void decode_tokens(int32_t seq, const std::vector<int32_t> &tokens, size_t b, size_t e);
   // The most tokens, at most n, that the pool can take for `seq` now.
