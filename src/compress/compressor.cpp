@@ -189,16 +189,10 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q)
 }
 
 void Compressor::layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, std::vector<float> &v) const {
-  const LayerSlots &L = kv_.seq(seq).layers.at(static_cast<size_t>(layer));
-  const int64_t bb = kv_.block_bytes();
-  std::vector<uint8_t> raw(L.blocks.size() * static_cast<size_t>(bb));
-  kv_.store().read_blocks(L.blocks, raw.data());
-  std::vector<int32_t> table(L.blocks.size());
-  std::iota(table.begin(), table.end(), 0);
-  PagedKv view = kv_.view(seq, layer);
-  view.pool = raw.data();
-  view.block_table = table.data();
-  const int32_t kvh = view.n_kv_heads, hd = view.head_dim, n = L.n();
+  KvCache::HostLayer host;
+  kv_.host_layer(seq, layer, host);
+  const PagedKv &view = host.view;
+  const int32_t kvh = view.n_kv_heads, hd = view.head_dim, n = view.n_slots;
   k.assign(static_cast<size_t>(n) * kvh * hd, 0.0f);
   v.assign(k.size(), 0.0f);
   for (int32_t j = 0; j < n; ++j)

@@ -182,6 +182,14 @@ class KvCache {
   // `id` read from the store in table order (one read, host or device). gather_rows(): from those, K (which 0) or V
   // (1) of slots [first, first + n), head-major: [n_kv_heads][n][row bytes] in the cache's dtype.
   std::vector<uint8_t> layer_blocks(int32_t id, int32_t layer) const;
+  // A layer of `id` copied to host memory and a view of it (its blocks in table order, whatever the store), for
+  // what reads K/V on the host: the view points into this object, which must outlive its use.
+  struct HostLayer {
+    std::vector<uint8_t> blocks;
+    std::vector<int32_t> table;
+    PagedKv view{};
+  };
+  void host_layer(int32_t id, int32_t layer, HostLayer &out) const;
   void gather_rows(const std::vector<uint8_t> &blocks, int which, int32_t first, int32_t n, std::vector<uint8_t> &out) const;
   // The other way: n slots of token-major K and V rows ([n][n_kv_heads][head_dim] of dtype `src`) written into fresh
   // blocks in the cache's dtype. Keys that one side stores less the layer's K bias (kv_keys_less_bias) and the other

@@ -14,6 +14,17 @@ std::vector<uint8_t> KvCache::layer_blocks(int32_t id, int32_t layer) const {
   return raw;
 }
 
+void KvCache::host_layer(int32_t id, int32_t layer, HostLayer &out) const {
+  out.blocks = layer_blocks(id, layer);
+  const auto n_blocks = static_cast<int32_t>(seq(id).layers.at(static_cast<size_t>(layer)).blocks.size());
+  out.table.resize(static_cast<size_t>(n_blocks));
+  for (int32_t b = 0; b < n_blocks; ++b) out.table[static_cast<size_t>(b)] = b;
+  out.view = geometry_;
+  out.view.pool = out.blocks.data();
+  out.view.block_table = out.table.data();
+  out.view.n_slots = seq(id).layers[static_cast<size_t>(layer)].n();
+}
+
 void KvCache::gather_rows(const std::vector<uint8_t> &blocks, int which, int32_t first, int32_t n,
                           std::vector<uint8_t> &out) const {
   const KvConfig &c = cfg_;

@@ -112,7 +112,6 @@ ReplayEvidence Session::replay_evidence(int32_t seq) {
   const auto P = static_cast<int32_t>(prompt.size());
   const int32_t qd = hp.n_head * hp.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-  const int64_t bb = kv_->block_bytes();
   // Chunks of the context, each replayed after its own prompt and rolled back (KVzip's chunked scoring): the extra
   // memory is one chunk's, not the context's.
   const size_t chunk = static_cast<size_t>(std::max(16, std::min(opts_.ubatch, kReplayChunk)));
@@ -129,14 +128,9 @@ ReplayEvidence Session::replay_evidence(int32_t seq) {
       pool_->parallel_for(static_cast<int64_t>(L), 1, [&](int64_t l0, int64_t l1) {
         for (int64_t l = l0; l < l1; ++l) {
           try {
-            const LayerSlots &Ls = kv_->seq(tmp).layers[static_cast<size_t>(l)];
-            std::vector<uint8_t> raw(Ls.blocks.size() * static_cast<size_t>(bb));
-            kv_->store().read_blocks(Ls.blocks, raw.data());
-            std::vector<int32_t> table(Ls.blocks.size());
-            std::iota(table.begin(), table.end(), 0);
-            PagedKv view = kv_->view(tmp, static_cast<int32_t>(l));
-            view.pool = raw.data();
-            view.block_table = table.data();
+            KvCache::HostLayer host;
+            kv_->host_layer(tmp, static_cast<int32_t>(l), host);
+            const PagedKv &view = host.view;
             const std::vector<float> &q = step.window_q.at(static_cast<size_t>(l));
             const int32_t nl0 = n0[static_cast<size_t>(l)];
             cpu::attention_probs_max(ev.score[static_cast<size_t>(l)].data(), nl0, q.data() + static_cast<size_t>(P) * qd,
