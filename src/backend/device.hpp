@@ -44,8 +44,8 @@ struct DeviceChoice {
 
 // Resolves "cpu", "cuda", "cuda:N", "auto" (also "" = "cpu"). "cuda"/"cuda:N" without such a device throws
 // Error(Status::no_device) with the probe's reason; an unknown string throws Error(Status::invalid_argument).
-// "auto" is the CPU until the CUDA forward path has shown parity on hardware (device.cpp); the choice's reason says
-// which and why.
+// "auto" is the CPU, without probing the GPUs, until the CUDA forward path has shown parity on hardware
+// (device.cpp); the choice's reason says so.
 DeviceChoice select_device(const std::string &spec);
 
 // Whether this build contains the CUDA backend (CudaOps, src/backend/cuda/cuda_ops.cpp): true in CUDA builds.

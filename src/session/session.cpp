@@ -73,6 +73,7 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   if (opts_.max_sequences < 1 || opts_.max_sequences > (1 << 20))
     fail(Status::invalid_argument, "max_sequences must be in [1, 2^20]");
   if (opts_.protect_prefix < 0) fail(Status::invalid_argument, "protect_prefix must not be negative");
+  opts_.compression.validate();  // before any device or pool is touched (the compressor made last checks it again)
   const HParams &hp = model_->hparams();
   KvCache::check_dtype(opts_.kv_dtype, hp.head_dim);  // before the pool is sized in its block bytes
   pool_ = std::make_unique<ThreadPool>(opts_.n_threads > 0 ? opts_.n_threads : default_thread_count());
@@ -367,8 +368,8 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
   }
   // Compression part-way evicts for good, so a failure part-way is undone from a copy: an empty sequence needs none
   // (it is emptied again); otherwise a fork holds the old blocks (shared, no copy) until the message is in.
-  const SeqState saved = state(seq);
-  const SeqCompression saved_cmp = cmp.state(seq);
+  SeqState saved = state(seq);
+  SeqCompression saved_cmp = cmp.state(seq);
   const bool was_empty = kv_->seq(seq).length == 0;
   const int32_t backup = was_empty ? -1 : fork_sequence(seq);
   try {
@@ -418,8 +419,8 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
       seqs_.erase(backup);
       cmp.remove(backup);
     }
-    seqs_[seq] = saved;
-    cmp.set_state(seq, saved_cmp);
+    seqs_[seq] = std::move(saved);
+    cmp.set_state(seq, std::move(saved_cmp));  // both moved: restoring them allocates nothing
     throw;
   }
   if (backup >= 0) remove_sequence(backup);
