@@ -315,7 +315,7 @@ int cmd_generate(int argc, char **argv) {
     if (so.compression.enabled() && load_path.empty()) {
       r = prefill_then_generate(session, seq, prompt, max_tokens, sampler, cb, &kv_before, &kv_after, &compressions_before);
     } else {
-      if (prompt.empty() && !session.seq_state(seq).has_logits)
+      if (prompt.empty() && !session.has_logits(seq))
         fail(Status::invalid_argument, load_path + " has no logits to continue from: give --prompt");
       r = generate(session, seq, prompt, max_tokens, sampler, cb);
     }

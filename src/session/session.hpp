@@ -27,6 +27,10 @@ constexpr int32_t kReplayChunk = 256;
 // wordings).
 constexpr const char *kProbeQuestions[] = {"Summarize the text above.", "Repeat the previous context exactly."};
 
+namespace snapshot {
+struct SessionAccess;  // src/snapshot/session_access.hpp
+}  // namespace snapshot
+
 struct BatchToken {
   int32_t seq = 0;
   int32_t token = 0;
@@ -113,8 +117,13 @@ class Session final : private EvidenceSource {
   ProbeRows probe_queries(int32_t seq) override;
   std::vector<std::vector<int32_t>> probe_prompts() const;
 
-  // Per-sequence state beyond the KV cache and the compressor's. Public so that snapshots (src/snapshot/) can save
-  // and restore it.
+  // Whether `seq` has logits (decoded at least once since it was made, restored or truncated).
+  bool has_logits(int32_t seq) const { return state(seq).has_logits; }
+
+ private:
+  // Per-sequence state beyond the KV cache and the compressor's. Snapshots save and restore it through
+  // snapshot::SessionAccess (src/snapshot/session_access.hpp), its one other reader.
+  friend struct snapshot::SessionAccess;
   struct SeqState {
     std::vector<int32_t> tokens;
     std::vector<float> logits;
@@ -122,12 +131,12 @@ class Session final : private EvidenceSource {
     float pending_entropy = 0.0f;   // entropy of `logits`: it belongs to the next token appended
     bool prefilled = false;         // the first decode done (compression after it decided)
   };
-  const SeqState &seq_state(int32_t seq) const { return state(seq); }
   // Adds a sequence from a cache whose blocks the caller already took from kv() (see KvCache::adopt), its state and
   // its compression state; returns the new id. Used by snapshot restore after every check has passed.
   int32_t adopt_sequence(SeqCache &&cache, SeqState &&st, SeqCompression &&cst);
+  // Host bytes of one sequence's SeqState (its map node and buffers).
+  static int64_t state_bytes(const SeqState &st);
 
- private:
   void init(std::unique_ptr<DeviceForward> backend);
   void forward(const std::vector<BatchToken> &items, const std::vector<int32_t> &positions,
                std::vector<float> &out_logits, const std::vector<size_t> &logit_rows,

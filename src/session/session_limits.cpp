@@ -8,15 +8,11 @@
 
 namespace infokv {
 
-namespace {
-
-// A std::map node (the pair and about four pointers of tree links) and the vectors' buffers of a Session::SeqState.
-int64_t state_bytes(const Session::SeqState &st) {
-  return static_cast<int64_t>(sizeof(std::pair<const int32_t, Session::SeqState>) + 4 * sizeof(void *) +
+// A std::map node (the pair and about four pointers of tree links) and the vectors' buffers of a SeqState.
+int64_t Session::state_bytes(const SeqState &st) {
+  return static_cast<int64_t>(sizeof(std::pair<const int32_t, SeqState>) + 4 * sizeof(void *) +
                               st.tokens.capacity() * sizeof(int32_t) + st.logits.capacity() * sizeof(float));
 }
-
-}  // namespace
 
 KvStats Session::kv_stats() const {
   KvStats s = kv_->stats();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "snapshot/container.hpp"
+#include "snapshot/session_access.hpp"
 #include "snapshot/snapshot.hpp"
 #include "util/error.hpp"
 
@@ -26,7 +27,7 @@ struct StagedLayer {
 };
 
 struct StagedSeq {
-  Session::SeqState st;
+  SessionAccess::State st;
   SeqCompression cst;
   int64_t length = 0;
   std::vector<int32_t> window_pos;

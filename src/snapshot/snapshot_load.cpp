@@ -97,8 +97,8 @@ std::vector<int32_t> restore(Session &session, Sampler *sampler, ByteSource &in,
         c.layers[l] = commit_layer(kv, s.layers[l], staged.dtype, session.model().layer(static_cast<int32_t>(l)).bk, loose);
         c.window_q[l].assign(std::move(s.layers[l].window_q));
       }
-      loose.clear();  // adopt_sequence owns them from here, and releases them itself if it fails
-      ids.push_back(session.adopt_sequence(std::move(c), std::move(s.st), std::move(s.cst)));
+      loose.clear();  // the adopted sequence owns them from here, and releases them itself if it fails
+      ids.push_back(SessionAccess::adopt(session, std::move(c), std::move(s.st), std::move(s.cst)));
     }
   } catch (...) {
     kv.release_blocks(loose);

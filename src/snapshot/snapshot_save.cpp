@@ -7,6 +7,7 @@
 #include "compress/scores.hpp"
 #include "snapshot/container.hpp"
 #include "snapshot/convert.hpp"
+#include "snapshot/session_access.hpp"
 #include "snapshot/snapshot.hpp"
 #include "util/error.hpp"
 
@@ -119,7 +120,7 @@ LayerSplit split_layers(const SeqCache &c, int64_t slot_bytes, int64_t max_chunk
   return sp;
 }
 
-void write_sequence_chunk(ChunkWriter &w, size_t si, int32_t id, const SeqCache &c, const Session::SeqState &st,
+void write_sequence_chunk(ChunkWriter &w, size_t si, int32_t id, const SeqCache &c, const SessionAccess::State &st,
                           const SeqCompression &cst, const std::vector<int32_t> &window_pos, const LayerSplit &sp) {
   flatbuffers::FlatBufferBuilder b(1024 + st.tokens.size() * 4 + st.logits.size() * 4);
   std::vector<flatbuffers::Offset<fb::Span>> spans;
@@ -233,7 +234,7 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     const LayerSplit sp = split_layers(c, slot_bytes, opts.max_chunk_bytes);
     const int64_t n_rows = saved_window_rows(session, opts, ids[si]);
     const std::vector<int32_t> window_pos(c.window_pos.end() - n_rows, c.window_pos.end());
-    write_sequence_chunk(w, si, ids[si], c, session.seq_state(ids[si]),
+    write_sequence_chunk(w, si, ids[si], c, SessionAccess::state(session, ids[si]),
                          session.compressor().state(ids[si]), window_pos, sp);
     for (size_t l = 0; l < c.layers.size(); ++l) write_layer_chunks(w, kv, ids[si], c, si, l, sp, n_rows, half_window, qd, buf);
   }

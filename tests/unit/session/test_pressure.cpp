@@ -54,7 +54,7 @@ SeqPicture picture(const Session &s, int32_t id) {
   SeqPicture p;
   p.info = s.info(id);
   for (const LayerSlots &L : s.kv().seq(id).layers) p.pos.push_back(L.pos);
-  if (s.seq_state(id).has_logits) p.logits = s.logits(id);
+  if (s.has_logits(id)) p.logits = s.logits(id);
   p.compressions = s.compressor().compressions(id);
   p.tokens = s.tokens(id);
   return p;
@@ -304,7 +304,7 @@ TEST(Prefill, PromptFourTimesThePoolFitsWithCompression) {
   EXPECT_EQ(s.tokens(id), prompt);
   for (int32_t k : s.info(id).kept_per_layer) EXPECT_LE(k, 128);
   EXPECT_GE(s.compressor().compressions(id), 2);
-  EXPECT_TRUE(s.seq_state(id).has_logits);
+  EXPECT_TRUE(s.has_logits(id));
   s.decode({{id, 300, false}});  // and generation goes on
   s.kv().check_invariants();
 
