@@ -6,7 +6,6 @@
 #include <mutex>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 
 #include "compress/auto_policy.hpp"
 #include "compress/scores.hpp"
@@ -35,11 +34,6 @@ Compressor::Compressor(const Model &model, KvCache &kv, ThreadPool &pool, Eviden
 void Compressor::set_config(const CompressionConfig &c) {
   c.validate();
   config_ = c;
-}
-
-void Compressor::add(int32_t seq, SeqCompression st) {
-  if (seqs_.count(seq) != 0) fail(Status::invalid_argument, "compressor: sequence " + std::to_string(seq) + " exists");
-  seqs_.emplace(seq, std::move(st));
 }
 
 SeqCompression &Compressor::state_mut(int32_t seq) {

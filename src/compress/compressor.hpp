@@ -97,7 +97,6 @@ class Compressor {
   void set_config(const CompressionConfig &c);
 
   // The sequences it keeps state for (the session's, by the same ids).
-  void add(int32_t seq, SeqCompression st = {});
   void remove(int32_t seq) { seqs_.erase(seq); }
   const SeqCompression &state(int32_t seq) const;
   // Replaces the state of `seq` (adding it if new): a fork's copy, a restore, the undo of a failed message.
