@@ -388,6 +388,19 @@ PressureCandidate Compressor::pressure_estimate(int32_t seq) {
   return cand;
 }
 
+PressureCandidate Compressor::estimate(int32_t seq, int32_t budget_tokens, Question q) {
+  state(seq);  // not_found for an unknown sequence
+  if (budget_tokens <= 0) fail(Status::invalid_argument, "estimate: budget_tokens must be positive");
+  PressureCandidate cand;
+  cand.seq = seq;
+  cand.plan = plan(seq, budget_tokens, q);
+  if (!cand.plan.evicts) return cand;
+  cand.blocks = kv_.blocks_freed_by(seq, cand.plan.keep);
+  if (cand.blocks > 0) cand.cost_per_block = cand.plan.evicted_share / static_cast<double>(cand.blocks);
+  else cand.blocks = 0;
+  return cand;
+}
+
 std::vector<PressureCandidate> Compressor::pressure_candidates(const std::map<int32_t, int32_t> &appending, int32_t only) {
   std::vector<PressureCandidate> out;
   for (int32_t id : kv_.sequence_ids()) {

@@ -178,6 +178,13 @@ class Compressor {
   // Compresses the cheapest candidates until a step needing `need` blocks fits, and only if it then fits; otherwise
   // throws kv_full having changed nothing.
   void relieve_pressure(const std::map<int32_t, int32_t> &appending, int64_t need, int32_t only = -1);
+  // What compressing `seq` to `budget_tokens` (> 0) serving `q` would free now and its loss per freed block, for a
+  // scheduler weighing compression against other ways of finding memory (src/engine). blocks is 0 when it would
+  // free nothing. Throws bad_state when the policy is 'none', not_found for an unknown sequence.
+  PressureCandidate estimate(int32_t seq, int32_t budget_tokens, Question q);
+  // Applies a plan made by estimate() (or pressure_estimate()) for the sequence as it still is: nothing may have
+  // changed it since. Throws kv_full, changing nothing, when copy-on-write finds no free block.
+  void apply_plan(int32_t seq, const CompressionPlan &plan) { apply(seq, plan); }
 
   // Tuning profile (src/compress/profile.hpp). set_profile: byte-budget auto compressions start from the profile's
   // layer shape (each layer's floor is kAutoLayerFloor x budget x its share clamped to [0.5, 1.5]) and refine it.

@@ -1,0 +1,686 @@
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "snapshot/snapshot.hpp"
+#include "util/error.hpp"
+
+namespace infokv {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Moving average of a measured rate: the start-up measurement weighs as much as the latest operation.
+void update_rate(double &rate, double bytes_or_tokens, double seconds) {
+  if (seconds <= 0 || bytes_or_tokens <= 0) return;
+  const double r = bytes_or_tokens / seconds;
+  rate = rate > 0 ? 0.5 * rate + 0.5 * r : r;
+}
+
+}  // namespace
+
+const char *strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::automatic: return "auto";
+    case Strategy::fail: return "fail";
+    case Strategy::recompute: return "recompute";
+    case Strategy::move: return "move";
+    case Strategy::compress: return "compress";
+  }
+  return "?";
+}
+
+Strategy parse_strategy(const std::string &name) {
+  for (Strategy s : {Strategy::automatic, Strategy::fail, Strategy::recompute, Strategy::move, Strategy::compress})
+    if (name == strategy_name(s)) return s;
+  fail(Status::invalid_argument, "unknown strategy '" + name + "' (auto, fail, recompute, move, compress)");
+}
+
+const char *action_name(Action a) {
+  switch (a) {
+    case Action::compress: return "compress";
+    case Action::move: return "move";
+    case Action::recompute: return "recompute";
+    case Action::fail: return "fail";
+  }
+  return "?";
+}
+
+Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : opts_(opts) {
+  if (!(opts.min_keep > 0 && opts.min_keep <= 1)) fail(Status::invalid_argument, "min_keep must be in (0, 1]");
+  if (!(opts.max_loss_per_block >= 0)) fail(Status::invalid_argument, "max_loss_per_block must not be negative");
+  if (opts.max_batch < 0) fail(Status::invalid_argument, "max_batch must not be negative");
+  session_ = std::make_unique<Session>(std::move(model), opts.session);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (opts.spill_dir.empty()) {
+    std::random_device rd;
+    const fs::path base = fs::temp_directory_path(ec);
+    if (ec) fail(Status::io, "no temp directory for the engine's spill files: " + ec.message());
+    for (int i = 0; i < 16 && spill_dir_.empty(); ++i) {
+      char name[40];
+      std::snprintf(name, sizeof name, "infokv-spill-%08x", static_cast<unsigned>(rd()));
+      const fs::path p = base / name;
+      if (fs::create_directory(p, ec) && !ec) spill_dir_ = p.string();
+    }
+    if (spill_dir_.empty()) fail(Status::io, "cannot make a spill directory under " + base.string());
+    own_spill_dir_ = true;
+  } else {
+    spill_dir_ = opts.spill_dir;
+    fs::create_directories(spill_dir_, ec);
+    if (!fs::is_directory(spill_dir_, ec)) fail(Status::io, "spill directory '" + spill_dir_ + "' cannot be made");
+  }
+  measure_rates();
+}
+
+Engine::~Engine() {
+  std::error_code ec;
+  for (auto &kv : convs_)
+    if (!kv.second->spill_path.empty()) std::filesystem::remove(kv.second->spill_path, ec);
+  if (own_spill_dir_) std::filesystem::remove_all(spill_dir_, ec);
+}
+
+// The cost model's rates, measured here at start-up: the prefill rate on a scratch sequence of this model and pool,
+// and the spill directory's write (with fsync, as a snapshot is written) and read bandwidth.
+void Engine::measure_rates() {
+  stats_.prefill_tokens_per_s = opts_.assume_prefill_tokens_per_s;
+  stats_.disk_write_bytes_per_s = opts_.assume_disk_bytes_per_s;
+  stats_.disk_read_bytes_per_s = opts_.assume_disk_bytes_per_s;
+  if (stats_.prefill_tokens_per_s <= 0) {
+    const int32_t n = std::max<int32_t>(16, std::min<int32_t>(64, chunk()));
+    std::vector<BatchToken> batch;
+    const int32_t vocab = session_->model().hparams().n_vocab;
+    for (int32_t i = 0; i < n; ++i) batch.push_back({0, (i * 7919 + 13) % vocab, false});
+    int32_t seq = -1;
+    try {
+      seq = session_->add_sequence();
+      for (BatchToken &b : batch) b.seq = seq;
+      session_->decode(batch);  // warm-up: first touch of the weights and pool pages
+      session_->truncate(seq, 0);
+      const auto t0 = Clock::now();
+      session_->decode(batch);
+      stats_.prefill_tokens_per_s = n / std::max(since(t0), 1e-6);
+    } catch (const Error &) {
+      stats_.prefill_tokens_per_s = 1000;  // a pool too small for the scratch sequence: a guess, refined as it runs
+    }
+    if (seq >= 0 && session_->has_sequence(seq)) session_->remove_sequence(seq);
+  }
+  if (stats_.disk_write_bytes_per_s <= 0) {
+    const std::string path = spill_dir_ + "/rate-probe";
+    std::vector<char> buf(size_t{4} << 20);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>(i * 131u);
+    double w = 0, r = 0;
+    try {
+      auto t0 = Clock::now();
+      {
+        FileSink out(path);
+        out.write(buf.data(), buf.size());
+        out.commit();
+      }
+      w = buf.size() / std::max(since(t0), 1e-6);
+      t0 = Clock::now();
+      std::ifstream in(path, std::ios::binary);
+      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      r = in.gcount() / std::max(since(t0), 1e-6);
+    } catch (const Error &) {
+    }
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    stats_.disk_write_bytes_per_s = w > 0 ? w : 1e8;
+    stats_.disk_read_bytes_per_s = r > 0 ? r : 1e8;
+  }
+}
+
+Engine::Conversation &Engine::conv(int64_t id) {
+  auto it = convs_.find(id);
+  if (it == convs_.end()) fail(Status::not_found, "no conversation " + std::to_string(id));
+  return *it->second;
+}
+
+const Engine::Conversation &Engine::conv(int64_t id) const {
+  auto it = convs_.find(id);
+  if (it == convs_.end()) fail(Status::not_found, "no conversation " + std::to_string(id));
+  return *it->second;
+}
+
+int64_t Engine::open(int32_t priority, int64_t memory_limit_tokens, const SamplerParams &sampling) {
+  if (memory_limit_tokens < 0) fail(Status::invalid_argument, "memory_limit_tokens must not be negative");
+  if (memory_limit_tokens > 0 && !session_->compressor().config().enabled())
+    fail(Status::bad_config, "a memory limit needs a compression policy in the session's configuration");
+  auto c = std::make_unique<Conversation>(sampling);  // validates the sampling parameters
+  c->id = next_id_++;
+  c->priority = priority;
+  c->memory_limit = memory_limit_tokens;
+  const int64_t id = c->id;
+  convs_.emplace(id, std::move(c));
+  return id;
+}
+
+void Engine::submit(int64_t id, Turn turn) {
+  Conversation &c = conv(id);
+  if (c.state == TurnState::queued || c.state == TurnState::running)
+    fail(Status::bad_state, "conversation " + std::to_string(id) + " has a turn in progress");
+  if (turn.max_tokens < 0) fail(Status::invalid_argument, "max_tokens must not be negative");
+  if (turn.prompt.empty() && c.tokens.empty()) fail(Status::invalid_argument, "a conversation's first turn needs a prompt");
+  const int32_t vocab = session_->model().hparams().n_vocab;
+  for (const std::vector<int32_t> *v : {&turn.prompt, &turn.forced})
+    for (int32_t t : *v)
+      if (t < 0 || t >= vocab)
+        fail(Status::out_of_range, "token " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  c.turn = std::move(turn);
+  c.state = TurnState::queued;
+  c.prompt_done = c.turn.prompt.empty() && c.where != Where::none;
+  c.generated.clear();
+  c.failure.clear();
+  c.arrival = arrivals_++;
+}
+
+void Engine::close(int64_t id) {
+  Conversation &c = conv(id);
+  if (c.where == Where::resident && session_->has_sequence(c.seq)) session_->remove_sequence(c.seq);
+  std::error_code ec;
+  if (!c.spill_path.empty()) std::filesystem::remove(c.spill_path, ec);
+  convs_.erase(id);
+}
+
+bool Engine::busy() const {
+  for (const auto &kv : convs_)
+    if (kv.second->state == TurnState::queued || kv.second->state == TurnState::running) return true;
+  return false;
+}
+
+TurnState Engine::state(int64_t id) const { return conv(id).state; }
+const std::string &Engine::failure(int64_t id) const { return conv(id).failure; }
+const std::vector<int32_t> &Engine::tokens(int64_t id) const { return conv(id).tokens; }
+const std::vector<int32_t> &Engine::generated(int64_t id) const { return conv(id).generated; }
+int32_t Engine::sequence(int64_t id) const {
+  const Conversation &c = conv(id);
+  return c.where == Where::resident ? c.seq : -1;
+}
+const char *Engine::where(int64_t id) const {
+  switch (conv(id).where) {
+    case Where::none: return "none";
+    case Where::resident: return "resident";
+    case Where::moved: return "moved";
+    case Where::dropped: return "dropped";
+  }
+  return "?";
+}
+
+int32_t Engine::chunk() const { return std::max<int32_t>(1, session_->options().ubatch); }
+
+int64_t Engine::blocks_of(const Conversation &c) const {
+  if (c.where != Where::resident) return 0;
+  int64_t n = 0;
+  for (const LayerSlots &L : session_->kv().seq(c.seq).layers) n += static_cast<int64_t>(L.blocks.size());
+  return n;
+}
+
+// Blocks a sequence of `tokens` slots per layer takes, plus one partly filled block per layer.
+static int64_t blocks_for(const Session &s, int64_t tokens) {
+  const int64_t bs = s.kv().config().block_size;
+  return static_cast<int64_t>(s.model().hparams().n_layer) * ((tokens + bs - 1) / bs + 1);
+}
+
+void Engine::fail_turn(Conversation &c, const std::string &why) {
+  c.state = TurnState::failed;
+  c.failure = why;
+  ++stats_.failures;
+  Decision d;
+  d.conversation = c.id;
+  d.step = stats_.steps;
+  d.action = Action::fail;
+  d.why = why;
+  d.tokens = static_cast<int64_t>(c.tokens.size());
+  // Its memory goes back to the pool; its tokens stay, so that a later turn recomputes them.
+  if (c.where == Where::resident) {
+    d.blocks = blocks_of(c);
+    session_->remove_sequence(c.seq);
+    c.seq = -1;
+    c.where = c.tokens.empty() ? Where::none : Where::dropped;
+    c.compressed = false;
+    c.kept.clear();
+  }
+  decisions_.push_back(std::move(d));
+}
+
+void Engine::finish_turn(Conversation &c) {
+  c.state = TurnState::done;
+  c.last_active = stats_.steps;
+}
+
+int64_t Engine::preempt(Conversation &v) {
+  if (v.where != Where::resident || opts_.strategy == Strategy::fail) return 0;
+  Session &s = *session_;
+  Compressor &comp = s.compressor();
+  const int32_t seq = v.seq;
+  const SeqInfo info = s.info(seq);
+  const int64_t before = free_blocks();
+  const int64_t held = blocks_of(v);
+  Decision d;
+  d.conversation = v.id;
+  d.step = stats_.steps;
+  d.tokens = info.length;
+
+  // Compression: toward half of what it keeps, never under min_keep of its length.
+  PressureCandidate cand;
+  const bool may_compress = comp.config().enabled() &&
+                            (opts_.strategy == Strategy::compress || opts_.strategy == Strategy::automatic);
+  if (may_compress) {
+    const double kept = comp.mean_kept(seq);
+    const int32_t floor_tokens = static_cast<int32_t>(std::ceil(opts_.min_keep * static_cast<double>(info.length)));
+    const int32_t target = std::max<int32_t>(floor_tokens, static_cast<int32_t>(kept / 2));
+    if (target > 0 && target < kept) {
+      // A conversation between turns waits for a question not yet asked; a running one for its next token.
+      const Question q = v.state == TurnState::running ? Question::next : Question::later;
+      try {
+        cand = comp.estimate(seq, target, q);
+      } catch (const Error &e) {
+        if (e.status() != Status::kv_full) throw;
+        cand = PressureCandidate{};
+      }
+    }
+  }
+  const double move_s = static_cast<double>(info.bytes) / stats_.disk_write_bytes_per_s +
+                        static_cast<double>(info.bytes) / stats_.disk_read_bytes_per_s;
+  const double recompute_s = static_cast<double>(info.length) / stats_.prefill_tokens_per_s;
+
+  Action act;
+  switch (opts_.strategy) {
+    case Strategy::compress:
+      if (cand.blocks <= 0) return 0;
+      act = Action::compress;
+      d.why = "strategy compress";
+      break;
+    case Strategy::move: act = Action::move; d.why = "strategy move"; break;
+    case Strategy::recompute: act = Action::recompute; d.why = "strategy recompute"; break;
+    default: {
+      char why[200];
+      if (cand.blocks > 0 && cand.cost_per_block <= opts_.max_loss_per_block) {
+        act = Action::compress;
+        std::snprintf(why, sizeof why, "loss %.4f per block <= %.4f", cand.cost_per_block, opts_.max_loss_per_block);
+      } else {
+        act = move_s <= recompute_s ? Action::move : Action::recompute;
+        if (cand.blocks > 0)
+          std::snprintf(why, sizeof why, "compress loss %.4f per block > %.4f; move %.1f ms %s recompute %.1f ms",
+                        cand.cost_per_block, opts_.max_loss_per_block, move_s * 1e3, act == Action::move ? "<=" : ">",
+                        recompute_s * 1e3);
+        else
+          std::snprintf(why, sizeof why, "nothing to compress; move %.1f ms %s recompute %.1f ms", move_s * 1e3,
+                        act == Action::move ? "<=" : ">", recompute_s * 1e3);
+      }
+      d.why = why;
+    }
+  }
+  d.action = act;
+  const auto t0 = Clock::now();
+  if (act == Action::compress) {
+    try {
+      comp.apply_plan(seq, cand.plan);
+    } catch (const Error &e) {
+      if (e.status() != Status::kv_full) throw;
+      return 0;
+    }
+    v.compressed = true;
+    d.est_loss = cand.cost_per_block;
+    d.measured_seconds = since(t0);
+    ++stats_.compressions;
+  } else if (act == Action::move) {
+    const std::string path = spill_dir_ + "/conv-" + std::to_string(v.id) + ".ikvs";
+    int64_t bytes = 0;
+    try {
+      bytes = snapshot::save_file(s, seq, nullptr, path);
+    } catch (const Error &e) {
+      // A spill directory that fails (full disk, gone) leaves a recompute, which needs nothing but the tokens.
+      if (opts_.strategy == Strategy::move) throw;
+      act = Action::recompute;
+      d.action = act;
+      d.why += std::string("; move failed (") + e.what() + "), recompute";
+    }
+    if (act == Action::move) {
+      const double out_s = since(t0);
+      update_rate(stats_.disk_write_bytes_per_s, static_cast<double>(bytes), out_s);
+      v.spill_path = path;
+      v.spill_bytes = bytes;
+      stats_.bytes_moved += bytes;
+      d.est_seconds = move_s;
+      d.measured_seconds = out_s;  // the way back is added when it returns
+      ++stats_.moves;
+      s.remove_sequence(seq);
+      v.where = Where::moved;
+    }
+  }
+  if (act == Action::recompute) {
+    v.kept.clear();
+    bool compressed = false;
+    for (const LayerSlots &L : s.kv().seq(seq).layers) {
+      v.kept.push_back(L.pos);
+      if (L.n() < info.length) compressed = true;
+    }
+    v.compressed = compressed;
+    if (!compressed) v.kept.clear();
+    d.est_seconds = recompute_s;
+    ++stats_.recomputes;
+    s.remove_sequence(seq);
+    v.where = Where::dropped;
+  }
+  if (v.where != Where::resident) {
+    v.seq = -1;
+    v.held_blocks = held;
+    v.pending_decision = static_cast<int64_t>(decisions_.size());
+  }
+  d.blocks = free_blocks() - before;
+  decisions_.push_back(std::move(d));
+  return free_blocks() - before;
+}
+
+bool Engine::make_room(int64_t need, const std::vector<int64_t> &keep, bool may_preempt_running, int32_t priority) {
+  if (free_blocks() >= need) return true;
+  if (opts_.strategy == Strategy::fail) return false;
+  auto kept = [&](int64_t id) { return std::find(keep.begin(), keep.end(), id) != keep.end(); };
+  // Victims: conversations between turns, the longest idle first; then queued ones holding memory (lowest
+  // priority first); then, when allowed, running turns of lower priority than the one asking (the latest first).
+  for (int pass = 0; pass < 4 && free_blocks() < need; ++pass) {
+    std::vector<Conversation *> idle, queued, running;
+    for (auto &kv : convs_) {
+      Conversation &c = *kv.second;
+      if (c.where != Where::resident || kept(c.id)) continue;
+      if (c.state == TurnState::running) {
+        if (may_preempt_running && c.priority < priority) running.push_back(&c);
+      } else if (c.state == TurnState::queued) {
+        queued.push_back(&c);
+      } else {
+        idle.push_back(&c);
+      }
+    }
+    std::sort(idle.begin(), idle.end(), [](const Conversation *a, const Conversation *b) {
+      if (a->priority != b->priority) return a->priority < b->priority;
+      return a->last_active < b->last_active;
+    });
+    auto low_late = [](const Conversation *a, const Conversation *b) {
+      if (a->priority != b->priority) return a->priority < b->priority;
+      return a->arrival > b->arrival;
+    };
+    std::sort(queued.begin(), queued.end(), low_late);
+    std::sort(running.begin(), running.end(), low_late);
+    bool progress = false;
+    for (auto *list : {&idle, &queued, &running})
+      for (Conversation *v : *list) {
+        if (free_blocks() >= need) return true;
+        const bool was_running = v->state == TurnState::running;
+        if (preempt(*v) > 0) progress = true;
+        if (was_running && v->where != Where::resident) v->state = TurnState::queued;
+      }
+    if (!progress) break;
+  }
+  return free_blocks() >= need;
+}
+
+void Engine::recompute(Conversation &c) {
+  Session &s = *session_;
+  Compressor &comp = s.compressor();
+  const CompressionConfig saved = comp.config();
+  const int32_t seq = s.add_sequence();
+  const auto t0 = Clock::now();
+  // The tokens are prefilled with compression off and the sequence cut back to the kept set after each chunk: the
+  // same positions as before in every layer, in no more memory than the kept set and one chunk.
+  CompressionConfig off = saved;
+  off.policy = PolicyKind{};
+  try {
+    comp.set_config(off);
+    const size_t n = c.tokens.size();
+    for (size_t b = 0; b < n; b += static_cast<size_t>(chunk())) {
+      const size_t e = std::min(n, b + static_cast<size_t>(chunk()));
+      std::vector<BatchToken> batch;
+      for (size_t i = b; i < e; ++i) batch.push_back({seq, c.tokens[i], false});
+      s.decode(batch);
+      if (c.compressed) {
+        std::vector<std::vector<int32_t>> keep;
+        const SeqCache &sc = s.kv().seq(seq);
+        bool drops = false;
+        for (size_t l = 0; l < sc.layers.size(); ++l) {
+          const std::vector<int32_t> &pos = sc.layers[l].pos;
+          const std::vector<int32_t> &want = c.kept[l];
+          std::vector<int32_t> k;
+          for (int32_t slot = 0; slot < static_cast<int32_t>(pos.size()); ++slot)
+            if (std::binary_search(want.begin(), want.end(), pos[static_cast<size_t>(slot)])) k.push_back(slot);
+          if (k.size() != pos.size()) drops = true;
+          keep.push_back(std::move(k));
+        }
+        if (drops) s.kv().compact(seq, keep);
+      }
+    }
+    comp.set_config(saved);
+  } catch (...) {
+    comp.set_config(saved);
+    if (s.has_sequence(seq)) s.remove_sequence(seq);
+    throw;
+  }
+  const double secs = since(t0);
+  update_rate(stats_.prefill_tokens_per_s, static_cast<double>(c.tokens.size()), secs);
+  stats_.recomputed_tokens += static_cast<int64_t>(c.tokens.size());
+  if (c.pending_decision >= 0 && c.pending_decision < static_cast<int64_t>(decisions_.size()))
+    decisions_[static_cast<size_t>(c.pending_decision)].measured_seconds = secs;
+  c.pending_decision = -1;
+  c.seq = seq;
+  c.where = Where::resident;
+  c.kept.clear();
+}
+
+void Engine::bring_back(Conversation &c) {
+  if (c.where == Where::dropped) {
+    recompute(c);
+    return;
+  }
+  const auto t0 = Clock::now();
+  const std::vector<int32_t> ids = snapshot::restore_file(*session_, nullptr, c.spill_path);
+  const double secs = since(t0);
+  update_rate(stats_.disk_read_bytes_per_s, static_cast<double>(c.spill_bytes), secs);
+  stats_.bytes_moved += c.spill_bytes;
+  if (c.pending_decision >= 0 && c.pending_decision < static_cast<int64_t>(decisions_.size()))
+    decisions_[static_cast<size_t>(c.pending_decision)].measured_seconds += secs;
+  c.pending_decision = -1;
+  std::error_code ec;
+  std::filesystem::remove(c.spill_path, ec);
+  c.spill_path.clear();
+  c.spill_bytes = 0;
+  c.seq = ids.at(0);
+  c.where = Where::resident;
+}
+
+bool Engine::admit(Conversation &c) {
+  Session &s = *session_;
+  bool others_running = false;
+  for (auto &kv : convs_)
+    if (kv.second.get() != &c && kv.second->state == TurnState::running) others_running = true;
+  if (c.where == Where::moved || c.where == Where::dropped) {
+    const int64_t need = c.held_blocks + (c.where == Where::dropped ? blocks_for(s, chunk()) : 0);
+    if (!make_room(need, {c.id}, true, c.priority)) {
+      if (others_running) return false;  // they will finish and become victims
+    }
+    try {
+      bring_back(c);
+    } catch (const Error &e) {
+      if (e.status() != Status::kv_full) {
+        // A moved conversation whose snapshot cannot be read back is recomputed from its tokens.
+        if (c.where == Where::moved) {
+          std::error_code ec;
+          std::filesystem::remove(c.spill_path, ec);
+          c.spill_path.clear();
+          c.where = Where::dropped;
+          c.compressed = false;
+          Decision d;
+          d.conversation = c.id;
+          d.step = stats_.steps;
+          d.action = Action::recompute;
+          d.why = std::string("snapshot could not be read back (") + e.what() + "): recomputed";
+          d.tokens = static_cast<int64_t>(c.tokens.size());
+          decisions_.push_back(std::move(d));
+          ++stats_.recomputes;
+          return admit(c);
+        }
+        throw;
+      }
+      if (others_running) return false;
+      throw;
+    }
+  }
+  if (c.where == Where::none) {
+    c.seq = s.add_sequence();
+    c.where = Where::resident;
+  }
+  if (!c.prompt_done) {
+    const std::vector<int32_t> &p = c.turn.prompt;
+    const int64_t need = s.kv().blocks_needed({c.seq}, {static_cast<int32_t>(p.size())});
+    if (!make_room(need, {c.id}, true, c.priority) && others_running) {
+      c.state = TurnState::queued;
+      return false;
+    }
+    const auto t0 = Clock::now();
+    s.prefill(c.seq, p);  // kv_full here: not even this one conversation fits
+    const double secs = since(t0);
+    update_rate(stats_.prefill_tokens_per_s, static_cast<double>(p.size()), secs);
+    for (int32_t t : p) c.sampler.accept(t);
+    c.tokens.insert(c.tokens.end(), p.begin(), p.end());
+    stats_.prefilled_tokens += static_cast<int64_t>(p.size());
+    c.prompt_done = true;
+  }
+  c.state = TurnState::running;
+  return true;
+}
+
+void Engine::enforce_limit(Conversation &c) {
+  if (c.memory_limit <= 0 || c.where != Where::resident) return;
+  Compressor &comp = session_->compressor();
+  const int32_t limit = static_cast<int32_t>(std::min<int64_t>(c.memory_limit, INT32_MAX));
+  if (comp.mean_kept(c.seq) <= limit + comp.slack_for(limit)) return;
+  const auto t0 = Clock::now();
+  if (comp.try_compress(c.seq, limit)) {
+    Decision d;
+    d.conversation = c.id;
+    d.step = stats_.steps;
+    d.action = Action::compress;
+    d.why = "over its memory limit of " + std::to_string(c.memory_limit) + " tokens";
+    d.tokens = static_cast<int64_t>(c.tokens.size());
+    d.measured_seconds = since(t0);
+    decisions_.push_back(std::move(d));
+    c.compressed = true;
+    ++stats_.compressions;
+  }
+}
+
+std::vector<TokenEvent> Engine::step() {
+  ++stats_.steps;
+  event_logits_.clear();
+  Session &s = *session_;
+  const Tokenizer &tok = s.model().tokenizer();
+
+  // 1. Admission: queued turns by priority, then in order of arrival; one that does not fit waits, and so do the
+  //    ones behind it (first come, first served within a priority).
+  std::vector<Conversation *> queued;
+  int64_t running = 0;
+  for (auto &kv : convs_) {
+    if (kv.second->state == TurnState::queued) queued.push_back(kv.second.get());
+    if (kv.second->state == TurnState::running) ++running;
+  }
+  std::sort(queued.begin(), queued.end(), [](const Conversation *a, const Conversation *b) {
+    if (a->priority != b->priority) return a->priority > b->priority;
+    return a->arrival < b->arrival;
+  });
+  for (Conversation *c : queued) {
+    if (opts_.max_batch > 0 && running >= opts_.max_batch) break;
+    try {
+      if (!admit(*c)) break;
+      ++running;
+    } catch (const Error &e) {
+      fail_turn(*c, std::string("no memory for this turn: ") + e.what());
+    }
+  }
+
+  // 2. One token for every running turn, in one batch.
+  std::vector<Conversation *> batch;
+  for (auto &kv : convs_)
+    if (kv.second->state == TurnState::running) batch.push_back(kv.second.get());
+  std::sort(batch.begin(), batch.end(), [](const Conversation *a, const Conversation *b) {
+    if (a->priority != b->priority) return a->priority > b->priority;
+    return a->arrival < b->arrival;
+  });
+  std::vector<int32_t> next;
+  std::vector<Rng> drawn_from;  // each sampler's state before its draw: a turn preempted now draws again later
+  std::vector<Conversation *> go;
+  for (Conversation *c : batch) {
+    const size_t i = c->generated.size();
+    const bool forced = !c->turn.forced.empty();
+    const int32_t limit = forced ? std::min<int32_t>(c->turn.max_tokens, static_cast<int32_t>(c->turn.forced.size()))
+                                 : c->turn.max_tokens;
+    if (static_cast<int32_t>(i) >= limit) {
+      finish_turn(*c);
+      continue;
+    }
+    const std::vector<float> &lg = s.logits(c->seq);
+    const Rng before = c->sampler.rng();
+    const int32_t t = forced ? c->turn.forced[i] : c->sampler.sample(lg.data(), static_cast<int32_t>(lg.size()));
+    if (!forced && tok.is_eog(t)) {
+      finish_turn(*c);
+      continue;
+    }
+    go.push_back(c);
+    next.push_back(t);
+    drawn_from.push_back(before);
+  }
+  // Room for the batch: idle and queued conversations give way first, then the batch's own tail.
+  while (!go.empty()) {
+    std::vector<int32_t> ids, ones;
+    std::vector<int64_t> keep;
+    for (Conversation *c : go) {
+      ids.push_back(c->seq);
+      ones.push_back(1);
+      keep.push_back(c->id);
+    }
+    const int64_t need = s.kv().blocks_needed(ids, ones);
+    if (make_room(need, keep, false, INT32_MIN)) break;
+    Conversation *v = go.back();
+    const int64_t freed = preempt(*v);
+    if (freed > 0 && v->where == Where::resident) continue;  // compressed: it stays in the batch
+    v->sampler.rng() = drawn_from.back();
+    go.pop_back();
+    next.pop_back();
+    drawn_from.pop_back();
+    if (freed > 0) {
+      v->state = TurnState::queued;  // moved or dropped mid-turn: resumes when it is admitted again
+    } else {
+      fail_turn(*v, opts_.strategy == Strategy::fail ? "KV pool full" : "KV pool full and nothing left to free");
+    }
+  }
+  std::vector<TokenEvent> events;
+  if (go.empty()) return events;
+  event_logits_.reserve(go.size());
+  std::vector<BatchToken> items;
+  for (size_t i = 0; i < go.size(); ++i) {
+    event_logits_.push_back(s.logits(go[i]->seq));
+    items.push_back({go[i]->seq, next[i], false});
+  }
+  s.decode(items);  // room was made above: a failure here is a bug, reported as the error it is
+  stats_.decoded_tokens += static_cast<int64_t>(go.size());
+  for (size_t i = 0; i < go.size(); ++i) {
+    Conversation &c = *go[i];
+    c.sampler.accept(next[i]);
+    c.tokens.push_back(next[i]);
+    c.generated.push_back(next[i]);
+    c.last_active = stats_.steps;
+    events.push_back({c.id, next[i], &event_logits_[i]});
+    enforce_limit(c);
+  }
+  return events;
+}
+
+}  // namespace infokv

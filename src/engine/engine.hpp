@@ -1,0 +1,202 @@
+// The engine: many conversations over one session's pool, decoded in continuous batches, none failed while memory
+// can be found (DESIGN.md §9, "Where, and whether to recompute"). When a step does not fit the pool, each candidate
+// victim is compressed further, moved out (a snapshot in the spill directory) or dropped and recomputed from its
+// tokens when it runs again, whichever a cost model measured on this machine says is cheapest; every decision is
+// reported with its estimated and measured cost. Used by one thread at a time.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.hpp"
+#include "session/session.hpp"
+
+namespace infokv {
+
+// What the engine does when a step does not fit the pool.
+enum class Strategy : int32_t {
+  automatic = 0,  // the cheapest of compress, move and recompute per victim (the default)
+  fail = 1,       // fail the turn that does not fit (llama.cpp's server)
+  recompute = 2,  // drop a victim's cache and prefill its tokens again when it runs (vLLM V1's preemption)
+  move = 3,       // move a victim's cache to the spill directory and back (host/disk offload)
+  compress = 4,   // compress victims further, down to min_keep of their length, then fail
+};
+const char *strategy_name(Strategy s);
+// Throws Error(invalid_argument) naming the accepted values.
+Strategy parse_strategy(const std::string &name);
+
+// What was done to a conversation to make room (or to bring it back).
+enum class Action : int32_t { compress = 0, move = 1, recompute = 2, fail = 3 };
+const char *action_name(Action a);
+
+struct EngineOptions {
+  SessionOptions session;  // the pool, threads and compression configuration of the one session
+  Strategy strategy = Strategy::automatic;
+  // Where moved conversations' snapshots go. Empty: a private directory under the system's temp dir, made at start
+  // and removed with the engine.
+  std::string spill_dir;
+  // Most turns generating in one batch (0: as many as the pool holds).
+  int32_t max_batch = 0;
+  // Compression never keeps fewer than this share of a conversation's tokens (mean over layers).
+  double min_keep = 0.25;
+  // automatic: compression pays when its proxy loss per freed block is at most this (the loss is auto's proxy, the
+  // attention mass evicted: 0.01 per block of 32 tokens is well under what a budget of 50% evicts on a long chat).
+  double max_loss_per_block = 0.01;
+  // Skip the start-up measurement (tests): use these rates instead. 0: measure.
+  double assume_prefill_tokens_per_s = 0;
+  double assume_disk_bytes_per_s = 0;
+};
+
+// One decision, as it was made and as it turned out.
+struct Decision {
+  int64_t conversation = 0;
+  int64_t step = 0;
+  Action action = Action::fail;
+  std::string why;
+  int64_t blocks = 0;          // blocks it freed (estimated for compress before, measured after)
+  int64_t tokens = 0;          // the conversation's length then
+  double est_seconds = 0;      // move: out and back; recompute: the prefill when it runs again; compress: 0
+  double est_loss = 0;         // compress: the proxy loss per freed block
+  double measured_seconds = -1;  // out + back once it has come back (compress: its own time); -1 until then
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t decoded_tokens = 0;
+  int64_t prefilled_tokens = 0;
+  int64_t compressions = 0, moves = 0, recomputes = 0, failures = 0;
+  int64_t bytes_moved = 0;      // written to and read back from the spill directory
+  int64_t recomputed_tokens = 0;
+  double prefill_tokens_per_s = 0;  // the cost model's rates now (measured at start, updated as it runs)
+  double disk_write_bytes_per_s = 0;
+  double disk_read_bytes_per_s = 0;
+};
+
+// A turn: tokens appended to the conversation, then up to max_tokens generated.
+struct Turn {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 0;
+  // Tests and evaluations: when not empty, the turn appends these tokens instead of sampled ones (teacher forcing),
+  // max_tokens of them at most, and the logits each was decoded after are still reported.
+  std::vector<int32_t> forced;
+};
+
+enum class TurnState : int32_t { queued = 0, running = 1, done = 2, failed = 3 };
+
+// What one step produced for one turn.
+struct TokenEvent {
+  int64_t conversation = 0;
+  int32_t token = 0;
+  const std::vector<float> *logits = nullptr;  // the logits the token was drawn from; valid until the next step
+};
+
+class Engine {
+ public:
+  // Throws like Session's constructor; Error(io) when the spill directory cannot be made.
+  Engine(std::shared_ptr<const Model> model, const EngineOptions &opts);
+  ~Engine();
+  Engine(const Engine &) = delete;
+  Engine &operator=(const Engine &) = delete;
+
+  // A new conversation (no memory until its first turn runs). priority: higher runs first and is preempted last.
+  // memory_limit_tokens > 0: compressed to this many tokens (mean over layers) whenever it holds more (needs a
+  // compression policy in the session's configuration).
+  int64_t open(int32_t priority = 0, int64_t memory_limit_tokens = 0, const SamplerParams &sampling = greedy());
+  // Queues a turn; throws bad_state while the conversation's previous turn is queued or running, not_found for an
+  // unknown or closed conversation, out_of_range for a token outside the vocabulary (nothing queued).
+  void submit(int64_t conversation, Turn turn);
+  // Frees the conversation's memory wherever it is (a running turn is cancelled).
+  void close(int64_t conversation);
+
+  // One scheduling step: admits queued turns (bringing moved or dropped conversations back), prefills their
+  // prompts and decodes one token for every running turn in one batch, making room as the strategy says. Returns
+  // the tokens produced. A turn that cannot be given memory by any allowed means fails (state failed, the reason
+  // in failure()); the engine goes on with the others.
+  std::vector<TokenEvent> step();
+  // Whether any turn is queued or running.
+  bool busy() const;
+
+  TurnState state(int64_t conversation) const;
+  const std::string &failure(int64_t conversation) const;
+  // The conversation's whole token history (prompts and generated tokens).
+  const std::vector<int32_t> &tokens(int64_t conversation) const;
+  // The tokens generated by its latest turn.
+  const std::vector<int32_t> &generated(int64_t conversation) const;
+  // "resident", "moved", "dropped" or "none" (no memory yet).
+  const char *where(int64_t conversation) const;
+  // Its session sequence while resident, -1 otherwise.
+  int32_t sequence(int64_t conversation) const;
+
+  const std::vector<Decision> &decisions() const { return decisions_; }
+  const EngineStats &stats() const { return stats_; }
+  Session &session() { return *session_; }
+  const Session &session() const { return *session_; }
+
+  static SamplerParams greedy() {
+    SamplerParams p;
+    p.temperature = 0;
+    return p;
+  }
+
+ private:
+  enum class Where { none, resident, moved, dropped };
+  struct Conversation {
+    int64_t id = 0;
+    int32_t priority = 0;
+    int64_t memory_limit = 0;
+    Sampler sampler;
+    std::vector<int32_t> tokens;
+    Where where = Where::none;
+    int32_t seq = -1;
+    std::string spill_path;      // moved
+    int64_t spill_bytes = 0;
+    int64_t held_blocks = 0;     // moved or dropped: the blocks it held, what bringing it back needs
+    std::vector<std::vector<int32_t>> kept;  // dropped after compression: the positions each layer kept
+    bool compressed = false;     // its cache was compressed at least once (recompute then restores the kept set)
+    Turn turn;
+    TurnState state = TurnState::done;
+    bool prompt_done = false;
+    std::vector<int32_t> generated;
+    std::string failure;
+    int64_t arrival = 0;         // order of the current turn's submission
+    int64_t last_active = 0;     // step of its latest token (victims: the longest idle first)
+    int64_t pending_decision = -1;  // index of the move/recompute decision its return completes
+    explicit Conversation(const SamplerParams &p) : sampler(p) {}
+  };
+
+  Conversation &conv(int64_t id);
+  const Conversation &conv(int64_t id) const;
+  void measure_rates();
+  // Brings `c` into the pool (restores, recomputes or starts it) and prefills its turn's prompt; false when the
+  // pool has no room now even after making room (c stays queued), throws on failure of the turn itself.
+  bool admit(Conversation &c);
+  void bring_back(Conversation &c);
+  void recompute(Conversation &c);
+  // Frees at least `need` blocks by preempting conversations other than `keep` (and not running ones unless
+  // `may_preempt_running`); true when enough were freed.
+  bool make_room(int64_t need, const std::vector<int64_t> &keep, bool may_preempt_running, int32_t below_priority);
+  // One victim's cheapest action under the strategy, applied; returns blocks freed (0: nothing possible).
+  int64_t preempt(Conversation &v);
+  void fail_turn(Conversation &c, const std::string &why);
+  void finish_turn(Conversation &c);
+  void enforce_limit(Conversation &c);
+  int64_t free_blocks() const { return session_->kv().free_blocks(); }
+  int64_t blocks_of(const Conversation &c) const;
+  int32_t chunk() const;
+
+  EngineOptions opts_;
+  std::unique_ptr<Session> session_;
+  std::string spill_dir_;
+  bool own_spill_dir_ = false;
+  std::map<int64_t, std::unique_ptr<Conversation>> convs_;
+  int64_t next_id_ = 1;
+  int64_t arrivals_ = 0;
+  std::vector<Decision> decisions_;
+  EngineStats stats_;
+  std::vector<std::vector<float>> event_logits_;
+};
+
+}  // namespace infokv

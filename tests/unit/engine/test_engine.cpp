@@ -1,0 +1,320 @@
+// The engine (src/engine): many conversations over a pool that holds a few of them. Moved conversations resume
+// bit-exactly, recomputed ones with the same tokens (and the same kept set when compressed), nothing fails while an
+// option exists, a spill file damaged while out is recomputed instead of trusted, and bad calls change nothing.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "compress/policy_table.hpp"
+#include "engine/engine.hpp"
+#include "support/random_inputs.hpp"
+#include "support/stories_model.hpp"
+#include "util/error.hpp"
+
+using namespace infokv;
+
+namespace {
+
+constexpr int kConversations = 5;
+constexpr int32_t kGen = 20;
+
+struct Script {
+  std::vector<std::vector<int32_t>> turn1, turn2;
+};
+
+Script make_script(uint32_t seed) {
+  std::mt19937 rng(seed);
+  Script s;
+  for (int i = 0; i < kConversations; ++i) {
+    std::vector<int32_t> a{1}, b;
+    for (int j = 0; j < 40; ++j) a.push_back(3 + static_cast<int32_t>(rng() % 500));
+    for (int j = 0; j < 10; ++j) b.push_back(3 + static_cast<int32_t>(rng() % 500));
+    s.turn1.push_back(a);
+    s.turn2.push_back(b);
+  }
+  return s;
+}
+
+struct Outcome {
+  std::vector<std::vector<int32_t>> generated;   // per conversation, both turns
+  std::vector<std::vector<float>> logits;        // per conversation, every reported token's logits, concatenated
+  std::vector<TurnState> final_state;
+  EngineStats stats;
+  std::vector<Decision> decisions;
+};
+
+EngineOptions options(Strategy st, int64_t pool_blocks, bool policy) {
+  EngineOptions o;
+  o.strategy = st;
+  o.session.n_threads = 2;
+  o.session.kv_dtype = KvDtype::f32;
+  o.session.kv_pool_blocks = pool_blocks;
+  if (policy) {
+    o.session.compression.policy = PolicyKind::auto_;
+    o.session.compression.budget_fraction = 1.0;  // compressed only when memory runs out
+  }
+  o.assume_prefill_tokens_per_s = 5000;
+  o.assume_disk_bytes_per_s = 1e9;
+  return o;
+}
+
+// Every conversation: turn 1, three idle steps, turn 2 (its answers forced to `forced` when given), greedy.
+Outcome run(const EngineOptions &o, const Script &sc, const std::vector<std::vector<int32_t>> *forced = nullptr,
+            const std::function<void(Engine &, int64_t step)> &meddle = {}) {
+  Engine e(infokv_test::stories_model(), o);
+  Outcome out;
+  std::vector<int64_t> ids;
+  std::vector<int> turn(kConversations, 1);
+  std::vector<int64_t> done_at(kConversations, -1);
+  out.generated.resize(kConversations);
+  out.logits.resize(kConversations);
+  for (int i = 0; i < kConversations; ++i) {
+    ids.push_back(e.open());
+    Turn t{sc.turn1[static_cast<size_t>(i)], kGen, {}};
+    if (forced) t.forced.assign((*forced)[static_cast<size_t>(i)].begin(), (*forced)[static_cast<size_t>(i)].begin() + kGen);
+    e.submit(ids.back(), t);
+  }
+  for (int64_t step = 0; step < 5000; ++step) {
+    for (const TokenEvent &ev : e.step()) {
+      const size_t i = static_cast<size_t>(ev.conversation - ids[0]);
+      out.generated[i].push_back(ev.token);
+      out.logits[i].insert(out.logits[i].end(), ev.logits->begin(), ev.logits->end());
+    }
+    if (meddle) meddle(e, step);
+    for (int i = 0; i < kConversations; ++i) {
+      const TurnState st = e.state(ids[static_cast<size_t>(i)]);
+      if (turn[static_cast<size_t>(i)] == 1 && st == TurnState::done) {
+        if (done_at[static_cast<size_t>(i)] < 0) done_at[static_cast<size_t>(i)] = step;
+        if (step - done_at[static_cast<size_t>(i)] >= 3) {
+          Turn t{sc.turn2[static_cast<size_t>(i)], kGen, {}};
+          if (forced) t.forced.assign((*forced)[static_cast<size_t>(i)].begin() + kGen, (*forced)[static_cast<size_t>(i)].end());
+          e.submit(ids[static_cast<size_t>(i)], t);
+          turn[static_cast<size_t>(i)] = 2;
+        }
+      }
+    }
+    bool all = true;
+    for (int i = 0; i < kConversations; ++i)
+      if (turn[static_cast<size_t>(i)] == 1 ? e.state(ids[static_cast<size_t>(i)]) != TurnState::failed
+                                            : e.busy())
+        all = false;
+    if (all && !e.busy()) break;
+  }
+  for (int64_t id : ids) out.final_state.push_back(e.state(id));
+  out.stats = e.stats();
+  out.decisions = e.decisions();
+  e.session().kv().check_invariants();
+  return out;
+}
+
+// 5 conversations of 90 tokens on stories260K (5 layers, blocks of 16): 30 blocks each; 75 hold two and a half.
+constexpr int64_t kSmallPool = 75;
+constexpr int64_t kLargePool = 400;
+
+TEST(Engine, UnlimitedPoolNeedsNoDecision) {
+  const Script sc = make_script(infokv_test::test_seed());
+  const Outcome ref = run(options(Strategy::automatic, kLargePool, true), sc);
+  for (TurnState s : ref.final_state) EXPECT_EQ(s, TurnState::done);
+  for (const auto &g : ref.generated) EXPECT_EQ(g.size(), 2u * kGen);
+  EXPECT_TRUE(ref.decisions.empty());
+}
+
+TEST(Engine, MovedConversationsResumeBitExactly) {
+  const Script sc = make_script(infokv_test::test_seed());
+  const Outcome ref = run(options(Strategy::automatic, kLargePool, false), sc);
+  const Outcome mv = run(options(Strategy::move, kSmallPool, false), sc);
+  EXPECT_GT(mv.stats.moves, 0);
+  EXPECT_GT(mv.stats.bytes_moved, 0);
+  for (int i = 0; i < kConversations; ++i) {
+    EXPECT_EQ(mv.final_state[static_cast<size_t>(i)], TurnState::done);
+    EXPECT_EQ(mv.generated[static_cast<size_t>(i)], ref.generated[static_cast<size_t>(i)]) << "conversation " << i;
+    EXPECT_EQ(mv.logits[static_cast<size_t>(i)], ref.logits[static_cast<size_t>(i)]) << "conversation " << i;
+  }
+  for (const Decision &d : mv.decisions) {
+    EXPECT_EQ(d.action, Action::move);
+    EXPECT_GE(d.measured_seconds, 0) << "a move's cost is measured once it is back";
+  }
+}
+
+TEST(Engine, RecomputedConversationsContinueWithTheSameTokens) {
+  const Script sc = make_script(infokv_test::test_seed());
+  const Outcome ref = run(options(Strategy::automatic, kLargePool, false), sc);
+  const Outcome rc = run(options(Strategy::recompute, kSmallPool, false), sc);
+  EXPECT_GT(rc.stats.recomputes, 0);
+  EXPECT_GT(rc.stats.recomputed_tokens, 0);
+  for (int i = 0; i < kConversations; ++i) {
+    EXPECT_EQ(rc.final_state[static_cast<size_t>(i)], TurnState::done);
+    EXPECT_EQ(rc.generated[static_cast<size_t>(i)], ref.generated[static_cast<size_t>(i)]) << "conversation " << i;
+    // Chunked prefill against token-by-token decode: the same math in another order.
+    const auto &a = rc.logits[static_cast<size_t>(i)], &b = ref.logits[static_cast<size_t>(i)];
+    ASSERT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (size_t j = 0; j < a.size(); ++j) worst = std::max(worst, static_cast<double>(std::fabs(a[j] - b[j])));
+    EXPECT_LT(worst, 1e-3) << "conversation " << i;
+  }
+}
+
+TEST(Engine, FailStrategyFailsWhatDoesNotFitAndTheRestCompletes) {
+  const Script sc = make_script(infokv_test::test_seed());
+  const Outcome f = run(options(Strategy::fail, kSmallPool, false), sc);
+  int failed = 0, done = 0;
+  for (TurnState s : f.final_state) (s == TurnState::failed ? failed : done) += s == TurnState::failed || s == TurnState::done;
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(done, 0);
+  EXPECT_EQ(f.stats.moves + f.stats.recomputes + f.stats.compressions, 0);
+}
+
+TEST(Engine, AutoCompletesEveryConversationAndReportsEachDecision) {
+  const Script sc = make_script(infokv_test::test_seed());
+  const Outcome a = run(options(Strategy::automatic, kSmallPool, true), sc);
+  for (TurnState s : a.final_state) EXPECT_EQ(s, TurnState::done);
+  for (const auto &g : a.generated) EXPECT_EQ(g.size(), 2u * kGen);
+  ASSERT_FALSE(a.decisions.empty());
+  for (const Decision &d : a.decisions) {
+    EXPECT_NE(d.action, Action::fail);
+    EXPECT_FALSE(d.why.empty());
+  }
+  EXPECT_EQ(a.stats.failures, 0);
+}
+
+TEST(Engine, RecomputedCompressedConversationKeepsTheSameKeptSet) {
+  // A compressed conversation dropped for a higher-priority one comes back with exactly the positions it kept.
+  Engine e(infokv_test::stories_model(), options(Strategy::recompute, 60, true));
+  std::mt19937 rng(infokv_test::test_seed());
+  std::vector<int32_t> p{1}, q{1};
+  for (int j = 0; j < 100; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+  for (int j = 0; j < 150; ++j) q.push_back(3 + static_cast<int32_t>(rng() % 500));
+  const int64_t a = e.open(0);
+  e.submit(a, {p, 4, {}});
+  while (e.busy()) e.step();
+  const int32_t seq = e.sequence(a);
+  ASSERT_GE(seq, 0);
+  e.session().compressor().compress(seq, 40);
+  std::vector<std::vector<int32_t>> kept;
+  for (const LayerSlots &L : e.session().kv().seq(seq).layers) kept.push_back(L.pos);
+  ASSERT_LT(kept[0].size(), p.size());
+  const size_t old_len = e.tokens(a).size();
+  const int64_t b = e.open(1);
+  e.submit(b, {q, 10, {}});
+  while (e.busy()) e.step();
+  ASSERT_EQ(e.state(b), TurnState::done);
+  ASSERT_STREQ(e.where(a), "dropped");
+  e.submit(a, {{5, 6, 7}, 0, {}});
+  while (e.busy()) e.step();
+  ASSERT_EQ(e.state(a), TurnState::done) << e.failure(a);
+  const SeqCache &sc = e.session().kv().seq(e.sequence(a));
+  for (size_t l = 0; l < kept.size(); ++l) {
+    std::vector<int32_t> now;
+    for (int32_t pos : sc.layers[l].pos)
+      if (pos < static_cast<int32_t>(old_len)) now.push_back(pos);
+    EXPECT_EQ(now, kept[l]) << "layer " << l;
+  }
+  EXPECT_GE(e.stats().recomputes, 1);  // b, idle by then, may be dropped to bring a back
+}
+
+TEST(Engine, DamagedSpillFileIsRecomputedNotTrusted) {
+  const Script sc = make_script(infokv_test::test_seed());
+  const Outcome ref = run(options(Strategy::automatic, kLargePool, false), sc);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("infokv-spill-test-" + std::to_string(infokv_test::test_seed()))).string();
+  std::filesystem::remove_all(dir);
+  EngineOptions o = options(Strategy::move, kSmallPool, false);
+  o.spill_dir = dir;
+  int flipped = 0;
+  const Outcome mv = run(o, sc, nullptr, [&](Engine &, int64_t) {
+    for (const auto &f : std::filesystem::directory_iterator(dir)) {
+      std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+      io.seekp(static_cast<std::streamoff>(std::filesystem::file_size(f.path()) / 2));
+      const char x = 0x5a;
+      io.write(&x, 1);
+      ++flipped;
+    }
+  });
+  std::filesystem::remove_all(dir);
+  ASSERT_GT(flipped, 0);
+  bool refused = false;
+  for (const Decision &d : mv.decisions)
+    if (d.action == Action::recompute && d.why.find("could not be read back") != std::string::npos) refused = true;
+  EXPECT_TRUE(refused);
+  for (int i = 0; i < kConversations; ++i) {
+    EXPECT_EQ(mv.final_state[static_cast<size_t>(i)], TurnState::done);
+    EXPECT_EQ(mv.generated[static_cast<size_t>(i)], ref.generated[static_cast<size_t>(i)]) << "conversation " << i;
+  }
+}
+
+TEST(Engine, BadCallsAreRefusedAndChangeNothing) {
+  Engine e(infokv_test::stories_model(), options(Strategy::automatic, kLargePool, false));
+  const int64_t c = e.open();
+  const int32_t vocab = e.session().model().hparams().n_vocab;
+  auto status_of = [](const std::function<void()> &f) {
+    try {
+      f();
+    } catch (const Error &err) {
+      return err.status();
+    }
+    return Status::ok;
+  };
+  EXPECT_EQ(status_of([&] { e.submit(c, {{1, vocab}, 4, {}}); }), Status::out_of_range);
+  EXPECT_EQ(status_of([&] { e.submit(c, {{1, -1}, 4, {}}); }), Status::out_of_range);
+  EXPECT_EQ(status_of([&] { e.submit(c, {{}, 4, {}}); }), Status::invalid_argument);
+  EXPECT_EQ(status_of([&] { e.submit(c, {{1, 5}, -1, {}}); }), Status::invalid_argument);
+  EXPECT_EQ(status_of([&] { e.submit(c + 100, {{1, 5}, 4, {}}); }), Status::not_found);
+  EXPECT_FALSE(e.busy());
+  e.submit(c, {{1, 5, 6}, 4, {}});
+  EXPECT_EQ(status_of([&] { e.submit(c, {{7}, 4, {}}); }), Status::bad_state);
+  while (e.busy()) e.step();
+  EXPECT_EQ(e.generated(c).size(), 4u);
+  EXPECT_EQ(e.tokens(c).size(), 7u);
+  EXPECT_EQ(status_of([&] { e.open(0, 10); }), Status::bad_config);  // a limit needs a policy
+  EngineOptions bad = options(Strategy::automatic, kLargePool, false);
+  bad.min_keep = 0;
+  EXPECT_EQ(status_of([&] { Engine x(infokv_test::stories_model(), bad); }), Status::invalid_argument);
+  EXPECT_EQ(status_of([] { parse_strategy("sometimes"); }), Status::invalid_argument);
+  e.close(c);
+  EXPECT_EQ(status_of([&] { e.state(c); }), Status::not_found);
+  EXPECT_EQ(e.session().kv().stats().blocks_used, 0);
+}
+
+TEST(Engine, HigherPriorityPreemptsARunningTurn) {
+  // A pool for one conversation: the high-priority one arriving second runs first; the low one resumes after.
+  Engine e(infokv_test::stories_model(), options(Strategy::move, 40, false));
+  std::mt19937 rng(infokv_test::test_seed());
+  std::vector<int32_t> p{1};
+  for (int j = 0; j < 60; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+  const int64_t low = e.open(0), high = e.open(5);
+  e.submit(low, {p, 30, {}});
+  e.step();
+  e.step();
+  e.submit(high, {p, 30, {}});
+  int64_t high_done = -1, low_done = -1;
+  for (int64_t step = 0; step < 500 && e.busy(); ++step) {
+    e.step();
+    if (high_done < 0 && e.state(high) == TurnState::done) high_done = step;
+    if (low_done < 0 && e.state(low) == TurnState::done) low_done = step;
+  }
+  ASSERT_GE(high_done, 0);
+  ASSERT_GE(low_done, 0);
+  EXPECT_LT(high_done, low_done);
+  EXPECT_EQ(e.generated(low), e.generated(high)) << "the same prompt, greedy: preemption changed nothing";
+}
+
+TEST(Engine, MemoryLimitCompressesTheConversation) {
+  Engine e(infokv_test::stories_model(), options(Strategy::automatic, kLargePool, true));
+  std::mt19937 rng(infokv_test::test_seed());
+  std::vector<int32_t> p{1};
+  for (int j = 0; j < 100; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+  const int64_t c = e.open(0, 48);
+  e.submit(c, {p, 30, {}});
+  while (e.busy()) e.step();
+  const double kept = e.session().compressor().mean_kept(e.sequence(c));
+  EXPECT_LE(kept, 48 + e.session().compressor().slack_for(48));
+  bool reported = false;
+  for (const Decision &d : e.decisions())
+    if (d.action == Action::compress && d.why.find("memory limit") != std::string::npos) reported = true;
+  EXPECT_TRUE(reported);
+}
+
+}  // namespace
