@@ -57,7 +57,7 @@ const char *action_name(Action a) {
 
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : opts_(opts) {
   if (!(opts.min_keep > 0 && opts.min_keep <= 1)) fail(Status::invalid_argument, "min_keep must be in (0, 1]");
-  if (!(opts.max_loss_per_block >= 0)) fail(Status::invalid_argument, "max_loss_per_block must not be negative");
+  if (!(opts.max_loss >= 0 && opts.max_loss <= 1)) fail(Status::invalid_argument, "max_loss must be in [0, 1]");
   if (opts.max_batch < 0) fail(Status::invalid_argument, "max_batch must not be negative");
   session_ = std::make_unique<Session>(std::move(model), opts.session);
   namespace fs = std::filesystem;
@@ -95,7 +95,9 @@ void Engine::measure_rates() {
   stats_.prefill_tokens_per_s = opts_.assume_prefill_tokens_per_s;
   stats_.disk_write_bytes_per_s = opts_.assume_disk_bytes_per_s;
   stats_.disk_read_bytes_per_s = opts_.assume_disk_bytes_per_s;
-  if (stats_.prefill_tokens_per_s <= 0) {
+  stats_.compress_tokens_per_s = opts_.assume_compress_tokens_per_s;
+  if (stats_.prefill_tokens_per_s <= 0 ||
+      (stats_.compress_tokens_per_s <= 0 && session_->compressor().config().enabled())) {
     const int32_t n = std::max<int32_t>(16, std::min<int32_t>(64, chunk()));
     std::vector<BatchToken> batch;
     const int32_t vocab = session_->model().hparams().n_vocab;
@@ -108,9 +110,16 @@ void Engine::measure_rates() {
       session_->truncate(seq, 0);
       const auto t0 = Clock::now();
       session_->decode(batch);
-      stats_.prefill_tokens_per_s = n / std::max(since(t0), 1e-6);
+      if (stats_.prefill_tokens_per_s <= 0) stats_.prefill_tokens_per_s = n / std::max(since(t0), 1e-6);
+      if (stats_.compress_tokens_per_s <= 0 && session_->compressor().config().enabled()) {
+        const auto t1 = Clock::now();
+        session_->compressor().compress(seq, n / 2, Question::later);
+        stats_.compress_tokens_per_s = n / std::max(since(t1), 1e-6);
+      }
     } catch (const Error &) {
-      stats_.prefill_tokens_per_s = 1000;  // a pool too small for the scratch sequence: a guess, refined as it runs
+      // A pool too small for the scratch sequence: guesses, refined as it runs.
+      if (stats_.prefill_tokens_per_s <= 0) stats_.prefill_tokens_per_s = 1000;
+      if (stats_.compress_tokens_per_s <= 0) stats_.compress_tokens_per_s = 2000;
     }
     if (seq >= 0 && session_->has_sequence(seq)) session_->remove_sequence(seq);
   }
@@ -271,28 +280,42 @@ int64_t Engine::preempt(Conversation &v) {
   d.step = stats_.steps;
   d.tokens = info.length;
 
-  // Compression: toward half of what it keeps, never under min_keep of its length.
+  // The two lossless ways out: moving (out and back at the spill directory's measured bandwidth) and recomputing
+  // (its tokens at the measured prefill rate); compression costs its planning time and some quality.
+  const double move_s = static_cast<double>(info.bytes) / stats_.disk_write_bytes_per_s +
+                        static_cast<double>(info.bytes) / stats_.disk_read_bytes_per_s;
+  const double recompute_s = static_cast<double>(info.length) / stats_.prefill_tokens_per_s;
+  const double lossless_s = std::min(move_s, recompute_s);
+  const Action lossless = move_s <= recompute_s ? Action::move : Action::recompute;
+  char why[240];
+  std::snprintf(why, sizeof why, "move %.1f ms %s recompute %.1f ms", move_s * 1e3, lossless == Action::move ? "<=" : ">",
+                recompute_s * 1e3);
+
+  // Compression: toward half of what it keeps, never under min_keep of its length. Planned only where it may be
+  // chosen (planning is most of its cost).
   PressureCandidate cand;
-  const bool may_compress = comp.config().enabled() &&
-                            (opts_.strategy == Strategy::compress || opts_.strategy == Strategy::automatic);
-  if (may_compress) {
+  double compress_s = 0, plan_s = 0;
+  bool planned = false;
+  if (comp.config().enabled() && (opts_.strategy == Strategy::compress || opts_.strategy == Strategy::automatic)) {
     const double kept = comp.mean_kept(seq);
     const int32_t floor_tokens = static_cast<int32_t>(std::ceil(opts_.min_keep * static_cast<double>(info.length)));
     const int32_t target = std::max<int32_t>(floor_tokens, static_cast<int32_t>(kept / 2));
-    if (target > 0 && target < kept) {
+    compress_s = static_cast<double>(info.length) / stats_.compress_tokens_per_s;
+    if (target > 0 && target < kept && (opts_.strategy == Strategy::compress || compress_s < lossless_s)) {
       // A conversation between turns waits for a question not yet asked; a running one for its next token.
       const Question q = v.state == TurnState::running ? Question::next : Question::later;
+      const auto tp = Clock::now();
       try {
         cand = comp.estimate(seq, target, q);
+        planned = true;
       } catch (const Error &e) {
         if (e.status() != Status::kv_full) throw;
         cand = PressureCandidate{};
       }
+      plan_s = since(tp);
+      update_rate(stats_.compress_tokens_per_s, static_cast<double>(info.length), plan_s);
     }
   }
-  const double move_s = static_cast<double>(info.bytes) / stats_.disk_write_bytes_per_s +
-                        static_cast<double>(info.bytes) / stats_.disk_read_bytes_per_s;
-  const double recompute_s = static_cast<double>(info.length) / stats_.prefill_tokens_per_s;
 
   Action act;
   switch (opts_.strategy) {
@@ -304,21 +327,22 @@ int64_t Engine::preempt(Conversation &v) {
     case Strategy::move: act = Action::move; d.why = "strategy move"; break;
     case Strategy::recompute: act = Action::recompute; d.why = "strategy recompute"; break;
     default: {
-      char why[200];
-      if (cand.blocks > 0 && cand.cost_per_block <= opts_.max_loss_per_block) {
+      const double loss = cand.plan.evicted_share;
+      char buf[360];
+      if (planned && cand.blocks > 0 && loss <= opts_.max_loss) {
         act = Action::compress;
-        std::snprintf(why, sizeof why, "loss %.4f per block <= %.4f", cand.cost_per_block, opts_.max_loss_per_block);
+        std::snprintf(buf, sizeof buf, "compress %.1f ms < lossless (%s), loss %.4f <= %.4f", compress_s * 1e3, why,
+                      loss, opts_.max_loss);
       } else {
-        act = move_s <= recompute_s ? Action::move : Action::recompute;
-        if (cand.blocks > 0)
-          std::snprintf(why, sizeof why, "compress loss %.4f per block > %.4f; move %.1f ms %s recompute %.1f ms",
-                        cand.cost_per_block, opts_.max_loss_per_block, move_s * 1e3, act == Action::move ? "<=" : ">",
-                        recompute_s * 1e3);
+        act = lossless;
+        if (planned)
+          std::snprintf(buf, sizeof buf, "%s; compress loss %.4f > %.4f", why, loss, opts_.max_loss);
+        else if (comp.config().enabled())
+          std::snprintf(buf, sizeof buf, "%s; compress %.1f ms would take longer", why, compress_s * 1e3);
         else
-          std::snprintf(why, sizeof why, "nothing to compress; move %.1f ms %s recompute %.1f ms", move_s * 1e3,
-                        act == Action::move ? "<=" : ">", recompute_s * 1e3);
+          std::snprintf(buf, sizeof buf, "%s; no compression policy", why);
       }
-      d.why = why;
+      d.why = buf;
     }
   }
   d.action = act;
@@ -331,8 +355,9 @@ int64_t Engine::preempt(Conversation &v) {
       return 0;
     }
     v.compressed = true;
-    d.est_loss = cand.cost_per_block;
-    d.measured_seconds = since(t0);
+    d.est_loss = cand.plan.evicted_share;
+    d.est_seconds = compress_s;
+    d.measured_seconds = plan_s + since(t0);
     ++stats_.compressions;
   } else if (act == Action::move) {
     const std::string path = spill_dir_ + "/conv-" + std::to_string(v.id) + ".ikvs";

@@ -42,12 +42,13 @@ struct EngineOptions {
   int32_t max_batch = 0;
   // Compression never keeps fewer than this share of a conversation's tokens (mean over layers).
   double min_keep = 0.25;
-  // automatic: compression pays when its proxy loss per freed block is at most this (the loss is auto's proxy, the
-  // attention mass evicted: 0.01 per block of 32 tokens is well under what a budget of 50% evicts on a long chat).
-  double max_loss_per_block = 0.01;
+  // automatic: a compression is preferred to moving or recomputing when its proxy loss (the share of the policy's
+  // attention mass it evicts, mean over layers, 0..1) is at most this.
+  double max_loss = 0.05;
   // Skip the start-up measurement (tests): use these rates instead. 0: measure.
   double assume_prefill_tokens_per_s = 0;
   double assume_disk_bytes_per_s = 0;
+  double assume_compress_tokens_per_s = 0;
 };
 
 // One decision, as it was made and as it turned out.
@@ -59,7 +60,7 @@ struct Decision {
   int64_t blocks = 0;          // blocks it freed (estimated for compress before, measured after)
   int64_t tokens = 0;          // the conversation's length then
   double est_seconds = 0;      // move: out and back; recompute: the prefill when it runs again; compress: 0
-  double est_loss = 0;         // compress: the proxy loss per freed block
+  double est_loss = 0;         // compress: its proxy loss (evicted attention share)
   double measured_seconds = -1;  // out + back once it has come back (compress: its own time); -1 until then
 };
 
@@ -71,6 +72,7 @@ struct EngineStats {
   int64_t bytes_moved = 0;      // written to and read back from the spill directory
   int64_t recomputed_tokens = 0;
   double prefill_tokens_per_s = 0;  // the cost model's rates now (measured at start, updated as it runs)
+  double compress_tokens_per_s = 0;  // tokens of a sequence compressed per second (planning and compaction)
   double disk_write_bytes_per_s = 0;
   double disk_read_bytes_per_s = 0;
 };
