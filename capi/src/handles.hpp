@@ -13,6 +13,7 @@
 
 #include "infokv/infokv.h"
 #include "config/config.hpp"
+#include "engine/engine.hpp"
 #include "model/model.hpp"
 #include "sampling/sampler.hpp"
 #include "session/generate.hpp"
@@ -65,6 +66,10 @@ struct ikv_sampler {
   std::unique_ptr<infokv::Sampler> sampler;
   infokv::capi::InUse in_use;
 };
+struct ikv_engine {
+  std::unique_ptr<infokv::Engine> engine;
+  infokv::capi::InUse in_use;
+};
 
 namespace infokv {
 namespace capi {
@@ -76,12 +81,13 @@ namespace capi {
 // Objects are held by shared_ptr: a free that races a call on another thread (a caller bug) only unregisters the
 // handle; the object goes when that call returns, never under it.
 // This is the one piece of process-wide state: handles cross threads, so the registry must too.
-enum class HandleKind { model, session, sampler, config };
+enum class HandleKind { model, session, sampler, config, engine };
 template <typename H> struct HandleKindOf;
 template <> struct HandleKindOf<ikv_model> { static constexpr HandleKind value = HandleKind::model; };
 template <> struct HandleKindOf<ikv_session> { static constexpr HandleKind value = HandleKind::session; };
 template <> struct HandleKindOf<ikv_sampler> { static constexpr HandleKind value = HandleKind::sampler; };
 template <> struct HandleKindOf<ikv_config> { static constexpr HandleKind value = HandleKind::config; };
+template <> struct HandleKindOf<ikv_engine> { static constexpr HandleKind value = HandleKind::engine; };
 template <typename H> constexpr HandleKind kind_of() { return HandleKindOf<std::remove_const_t<H>>::value; }
 
 uintptr_t register_object(std::shared_ptr<void> obj, HandleKind kind);
@@ -129,6 +135,7 @@ class Ref {
 template <typename H> InUse *in_use_of(H &) { return nullptr; }
 inline InUse *in_use_of(ikv_session &s) { return &s.in_use; }
 inline InUse *in_use_of(ikv_sampler &s) { return &s.in_use; }
+inline InUse *in_use_of(ikv_engine &e) { return &e.in_use; }
 
 // Resolves a handle: Status::bad_handle when it is NULL, freed, foreign or of another kind; Status::busy when
 // another thread is inside a call on the same session or sampler.
@@ -154,6 +161,11 @@ Ref<std::remove_const_t<H>> use_optional(H *h, const char *what) {
 }
 
 int32_t fail_status(int32_t status, const std::string &msg);
+
+// The C option structs read into their C++ forms (capi/src/infokv_capi.cpp); NULL gives the defaults. Throw
+// Error(invalid_argument) / Error(version) as the functions taking them document.
+SessionOptions session_options_from_c(const ikv_session_options *o);
+SamplerParams sampler_params_from_c(const ikv_sampler_options *o);
 
 // An argument check of a C function: Error(invalid_argument) with `msg` unless `cond`.
 inline void require(bool cond, const char *msg) {

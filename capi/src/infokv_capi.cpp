@@ -215,6 +215,9 @@ int32_t seq_pair(A *out_a, B *out_b, const char *names, const ikv_session *sessi
 
 }  // namespace
 
+infokv::SessionOptions infokv::capi::session_options_from_c(const ikv_session_options *o) { return to_session_options(o); }
+infokv::SamplerParams infokv::capi::sampler_params_from_c(const ikv_sampler_options *o) { return to_sampler_params(o); }
+
 extern "C" {
 
 // The C header's version is the project's (CMakeLists.txt), which the core's generated header carries.

@@ -11,6 +11,7 @@
 
 #include "snapshot/snapshot.hpp"
 #include "util/error.hpp"
+#include "util/json_escape.hpp"
 
 namespace infokv {
 
@@ -201,10 +202,11 @@ void Engine::close(int64_t id) {
   convs_.erase(id);
 }
 
-bool Engine::busy() const {
+int64_t Engine::pending() const {
+  int64_t n = 0;
   for (const auto &kv : convs_)
-    if (kv.second->state == TurnState::queued || kv.second->state == TurnState::running) return true;
-  return false;
+    if (kv.second->state == TurnState::queued || kv.second->state == TurnState::running) ++n;
+  return n;
 }
 
 TurnState Engine::state(int64_t id) const { return conv(id).state; }
@@ -706,6 +708,31 @@ std::vector<TokenEvent> Engine::step() {
     enforce_limit(c);
   }
   return events;
+}
+
+std::string report_json(const Engine &e) {
+  auto num = [](double v) {
+    if (!std::isfinite(v)) return std::string("null");
+    char b[40];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return std::string(b);
+  };
+  const EngineStats &s = e.stats();
+  std::string j = "{\"strategy\":\"" + std::string(strategy_name(e.strategy())) + "\",\"rates\":{";
+  j += "\"prefill_tokens_per_s\":" + num(s.prefill_tokens_per_s) + ",\"disk_write_bytes_per_s\":" +
+       num(s.disk_write_bytes_per_s) + ",\"disk_read_bytes_per_s\":" + num(s.disk_read_bytes_per_s) +
+       ",\"compress_tokens_per_s\":" + num(s.compress_tokens_per_s) + "},\"decisions\":[";
+  bool first = true;
+  for (const Decision &d : e.decisions()) {
+    j += first ? "" : ",";
+    first = false;
+    j += "{\"conversation\":" + std::to_string(d.conversation) + ",\"step\":" + std::to_string(d.step) +
+         ",\"action\":\"" + action_name(d.action) + "\",\"why\":\"" + json_escape(d.why) + "\"" +
+         ",\"blocks\":" + std::to_string(d.blocks) + ",\"tokens\":" + std::to_string(d.tokens) +
+         ",\"est_seconds\":" + num(d.est_seconds) + ",\"est_loss\":" + num(d.est_loss) +
+         ",\"measured_seconds\":" + num(d.measured_seconds) + "}";
+  }
+  return j + "]}";
 }
 
 }  // namespace infokv

@@ -118,8 +118,11 @@ class Engine {
   // the tokens produced. A turn that cannot be given memory by any allowed means fails (state failed, the reason
   // in failure()); the engine goes on with the others.
   std::vector<TokenEvent> step();
-  // Whether any turn is queued or running.
-  bool busy() const;
+  // Whether any turn is queued or running, and how many are.
+  bool busy() const { return pending() > 0; }
+  int64_t pending() const;
+  int64_t conversations() const { return static_cast<int64_t>(convs_.size()); }
+  Strategy strategy() const { return opts_.strategy; }
 
   TurnState state(int64_t conversation) const;
   const std::string &failure(int64_t conversation) const;
@@ -200,5 +203,8 @@ class Engine {
   EngineStats stats_;
   std::vector<std::vector<float>> event_logits_;
 };
+
+// Every decision of the engine and its cost model's rates as JSON (the C API's ikv_engine_report_json).
+std::string report_json(const Engine &e);
 
 }  // namespace infokv

@@ -112,13 +112,14 @@ typedef struct ikv_sampler ikv_sampler;
 #endif
 
 /* One header per object, all part of this API and included here in this order (same directory as this header):
- * models, sessions, samplers and generation, configs (ikv_config), snapshots (save/restore), chat. Include this
- * header, not those. */
+ * models, sessions, samplers and generation, configs (ikv_config), snapshots (save/restore), chat, the engine (many
+ * conversations over one pool). Include this header, not those. */
 #include "model.h"
 #include "session.h"
 #include "sampler.h"
 #include "config.h"
 #include "snapshot.h"
 #include "chat.h"
+#include "engine.h"
 
 #endif /* INFOKV_INFOKV_H */

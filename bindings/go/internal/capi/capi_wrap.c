@@ -217,6 +217,9 @@ SWIGINTERN void delete_ikv_session_options(struct ikv_session_options *self){
 
 #include "infokv/chat.h"
 
+
+#include "infokv/engine.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -2797,6 +2800,260 @@ intgo _wrap_ikv_chat_end_reply_capi_c75d90f7c4086479(struct ikv_session *_swig_g
   
   result = (int32_t)ikv_chat_end_reply(arg1,arg2,arg3);
   _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_create_capi_c75d90f7c4086479(ikv_engine **_swig_go_0, struct ikv_model *_swig_go_1, struct ikv_session_options *_swig_go_2, intgo _swig_go_3, _gostring_ _swig_go_4) {
+  ikv_engine **arg1 = (ikv_engine **) 0 ;
+  ikv_model *arg2 = (ikv_model *) 0 ;
+  ikv_session_options *arg3 = (ikv_session_options *) 0 ;
+  int32_t arg4 ;
+  char *arg5 = (char *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (ikv_engine **)_swig_go_0;
+  arg2 = *(ikv_model **)&_swig_go_1; 
+  arg3 = *(ikv_session_options **)&_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  arg5 = (char *)malloc(_swig_go_4.n + 1);
+  memcpy(arg5, _swig_go_4.p, _swig_go_4.n);
+  arg5[_swig_go_4.n] = '\0';
+  
+  
+  result = (int32_t)ikv_engine_create(arg1,arg2,(struct ikv_session_options const *)arg3,arg4,(char const *)arg5);
+  _swig_go_result = result; 
+  
+  free(arg5); 
+  return _swig_go_result;
+}
+
+
+void _wrap_ikv_engine_free_capi_c75d90f7c4086479(struct ikv_engine *_swig_go_0) {
+  ikv_engine *arg1 = (ikv_engine *) 0 ;
+  
+  arg1 = *(ikv_engine **)&_swig_go_0; 
+  
+  ikv_engine_free(arg1);
+  
+}
+
+
+intgo _wrap_ikv_engine_open_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_engine *_swig_go_1, intgo _swig_go_2, long long _swig_go_3, struct ikv_sampler_options *_swig_go_4) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  ikv_engine *arg2 = (ikv_engine *) 0 ;
+  int32_t arg3 ;
+  int64_t arg4 ;
+  ikv_sampler_options *arg5 = (ikv_sampler_options *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)_swig_go_0;
+  arg2 = *(ikv_engine **)&_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (int64_t)_swig_go_3; 
+  arg5 = *(ikv_sampler_options **)&_swig_go_4; 
+  
+  result = (int32_t)ikv_engine_open(arg1,arg2,arg3,arg4,(struct ikv_sampler_options const *)arg5);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_submit_capi_c75d90f7c4086479(struct ikv_engine *_swig_go_0, long long _swig_go_1, _goslice_ _swig_go_2, intgo _swig_go_3) {
+  ikv_engine *arg1 = (ikv_engine *) 0 ;
+  int64_t arg2 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  size_t arg4 ;
+  int32_t arg5 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_engine **)&_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  arg3 = (int32_t *)(_swig_go_2.len > 0 ? _swig_go_2.array : NULL);
+  arg4 = (size_t)_swig_go_2.len;
+  arg5 = (int32_t)_swig_go_3; 
+  
+  result = (int32_t)ikv_engine_submit(arg1,arg2,(int const *)arg3,arg4,arg5);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_pending_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_engine *_swig_go_1) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  ikv_engine *arg2 = (ikv_engine *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)_swig_go_0;
+  arg2 = *(ikv_engine **)&_swig_go_1; 
+  
+  result = (int32_t)ikv_engine_pending(arg1,(struct ikv_engine const *)arg2);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_step_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_engine *_swig_go_2) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_engine *arg4 = (ikv_engine *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_engine **)&_swig_go_2; 
+  
+  result = (int32_t)ikv_engine_step(arg1,arg2,arg3,arg4);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_turn_state_capi_c75d90f7c4086479(int *_swig_go_0, struct ikv_engine *_swig_go_1, long long _swig_go_2) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  ikv_engine *arg2 = (ikv_engine *) 0 ;
+  int64_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)_swig_go_0;
+  arg2 = *(ikv_engine **)&_swig_go_1; 
+  arg3 = (int64_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_engine_turn_state(arg1,(struct ikv_engine const *)arg2,arg3);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_where_capi_c75d90f7c4086479(int *_swig_go_0, struct ikv_engine *_swig_go_1, long long _swig_go_2) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  ikv_engine *arg2 = (ikv_engine *) 0 ;
+  int64_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)_swig_go_0;
+  arg2 = *(ikv_engine **)&_swig_go_1; 
+  arg3 = (int64_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_engine_where(arg1,(struct ikv_engine const *)arg2,arg3);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_generated_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_engine *_swig_go_2, long long _swig_go_3) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_engine *arg4 = (ikv_engine *) 0 ;
+  int64_t arg5 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_engine **)&_swig_go_2; 
+  arg5 = (int64_t)_swig_go_3; 
+  
+  result = (int32_t)ikv_engine_generated(arg1,arg2,arg3,(struct ikv_engine const *)arg4,arg5);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_failure_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_engine *_swig_go_2, long long _swig_go_3) {
+  char *arg1 = (char *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_engine *arg4 = (ikv_engine *) 0 ;
+  int64_t arg5 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (char *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_engine **)&_swig_go_2; 
+  arg5 = (int64_t)_swig_go_3; 
+  
+  result = (int32_t)ikv_engine_failure(arg1,arg2,arg3,(struct ikv_engine const *)arg4,arg5);
+  _swig_go_result = result; 
+  
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_close_capi_c75d90f7c4086479(struct ikv_engine *_swig_go_0, long long _swig_go_1) {
+  ikv_engine *arg1 = (ikv_engine *) 0 ;
+  int64_t arg2 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_engine **)&_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  
+  result = (int32_t)ikv_engine_close(arg1,arg2);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_stat_capi_c75d90f7c4086479(long long *_swig_go_0, struct ikv_engine *_swig_go_1, intgo _swig_go_2) {
+  int64_t *arg1 = (int64_t *) 0 ;
+  ikv_engine *arg2 = (ikv_engine *) 0 ;
+  int32_t arg3 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int64_t *)_swig_go_0;
+  arg2 = *(ikv_engine **)&_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  
+  result = (int32_t)ikv_engine_stat(arg1,(struct ikv_engine const *)arg2,arg3);
+  _swig_go_result = result; 
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_engine_report_json_capi_c75d90f7c4086479(_goslice_ _swig_go_0, long long *_swig_go_1, struct ikv_engine *_swig_go_2) {
+  char *arg1 = (char *) 0 ;
+  size_t arg2 ;
+  size_t *arg3 = (size_t *) 0 ;
+  ikv_engine *arg4 = (ikv_engine *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (char *)(_swig_go_0.len > 0 ? _swig_go_0.array : NULL);
+  arg2 = (size_t)_swig_go_0.len;
+  arg3 = (size_t *)_swig_go_1;
+  arg4 = *(ikv_engine **)&_swig_go_2; 
+  
+  result = (int32_t)ikv_engine_report_json(arg1,arg2,arg3,(struct ikv_engine const *)arg4);
+  _swig_go_result = result; 
+  
+  
   return _swig_go_result;
 }
 

@@ -1,0 +1,135 @@
+/*
+ * infokv: the engine: many conversations over one KV pool, decoded in continuous batches; when a step does not fit
+ * the pool, conversations are compressed further, moved out to a spill directory or dropped and recomputed from
+ * their tokens, whichever a cost model measured on this machine says is cheapest, and nothing fails while one of
+ * those options exists. Part of the public C API: include <infokv/infokv.h>, which includes this header
+ * (conventions there).
+ *
+ * Use: ikv_engine_create; ikv_engine_open a conversation; ikv_engine_submit a turn (tokens appended, then up to
+ * max_tokens generated); call ikv_engine_step until ikv_engine_pending is 0, reading the tokens each step produced;
+ * submit the conversation's next turn when it is done; ikv_engine_close it. A conversation moved or dropped while it
+ * waited comes back exactly: moved ones bit for bit, recomputed ones with the same tokens (a compressed one with the
+ * same positions kept).
+ */
+#ifndef INFOKV_ENGINE_H
+#define INFOKV_ENGINE_H
+
+#ifndef INFOKV_INFOKV_H
+#error "include <infokv/infokv.h>, not <infokv/engine.h>"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ikv_engine ikv_engine;
+
+/* What the engine does when a step does not fit the pool. */
+#define IKV_STRATEGY_AUTO 0      /* per victim, the cheapest of compress, move and recompute (the default) */
+#define IKV_STRATEGY_FAIL 1      /* the turn that does not fit fails (llama.cpp's server) */
+#define IKV_STRATEGY_RECOMPUTE 2 /* drop a victim's cache; prefill its tokens again when it runs (vLLM V1) */
+#define IKV_STRATEGY_MOVE 3      /* move a victim's cache to the spill directory and back */
+#define IKV_STRATEGY_COMPRESS 4  /* compress victims further (never under a quarter of their length), then fail */
+
+/* A conversation's latest turn. */
+#define IKV_TURN_QUEUED 0
+#define IKV_TURN_RUNNING 1
+#define IKV_TURN_DONE 2   /* also a conversation that has had no turn yet */
+#define IKV_TURN_FAILED 3 /* ikv_engine_failure says why; its memory went back to the pool, its tokens stay */
+
+/* Where a conversation's cache is. */
+#define IKV_WHERE_NONE 0     /* no turn has run yet */
+#define IKV_WHERE_RESIDENT 1 /* in the pool */
+#define IKV_WHERE_MOVED 2    /* in the spill directory */
+#define IKV_WHERE_DROPPED 3  /* to be recomputed from its tokens */
+
+/* Counters of ikv_engine_stat. */
+#define IKV_ENGINE_STAT_STEPS 1
+#define IKV_ENGINE_STAT_DECODED_TOKENS 2
+#define IKV_ENGINE_STAT_PREFILLED_TOKENS 3
+#define IKV_ENGINE_STAT_COMPRESSIONS 4
+#define IKV_ENGINE_STAT_MOVES 5
+#define IKV_ENGINE_STAT_RECOMPUTES 6
+#define IKV_ENGINE_STAT_FAILURES 7
+#define IKV_ENGINE_STAT_BYTES_MOVED 8      /* written to and read back from the spill directory */
+#define IKV_ENGINE_STAT_RECOMPUTED_TOKENS 9
+#define IKV_ENGINE_STAT_CONVERSATIONS 10   /* open conversations */
+#define IKV_ENGINE_STAT_POOL_BLOCKS_FREE 11
+
+/**
+ * Makes an engine over one new session made with `opts` (NULL: defaults; see ikv_session_create), measuring at
+ * start-up what its cost model needs (this model's prefill rate, the spill directory's bandwidth: a fraction of a
+ * second). spill_dir: where moved conversations go (made if missing); NULL or "": a private directory under the
+ * system's temp directory, removed by ikv_engine_free. A session's compression policy (opts->policy) lets the engine
+ * compress under pressure; with IKV_POLICY_NONE it only moves and recomputes.
+ * Thread safety: an engine is used by one thread at a time (IKV_ERR_BUSY otherwise, as a session).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out, an unknown strategy, bad options); IKV_ERR_BAD_HANDLE;
+ *         IKV_ERR_IO (the spill directory cannot be made); the statuses of ikv_session_create.
+ */
+IKV_API int32_t ikv_engine_create(ikv_engine **out, ikv_model *model, const ikv_session_options *opts, int32_t strategy,
+                                  const char *spill_dir);
+/** Frees the engine, its conversations and their spill files. NULL and stale handles are ignored. */
+IKV_API void ikv_engine_free(ikv_engine *engine);
+
+/**
+ * Opens a conversation (it takes no memory until its first turn runs) and writes its id (> 0, never reused) to
+ * *out_id. priority: higher is admitted first and preempted last; a queued turn of higher priority may preempt a
+ * running one of lower priority. memory_limit_tokens > 0: the conversation is compressed to that many tokens (mean
+ * over layers) whenever it holds more plus a slack (needs a compression policy: IKV_ERR_BAD_CONFIG otherwise).
+ * sampling: NULL for greedy; otherwise as ikv_sampler_create's options.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_id, negative limit, bad sampling options); IKV_ERR_BAD_CONFIG;
+ *         IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_engine_open(int64_t *out_id, ikv_engine *engine, int32_t priority, int64_t memory_limit_tokens,
+                                const ikv_sampler_options *sampling);
+/**
+ * Queues a turn of `conversation`: tokens[0..n_tokens) are appended to it, then up to max_tokens tokens generated
+ * (fewer when the model ends its turn). A first turn needs at least one token; later turns may have none.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL tokens with n_tokens > 0, max_tokens < 0, an empty first turn);
+ *         IKV_ERR_OUT_OF_RANGE (a token outside the vocabulary); IKV_ERR_BAD_STATE (its previous turn is queued or
+ *         running); IKV_ERR_NOT_FOUND (no such open conversation); IKV_ERR_BAD_HANDLE. On failure nothing is queued.
+ */
+IKV_API int32_t ikv_engine_submit(ikv_engine *engine, int64_t conversation, const int32_t *tokens, size_t n_tokens,
+                                  int32_t max_tokens);
+/** Queued and running turns, into *out. @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_BAD_HANDLE. */
+IKV_API int32_t ikv_engine_pending(int64_t *out, const ikv_engine *engine);
+/**
+ * One scheduling step: admits queued turns (bringing moved and dropped conversations back), prefills their tokens,
+ * and decodes one token for every running turn in one batch, making room as the strategy says. The tokens it
+ * produced go to out as pairs (conversation id, token): *out_count = 2 x the number of tokens. capacity must be at
+ * least 2 x ikv_engine_pending(): otherwise IKV_ERR_BUFFER_TOO_SMALL with *out_count = that need, before the step
+ * runs. A turn that no allowed means can give memory fails (IKV_TURN_FAILED) and the step goes on with the others.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_count, NULL out with capacity > 0); IKV_ERR_BUFFER_TOO_SMALL;
+ *         IKV_ERR_BAD_HANDLE; IKV_ERR_INTERNAL (a bug; the message says what).
+ */
+IKV_API int32_t ikv_engine_step(int64_t *out, size_t capacity, size_t *out_count, ikv_engine *engine);
+/** The state of the conversation's latest turn (IKV_TURN_*). @return IKV_OK; IKV_ERR_INVALID_ARGUMENT; IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. */
+IKV_API int32_t ikv_engine_turn_state(int32_t *out_status, const ikv_engine *engine, int64_t conversation);
+/** Where the conversation's cache is now (IKV_WHERE_*). @return as ikv_engine_turn_state. */
+IKV_API int32_t ikv_engine_where(int32_t *out, const ikv_engine *engine, int64_t conversation);
+/**
+ * The tokens the conversation's latest turn generated, with the size-query convention of infokv.h.
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT; IKV_ERR_BUFFER_TOO_SMALL; IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_engine_generated(int32_t *out_tokens, size_t capacity, size_t *out_count, const ikv_engine *engine,
+                                     int64_t conversation);
+/** Why the conversation's latest turn failed ("" when it did not), with the text size-query convention. */
+IKV_API int32_t ikv_engine_failure(char *out, size_t capacity, size_t *out_len, const ikv_engine *engine,
+                                   int64_t conversation);
+/** Closes a conversation, freeing its memory wherever it is (a running turn is cancelled). @return IKV_OK; IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. */
+IKV_API int32_t ikv_engine_close(ikv_engine *engine, int64_t conversation);
+/** One counter (IKV_ENGINE_STAT_*) into *out. @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out, unknown stat); IKV_ERR_BAD_HANDLE. */
+IKV_API int32_t ikv_engine_stat(int64_t *out, const ikv_engine *engine, int32_t stat);
+/**
+ * Every decision so far as JSON, with the text size-query convention: {"strategy": ..., "rates": {prefill tokens/s,
+ * disk write and read bytes/s, compress tokens/s}, "decisions": [{"conversation", "step", "action" ("compress",
+ * "move", "recompute", "fail"), "why", "blocks", "tokens", "est_seconds", "est_loss", "measured_seconds" (-1 until a
+ * moved or dropped conversation is back)}]}.
+ */
+IKV_API int32_t ikv_engine_report_json(char *out, size_t capacity, size_t *out_len, const ikv_engine *engine);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFOKV_ENGINE_H */
