@@ -15,7 +15,8 @@ from . import _errors
 from . import capi as _c
 from ._common import AutoLayer, AutoReport, Completion, EVIDENCE, Token, evidence_name  # noqa: F401
 from ._config import Config, inspect_snapshot  # noqa: F401
-from ._enums import ChatProtect, KvDtype, KvStat, Policy, Question, Shape  # noqa: F401
+from ._engine import Engine  # noqa: F401
+from ._enums import ChatProtect, EngineStat, KvDtype, KvStat, Policy, Question, Shape, Strategy, TurnState, Where  # noqa: F401
 from ._errors import (  # noqa: F401  (re-exported)
     BadConfigError, BadHandleError, BadModelError, BadSnapshotError, BadStateError, BufferTooSmallError, BusyError,
     CancelledError, Error, InternalError, InvalidArgumentError, IoError, KvFullError, NoDeviceError, NotFoundError,
@@ -27,8 +28,8 @@ from ._session import Session  # noqa: F401
 __version__: str = _c.ikv_version_string()
 VERSION_NUMBER: int = _c.ikv_version_number()
 
-__all__ = ["Model", "Session", "Sampler", "Config", "Token", "Completion", "AutoLayer", "AutoReport", "Error",
-           "Policy", "KvDtype", "KvStat", "Shape", "ChatProtect",
+__all__ = ["Model", "Session", "Sampler", "Engine", "Config", "Token", "Completion", "AutoLayer", "AutoReport", "Error",
+           "Policy", "KvDtype", "KvStat", "Shape", "ChatProtect", "Strategy", "TurnState", "Where", "EngineStat",
            "error_for", "inspect_snapshot", "evidence_name", "EVIDENCE", "__version__"] + [
     n for n in dir(_errors) if n.endswith("Error") and n != "Error"]
 

@@ -37,3 +37,9 @@ ChatProtect = _from_c("ChatProtect", "IKV_CHAT_PROTECT_",
                       "What chat calls protect from eviction (IKV_CHAT_PROTECT_*): SYSTEM (the default) keeps the "
                       "system prompt and the template's control tokens; FAIR keeps the control tokens and gives each "
                       "message a fair span; NONE nothing.")
+Strategy = _from_c("Strategy", "IKV_STRATEGY_",
+                   "What an Engine does when a step does not fit its pool (IKV_STRATEGY_*): AUTO (the cheapest of "
+                   "compress, move and recompute per conversation; the default), FAIL, RECOMPUTE, MOVE, COMPRESS.")
+TurnState = _from_c("TurnState", "IKV_TURN_", "The state of a conversation's latest turn (IKV_TURN_*).")
+Where = _from_c("Where", "IKV_WHERE_", "Where a conversation's cache is (IKV_WHERE_*): NONE, RESIDENT, MOVED, DROPPED.")
+EngineStat = _from_c("EngineStat", "IKV_ENGINE_STAT_", "Engine counters for Engine.stat (IKV_ENGINE_STAT_*).")

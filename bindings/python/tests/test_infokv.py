@@ -860,3 +860,58 @@ def test_quantised_kv_dtypes_store_blocks_of_32_and_need_heads_that_hold_them(mo
         # 34 bytes per 32 values against f16's 64
         assert q.kv_stat("block_bytes") * 64 == f.kv_stat("block_bytes") * 34
         assert int(q.logits().argmax()) == int(f.logits().argmax())
+
+
+def _engine_prompts(n, length, seed=7):
+    import random
+    r = random.Random(seed)
+    return [[1] + [3 + r.randrange(500) for _ in range(length)] for _ in range(n)]
+
+
+def _engine_run(model, prompts, **options):
+    import infokv
+    with infokv.Engine(model, n_threads=1, kv_dtype="f32", **options) as eng:
+        ids = [eng.open() for _ in prompts]
+        for i, p in zip(ids, prompts):
+            eng.submit(i, p, 16)
+        streamed = {i: [] for i in ids}
+        for conv, tok in eng.run():
+            streamed[conv].append(tok)
+        out = [eng.generated(i) for i in ids]
+        assert out == [streamed[i] for i in ids]
+        assert all(eng.state(i) == infokv.TurnState.DONE for i in ids), [eng.failure(i) for i in ids]
+        return out, eng.stats(), eng.report()
+
+
+def test_engine_moves_and_recomputes_conversations_without_changing_their_answers(model):
+    prompts = _engine_prompts(6, 60)
+    ref, _, _ = _engine_run(model, prompts, kv_pool_blocks=1000)
+    for strategy in ("move", "recompute", "auto"):
+        got, stats, report = _engine_run(model, prompts, kv_pool_blocks=60, strategy=strategy)
+        assert got == ref, strategy
+        assert stats["moves"] + stats["recomputes"] > 0, (strategy, stats)
+        assert report["decisions"] and all(d["action"] in ("move", "recompute") for d in report["decisions"])
+
+
+def test_engine_refuses_bad_calls(model):
+    import infokv
+    with pytest.raises(infokv.InvalidArgumentError):
+        infokv.Engine(model, strategy="sometimes")
+    with infokv.Engine(model, kv_pool_blocks=100) as eng:
+        c = eng.open()
+        with pytest.raises(infokv.OutOfRangeError):
+            eng.submit(c, [1, 10 ** 6], 4)
+        with pytest.raises(infokv.NotFoundError):
+            eng.submit(c + 50, [1, 2], 4)
+        with pytest.raises(infokv.BadConfigError):
+            eng.open(memory_limit_tokens=16)  # needs a compression policy
+        eng.submit(c, [1, 5, 6], 3)
+        with pytest.raises(infokv.BadStateError):
+            eng.submit(c, [7], 3)
+        list(eng.run())
+        assert len(eng.generated(c)) == 3 and eng.where(c) == infokv.Where.RESIDENT
+        eng.close_conversation(c)
+        with pytest.raises(infokv.NotFoundError):
+            eng.state(c)
+    with pytest.raises(infokv.BadHandleError):
+        eng.pending()
