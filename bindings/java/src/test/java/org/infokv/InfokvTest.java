@@ -491,4 +491,46 @@ class InfokvTest {
     }
     assertEquals("none", model.chatFormat());
   }
+
+  private static List<int[]> engineRun(Engine.Strategy strategy, long poolBlocks, int[][] prompts) {
+    try (Engine eng = new Engine(model, SessionOptions.defaults().threads(1).kvDtype(KvDtype.F32).kvPoolBlocks(poolBlocks),
+                                 strategy, null)) {
+      long[] ids = new long[prompts.length];
+      for (int i = 0; i < prompts.length; i++) {
+        ids[i] = eng.open();
+        eng.submit(ids[i], prompts[i], 16);
+      }
+      eng.run();
+      List<int[]> out = new ArrayList<>();
+      for (long id : ids) {
+        assertEquals(Engine.TurnState.DONE, eng.state(id), eng.failure(id));
+        out.add(eng.generated(id));
+      }
+      if (poolBlocks < 100) assertTrue(eng.stat(InfokvNativeConstants.IKV_ENGINE_STAT_MOVES)
+                                       + eng.stat(InfokvNativeConstants.IKV_ENGINE_STAT_RECOMPUTES) > 0);
+      assertTrue(eng.reportJson().contains("\"decisions\":["));
+      return out;
+    }
+  }
+
+  @Test
+  void engineConversationsAnswerAlikeWhetherMovedRecomputedOrNot() {
+    java.util.Random r = new java.util.Random(7);
+    int[][] prompts = new int[6][61];
+    for (int[] p : prompts) {
+      p[0] = 1;
+      for (int j = 1; j < p.length; j++) p[j] = 3 + r.nextInt(500);
+    }
+    List<int[]> ref = engineRun(Engine.Strategy.AUTO, 1000, prompts);
+    for (Engine.Strategy s : new Engine.Strategy[] {Engine.Strategy.MOVE, Engine.Strategy.RECOMPUTE, Engine.Strategy.AUTO}) {
+      List<int[]> got = engineRun(s, 60, prompts);
+      for (int i = 0; i < prompts.length; i++) assertArrayEquals(ref.get(i), got.get(i), s + " conversation " + i);
+    }
+    try (Engine eng = new Engine(model, null, Engine.Strategy.AUTO, null)) {
+      long c = eng.open();
+      InfokvException e = assertThrows(InfokvException.class, () -> eng.submit(c, new int[] {1, 1 << 30}, 4));
+      assertEquals(Status.OUT_OF_RANGE.code(), e.status());
+      assertThrows(InfokvException.class, () -> eng.state(c + 99));
+    }
+  }
 }
