@@ -852,3 +852,71 @@ func TestChatTokensMatchTheReferenceAndChatAnswers(t *testing.T) {
 		t.Fatalf("stories260K chat format %q", f)
 	}
 }
+
+func engineRun(t *testing.T, m *infokv.Model, strategy infokv.Strategy, poolBlocks int64, prompts [][]int32) [][]int32 {
+	e, err := m.NewEngine(strategy, "", infokv.WithThreads(1), infokv.WithKVPoolBlocks(poolBlocks))
+	noErr(t, err)
+	defer e.Close()
+	ids := make([]int64, len(prompts))
+	for i, p := range prompts {
+		ids[i], err = e.Open(0, 0)
+		noErr(t, err)
+		noErr(t, e.Submit(ids[i], p, 16))
+	}
+	streamed := map[int64][]int32{}
+	ev, err := e.Run()
+	noErr(t, err)
+	for _, x := range ev {
+		streamed[x.Conversation] = append(streamed[x.Conversation], x.Token)
+	}
+	out := make([][]int32, len(prompts))
+	for i, id := range ids {
+		st, err := e.State(id)
+		noErr(t, err)
+		if st != infokv.TurnDone {
+			why, _ := e.Failure(id)
+			t.Fatalf("strategy %d conversation %d: state %d: %s", strategy, i, st, why)
+		}
+		out[i], err = e.Generated(id)
+		noErr(t, err)
+		if !reflect.DeepEqual(out[i], streamed[id]) {
+			t.Fatalf("generated %v, streamed %v", out[i], streamed[id])
+		}
+	}
+	rep, err := e.Report()
+	noErr(t, err)
+	if _, ok := rep["decisions"]; !ok {
+		t.Fatalf("report without decisions: %v", rep)
+	}
+	return out
+}
+
+func TestEngineConversationsAnswerAlikeWhetherMovedRecomputedOrNot(t *testing.T) {
+	m := load(t)
+	prompts := make([][]int32, 6)
+	seed := uint32(7)
+	for i := range prompts {
+		prompts[i] = []int32{1}
+		for j := 0; j < 60; j++ {
+			seed = seed*1664525 + 1013904223
+			prompts[i] = append(prompts[i], 3+int32(seed>>16)%500)
+		}
+	}
+	ref := engineRun(t, m, infokv.StrategyAuto, 1000, prompts)
+	for _, s := range []infokv.Strategy{infokv.StrategyMove, infokv.StrategyRecompute, infokv.StrategyAuto} {
+		if got := engineRun(t, m, s, 60, prompts); !reflect.DeepEqual(got, ref) {
+			t.Fatalf("strategy %d: %v, unlimited %v", s, got, ref)
+		}
+	}
+	e, err := m.NewEngine(infokv.StrategyAuto, "")
+	noErr(t, err)
+	defer e.Close()
+	c, err := e.Open(0, 0)
+	noErr(t, err)
+	if err := e.Submit(c, []int32{1, 1 << 30}, 4); !errors.Is(err, infokv.ErrOutOfRange) {
+		t.Fatalf("out-of-range token: %v", err)
+	}
+	if _, err := e.State(c + 99); !errors.Is(err, infokv.ErrNotFound) {
+		t.Fatalf("unknown conversation: %v", err)
+	}
+}
