@@ -81,6 +81,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : 
     if (!fs::is_directory(spill_dir_, ec)) fail(Status::io, "spill directory '" + spill_dir_ + "' cannot be made");
   }
   measure_rates();
+  if (opts.prefix_cache) prefix_ = std::make_unique<PrefixCache>(opts.prefix, *session_);
 }
 
 Engine::~Engine() {
@@ -189,6 +190,7 @@ void Engine::submit(int64_t id, Turn turn) {
   c.turn = std::move(turn);
   c.state = TurnState::queued;
   c.prompt_done = c.turn.prompt.empty() && c.where != Where::none;
+  c.prompt_applied = 0;
   c.generated.clear();
   c.failure.clear();
   c.arrival = arrivals_++;
@@ -561,25 +563,57 @@ bool Engine::admit(Conversation &c) {
       throw;
     }
   }
+  std::vector<int32_t> rest;  // what the turn's prompt still needs prefilled
+  if (!c.prompt_done) rest.assign(c.turn.prompt.begin() + static_cast<std::ptrdiff_t>(c.prompt_applied), c.turn.prompt.end());
+  if (c.where == Where::none && prefix_ != nullptr) {
+    // A new conversation: start from the longest cached prefix of its prompt when there is one that fits.
+    int64_t L = 0;
+    std::string tier;
+    int32_t seq = -1;
+    try {
+      const int64_t need = blocks_for(s, static_cast<int64_t>(rest.size()));
+      make_room(need, {c.id}, true, c.priority);
+      seq = prefix_->restore_longest(s, rest, &L, &tier);
+    } catch (const Error &e) {
+      if (e.status() != Status::kv_full) throw;
+      seq = -1;  // no room for the hit now: prefilled as usual
+    }
+    if (seq >= 0) {
+      c.seq = seq;
+      c.where = Where::resident;
+      rest.erase(rest.begin(), rest.begin() + L);
+      if (rest.empty() && !s.has_logits(seq)) {
+        // A boundary entry has no logits of its own: its last token is decoded again.
+        rest.push_back(c.turn.prompt[static_cast<size_t>(L - 1)]);
+        s.truncate(seq, L - 1);
+      }
+      c.prompt_applied = c.turn.prompt.size() - rest.size();
+      ++stats_.prefix_hits;
+      stats_.prefix_hit_tokens += static_cast<int64_t>(c.prompt_applied);
+      for (size_t i = 0; i < c.prompt_applied; ++i) c.sampler.accept(c.turn.prompt[i]);
+      c.tokens.insert(c.tokens.end(), c.turn.prompt.begin(), c.turn.prompt.begin() + static_cast<std::ptrdiff_t>(c.prompt_applied));
+    }
+  }
   if (c.where == Where::none) {
     c.seq = s.add_sequence();
     c.where = Where::resident;
   }
   if (!c.prompt_done) {
-    const std::vector<int32_t> &p = c.turn.prompt;
+    const std::vector<int32_t> &p = rest;
     const int64_t need = s.kv().blocks_needed({c.seq}, {static_cast<int32_t>(p.size())});
     if (!make_room(need, {c.id}, true, c.priority) && others_running) {
       c.state = TurnState::queued;
       return false;
     }
     const auto t0 = Clock::now();
-    s.prefill(c.seq, p);  // kv_full here: not even this one conversation fits
+    if (!p.empty()) s.prefill(c.seq, p);  // kv_full here: not even this one conversation fits
     const double secs = since(t0);
     update_rate(stats_.prefill_tokens_per_s, static_cast<double>(p.size()), secs);
     for (int32_t t : p) c.sampler.accept(t);
     c.tokens.insert(c.tokens.end(), p.begin(), p.end());
     stats_.prefilled_tokens += static_cast<int64_t>(p.size());
     c.prompt_done = true;
+    if (prefix_ != nullptr) prefix_->save(s, c.seq);
   }
   c.state = TurnState::running;
   return true;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/prefix_cache.hpp"
 #include "sampling/sampler.hpp"
 #include "session/session.hpp"
 
@@ -45,6 +46,10 @@ struct EngineOptions {
   // automatic: a compression is preferred to moving or recomputing when its proxy loss (the share of the policy's
   // attention mass it evicts, mean over layers, 0..1) is at most this.
   double max_loss = 0.05;
+  // The prefix cache: off unless enabled. A new conversation whose first turn starts with a cached prefix starts
+  // from its snapshot; every turn's prompt end (and the boundary before it) is saved, in each tier configured.
+  bool prefix_cache = false;
+  PrefixCacheOptions prefix;
   // Skip the start-up measurement (tests): use these rates instead. 0: measure.
   double assume_prefill_tokens_per_s = 0;
   double assume_disk_bytes_per_s = 0;
@@ -75,6 +80,7 @@ struct EngineStats {
   double compress_tokens_per_s = 0;  // tokens of a sequence compressed per second (planning and compaction)
   double disk_write_bytes_per_s = 0;
   double disk_read_bytes_per_s = 0;
+  int64_t prefix_hits = 0, prefix_hit_tokens = 0;  // first turns started from the prefix cache, and their tokens
 };
 
 // A turn: tokens appended to the conversation, then up to max_tokens generated.
@@ -136,6 +142,8 @@ class Engine {
   int32_t sequence(int64_t conversation) const;
 
   const std::vector<Decision> &decisions() const { return decisions_; }
+  // The prefix cache (null unless EngineOptions::prefix_cache).
+  const PrefixCache *prefix_cache() const { return prefix_.get(); }
   const EngineStats &stats() const { return stats_; }
   Session &session() { return *session_; }
   const Session &session() const { return *session_; }
@@ -164,6 +172,7 @@ class Engine {
     Turn turn;
     TurnState state = TurnState::done;
     bool prompt_done = false;
+    size_t prompt_applied = 0;   // tokens of turn.prompt already in its cache (a prefix cache hit)
     std::vector<int32_t> generated;
     std::string failure;
     int64_t arrival = 0;         // order of the current turn's submission
@@ -202,6 +211,7 @@ class Engine {
   std::vector<Decision> decisions_;
   EngineStats stats_;
   std::vector<std::vector<float>> event_logits_;
+  std::unique_ptr<PrefixCache> prefix_;
 };
 
 // Every decision of the engine and its cost model's rates as JSON (the C API's ikv_engine_report_json).

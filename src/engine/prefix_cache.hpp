@@ -1,0 +1,71 @@
+// The prefix cache (DESIGN.md §9, "Reuse"): snapshots of token prefixes, so that a request whose tokens start with a
+// cached prefix starts from its snapshot instead of prefilling it. Entries are keyed by a namespace (the model's
+// weight and tokenizer fingerprints, the KV dtype and block size, and the compression configuration they were made
+// under), the prefix length and a hash of its tokens, and live in tiers: this process's memory, a disk directory,
+// and a Redis/Valkey server shared by many processes and machines. A hit is restored through the snapshot's own
+// checks and its tokens compared with the request's byte by byte; an entry that fails either is erased and reported,
+// never used. A store that is down, slow or answers garbage is reported and skipped (the request is prefilled).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/prefix_store.hpp"
+#include "session/session.hpp"
+
+namespace infokv {
+
+struct PrefixCacheOptions {
+  int64_t memory_bytes = int64_t{256} << 20;  // 0: no memory tier
+  std::string disk_dir;                        // empty: no disk tier
+  int64_t disk_bytes = int64_t{4} << 30;
+  std::string redis;                           // "host:port" or "unix:/path"; empty: no shared tier
+  double redis_timeout_s = 0.5;
+  // Prefixes shorter than this are not cached (a snapshot's fixed cost beats prefilling a few tokens).
+  int64_t min_tokens = 64;
+  // Besides each prompt's end, entries are saved at the last multiple of this many tokens before it, where
+  // requests that share a system prompt or document but differ after it meet.
+  int64_t boundary = 256;
+};
+
+struct PrefixCacheStats {
+  int64_t lookups = 0, hits = 0, saves = 0, refused = 0, store_errors = 0;
+  int64_t hit_tokens = 0;
+  int64_t hits_by_tier[3] = {0, 0, 0};  // memory, disk, redis
+};
+
+class PrefixCache {
+ public:
+  // Throws Error(io) when the disk directory cannot be made; a Redis server is only contacted when used.
+  PrefixCache(const PrefixCacheOptions &opts, const Session &session);
+
+  // Restores the longest cached prefix of `tokens` into `session` as a new sequence and returns its id, or -1 when
+  // none is cached (or none could be used: the reasons go to notes()). *length: the prefix's length; *tier: where
+  // it was found. Throws Error(kv_full) when a hit does not fit the pool (nothing changed).
+  int32_t restore_longest(Session &session, const std::vector<int32_t> &tokens, int64_t *length, std::string *tier);
+  // Saves sequence `seq` of `session` (uncompressed, tokens as given) at its prompt's end and at the boundary before
+  // it, in every tier. Store failures are reported in notes(), never thrown.
+  void save(Session &session, int32_t seq);
+
+  const PrefixCacheStats &stats() const { return stats_; }
+  // What went wrong with stores and entries, newest last (at most 64 kept).
+  const std::vector<std::string> &notes() const { return notes_; }
+  const std::string &ns() const { return ns_; }
+  std::vector<PrefixStore *> tiers() const;
+
+ private:
+  std::string key(int64_t length, const std::vector<int32_t> &tokens) const;
+  void note(const std::string &s);
+  void save_at(Session &session, int32_t seq, int64_t length);
+
+  PrefixCacheOptions opts_;
+  std::string ns_;
+  std::unique_ptr<MemoryPrefixStore> memory_;
+  std::unique_ptr<DiskPrefixStore> disk_;
+  std::unique_ptr<RedisPrefixStore> redis_;
+  PrefixCacheStats stats_;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace infokv
