@@ -88,6 +88,14 @@ func (e *Engine) with(f func(h capi.Struct_SS_ikv_engine) int) error {
 	return call(func() int { return f(e.h) })
 }
 
+// PrefixCache turns the prefix cache on with these tiers (memoryBytes of this process's memory, a directory, a
+// Redis/Valkey "host:port"; "" for none), or off when none is given.
+func (e *Engine) PrefixCache(memoryBytes int64, diskDir, redisAddress string) error {
+	return e.with(func(h capi.Struct_SS_ikv_engine) int {
+		return capi.Ikv_engine_prefix_cache(h, memoryBytes, diskDir, redisAddress)
+	})
+}
+
 // Open starts a conversation (greedy) and returns its id; priority: higher runs first and is preempted last;
 // memoryLimitTokens > 0 compresses it to that many tokens when it holds more (needs a compression policy).
 func (e *Engine) Open(priority int, memoryLimitTokens int64) (int64, error) {

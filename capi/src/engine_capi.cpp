@@ -44,6 +44,19 @@ int32_t ikv_engine_create(ikv_engine **out, ikv_model *model, const ikv_session_
 
 void ikv_engine_free(ikv_engine *engine) { infokv::capi::free_handle(engine); }
 
+int32_t ikv_engine_prefix_cache(ikv_engine *engine, int64_t memory_bytes, const char *disk_dir, const char *redis_address) {
+  return guard([&] {
+    const auto e = infokv::capi::use(engine, "engine");
+    require(memory_bytes >= 0, "memory_bytes must not be negative");
+    infokv::PrefixCacheOptions p;
+    p.memory_bytes = memory_bytes;
+    if (disk_dir != nullptr) p.disk_dir = disk_dir;
+    if (redis_address != nullptr) p.redis = redis_address;
+    e->engine->set_prefix_cache(memory_bytes > 0 || !p.disk_dir.empty() || !p.redis.empty(), p);
+    return IKV_OK;
+  });
+}
+
 int32_t ikv_engine_open(int64_t *out_id, ikv_engine *engine, int32_t priority, int64_t memory_limit_tokens,
                         const ikv_sampler_options *sampling) {
   if (out_id != nullptr) *out_id = 0;
@@ -167,7 +180,18 @@ int32_t ikv_engine_stat(int64_t *out, const ikv_engine *engine, int32_t stat) {
       case IKV_ENGINE_STAT_RECOMPUTED_TOKENS: *out = s.recomputed_tokens; break;
       case IKV_ENGINE_STAT_CONVERSATIONS: *out = e->engine->conversations(); break;
       case IKV_ENGINE_STAT_POOL_BLOCKS_FREE: *out = e->engine->session().kv().free_blocks(); break;
-      default: fail(Status::invalid_argument, "stat = " + std::to_string(stat) + " is not an IKV_ENGINE_STAT_* value (1..11)");
+      case IKV_ENGINE_STAT_PREFIX_HITS: *out = s.prefix_hits; break;
+      case IKV_ENGINE_STAT_PREFIX_HIT_TOKENS: *out = s.prefix_hit_tokens; break;
+      case IKV_ENGINE_STAT_PREFIX_SAVES:
+      case IKV_ENGINE_STAT_PREFIX_REFUSED:
+      case IKV_ENGINE_STAT_PREFIX_STORE_ERRORS: {
+        const infokv::PrefixCache *pc = e->engine->prefix_cache();
+        const infokv::PrefixCacheStats none;
+        const infokv::PrefixCacheStats &ps = pc != nullptr ? pc->stats() : none;
+        *out = stat == IKV_ENGINE_STAT_PREFIX_SAVES ? ps.saves : stat == IKV_ENGINE_STAT_PREFIX_REFUSED ? ps.refused : ps.store_errors;
+        break;
+      }
+      default: fail(Status::invalid_argument, "stat = " + std::to_string(stat) + " is not an IKV_ENGINE_STAT_* value (1..16)");
     }
     return IKV_OK;
   });

@@ -84,6 +84,14 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : 
   if (opts.prefix_cache) prefix_ = std::make_unique<PrefixCache>(opts.prefix, *session_);
 }
 
+void Engine::set_prefix_cache(bool enabled, const PrefixCacheOptions &opts) {
+  std::unique_ptr<PrefixCache> p;
+  if (enabled) p = std::make_unique<PrefixCache>(opts, *session_);
+  prefix_ = std::move(p);
+  opts_.prefix_cache = enabled;
+  opts_.prefix = opts;
+}
+
 Engine::~Engine() {
   std::error_code ec;
   for (auto &kv : convs_)

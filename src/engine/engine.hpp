@@ -142,8 +142,11 @@ class Engine {
   int32_t sequence(int64_t conversation) const;
 
   const std::vector<Decision> &decisions() const { return decisions_; }
-  // The prefix cache (null unless EngineOptions::prefix_cache).
+  // The prefix cache (null unless EngineOptions::prefix_cache or set_prefix_cache).
   const PrefixCache *prefix_cache() const { return prefix_.get(); }
+  // Turns the prefix cache on with these tiers (replacing any before), or off (enabled false). Throws Error(io)
+  // when the disk directory cannot be made; nothing changes then.
+  void set_prefix_cache(bool enabled, const PrefixCacheOptions &opts);
   const EngineStats &stats() const { return stats_; }
   Session &session() { return *session_; }
   const Session &session() const { return *session_; }

@@ -63,6 +63,14 @@ class Engine(_Owner):
         """Frees the engine, its conversations and their spill files. Idempotent."""
         self._free_with(_c.ikv_engine_free)
 
+    def prefix_cache(self, memory_bytes: int = 256 << 20, disk_dir: Optional[PathLike] = None,
+                     redis: Optional[str] = None) -> None:
+        """Turns the prefix cache on with these tiers (memory, a directory, a Redis/Valkey "host:port"), or off when
+        none is given (memory_bytes=0): new conversations start from the longest cached prefix of their prompt."""
+        with self._lock:
+            _check(_c.ikv_engine_prefix_cache(self.handle, int(memory_bytes),
+                                              None if disk_dir is None else str(disk_dir), redis))
+
     def open(self, priority: int = 0, memory_limit_tokens: int = 0, **sampling: Any) -> int:
         """A new conversation's id. Higher ``priority`` runs first and is preempted last; ``memory_limit_tokens``
         compresses it to that many tokens when it holds more (needs a policy); ``sampling`` are the sampler's options

@@ -915,3 +915,21 @@ def test_engine_refuses_bad_calls(model):
             eng.state(c)
     with pytest.raises(infokv.BadHandleError):
         eng.pending()
+
+
+def test_engine_prefix_cache_on_disk_starts_a_second_engine_from_the_first_ones_prompt(model, tmp_path):
+    import infokv
+    prompt = _engine_prompts(1, 200, seed=11)[0]
+    answers = []
+    for i in range(2):
+        with infokv.Engine(model, n_threads=1, kv_pool_blocks=600) as eng:
+            eng.prefix_cache(memory_bytes=0, disk_dir=tmp_path / "prefixes")
+            c = eng.open()
+            eng.submit(c, prompt, 8)
+            list(eng.run())
+            answers.append(eng.generated(c))
+            assert eng.stat("prefix_hits") == i, eng.stats()
+    assert answers[0] == answers[1]
+    with infokv.Engine(model, kv_pool_blocks=100) as eng:
+        with pytest.raises(infokv.InvalidArgumentError):
+            eng.prefix_cache(memory_bytes=-1)

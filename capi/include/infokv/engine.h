@@ -55,6 +55,11 @@ typedef struct ikv_engine ikv_engine;
 #define IKV_ENGINE_STAT_RECOMPUTED_TOKENS 9
 #define IKV_ENGINE_STAT_CONVERSATIONS 10   /* open conversations */
 #define IKV_ENGINE_STAT_POOL_BLOCKS_FREE 11
+#define IKV_ENGINE_STAT_PREFIX_HITS 12        /* turns started from the prefix cache */
+#define IKV_ENGINE_STAT_PREFIX_HIT_TOKENS 13  /* prompt tokens they did not prefill */
+#define IKV_ENGINE_STAT_PREFIX_SAVES 14
+#define IKV_ENGINE_STAT_PREFIX_REFUSED 15     /* entries refused (damaged, foreign, not the request's) and erased */
+#define IKV_ENGINE_STAT_PREFIX_STORE_ERRORS 16 /* a store down, slow or garbled: the prompt was prefilled */
 
 /**
  * Makes an engine over one new session made with `opts` (NULL: defaults; see ikv_session_create), measuring at
@@ -68,6 +73,23 @@ typedef struct ikv_engine ikv_engine;
  */
 IKV_API int32_t ikv_engine_create(ikv_engine **out, ikv_model *model, const ikv_session_options *opts, int32_t strategy,
                                   const char *spill_dir);
+/**
+ * Turns the prefix cache on (or off, when memory_bytes is 0 and disk_dir and redis_address are NULL or ""). A new
+ * conversation whose first turn starts with a cached prefix starts from its snapshot instead of prefilling it; each
+ * turn's prompt end, and the last multiple of 256 tokens before it, are saved in every tier (prefixes of at least 64
+ * tokens, of uncompressed caches). Tiers, looked up in this order: this process's memory (memory_bytes, least
+ * recently used evicted), a directory (disk_dir, made if missing; entries written atomically, the oldest removed
+ * past 4 GiB), and a Redis or Valkey server shared by many processes and machines (redis_address "host:port" or
+ * "unix:/path"; 0.5 s per command; entries expire after 7 days, and the server's maxmemory policy evicts).
+ * Entries are keyed by the model's weights and tokenizer, the KV dtype and block size, the compression
+ * configuration and the prefix's tokens, and are never trusted: a hit is restored through the snapshot checks and
+ * its tokens compared one by one; one that fails is erased (IKV_ENGINE_STAT_PREFIX_REFUSED). A store that is down,
+ * slow or answers garbage costs a prefill, not a failure (IKV_ENGINE_STAT_PREFIX_STORE_ERRORS; retried after 5 s).
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (negative memory_bytes); IKV_ERR_IO (disk_dir cannot be made: nothing
+ *         changed); IKV_ERR_BAD_HANDLE.
+ */
+IKV_API int32_t ikv_engine_prefix_cache(ikv_engine *engine, int64_t memory_bytes, const char *disk_dir,
+                                        const char *redis_address);
 /** Frees the engine, its conversations and their spill files. NULL and stale handles are ignored. */
 IKV_API void ikv_engine_free(ikv_engine *engine);
 

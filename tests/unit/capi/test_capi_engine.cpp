@@ -3,6 +3,7 @@
 // with a reason; bad handles, ids, tokens and buffers are refused with the documented statuses.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -180,6 +181,45 @@ TEST(CapiEngine, BadCallsAreRefused) {
   g.e = nullptr;
   EXPECT_EQ(ikv_engine_pending(&pending, stale), IKV_ERR_BAD_HANDLE);
   ikv_engine_free(stale);  // harmless
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CapiEngine, PrefixCacheInADirectoryServesASecondEngine) {
+  REQUIRE_MODEL();
+  const auto ps = prompts(1, 200);
+  const std::string dir = ::testing::TempDir() + "/infokv-capi-prefix-" + std::to_string(infokv_test::test_seed());
+  std::vector<int32_t> answers[2];
+  for (int i = 0; i < 2; ++i) {
+    ikv_session_options o = f32_options();
+    o.kv_pool_blocks = 600;
+    EngineGuard g;
+    ASSERT_EQ(ikv_engine_create(&g.e, m, &o, IKV_STRATEGY_AUTO, nullptr), IKV_OK);
+    ASSERT_EQ(ikv_engine_prefix_cache(g.e, 0, dir.c_str(), nullptr), IKV_OK) << ikv_last_error_message();
+    EXPECT_EQ(ikv_engine_prefix_cache(g.e, -1, nullptr, nullptr), IKV_ERR_INVALID_ARGUMENT);
+    int64_t id = 0;
+    ASSERT_EQ(ikv_engine_open(&id, g.e, 0, 0, nullptr), IKV_OK);
+    ASSERT_EQ(ikv_engine_submit(g.e, id, ps[0].data(), ps[0].size(), 8), IKV_OK);
+    int64_t pending = 1, ev[2];
+    size_t n = 0;
+    while (pending > 0) {
+      ASSERT_EQ(ikv_engine_step(ev, 2, &n, g.e), IKV_OK);
+      ASSERT_EQ(ikv_engine_pending(&pending, g.e), IKV_OK);
+    }
+    answers[i].resize(8);
+    ASSERT_EQ(ikv_engine_generated(answers[i].data(), 8, &n, g.e, id), IKV_OK);
+    answers[i].resize(n);
+    int64_t hits = -1, saves = -1;
+    ASSERT_EQ(ikv_engine_stat(&hits, g.e, IKV_ENGINE_STAT_PREFIX_HITS), IKV_OK);
+    ASSERT_EQ(ikv_engine_stat(&saves, g.e, IKV_ENGINE_STAT_PREFIX_SAVES), IKV_OK);
+    EXPECT_EQ(hits, i);
+    if (i == 0) EXPECT_GE(saves, 1);
+  }
+  EXPECT_EQ(answers[0], answers[1]);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -85,17 +85,20 @@ typedef _gostring_ swig_type_55;
 typedef _goslice_ swig_type_56;
 typedef _gostring_ swig_type_57;
 typedef long long swig_type_58;
-typedef long long swig_type_59;
-typedef _goslice_ swig_type_60;
-typedef _goslice_ swig_type_61;
+typedef _gostring_ swig_type_59;
+typedef _gostring_ swig_type_60;
+typedef long long swig_type_61;
 typedef long long swig_type_62;
-typedef long long swig_type_63;
+typedef _goslice_ swig_type_63;
 typedef _goslice_ swig_type_64;
 typedef long long swig_type_65;
-typedef _goslice_ swig_type_66;
-typedef long long swig_type_67;
+typedef long long swig_type_66;
+typedef _goslice_ swig_type_67;
 typedef long long swig_type_68;
 typedef _goslice_ swig_type_69;
+typedef long long swig_type_70;
+typedef long long swig_type_71;
+typedef _goslice_ swig_type_72;
 extern void _wrap_Swig_free_capi_c75d90f7c4086479(uintptr_t arg1);
 extern uintptr_t _wrap_Swig_malloc_capi_c75d90f7c4086479(swig_intgo arg1);
 extern swig_intgo _wrap_IKV_VERSION_NUMBER_capi_c75d90f7c4086479(void);
@@ -263,18 +266,19 @@ extern swig_intgo _wrap_ikv_chat_reply_capi_c75d90f7c4086479(swig_type_56 arg1, 
 extern swig_intgo _wrap_ikv_chat_begin_reply_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_chat_end_reply_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2, swig_intgo arg3);
 extern swig_intgo _wrap_ikv_engine_create_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, uintptr_t arg3, swig_intgo arg4, swig_type_57 arg5);
+extern swig_intgo _wrap_ikv_engine_prefix_cache_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_58 arg2, swig_type_59 arg3, swig_type_60 arg4);
 extern void _wrap_ikv_engine_free_capi_c75d90f7c4086479(uintptr_t arg1);
-extern swig_intgo _wrap_ikv_engine_open_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_type_58 arg4, uintptr_t arg5);
-extern swig_intgo _wrap_ikv_engine_submit_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_59 arg2, swig_type_60 arg3, swig_intgo arg4);
+extern swig_intgo _wrap_ikv_engine_open_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_type_61 arg4, uintptr_t arg5);
+extern swig_intgo _wrap_ikv_engine_submit_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_62 arg2, swig_type_63 arg3, swig_intgo arg4);
 extern swig_intgo _wrap_ikv_engine_pending_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2);
-extern swig_intgo _wrap_ikv_engine_step_capi_c75d90f7c4086479(swig_type_61 arg1, swig_voidp arg2, uintptr_t arg3);
-extern swig_intgo _wrap_ikv_engine_turn_state_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_type_62 arg3);
-extern swig_intgo _wrap_ikv_engine_where_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_type_63 arg3);
-extern swig_intgo _wrap_ikv_engine_generated_capi_c75d90f7c4086479(swig_type_64 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_65 arg4);
-extern swig_intgo _wrap_ikv_engine_failure_capi_c75d90f7c4086479(swig_type_66 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_67 arg4);
-extern swig_intgo _wrap_ikv_engine_close_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_68 arg2);
+extern swig_intgo _wrap_ikv_engine_step_capi_c75d90f7c4086479(swig_type_64 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_engine_turn_state_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_type_65 arg3);
+extern swig_intgo _wrap_ikv_engine_where_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_type_66 arg3);
+extern swig_intgo _wrap_ikv_engine_generated_capi_c75d90f7c4086479(swig_type_67 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_68 arg4);
+extern swig_intgo _wrap_ikv_engine_failure_capi_c75d90f7c4086479(swig_type_69 arg1, swig_voidp arg2, uintptr_t arg3, swig_type_70 arg4);
+extern swig_intgo _wrap_ikv_engine_close_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_71 arg2);
 extern swig_intgo _wrap_ikv_engine_stat_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3);
-extern swig_intgo _wrap_ikv_engine_report_json_capi_c75d90f7c4086479(swig_type_69 arg1, swig_voidp arg2, uintptr_t arg3);
+extern swig_intgo _wrap_ikv_engine_report_json_capi_c75d90f7c4086479(swig_type_72 arg1, swig_voidp arg2, uintptr_t arg3);
 #undef intgo
 */
 import "C"
@@ -1915,6 +1919,11 @@ const IKV_ENGINE_STAT_BYTES_MOVED int = 8
 const IKV_ENGINE_STAT_RECOMPUTED_TOKENS int = 9
 const IKV_ENGINE_STAT_CONVERSATIONS int = 10
 const IKV_ENGINE_STAT_POOL_BLOCKS_FREE int = 11
+const IKV_ENGINE_STAT_PREFIX_HITS int = 12
+const IKV_ENGINE_STAT_PREFIX_HIT_TOKENS int = 13
+const IKV_ENGINE_STAT_PREFIX_SAVES int = 14
+const IKV_ENGINE_STAT_PREFIX_REFUSED int = 15
+const IKV_ENGINE_STAT_PREFIX_STORE_ERRORS int = 16
 func Ikv_engine_create(arg1 *uintptr, arg2 Struct_SS_ikv_model, arg3 Ikv_session_options, arg4 int, arg5 string) (_swig_ret int) {
 	var swig_r int
 	var _swig_i_0 *uintptr
@@ -1931,6 +1940,22 @@ _swig_i_0 = arg1
 	return swig_r
 }
 
+func Ikv_engine_prefix_cache(arg1 Struct_SS_ikv_engine, arg2 int64, arg3 string, arg4 string) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := getSwigcptr(arg1)
+	_swig_i_1 := arg2
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r = (int)(C._wrap_ikv_engine_prefix_cache_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_58(_swig_i_1), *(*C.swig_type_59)(unsafe.Pointer(&_swig_i_2)), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_3))))
+	if Swig_escape_always_false {
+		Swig_escape_val = arg3
+	}
+	if Swig_escape_always_false {
+		Swig_escape_val = arg4
+	}
+	return swig_r
+}
+
 func Ikv_engine_free(arg1 Struct_SS_ikv_engine) {
 	_swig_i_0 := getSwigcptr(arg1)
 	C._wrap_ikv_engine_free_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
@@ -1943,7 +1968,7 @@ func Ikv_engine_open(arg1 *int64, arg2 Struct_SS_ikv_engine, arg3 int, arg4 int6
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
 	_swig_i_4 := getSwigcptr(arg5)
-	swig_r = (int)(C._wrap_ikv_engine_open_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_type_58(_swig_i_3), C.uintptr_t(_swig_i_4)))
+	swig_r = (int)(C._wrap_ikv_engine_open_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_type_61(_swig_i_3), C.uintptr_t(_swig_i_4)))
 	return swig_r
 }
 
@@ -1953,7 +1978,7 @@ func Ikv_engine_submit(arg1 Struct_SS_ikv_engine, arg2 int64, arg3 []int32, arg4
 	_swig_i_1 := arg2
 	_swig_i_2 := arg3
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_engine_submit_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_59(_swig_i_1), *(*C.swig_type_60)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_engine_submit_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_62(_swig_i_1), *(*C.swig_type_63)(unsafe.Pointer(&_swig_i_2)), C.swig_intgo(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg3
 	}
@@ -1973,7 +1998,7 @@ func Ikv_engine_step(arg1 []int64, arg2 *uint64, arg3 Struct_SS_ikv_engine) (_sw
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_engine_step_capi_c75d90f7c4086479(*(*C.swig_type_61)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_engine_step_capi_c75d90f7c4086479(*(*C.swig_type_64)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -1985,7 +2010,7 @@ func Ikv_engine_turn_state(arg1 *int32, arg2 Struct_SS_ikv_engine, arg3 int64) (
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_engine_turn_state_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_62(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_engine_turn_state_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_65(_swig_i_2)))
 	return swig_r
 }
 
@@ -1994,7 +2019,7 @@ func Ikv_engine_where(arg1 *int32, arg2 Struct_SS_ikv_engine, arg3 int64) (_swig
 	_swig_i_0 := arg1
 	_swig_i_1 := getSwigcptr(arg2)
 	_swig_i_2 := arg3
-	swig_r = (int)(C._wrap_ikv_engine_where_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_63(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_engine_where_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_type_66(_swig_i_2)))
 	return swig_r
 }
 
@@ -2004,7 +2029,7 @@ func Ikv_engine_generated(arg1 []int32, arg2 *uint64, arg3 Struct_SS_ikv_engine,
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_engine_generated_capi_c75d90f7c4086479(*(*C.swig_type_64)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_65(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_engine_generated_capi_c75d90f7c4086479(*(*C.swig_type_67)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_68(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -2017,7 +2042,7 @@ func Ikv_engine_failure(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_engine, ar
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
 	_swig_i_3 := arg4
-	swig_r = (int)(C._wrap_ikv_engine_failure_capi_c75d90f7c4086479(*(*C.swig_type_66)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_67(_swig_i_3)))
+	swig_r = (int)(C._wrap_ikv_engine_failure_capi_c75d90f7c4086479(*(*C.swig_type_69)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2), C.swig_type_70(_swig_i_3)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}
@@ -2028,7 +2053,7 @@ func Ikv_engine_close(arg1 Struct_SS_ikv_engine, arg2 int64) (_swig_ret int) {
 	var swig_r int
 	_swig_i_0 := getSwigcptr(arg1)
 	_swig_i_1 := arg2
-	swig_r = (int)(C._wrap_ikv_engine_close_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_68(_swig_i_1)))
+	swig_r = (int)(C._wrap_ikv_engine_close_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_type_71(_swig_i_1)))
 	return swig_r
 }
 
@@ -2046,7 +2071,7 @@ func Ikv_engine_report_json(arg1 []byte, arg2 *uint64, arg3 Struct_SS_ikv_engine
 	_swig_i_0 := arg1
 	_swig_i_1 := arg2
 	_swig_i_2 := getSwigcptr(arg3)
-	swig_r = (int)(C._wrap_ikv_engine_report_json_capi_c75d90f7c4086479(*(*C.swig_type_69)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
+	swig_r = (int)(C._wrap_ikv_engine_report_json_capi_c75d90f7c4086479(*(*C.swig_type_72)(unsafe.Pointer(&_swig_i_0)), C.swig_voidp(_swig_i_1), C.uintptr_t(_swig_i_2)))
 	if Swig_escape_always_false {
 		Swig_escape_val = arg1
 	}

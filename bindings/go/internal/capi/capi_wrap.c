@@ -2831,6 +2831,35 @@ intgo _wrap_ikv_engine_create_capi_c75d90f7c4086479(ikv_engine **_swig_go_0, str
 }
 
 
+intgo _wrap_ikv_engine_prefix_cache_capi_c75d90f7c4086479(struct ikv_engine *_swig_go_0, long long _swig_go_1, _gostring_ _swig_go_2, _gostring_ _swig_go_3) {
+  ikv_engine *arg1 = (ikv_engine *) 0 ;
+  int64_t arg2 ;
+  char *arg3 = (char *) 0 ;
+  char *arg4 = (char *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(ikv_engine **)&_swig_go_0; 
+  arg2 = (int64_t)_swig_go_1; 
+  
+  arg3 = (char *)malloc(_swig_go_2.n + 1);
+  memcpy(arg3, _swig_go_2.p, _swig_go_2.n);
+  arg3[_swig_go_2.n] = '\0';
+  
+  
+  arg4 = (char *)malloc(_swig_go_3.n + 1);
+  memcpy(arg4, _swig_go_3.p, _swig_go_3.n);
+  arg4[_swig_go_3.n] = '\0';
+  
+  
+  result = (int32_t)ikv_engine_prefix_cache(arg1,arg2,(char const *)arg3,(char const *)arg4);
+  _swig_go_result = result; 
+  free(arg3); 
+  free(arg4); 
+  return _swig_go_result;
+}
+
+
 void _wrap_ikv_engine_free_capi_c75d90f7c4086479(struct ikv_engine *_swig_go_0) {
   ikv_engine *arg1 = (ikv_engine *) 0 ;
   

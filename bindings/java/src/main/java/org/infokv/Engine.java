@@ -70,6 +70,16 @@ public final class Engine implements AutoCloseable {
 
   private SWIGTYPE_p_ikv_engine h() { return state.get(); }
 
+  /**
+   * Turns the prefix cache on with these tiers (memoryBytes of this process's memory, a directory, a Redis/Valkey
+   * "host:port"; null for none), or off when none is given: new conversations start from the longest cached prefix.
+   */
+  public void prefixCache(long memoryBytes, String diskDir, String redisAddress) {
+    synchronized (state) {
+      InfokvException.check(InfokvNative.ikv_engine_prefix_cache(h(), memoryBytes, diskDir, redisAddress));
+    }
+  }
+
   /** A new conversation, greedy; see {@link #open(int, long, SamplerOptions)}. */
   public long open() { return open(0, 0, null); }
 
