@@ -46,7 +46,8 @@ int cmd_tune(int argc, char **argv);
 int cmd_eval_chat(int argc, char **argv);
 int cmd_eval_retrieval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
-int cmd_bench_trace(int argc, char **argv);  // bench --trace (src/cli/cmd_bench_trace.cpp)
+int cmd_bench_trace(int argc, char **argv);   // bench --trace (src/cli/cmd_bench_trace.cpp)
+int cmd_bench_prefix(int argc, char **argv);  // bench --prefix (same file)
 
 }  // namespace cli
 }  // namespace infokv

@@ -195,6 +195,7 @@ void print_table(const std::vector<Test> &tests, const Model &m) {
 int cmd_bench(int argc, char **argv) {
   for (int i = 2; i < argc; ++i)
     if (std::string(argv[i]) == "--trace") return cmd_bench_trace(argc, argv);
+    else if (std::string(argv[i]) == "--prefix") return cmd_bench_prefix(argc, argv);
   std::vector<std::string> args = long_options(argc, argv);
   std::vector<char *> av;
   for (std::string &s : args) av.push_back(&s[0]);

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
 #include <map>
 #include <string>
 #include <vector>
@@ -334,6 +336,127 @@ int cmd_bench_trace(int argc, char **argv) {
   }
   std::printf("\nKL: mean over answer tokens of KL(unlimited || strategy), the answers teacher-forced along the "
               "unlimited run's; failed turns count only the tokens they produced.\n");
+  return 0;
+}
+
+}  // namespace cli
+}  // namespace infokv
+
+namespace infokv {
+namespace cli {
+
+namespace {
+
+// Time to first token of one request on `e`: from its submission to the step that returns its first token.
+double ttft(Engine &e, const std::vector<int32_t> &prompt) {
+  const auto t0 = Clock::now();
+  const int64_t c = e.open();
+  e.submit(c, {prompt, 1, {}});
+  double s = -1;
+  while (e.busy())
+    if (!e.step().empty() && s < 0) s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (e.state(c) != TurnState::done) fail(Status::internal, "bench request failed: " + e.failure(c));
+  e.close(c);
+  return s;
+}
+
+}  // namespace
+
+// infokv bench --prefix: time to first token of a request whose first --tokens tokens were seen before, prefilled
+// against started from the prefix cache in each tier (memory; a directory; Redis/Valkey with --redis).
+int cmd_bench_prefix(int argc, char **argv) {
+  Args a(argc, argv, 2, {"model", "corpus", "tokens", "threads", "repetitions", "redis", "disk"}, {"prefix", "json"});
+  const std::string model_path = resolve_model_path(a.str("model", default_model_path()));
+  const int64_t n = a.integer("tokens", 2048, 64, 1 << 20);
+  const int64_t reps = a.integer("repetitions", 3, 1, 100);
+  const std::shared_ptr<const Model> model = Model::load(model_path);
+  const char *cd = std::getenv("INFOKV_CORPORA_DIR");
+  const char *md = std::getenv("INFOKV_MODELS_DIR");
+  const std::string dir = cd != nullptr && *cd ? cd : (md != nullptr && *md ? std::string(md) + "/../corpora" : "../shared/corpora");
+  const std::vector<int32_t> text = model->tokenizer().encode(read_file(a.str("corpus", dir + "/emma.txt")), true);
+  if (static_cast<int64_t>(text.size()) < n + 64 * (reps + 2))
+    fail(Status::invalid_argument, "the corpus is too short for --tokens " + std::to_string(n));
+  const std::vector<int32_t> prefix(text.begin(), text.begin() + n);
+  // Each request: the shared prefix, then 32 tokens of its own (a question).
+  int64_t next_tail = n;
+  auto request = [&] {
+    std::vector<int32_t> r = prefix;
+    r.insert(r.end(), text.begin() + next_tail, text.begin() + next_tail + 32);
+    next_tail += 64;
+    return r;
+  };
+  EngineOptions o;
+  o.session.n_threads = static_cast<int32_t>(a.integer("threads", 0, 0, 1024));
+  o.session.kv_pool_blocks = static_cast<int64_t>(model->hparams().n_layer) * ((n + 64) / 16 + 4) * 2;
+  o.prefix.boundary = 256;
+  std::string disk = a.str("disk");
+  const bool own_disk = disk.empty();
+  if (own_disk) disk = (std::filesystem::temp_directory_path() / ("infokv-prefix-bench-" + std::to_string(::getpid()))).string();
+  struct Row {
+    std::string how;
+    std::vector<double> s;
+  };
+  std::vector<Row> rows;
+  {
+    Engine e(model, o);
+    Row r{"prefill", {}};
+    ttft(e, request());  // warm-up
+    for (int64_t i = 0; i < reps; ++i) r.s.push_back(ttft(e, request()));
+    rows.push_back(r);
+  }
+  auto tier_run = [&](const std::string &how, PrefixCacheOptions p) {
+    EngineOptions oo = o;
+    oo.prefix_cache = true;
+    oo.prefix = p;
+    {
+      Engine seed(model, oo);  // a first process makes the entry
+      ttft(seed, request());
+    }
+    Row r{how, {}};
+    for (int64_t i = 0; i < reps; ++i) {
+      Engine e(model, oo);  // a new process each time: nothing in its memory but what the tier gives it
+      if (how == "memory") ttft(e, request());
+      r.s.push_back(ttft(e, request()));
+      if (e.stats().prefix_hits < 1) fail(Status::internal, how + ": the prefix cache did not hit");
+    }
+    rows.push_back(r);
+  };
+  PrefixCacheOptions mem;
+  mem.memory_bytes = int64_t{1} << 30;
+  tier_run("memory", mem);
+  PrefixCacheOptions dk;
+  dk.memory_bytes = 0;
+  dk.disk_dir = disk;
+  tier_run("disk", dk);
+  if (a.has("redis")) {
+    PrefixCacheOptions rd;
+    rd.memory_bytes = 0;
+    rd.redis = a.str("redis");
+    rd.redis_timeout_s = 5;
+    tier_run("redis", rd);
+  }
+  if (own_disk) {
+    std::error_code ec;
+    std::filesystem::remove_all(disk, ec);
+  }
+  auto median = [](std::vector<double> v) { return percentile(std::move(v), 0.5); };
+  const double base = median(rows[0].s);
+  if (a.flag("json")) {
+    std::string arr = "[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      JsonObject j;
+      j.str("from", rows[i].how).integer("prefix_tokens", n).num("ttft_ms", median(rows[i].s) * 1e3)
+          .num("speedup", base / median(rows[i].s));
+      arr += (i ? "," : "") + j.dump();
+    }
+    std::printf("%s]\n", arr.c_str());
+    return 0;
+  }
+  std::printf("time to first token, %lld-token prefix seen before + 32 new tokens, median of %lld; model %s\n\n",
+              static_cast<long long>(n), static_cast<long long>(reps), model_path.c_str());
+  std::printf("| start from | TTFT ms | speed-up |\n| --- | ---: | ---: |\n");
+  for (const Row &r : rows)
+    std::printf("| %s | %.1f | %.1fx |\n", r.how.c_str(), median(r.s) * 1e3, base / median(r.s));
   return 0;
 }
 

@@ -26,6 +26,8 @@ const char *kUsage =
     "  bench --trace [--model M --conversations 64 --fits 8 --turns 2 --gen 32 --strategies LIST --json]\n"
     "              many conversations over a pool that holds --fits of them: each strategy (fail, recompute, move,\n"
     "              compress, auto) against unlimited memory: completed, time, TTFT, latency, bytes moved, KL\n"
+    "  bench --prefix [--model M --tokens 2048 --redis HOST:PORT --disk DIR]  time to first token of a\n"
+    "              request whose prefix was seen before: prefilled, or from the prefix cache in memory, disk, Redis\n"
     "  eval-chat   --model PATH --cases F.jsonl [--policies LIST --budgets LIST --protect none,system,fair]\n"
     "              what compression does to instructions: KL, top-1, exact answers, compliance, leakage\n"
     "  eval-retrieval --model PATH [--tasks LIST --context 2048 --cases 8 --policies LIST --budgets LIST]\n"

@@ -93,6 +93,11 @@ void Engine::set_prefix_cache(bool enabled, const PrefixCacheOptions &opts) {
 }
 
 Engine::~Engine() {
+  try {
+    save_prefixes();
+  } catch (...) {  // a destructor reports nothing: the entries are only lost
+  }
+  prefix_.reset();  // drains the writer before the session goes
   std::error_code ec;
   for (auto &kv : convs_)
     if (!kv.second->spill_path.empty()) std::filesystem::remove(kv.second->spill_path, ec);
@@ -206,6 +211,7 @@ void Engine::submit(int64_t id, Turn turn) {
 
 void Engine::close(int64_t id) {
   Conversation &c = conv(id);
+  if (c.save_at > 0 && c.where == Where::resident && prefix_ != nullptr) prefix_->save(*session_, c.seq, c.save_at);
   if (c.where == Where::resident && session_->has_sequence(c.seq)) session_->remove_sequence(c.seq);
   std::error_code ec;
   if (!c.spill_path.empty()) std::filesystem::remove(c.spill_path, ec);
@@ -282,6 +288,10 @@ void Engine::finish_turn(Conversation &c) {
 int64_t Engine::preempt(Conversation &v) {
   if (v.where != Where::resident || opts_.strategy == Strategy::fail) return 0;
   Session &s = *session_;
+  if (v.save_at > 0 && prefix_ != nullptr) {
+    prefix_->save(s, v.seq, v.save_at);  // before it leaves the pool
+    v.save_at = 0;
+  }
   Compressor &comp = s.compressor();
   const int32_t seq = v.seq;
   const SeqInfo info = s.info(seq);
@@ -621,7 +631,7 @@ bool Engine::admit(Conversation &c) {
     c.tokens.insert(c.tokens.end(), p.begin(), p.end());
     stats_.prefilled_tokens += static_cast<int64_t>(p.size());
     c.prompt_done = true;
-    if (prefix_ != nullptr) prefix_->save(s, c.seq);
+    if (prefix_ != nullptr) c.save_at = static_cast<int64_t>(c.tokens.size());  // after the step: off the TTFT path
   }
   c.state = TurnState::running;
   return true;
@@ -648,6 +658,7 @@ void Engine::enforce_limit(Conversation &c) {
 }
 
 std::vector<TokenEvent> Engine::step() {
+  save_prefixes();  // the prompts admitted last step, now that their first tokens are out
   ++stats_.steps;
   event_logits_.clear();
   Session &s = *session_;
@@ -750,6 +761,16 @@ std::vector<TokenEvent> Engine::step() {
     enforce_limit(c);
   }
   return events;
+}
+
+void Engine::save_prefixes() {
+  if (prefix_ == nullptr) return;
+  for (auto &kv : convs_) {
+    Conversation &c = *kv.second;
+    if (c.save_at <= 0) continue;
+    if (c.where == Where::resident) prefix_->save(*session_, c.seq, c.save_at);
+    c.save_at = 0;
+  }
 }
 
 std::string report_json(const Engine &e) {

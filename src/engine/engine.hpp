@@ -176,6 +176,7 @@ class Engine {
     TurnState state = TurnState::done;
     bool prompt_done = false;
     size_t prompt_applied = 0;   // tokens of turn.prompt already in its cache (a prefix cache hit)
+    int64_t save_at = 0;         // > 0: its first save_at tokens go to the prefix cache after this step's decode
     std::vector<int32_t> generated;
     std::string failure;
     int64_t arrival = 0;         // order of the current turn's submission
@@ -200,6 +201,8 @@ class Engine {
   void fail_turn(Conversation &c, const std::string &why);
   void finish_turn(Conversation &c);
   void enforce_limit(Conversation &c);
+  // The prompts admitted this step, saved to the prefix cache (once their first token is out).
+  void save_prefixes();
   int64_t free_blocks() const { return session_->kv().free_blocks(); }
   int64_t blocks_of(const Conversation &c) const;
   int32_t chunk() const;

@@ -33,8 +33,71 @@ PrefixCache::PrefixCache(const PrefixCacheOptions &opts, const Session &session)
                 c.window);
   ns_ = hex64(XXH3_64bits(desc, std::char_traits<char>::length(desc)));
   if (opts.memory_bytes > 0) memory_ = std::make_unique<MemoryPrefixStore>(opts.memory_bytes);
-  if (!opts.disk_dir.empty()) disk_ = std::make_unique<DiskPrefixStore>(opts.disk_dir, opts.disk_bytes);
-  if (!opts.redis.empty()) redis_ = std::make_unique<RedisPrefixStore>(opts.redis, opts.redis_timeout_s);
+  if (!opts.disk_dir.empty()) {
+    disk_ = std::make_unique<DiskPrefixStore>(opts.disk_dir, opts.disk_bytes);
+    wdisk_ = std::make_unique<DiskPrefixStore>(opts.disk_dir, opts.disk_bytes);
+  }
+  if (!opts.redis.empty()) {
+    redis_ = std::make_unique<RedisPrefixStore>(opts.redis, opts.redis_timeout_s);
+    wredis_ = std::make_unique<RedisPrefixStore>(opts.redis, opts.redis_timeout_s);
+  }
+  if (wdisk_ || wredis_) writer_ = std::thread([this] { write_loop(); });
+}
+
+PrefixCache::~PrefixCache() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+void PrefixCache::flush() {
+  std::unique_lock<std::mutex> lk(mu_);
+  idle_.wait(lk, [this] { return jobs_.empty() && !writing_; });
+}
+
+PrefixCacheStats PrefixCache::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+std::vector<std::string> PrefixCache::notes() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return notes_;
+}
+
+// The writer: stores each queued snapshot in the disk and Redis tiers (unless there already), in order; drains the
+// queue before it stops.
+void PrefixCache::write_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [this] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stop_ and nothing left
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    writing_ = true;
+    lk.unlock();
+    std::vector<std::string> errors;
+    for (PrefixStore *t : {static_cast<PrefixStore *>(wdisk_.get()), static_cast<PrefixStore *>(wredis_.get())}) {
+      if (t == nullptr) continue;
+      try {
+        if (!t->has(job.key)) t->put(ns_, job.length, job.key, *job.bytes);
+      } catch (const Error &e) {
+        errors.push_back(std::string(t->name()) + ": " + e.what() + " (entry not saved there)");
+      }
+    }
+    lk.lock();
+    queued_bytes_ -= static_cast<int64_t>(job.bytes->size());
+    for (const std::string &e : errors) {
+      ++stats_.store_errors;
+      notes_.push_back(e);
+      if (notes_.size() > 64) notes_.erase(notes_.begin());
+    }
+    writing_ = false;
+    if (jobs_.empty()) idle_.notify_all();
+  }
 }
 
 std::vector<PrefixStore *> PrefixCache::tiers() const {
@@ -51,6 +114,7 @@ std::string PrefixCache::key(int64_t length, const std::vector<int32_t> &tokens)
 }
 
 void PrefixCache::note(const std::string &s) {
+  std::lock_guard<std::mutex> lk(mu_);
   notes_.push_back(s);
   if (notes_.size() > 64) notes_.erase(notes_.begin());
 }
@@ -59,7 +123,11 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
                                      std::string *tier) {
   *length = 0;
   tier->clear();
-  ++stats_.lookups;
+  auto count = [this](int64_t PrefixCacheStats::*field, int64_t by = 1) {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.*field += by;
+  };
+  count(&PrefixCacheStats::lookups);
   const std::vector<PrefixStore *> ts = tiers();
   std::set<int64_t> lens;
   std::vector<bool> usable(ts.size(), true);
@@ -68,7 +136,7 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
       for (int64_t L : ts[i]->lengths(ns_))
         if (L <= static_cast<int64_t>(tokens.size()) && L >= opts_.min_tokens) lens.insert(L);
     } catch (const Error &e) {
-      ++stats_.store_errors;
+      count(&PrefixCacheStats::store_errors);
       usable[i] = false;
       note(std::string(ts[i]->name()) + ": " + e.what() + " (skipped: the prompt is prefilled)");
     }
@@ -82,7 +150,7 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
       try {
         bytes = ts[i]->get(k);
       } catch (const Error &e) {
-        ++stats_.store_errors;
+        count(&PrefixCacheStats::store_errors);
         usable[i] = false;
         note(std::string(ts[i]->name()) + ": " + e.what() + " (skipped: the prompt is prefilled)");
         continue;
@@ -94,7 +162,7 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
         ids = snapshot::restore(session, nullptr, src, 1);
       } catch (const Error &e) {
         if (e.status() == Status::kv_full) throw;
-        ++stats_.refused;
+        count(&PrefixCacheStats::refused);
         note(std::string(ts[i]->name()) + " entry " + k + " refused: " + e.what());
         try {
           ts[i]->erase(k);
@@ -105,7 +173,7 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
       const std::vector<int32_t> &got = session.tokens(ids.at(0));
       if (static_cast<int64_t>(got.size()) != L || !std::equal(got.begin(), got.end(), tokens.begin())) {
         session.remove_sequence(ids[0]);
-        ++stats_.refused;
+        count(&PrefixCacheStats::refused);
         note(std::string(ts[i]->name()) + " entry " + k + " refused: its tokens are not the request's");
         try {
           ts[i]->erase(k);
@@ -113,20 +181,15 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
         }
         continue;
       }
-      // Found: faster tiers get a copy for next time.
-      for (size_t j = 0; j < i; ++j) {
-        if (!usable[j]) continue;
-        try {
-          ts[j]->put(ns_, L, k, *bytes);
-        } catch (const Error &e) {
-          ++stats_.store_errors;
-          note(std::string(ts[j]->name()) + ": " + e.what());
-        }
-      }
-      ++stats_.hits;
-      stats_.hit_tokens += L;
+      // Found: the memory tier gets a copy for next time.
+      if (memory_ != nullptr && ts[i] != memory_.get()) memory_->put(ns_, L, k, *bytes);
       const std::string n = ts[i]->name();
-      ++stats_.hits_by_tier[n == "memory" ? 0 : n == "disk" ? 1 : 2];
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        ++stats_.hits;
+        stats_.hit_tokens += L;
+        ++stats_.hits_by_tier[n == "memory" ? 0 : n == "disk" ? 1 : 2];
+      }
       *length = L;
       *tier = n;
       return ids[0];
@@ -138,14 +201,9 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
 void PrefixCache::save_at(Session &session, int32_t seq, int64_t length) {
   const std::vector<int32_t> &toks = session.tokens(seq);
   const std::string k = key(length, toks);
-  bool have = false;
-  for (PrefixStore *t : tiers()) {
-    try {
-      if (t == memory_.get() && t->get(k)) have = true;
-    } catch (const Error &) {
-    }
-  }
-  if (have) return;  // saved before (by this process)
+  const bool in_memory = memory_ != nullptr && memory_->has(k);
+  const bool on_disk = disk_ != nullptr && disk_->has(k);
+  if (in_memory || (memory_ == nullptr && on_disk)) return;  // saved before: the tiers behind got it then
   VectorSink out;
   int32_t src = seq;
   if (length < static_cast<int64_t>(toks.size())) {
@@ -160,23 +218,28 @@ void PrefixCache::save_at(Session &session, int32_t seq, int64_t length) {
     throw;
   }
   if (src != seq) session.remove_sequence(src);
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(std::move(out.bytes()));
+  if (memory_ != nullptr) memory_->put(ns_, length, k, *bytes);
+  std::lock_guard<std::mutex> lk(mu_);
   ++stats_.saves;
-  for (PrefixStore *t : tiers()) {
-    try {
-      t->put(ns_, length, k, out.bytes());
-    } catch (const Error &e) {
-      ++stats_.store_errors;
-      note(std::string(t->name()) + ": " + e.what() + " (entry not saved there)");
-    }
+  if (!writer_.joinable()) return;
+  constexpr int64_t kMaxQueued = int64_t{1} << 30;
+  if (queued_bytes_ + static_cast<int64_t>(bytes->size()) > kMaxQueued) {
+    ++stats_.store_errors;
+    notes_.push_back("the disk/redis writer is over 1 GiB behind: entry " + k + " not saved there");
+    if (notes_.size() > 64) notes_.erase(notes_.begin());
+    return;
   }
+  queued_bytes_ += static_cast<int64_t>(bytes->size());
+  jobs_.push_back(Job{k, length, std::move(bytes)});
+  cv_.notify_one();
 }
 
-void PrefixCache::save(Session &session, int32_t seq) {
-  const int64_t n = static_cast<int64_t>(session.tokens(seq).size());
-  // Only an uncompressed sequence is a prefix of every longer request; a compressed one was shaped by its own end.
-  const SeqInfo info = session.info(seq);
-  for (int32_t k : info.kept_per_layer)
-    if (k < n) return;
+void PrefixCache::save(Session &session, int32_t seq, int64_t n) {
+  if (n <= 0 || n > static_cast<int64_t>(session.tokens(seq).size())) return;
+  // Only an uncompressed prefix serves every longer request; a compressed one was shaped by its own end.
+  for (const LayerSlots &L : session.kv().seq(seq).layers)
+    if (L.n() < n || L.pos[static_cast<size_t>(n - 1)] != n - 1) return;
   if (n >= opts_.min_tokens) save_at(session, seq, n);
   const int64_t b = ((n - 1) / opts_.boundary) * opts_.boundary;
   if (b >= opts_.min_tokens && b < n) save_at(session, seq, b);

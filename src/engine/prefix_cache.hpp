@@ -6,9 +6,13 @@
 // checks and its tokens compared with the request's byte by byte; an entry that fails either is erased and reported,
 // never used. A store that is down, slow or answers garbage is reported and skipped (the request is prefilled).
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/prefix_store.hpp"
@@ -39,18 +43,26 @@ class PrefixCache {
  public:
   // Throws Error(io) when the disk directory cannot be made; a Redis server is only contacted when used.
   PrefixCache(const PrefixCacheOptions &opts, const Session &session);
+  // Finishes the writes still queued (see save).
+  ~PrefixCache();
+  PrefixCache(const PrefixCache &) = delete;
+  PrefixCache &operator=(const PrefixCache &) = delete;
 
   // Restores the longest cached prefix of `tokens` into `session` as a new sequence and returns its id, or -1 when
   // none is cached (or none could be used: the reasons go to notes()). *length: the prefix's length; *tier: where
   // it was found. Throws Error(kv_full) when a hit does not fit the pool (nothing changed).
   int32_t restore_longest(Session &session, const std::vector<int32_t> &tokens, int64_t *length, std::string *tier);
-  // Saves sequence `seq` of `session` (uncompressed, tokens as given) at its prompt's end and at the boundary before
-  // it, in every tier. Store failures are reported in notes(), never thrown.
-  void save(Session &session, int32_t seq);
+  // Saves the first `length` tokens of sequence `seq` of `session` (when they are uncompressed) and the boundary
+  // before them, unless already stored. The snapshot is made here; the memory tier takes it at once, and a writer
+  // thread hands it to the disk and Redis tiers, so that requests never wait for their I/O. Store failures are
+  // reported in notes(), never thrown.
+  void save(Session &session, int32_t seq, int64_t length);
+  // Waits until the writer thread has stored everything queued.
+  void flush();
 
-  const PrefixCacheStats &stats() const { return stats_; }
-  // What went wrong with stores and entries, newest last (at most 64 kept).
-  const std::vector<std::string> &notes() const { return notes_; }
+  PrefixCacheStats stats() const;
+  // What went wrong with stores and entries, oldest first (the latest 64).
+  std::vector<std::string> notes() const;
   const std::string &ns() const { return ns_; }
   std::vector<PrefixStore *> tiers() const;
 
@@ -58,14 +70,29 @@ class PrefixCache {
   std::string key(int64_t length, const std::vector<int32_t> &tokens) const;
   void note(const std::string &s);
   void save_at(Session &session, int32_t seq, int64_t length);
+  void write_loop();
 
+  struct Job {
+    std::string key;
+    int64_t length = 0;
+    std::shared_ptr<const std::vector<uint8_t>> bytes;
+  };
   PrefixCacheOptions opts_;
   std::string ns_;
   std::unique_ptr<MemoryPrefixStore> memory_;
   std::unique_ptr<DiskPrefixStore> disk_;
   std::unique_ptr<RedisPrefixStore> redis_;
+  // The writer thread's own stores (a Redis connection is used by one thread).
+  std::unique_ptr<DiskPrefixStore> wdisk_;
+  std::unique_ptr<RedisPrefixStore> wredis_;
+  mutable std::mutex mu_;  // guards what follows
+  std::condition_variable cv_, idle_;
+  std::deque<Job> jobs_;
+  int64_t queued_bytes_ = 0;
+  bool writing_ = false, stop_ = false;
   PrefixCacheStats stats_;
   std::vector<std::string> notes_;
+  std::thread writer_;
 };
 
 }  // namespace infokv

@@ -42,6 +42,8 @@ void MemoryPrefixStore::erase(const std::string &key) {
   entries_.erase(it);
 }
 
+bool MemoryPrefixStore::has(const std::string &key) { return entries_.count(key) != 0; }
+
 std::set<int64_t> MemoryPrefixStore::lengths(const std::string &ns) {
   std::set<int64_t> out;
   for (const auto &kv : entries_)
@@ -105,6 +107,11 @@ void DiskPrefixStore::put(const std::string &, int64_t, const std::string &key, 
 void DiskPrefixStore::erase(const std::string &key) {
   std::error_code ec;
   fs::remove(path_of(key), ec);
+}
+
+bool DiskPrefixStore::has(const std::string &key) {
+  std::error_code ec;
+  return fs::is_regular_file(path_of(key), ec);
 }
 
 std::set<int64_t> DiskPrefixStore::lengths(const std::string &ns) {
@@ -203,6 +210,14 @@ void RedisPrefixStore::erase(const std::string &key) {
   Conn &c = conn();
   ReplyPtr r{static_cast<redisReply *>(redisCommand(c.c, "DEL %b", key.data(), key.size()))};
   if (r.r == nullptr) drop(std::string("DEL failed: ") + c.c->errstr);
+}
+
+bool RedisPrefixStore::has(const std::string &key) {
+  Conn &c = conn();
+  ReplyPtr r{static_cast<redisReply *>(redisCommand(c.c, "EXISTS %b", key.data(), key.size()))};
+  if (r.r == nullptr) drop(std::string("EXISTS failed: ") + c.c->errstr);
+  if (r.r->type != REDIS_REPLY_INTEGER) drop("EXISTS answered type " + std::to_string(r.r->type));
+  return r.r->integer > 0;
 }
 
 std::set<int64_t> RedisPrefixStore::lengths(const std::string &ns) {

@@ -25,6 +25,8 @@ class PrefixStore {
   // past the store's size limit. Throws Error(io).
   virtual void put(const std::string &ns, int64_t length, const std::string &key, const std::vector<uint8_t> &bytes) = 0;
   virtual void erase(const std::string &key) = 0;
+  // Whether an entry is stored under `key` (cheaper than get). Throws Error(io) as get does.
+  virtual bool has(const std::string &key) = 0;
   // The prefix lengths with entries in namespace `ns` (may include lengths whose entries were evicted since).
   virtual std::set<int64_t> lengths(const std::string &ns) = 0;
 };
@@ -37,6 +39,7 @@ class MemoryPrefixStore final : public PrefixStore {
   std::optional<std::vector<uint8_t>> get(const std::string &key) override;
   void put(const std::string &ns, int64_t length, const std::string &key, const std::vector<uint8_t> &bytes) override;
   void erase(const std::string &key) override;
+  bool has(const std::string &key) override;
   std::set<int64_t> lengths(const std::string &ns) override;
   int64_t bytes() const { return bytes_; }
 
@@ -62,6 +65,7 @@ class DiskPrefixStore final : public PrefixStore {
   std::optional<std::vector<uint8_t>> get(const std::string &key) override;
   void put(const std::string &ns, int64_t length, const std::string &key, const std::vector<uint8_t> &bytes) override;
   void erase(const std::string &key) override;
+  bool has(const std::string &key) override;
   std::set<int64_t> lengths(const std::string &ns) override;
 
  private:
@@ -83,6 +87,7 @@ class RedisPrefixStore final : public PrefixStore {
   std::optional<std::vector<uint8_t>> get(const std::string &key) override;
   void put(const std::string &ns, int64_t length, const std::string &key, const std::vector<uint8_t> &bytes) override;
   void erase(const std::string &key) override;
+  bool has(const std::string &key) override;
   std::set<int64_t> lengths(const std::string &ns) override;
 
  private:
