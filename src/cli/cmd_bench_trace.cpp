@@ -36,6 +36,7 @@ struct TraceSpec {
   std::vector<std::string> strategies;
   double max_loss = -1;  // engine default
   bool json = false;
+  bool prefix_cache = false;  // the engine's prefix cache, in memory
 };
 
 // The reference's distribution at one answer token: its top-k log-probabilities and the rest's total.
@@ -167,6 +168,7 @@ Result run(const std::shared_ptr<const Model> &model, const TraceSpec &spec, con
   o.session.compression.budget_fraction = 1.0;  // compressed only when memory runs out
   o.max_batch = static_cast<int32_t>(spec.max_batch);
   if (spec.max_loss >= 0) o.max_loss = spec.max_loss;
+  o.prefix_cache = spec.prefix_cache;
   Engine e(model, o);
   Result r;
   r.strategy = ref == nullptr ? "unlimited" : strategy_name(st);
@@ -260,7 +262,7 @@ int cmd_bench_trace(int argc, char **argv) {
   Args a(argc, argv, 2,
          {"model", "corpus", "conversations", "fits", "turns", "gen", "doc-tokens", "arrival-every", "think", "threads",
           "max-batch", "strategies", "max-loss"},
-         {"trace", "json"});
+         {"trace", "json", "prefix-cache"});
   TraceSpec spec;
   spec.model = resolve_model_path(a.str("model", default_model_path()));
   {
@@ -280,6 +282,7 @@ int cmd_bench_trace(int argc, char **argv) {
   spec.max_batch = a.integer("max-batch", 8, 0, 100000);
   spec.max_loss = a.number("max-loss", -1, -1, 1);
   spec.json = a.flag("json");
+  spec.prefix_cache = a.flag("prefix-cache");
   spec.strategies = split_list(a.str("strategies", "fail,recompute,move,compress,auto"));
   std::vector<Strategy> strategies;
   for (const std::string &s : spec.strategies) strategies.push_back(parse_strategy(s));
@@ -308,6 +311,7 @@ int cmd_bench_trace(int argc, char **argv) {
           .num("tpot_p95_ms", percentile(r.tpot, 0.95) * 1e3).integer("compressions", r.stats.compressions)
           .integer("moves", r.stats.moves).integer("recomputes", r.stats.recomputes)
           .integer("bytes_moved", r.stats.bytes_moved).integer("recomputed_tokens", r.stats.recomputed_tokens)
+          .integer("prefix_hits", r.stats.prefix_hits).integer("prefix_hit_tokens", r.stats.prefix_hit_tokens)
           .num("kl", r.kl_n ? r.kl_sum / static_cast<double>(r.kl_n) : 0.0)
           .num("top1", r.kl_n ? static_cast<double>(r.top1) / static_cast<double>(r.kl_n) : 1.0)
           .integer("pool_blocks", i == 0 ? big_pool : small_pool);
@@ -322,16 +326,16 @@ int cmd_bench_trace(int argc, char **argv) {
               static_cast<long long>(spec.doc_tokens), static_cast<long long>(spec.gen),
               static_cast<long long>(spec.arrival_every), static_cast<long long>(spec.think),
               static_cast<long long>(spec.fits), static_cast<long long>(small_pool), spec.model.c_str());
-  std::printf("| strategy | completed | time s | vs unlimited | TTFT p50/p95 ms | per token p50/p95 ms | compress/move/recompute | MiB moved | KL | top-1 |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| strategy | completed | time s | vs unlimited | TTFT p50/p95 ms | per token p50/p95 ms | compress/move/recompute | MiB moved | prefix hits | KL | top-1 |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Result &r : results) {
-    std::printf("| %s | %lld/%lld | %.2f | %.2fx | %.1f / %.1f | %.1f / %.1f | %lld/%lld/%lld | %.1f | %.4f | %.3f |\n",
+    std::printf("| %s | %lld/%lld | %.2f | %.2fx | %.1f / %.1f | %.1f / %.1f | %lld/%lld/%lld | %.1f | %lld | %.4f | %.3f |\n",
                 r.strategy.c_str(), static_cast<long long>(r.completed), static_cast<long long>(w.turns.size()),
                 r.seconds, r.seconds / base.seconds, percentile(r.ttft, 0.5) * 1e3, percentile(r.ttft, 0.95) * 1e3,
                 percentile(r.tpot, 0.5) * 1e3, percentile(r.tpot, 0.95) * 1e3,
                 static_cast<long long>(r.stats.compressions), static_cast<long long>(r.stats.moves),
                 static_cast<long long>(r.stats.recomputes), static_cast<double>(r.stats.bytes_moved) / (1 << 20),
-                r.kl_n ? r.kl_sum / static_cast<double>(r.kl_n) : 0.0,
+                static_cast<long long>(r.stats.prefix_hits), r.kl_n ? r.kl_sum / static_cast<double>(r.kl_n) : 0.0,
                 r.kl_n ? static_cast<double>(r.top1) / static_cast<double>(r.kl_n) : 1.0);
   }
   std::printf("\nKL: mean over answer tokens of KL(unlimited || strategy), the answers teacher-forced along the "
