@@ -59,9 +59,9 @@ struct RedisServer {
     port = free_port();
     dir = (fs::temp_directory_path() / ("infokv-redis-" + std::to_string(::getpid()) + "-" + std::to_string(port))).string();
     fs::create_directories(dir);
+    const std::string p = std::to_string(port);  // made before fork: the child only calls execl and _exit
     pid = ::fork();
     if (pid == 0) {
-      const std::string p = std::to_string(port);
       ::execl(exe.c_str(), exe.c_str(), "--port", p.c_str(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
               "--dir", dir.c_str(), "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru", "--loglevel", "warning",
               static_cast<char *>(nullptr));
