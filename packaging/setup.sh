@@ -5,7 +5,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 PKGS="cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev swig flatbuffers-compiler
 libflatbuffers-dev libxxhash-dev libutf8proc-dev python3-dev python3-pytest python3-numpy python3-venv python3-pip
-default-jdk-headless junit5 golang-go clang libclang-rt-14-dev libhiredis-dev redis-server"
+default-jdk-headless junit5 golang-go clang libclang-rt-14-dev libhiredis-dev redis-server libcpp-httplib-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

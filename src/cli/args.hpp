@@ -46,6 +46,7 @@ int cmd_tune(int argc, char **argv);
 int cmd_eval_chat(int argc, char **argv);
 int cmd_eval_retrieval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_serve(int argc, char **argv);  // src/cli/cmd_serve.cpp
 int cmd_bench_trace(int argc, char **argv);   // bench --trace (src/cli/cmd_bench_trace.cpp)
 int cmd_bench_prefix(int argc, char **argv);  // bench --prefix (same file)
 

@@ -27,6 +27,9 @@ const char *kUsage =
     "              --prefix-cache --json]\n"
     "              many conversations over a pool that holds --fits of them: each strategy (fail, recompute, move,\n"
     "              compress, auto) against unlimited memory: completed, time, TTFT, latency, bytes moved, KL\n"
+    "  serve       [--model M --host 127.0.0.1 --port 8080 --api-key KEY --cache-dir DIR --redis HOST:PORT]\n"
+    "              an OpenAI-compatible server (/v1/chat/completions, /v1/completions, /v1/models, /health,\n"
+    "              /metrics) on the engine: many clients over one KV pool, nothing failed while memory can be found\n"
     "  bench --prefix [--model M --tokens 2048 --redis HOST:PORT --disk DIR]  time to first token of a\n"
     "              request whose prefix was seen before: prefilled, or from the prefix cache in memory, disk, Redis\n"
     "  eval-chat   --model PATH --cases F.jsonl [--policies LIST --budgets LIST --protect none,system,fair]\n"
@@ -116,7 +119,7 @@ int main(int argc, char **argv) {
   if (const char *d = std::getenv("INFOKV_MODELS_DIR"); d == nullptr || *d == '\0') ::setenv("INFOKV_MODELS_DIR", "../shared/models", 1);
   const std::string cmd = argv[1];
   static const char *const kCommands[] = {"info", "generate", "perplexity", "eval", "tokenize", "synth",
-                                          "snapshot", "chat", "tune", "eval-chat", "eval-retrieval", "bench", "version",
+                                          "snapshot", "chat", "tune", "eval-chat", "eval-retrieval", "bench", "serve", "version",
                                           "--version"};
   bool known = false;
   for (const char *c : kCommands) known = known || cmd == c;
@@ -143,6 +146,7 @@ int main(int argc, char **argv) {
     if (cmd == "eval-chat") return infokv::cli::cmd_eval_chat(argc, argv);
     if (cmd == "eval-retrieval") return infokv::cli::cmd_eval_retrieval(argc, argv);
     if (cmd == "bench") return infokv::cli::cmd_bench(argc, argv);
+    if (cmd == "serve") return infokv::cli::cmd_serve(argc, argv);
     if (cmd == "version" || cmd == "--version") {
       infokv::cli::Args a(argc, argv, 2, {}, {"json"});
       if (a.flag("json"))
