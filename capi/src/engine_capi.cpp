@@ -74,7 +74,7 @@ int32_t ikv_engine_submit(ikv_engine *engine, int64_t conversation, const int32_
   return guard([&] {
     const auto e = infokv::capi::use(engine, "engine");
     require(tokens != nullptr || n_tokens == 0, "tokens must not be NULL when n_tokens > 0");
-    require(n_tokens <= (size_t{1} << 31), "n_tokens is too large");
+    require(n_tokens < (size_t{1} << 24), "n_tokens must be under 2^24");
     infokv::Turn t;
     if (n_tokens > 0) t.prompt.assign(tokens, tokens + n_tokens);
     t.max_tokens = max_tokens;

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "snapshot/snapshot.hpp"
+#include "util/byte_io.hpp"
 #include "util/error.hpp"
 #include "util/json_escape.hpp"
 
@@ -74,14 +75,28 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : 
       if (fs::create_directory(p, ec) && !ec) spill_dir_ = p.string();
     }
     if (spill_dir_.empty()) fail(Status::io, "cannot make a spill directory under " + base.string());
-    own_spill_dir_ = true;
   } else {
-    spill_dir_ = opts.spill_dir;
-    fs::create_directories(spill_dir_, ec);
-    if (!fs::is_directory(spill_dir_, ec)) fail(Status::io, "spill directory '" + spill_dir_ + "' cannot be made");
+    // A directory of this engine's own inside the caller's, so that engines sharing one never meet.
+    fs::create_directories(opts.spill_dir, ec);
+    if (!fs::is_directory(opts.spill_dir, ec)) fail(Status::io, "spill directory '" + opts.spill_dir + "' cannot be made");
+    std::random_device rd;
+    for (int i = 0; i < 16 && spill_dir_.empty(); ++i) {
+      char name[40];
+      std::snprintf(name, sizeof name, "engine-%08x", static_cast<unsigned>(rd()));
+      const fs::path p = fs::path(opts.spill_dir) / name;
+      if (fs::create_directory(p, ec) && !ec) spill_dir_ = p.string();
+    }
+    if (spill_dir_.empty()) fail(Status::io, "cannot make a directory under " + opts.spill_dir);
   }
-  measure_rates();
-  if (opts.prefix_cache) prefix_ = std::make_unique<PrefixCache>(opts.prefix, *session_);
+  own_spill_dir_ = true;
+  fs::permissions(spill_dir_, fs::perms::owner_all, fs::perm_options::replace, ec);  // K/V is the user's data
+  try {
+    measure_rates();
+    if (opts.prefix_cache) prefix_ = std::make_unique<PrefixCache>(opts.prefix, *session_);
+  } catch (...) {
+    fs::remove_all(spill_dir_, ec);
+    throw;
+  }
 }
 
 void Engine::set_prefix_cache(bool enabled, const PrefixCacheOptions &opts) {
@@ -177,7 +192,8 @@ const Engine::Conversation &Engine::conv(int64_t id) const {
 }
 
 int64_t Engine::open(int32_t priority, int64_t memory_limit_tokens, const SamplerParams &sampling) {
-  if (memory_limit_tokens < 0) fail(Status::invalid_argument, "memory_limit_tokens must not be negative");
+  if (memory_limit_tokens < 0 || memory_limit_tokens > (int64_t{1} << 28))
+    fail(Status::invalid_argument, "memory_limit_tokens must be in [0, 2^28]");
   if (memory_limit_tokens > 0 && !session_->compressor().config().enabled())
     fail(Status::bad_config, "a memory limit needs a compression policy in the session's configuration");
   auto c = std::make_unique<Conversation>(sampling);  // validates the sampling parameters
@@ -211,7 +227,11 @@ void Engine::submit(int64_t id, Turn turn) {
 
 void Engine::close(int64_t id) {
   Conversation &c = conv(id);
-  if (c.save_at > 0 && c.where == Where::resident && prefix_ != nullptr) prefix_->save(*session_, c.seq, c.save_at);
+  if (c.save_at > 0 && c.where == Where::resident && prefix_ != nullptr) {
+    const int64_t n = c.save_at;
+    c.save_at = 0;
+    prefix_->save(*session_, c.seq, n);
+  }
   if (c.where == Where::resident && session_->has_sequence(c.seq)) session_->remove_sequence(c.seq);
   std::error_code ec;
   if (!c.spill_path.empty()) std::filesystem::remove(c.spill_path, ec);
@@ -285,8 +305,9 @@ void Engine::finish_turn(Conversation &c) {
   c.last_active = stats_.steps;
 }
 
-int64_t Engine::preempt(Conversation &v) {
+int64_t Engine::preempt(Conversation &v, bool compress_only) {
   if (v.where != Where::resident || opts_.strategy == Strategy::fail) return 0;
+  if (compress_only && opts_.strategy != Strategy::compress && opts_.strategy != Strategy::automatic) return 0;
   Session &s = *session_;
   if (v.save_at > 0 && prefix_ != nullptr) {
     prefix_->save(s, v.seq, v.save_at);  // before it leaves the pool
@@ -323,7 +344,8 @@ int64_t Engine::preempt(Conversation &v) {
     const int32_t floor_tokens = static_cast<int32_t>(std::ceil(opts_.min_keep * static_cast<double>(info.length)));
     const int32_t target = std::max<int32_t>(floor_tokens, static_cast<int32_t>(kept / 2));
     compress_s = static_cast<double>(info.length) / stats_.compress_tokens_per_s;
-    if (target > 0 && target < kept && (opts_.strategy == Strategy::compress || compress_s < lossless_s)) {
+    if (target > 0 && target < kept &&
+        (opts_.strategy == Strategy::compress || compress_only || compress_s < lossless_s)) {
       // A conversation between turns waits for a question not yet asked; a running one for its next token.
       const Question q = v.state == TurnState::running ? Question::next : Question::later;
       const auto tp = Clock::now();
@@ -340,8 +362,16 @@ int64_t Engine::preempt(Conversation &v) {
   }
 
   Action act;
-  switch (opts_.strategy) {
+  if (compress_only) {
+    if (cand.blocks <= 0) return 0;
+    d.why = "the last conversation of the batch: only compression can make room";
+  }
+  switch (compress_only ? Strategy::compress : opts_.strategy) {
     case Strategy::compress:
+      if (compress_only) {
+        act = Action::compress;
+        break;
+      }
       if (cand.blocks <= 0) return 0;
       act = Action::compress;
       d.why = "strategy compress";
@@ -385,10 +415,13 @@ int64_t Engine::preempt(Conversation &v) {
     const std::string path = spill_dir_ + "/conv-" + std::to_string(v.id) + ".ikvs";
     int64_t bytes = 0;
     try {
-      bytes = snapshot::save_file(s, seq, nullptr, path);
+      snapshot::SaveOptions so;
+      so.window_queries = snapshot::SaveOptions::WindowQueries::always;  // back exactly as it left
+      bytes = snapshot::save_file(s, seq, nullptr, path, so);
     } catch (const Error &e) {
-      // A spill directory that fails (full disk, gone) leaves a recompute, which needs nothing but the tokens.
-      if (opts_.strategy == Strategy::move) throw;
+      // A spill directory that fails (full disk, gone) leaves a recompute, which needs nothing but the tokens;
+      // under the move strategy nothing else is allowed, so this victim frees nothing.
+      if (opts_.strategy == Strategy::move) return 0;
       act = Action::recompute;
       d.action = act;
       d.why += std::string("; move failed (") + e.what() + "), recompute";
@@ -480,8 +513,7 @@ void Engine::recompute(Conversation &c) {
   const auto t0 = Clock::now();
   // The tokens are prefilled with compression off and the sequence cut back to the kept set after each chunk: the
   // same positions as before in every layer, in no more memory than the kept set and one chunk.
-  CompressionConfig off = saved;
-  off.policy = PolicyKind{};
+  const CompressionConfig off;  // policy none (a quality target or budget without a policy would be invalid)
   try {
     comp.set_config(off);
     const size_t n = c.tokens.size();
@@ -529,7 +561,15 @@ void Engine::bring_back(Conversation &c) {
     return;
   }
   const auto t0 = Clock::now();
-  const std::vector<int32_t> ids = snapshot::restore_file(*session_, nullptr, c.spill_path);
+  std::vector<int32_t> ids;
+  {
+    FileSource in(c.spill_path);
+    ids = snapshot::restore(*session_, nullptr, in, 1);
+  }
+  if (ids.size() != 1 || session_->tokens(ids[0]) != c.tokens) {
+    for (int32_t id : ids) session_->remove_sequence(id);
+    fail(Status::bad_snapshot, "the spill file " + c.spill_path + " is not this conversation's");
+  }
   const double secs = since(t0);
   update_rate(stats_.disk_read_bytes_per_s, static_cast<double>(c.spill_bytes), secs);
   stats_.bytes_moved += c.spill_bytes;
@@ -557,14 +597,17 @@ bool Engine::admit(Conversation &c) {
     try {
       bring_back(c);
     } catch (const Error &e) {
+      const bool damaged = e.status() == Status::bad_snapshot || e.status() == Status::wrong_model ||
+                           e.status() == Status::version || e.status() == Status::io;
       if (e.status() != Status::kv_full) {
         // A moved conversation whose snapshot cannot be read back is recomputed from its tokens.
-        if (c.where == Where::moved) {
+        if (c.where == Where::moved && damaged) {
           std::error_code ec;
           std::filesystem::remove(c.spill_path, ec);
           c.spill_path.clear();
           c.where = Where::dropped;
           c.compressed = false;
+          c.held_blocks = blocks_for(s, static_cast<int64_t>(c.tokens.size()));
           Decision d;
           d.conversation = c.id;
           d.step = stats_.steps;
@@ -581,6 +624,8 @@ bool Engine::admit(Conversation &c) {
       throw;
     }
   }
+  const size_t tokens_before = c.tokens.size();
+  const std::deque<int32_t> history_before = c.sampler.history();
   std::vector<int32_t> rest;  // what the turn's prompt still needs prefilled
   if (!c.prompt_done) rest.assign(c.turn.prompt.begin() + static_cast<std::ptrdiff_t>(c.prompt_applied), c.turn.prompt.end());
   if (c.where == Where::none && prefix_ != nullptr) {
@@ -624,7 +669,24 @@ bool Engine::admit(Conversation &c) {
       return false;
     }
     const auto t0 = Clock::now();
-    if (!p.empty()) s.prefill(c.seq, p);  // kv_full here: not even this one conversation fits
+    try {
+      if (!p.empty()) s.prefill(c.seq, p);  // kv_full here: not even this one conversation fits
+    } catch (...) {
+      // A prefix restored for this turn goes with it: the conversation is as before the turn.
+      if (c.tokens.size() != tokens_before) {
+        c.tokens.resize(tokens_before);
+        c.sampler.set_history(std::vector<int32_t>(history_before.begin(), history_before.end()));
+        c.prompt_applied = 0;
+        if (tokens_before == 0 && s.has_sequence(c.seq)) {
+          s.remove_sequence(c.seq);
+          c.seq = -1;
+          c.where = Where::none;
+        } else if (s.has_sequence(c.seq)) {
+          s.truncate(c.seq, static_cast<int64_t>(tokens_before));
+        }
+      }
+      throw;
+    }
     const double secs = since(t0);
     update_rate(stats_.prefill_tokens_per_s, static_cast<double>(p.size()), secs);
     for (int32_t t : p) c.sampler.accept(t);
@@ -640,8 +702,8 @@ bool Engine::admit(Conversation &c) {
 void Engine::enforce_limit(Conversation &c) {
   if (c.memory_limit <= 0 || c.where != Where::resident) return;
   Compressor &comp = session_->compressor();
-  const int32_t limit = static_cast<int32_t>(std::min<int64_t>(c.memory_limit, INT32_MAX));
-  if (comp.mean_kept(c.seq) <= limit + comp.slack_for(limit)) return;
+  const int32_t limit = static_cast<int32_t>(c.memory_limit);  // at most 2^28 (open)
+  if (comp.mean_kept(c.seq) <= static_cast<double>(limit) + static_cast<double>(comp.slack_for(limit))) return;
   const auto t0 = Clock::now();
   if (comp.try_compress(c.seq, limit)) {
     Decision d;
@@ -717,7 +779,12 @@ std::vector<TokenEvent> Engine::step() {
     next.push_back(t);
     drawn_from.push_back(before);
   }
-  // Room for the batch: idle and queued conversations give way first, then the batch's own tail.
+  // Room for the batch: idle and queued conversations give way first, then the batch's own tail. Whatever throws
+  // from here on leaves every turn able to draw its token again.
+  auto undraw = [&] {
+    for (size_t i = 0; i < go.size(); ++i) go[i]->sampler.rng() = drawn_from[i];
+  };
+  try {
   while (!go.empty()) {
     std::vector<int32_t> ids, ones;
     std::vector<int64_t> keep;
@@ -729,7 +796,9 @@ std::vector<TokenEvent> Engine::step() {
     const int64_t need = s.kv().blocks_needed(ids, ones);
     if (make_room(need, keep, false, INT32_MIN)) break;
     Conversation *v = go.back();
-    const int64_t freed = preempt(*v);
+    // The last of the batch cannot make room by leaving (it would come back to the same full pool): only
+    // compressing it can; otherwise its turn fails.
+    const int64_t freed = preempt(*v, go.size() == 1);
     if (freed > 0 && v->where == Where::resident) continue;  // compressed: it stays in the batch
     v->sampler.rng() = drawn_from.back();
     go.pop_back();
@@ -741,6 +810,10 @@ std::vector<TokenEvent> Engine::step() {
       fail_turn(*v, opts_.strategy == Strategy::fail ? "KV pool full" : "KV pool full and nothing left to free");
     }
   }
+  } catch (...) {
+    undraw();
+    throw;
+  }
   std::vector<TokenEvent> events;
   if (go.empty()) return events;
   event_logits_.reserve(go.size());
@@ -749,7 +822,12 @@ std::vector<TokenEvent> Engine::step() {
     event_logits_.push_back(s.logits(go[i]->seq));
     items.push_back({go[i]->seq, next[i], false});
   }
-  s.decode(items);  // room was made above: a failure here is a bug, reported as the error it is
+  try {
+    s.decode(items);  // room was made above: a failure here is a bug (or host memory), reported as it is
+  } catch (...) {
+    undraw();
+    throw;
+  }
   stats_.decoded_tokens += static_cast<int64_t>(go.size());
   for (size_t i = 0; i < go.size(); ++i) {
     Conversation &c = *go[i];
@@ -768,8 +846,9 @@ void Engine::save_prefixes() {
   for (auto &kv : convs_) {
     Conversation &c = *kv.second;
     if (c.save_at <= 0) continue;
-    if (c.where == Where::resident) prefix_->save(*session_, c.seq, c.save_at);
+    const int64_t n = c.save_at;
     c.save_at = 0;
+    if (c.where == Where::resident) prefix_->save(*session_, c.seq, n);
   }
 }
 

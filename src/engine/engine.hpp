@@ -197,7 +197,8 @@ class Engine {
   // `may_preempt_running`); true when enough were freed.
   bool make_room(int64_t need, const std::vector<int64_t> &keep, bool may_preempt_running, int32_t below_priority);
   // One victim's cheapest action under the strategy, applied; returns blocks freed (0: nothing possible).
-  int64_t preempt(Conversation &v);
+  // compress_only: the victim must stay resident (it is the last of the batch), so only compression is tried.
+  int64_t preempt(Conversation &v, bool compress_only = false);
   void fail_turn(Conversation &c, const std::string &why);
   void finish_turn(Conversation &c);
   void enforce_limit(Conversation &c);

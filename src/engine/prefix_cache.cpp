@@ -84,8 +84,10 @@ void PrefixCache::write_loop() {
       if (t == nullptr) continue;
       try {
         if (!t->has(job.key)) t->put(ns_, job.length, job.key, *job.bytes);
-      } catch (const Error &e) {
+      } catch (const std::exception &e) {
         errors.push_back(std::string(t->name()) + ": " + e.what() + " (entry not saved there)");
+      } catch (...) {
+        errors.push_back(std::string(t->name()) + ": unknown error (entry not saved there)");
       }
     }
     lk.lock();
@@ -162,6 +164,11 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
         ids = snapshot::restore(session, nullptr, src, 1);
       } catch (const Error &e) {
         if (e.status() == Status::kv_full) throw;
+        const bool damaged = e.status() == Status::bad_snapshot || e.status() == Status::wrong_model;
+        if (!damaged) {  // this session's limits or another version's entry: skipped, left for others
+          note(std::string(ts[i]->name()) + " entry " + k + " not used: " + e.what());
+          continue;
+        }
         count(&PrefixCacheStats::refused);
         note(std::string(ts[i]->name()) + " entry " + k + " refused: " + e.what());
         try {
@@ -170,7 +177,17 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
         }
         continue;
       }
-      const std::vector<int32_t> &got = session.tokens(ids.at(0));
+      if (ids.size() != 1) {
+        for (int32_t id : ids) session.remove_sequence(id);
+        count(&PrefixCacheStats::refused);
+        note(std::string(ts[i]->name()) + " entry " + k + " refused: it holds " + std::to_string(ids.size()) + " sequences");
+        try {
+          ts[i]->erase(k);
+        } catch (const Error &) {
+        }
+        continue;
+      }
+      const std::vector<int32_t> &got = session.tokens(ids[0]);
       if (static_cast<int64_t>(got.size()) != L || !std::equal(got.begin(), got.end(), tokens.begin())) {
         session.remove_sequence(ids[0]);
         count(&PrefixCacheStats::refused);
@@ -182,7 +199,12 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
         continue;
       }
       // Found: the memory tier gets a copy for next time.
-      if (memory_ != nullptr && ts[i] != memory_.get()) memory_->put(ns_, L, k, *bytes);
+      if (memory_ != nullptr && ts[i] != memory_.get()) {
+        try {
+          memory_->put(ns_, L, k, *bytes);
+        } catch (const std::exception &) {  // only a copy for next time
+        }
+      }
       const std::string n = ts[i]->name();
       {
         std::lock_guard<std::mutex> lk(mu_);
@@ -236,6 +258,14 @@ void PrefixCache::save_at(Session &session, int32_t seq, int64_t length) {
 }
 
 void PrefixCache::save(Session &session, int32_t seq, int64_t n) {
+  try {
+    save_checked(session, seq, n);
+  } catch (const std::exception &e) {  // a cache that cannot save (no sequence slot, no memory) only misses later
+    note(std::string("prefix not saved: ") + e.what());
+  }
+}
+
+void PrefixCache::save_checked(Session &session, int32_t seq, int64_t n) {
   if (n <= 0 || n > static_cast<int64_t>(session.tokens(seq).size())) return;
   // Only an uncompressed prefix serves every longer request; a compressed one was shaped by its own end.
   for (const LayerSlots &L : session.kv().seq(seq).layers)

@@ -69,6 +69,7 @@ class PrefixCache {
  private:
   std::string key(int64_t length, const std::vector<int32_t> &tokens) const;
   void note(const std::string &s);
+  void save_checked(Session &session, int32_t seq, int64_t length);
   void save_at(Session &session, int32_t seq, int64_t length);
   void write_loop();
 

@@ -70,10 +70,12 @@ std::optional<std::vector<uint8_t>> DiskPrefixStore::get(const std::string &key)
   const std::string p = path_of(key);
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) return std::nullopt;
-  std::ifstream in(p, std::ios::binary);
-  if (!in) fail(Status::io, "cannot open " + p);
-  std::vector<uint8_t> out(static_cast<size_t>(fs::file_size(p, ec)));
-  if (ec) fail(Status::io, "cannot size " + p + ": " + ec.message());
+  std::ifstream in(p, std::ios::binary | std::ios::ate);
+  if (!in) return std::nullopt;  // gone since (evicted by another writer)
+  const std::streamoff size = in.tellg();
+  if (size < 0 || size > (std::streamoff{1} << 40)) fail(Status::io, "cannot size " + p);
+  in.seekg(0);
+  std::vector<uint8_t> out(static_cast<size_t>(size));
   in.read(reinterpret_cast<char *>(out.data()), static_cast<std::streamsize>(out.size()));
   if (in.gcount() != static_cast<std::streamsize>(out.size())) fail(Status::io, "short read of " + p);
   fs::last_write_time(p, fs::file_time_type::clock::now(), ec);  // recently used: evicted last
@@ -86,12 +88,24 @@ void DiskPrefixStore::put(const std::string &, int64_t, const std::string &key, 
   std::error_code ec;
   fs::create_directories(fs::path(p).parent_path(), ec);
   // Make room first: the oldest entries of every namespace go until this one fits.
+  // Only entries count and go: <16 hex digits>/<digits>-<16 hex digits>.ikvs (never a user's own files).
+  auto hex16 = [](const std::string &x) {
+    return x.size() == 16 && x.find_first_not_of("0123456789abcdef") == std::string::npos;
+  };
   std::vector<std::pair<fs::file_time_type, fs::path>> files;
   int64_t total = 0;
-  for (auto it = fs::recursive_directory_iterator(dir_, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file(ec) || it->path().extension() != ".ikvs") continue;
-    total += static_cast<int64_t>(it->file_size(ec));
-    files.emplace_back(it->last_write_time(ec), it->path());
+  for (auto d = fs::directory_iterator(dir_, ec); !ec && d != fs::directory_iterator(); d.increment(ec)) {
+    if (!d->is_directory(ec) || !hex16(d->path().filename().string())) continue;
+    std::error_code ec2;
+    for (auto it = fs::directory_iterator(d->path(), ec2); !ec2 && it != fs::directory_iterator(); it.increment(ec2)) {
+      const std::string n = it->path().filename().string();
+      const size_t dash = n.find('-');
+      if (!it->is_regular_file(ec2) || it->path().extension() != ".ikvs" || dash == std::string::npos || dash == 0 ||
+          n.find_first_not_of("0123456789") != dash || !hex16(n.substr(dash + 1, n.size() - dash - 1 - 5)))
+        continue;
+      total += static_cast<int64_t>(it->file_size(ec2));
+      files.emplace_back(it->last_write_time(ec2), it->path());
+    }
   }
   std::sort(files.begin(), files.end());
   for (const auto &f : files) {

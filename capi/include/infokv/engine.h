@@ -64,8 +64,9 @@ typedef struct ikv_engine ikv_engine;
 /**
  * Makes an engine over one new session made with `opts` (NULL: defaults; see ikv_session_create), measuring at
  * start-up what its cost model needs (this model's prefill rate, the spill directory's bandwidth: a fraction of a
- * second). spill_dir: where moved conversations go (made if missing); NULL or "": a private directory under the
- * system's temp directory, removed by ikv_engine_free. A session's compression policy (opts->policy) lets the engine
+ * second). spill_dir: where moved conversations go: the engine makes a directory of its own (mode 0700) inside it
+ * (made if missing), so that engines sharing one never meet; NULL or "": inside the system's temp directory. The
+ * engine's directory and its files are removed by ikv_engine_free. A session's compression policy (opts->policy) lets the engine
  * compress under pressure; with IKV_POLICY_NONE it only moves and recomputes.
  * Thread safety: an engine is used by one thread at a time (IKV_ERR_BUSY otherwise, as a session).
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out, an unknown strategy, bad options); IKV_ERR_BAD_HANDLE;
@@ -99,7 +100,7 @@ IKV_API void ikv_engine_free(ikv_engine *engine);
  * running one of lower priority. memory_limit_tokens > 0: the conversation is compressed to that many tokens (mean
  * over layers) whenever it holds more plus a slack (needs a compression policy: IKV_ERR_BAD_CONFIG otherwise).
  * sampling: NULL for greedy; otherwise as ikv_sampler_create's options.
- * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_id, negative limit, bad sampling options); IKV_ERR_BAD_CONFIG;
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_id, a limit outside [0, 2^28], bad sampling options); IKV_ERR_BAD_CONFIG;
  *         IKV_ERR_BAD_HANDLE.
  */
 IKV_API int32_t ikv_engine_open(int64_t *out_id, ikv_engine *engine, int32_t priority, int64_t memory_limit_tokens,
@@ -107,7 +108,8 @@ IKV_API int32_t ikv_engine_open(int64_t *out_id, ikv_engine *engine, int32_t pri
 /**
  * Queues a turn of `conversation`: tokens[0..n_tokens) are appended to it, then up to max_tokens tokens generated
  * (fewer when the model ends its turn). A first turn needs at least one token; later turns may have none.
- * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL tokens with n_tokens > 0, max_tokens < 0, an empty first turn);
+ * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL tokens with n_tokens > 0, n_tokens of 2^24 or more, max_tokens < 0,
+ *         an empty first turn);
  *         IKV_ERR_OUT_OF_RANGE (a token outside the vocabulary); IKV_ERR_BAD_STATE (its previous turn is queued or
  *         running); IKV_ERR_NOT_FOUND (no such open conversation); IKV_ERR_BAD_HANDLE. On failure nothing is queued.
  */
@@ -121,8 +123,10 @@ IKV_API int32_t ikv_engine_pending(int64_t *out, const ikv_engine *engine);
  * produced go to out as pairs (conversation id, token): *out_count = 2 x the number of tokens. capacity must be at
  * least 2 x ikv_engine_pending(): otherwise IKV_ERR_BUFFER_TOO_SMALL with *out_count = that need, before the step
  * runs. A turn that no allowed means can give memory fails (IKV_TURN_FAILED) and the step goes on with the others.
+ * A step that throws (host memory exhausted: IKV_ERR_OUT_OF_MEMORY; a bug: IKV_ERR_INTERNAL) leaves every turn able
+ * to draw its token again; turns it could not serve are failed, not lost.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_count, NULL out with capacity > 0); IKV_ERR_BUFFER_TOO_SMALL;
- *         IKV_ERR_BAD_HANDLE; IKV_ERR_INTERNAL (a bug; the message says what).
+ *         IKV_ERR_BAD_HANDLE; IKV_ERR_BUSY; IKV_ERR_OUT_OF_MEMORY; IKV_ERR_INTERNAL.
  */
 IKV_API int32_t ikv_engine_step(int64_t *out, size_t capacity, size_t *out_count, ikv_engine *engine);
 /** The state of the conversation's latest turn (IKV_TURN_*). @return IKV_OK; IKV_ERR_INVALID_ARGUMENT; IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. */

@@ -225,7 +225,8 @@ TEST(Engine, DamagedSpillFileIsRecomputedNotTrusted) {
   o.spill_dir = dir;
   int flipped = 0;
   const Outcome mv = run(o, sc, nullptr, [&](Engine &, int64_t) {
-    for (const auto &f : std::filesystem::directory_iterator(dir)) {
+    for (const auto &f : std::filesystem::recursive_directory_iterator(dir)) {
+      if (!f.is_regular_file()) continue;  // the engine's own directory inside `dir`
       std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
       io.seekp(static_cast<std::streamoff>(std::filesystem::file_size(f.path()) / 2));
       const char x = 0x5a;
@@ -315,6 +316,57 @@ TEST(Engine, MemoryLimitCompressesTheConversation) {
   for (const Decision &d : e.decisions())
     if (d.action == Action::compress && d.why.find("memory limit") != std::string::npos) reported = true;
   EXPECT_TRUE(reported);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Engine, AConversationTooLargeForThePoolAloneFailsInsteadOfLooping) {
+  // 10 blocks = 2 per layer = 32 tokens: a 20-token prompt cannot grow by 40.
+  std::mt19937 rng(infokv_test::test_seed());
+  std::vector<int32_t> p{1};
+  for (int j = 0; j < 19; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+  for (Strategy st : {Strategy::move, Strategy::recompute, Strategy::fail}) {
+    Engine e(infokv_test::stories_model(), options(st, 10, false));
+    const int64_t c = e.open();
+    e.submit(c, {p, 40, {}});
+    int64_t steps = 0;
+    while (e.busy() && steps < 200) {
+      e.step();
+      ++steps;
+    }
+    EXPECT_LT(steps, 200) << strategy_name(st) << ": stuck";
+    EXPECT_EQ(e.state(c), TurnState::failed) << strategy_name(st);
+    EXPECT_NE(e.failure(c).find("KV pool full"), std::string::npos) << e.failure(c);
+    EXPECT_LT(e.stats().moves + e.stats().recomputes, 3) << strategy_name(st) << ": it went round in circles";
+  }
+  // With a policy, auto compresses the conversation itself and goes on.
+  Engine e(infokv_test::stories_model(), options(Strategy::automatic, 10, true));
+  const int64_t c = e.open();
+  e.submit(c, {p, 40, {}});
+  for (int i = 0; i < 200 && e.busy(); ++i) e.step();
+  EXPECT_EQ(e.state(c), TurnState::done) << e.failure(c);
+  EXPECT_EQ(e.generated(c).size(), 40u);
+  EXPECT_GT(e.stats().compressions, 0);
+}
+
+TEST(Engine, RecomputeWorksUnderAQualityTarget) {
+  // policy auto with max_loss and no budget: recomputing with compression off must not trip the config's checks.
+  const Script sc = make_script(infokv_test::test_seed());
+  EngineOptions o = options(Strategy::recompute, kSmallPool, false);
+  o.session.compression.policy = PolicyKind::auto_;
+  o.session.compression.max_loss = 0.5;
+  const Outcome r = run(o, sc);
+  EXPECT_GT(r.stats.recomputes, 0);
+  for (TurnState s : r.final_state) EXPECT_EQ(s, TurnState::done);
+}
+
+TEST(Engine, AbsurdMemoryLimitsAreRefused) {
+  Engine e(infokv_test::stories_model(), options(Strategy::automatic, kLargePool, true));
+  EXPECT_THROW(e.open(0, int64_t{1} << 40), Error);
+  EXPECT_THROW(e.open(0, -5), Error);
+  EXPECT_GT(e.open(0, 1 << 20), 0);
 }
 
 }  // namespace
