@@ -601,9 +601,14 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   RowsFn fn = rows_for(w_type);
   QuantKind q;
   if (fn == nullptr || !quant_kind(w_type, &q) || k % q.block_elems != 0) return false;
-  // decode with integer activations where chosen and the CPU has the integer dot products
+  // Decode with integer activations where chosen and the CPU has the integer dot products: each token's row is
+  // quantised and dotted on its own, so a token's result does not depend on the others in the batch. Up to
+  // kAct8Tokens tokens (a decode batch of many conversations), which makes batched decode give every conversation
+  // the same logits as decoding it alone (the engine's and the server's promise), and is faster than expanding
+  // the weights for so few tokens (measured: packaging/docs/memory_os.md).
+  constexpr int64_t kAct8Tokens = 16;
   int planes = 0;
-  if (n < 4 && act8_decode(w_type, k, &planes)) return matmul_act8(out, x, w, w_type, n, m, k, planes, pool);
+  if (n < kAct8Tokens && act8_decode(w_type, k, &planes)) return matmul_act8(out, x, w, w_type, n, m, k, planes, pool);
   if (n < 4 && have_avx2_fma()) {
     static const bool wide = cpu_has_avx512();
     switch (static_cast<GgmlType>(w_type)) {

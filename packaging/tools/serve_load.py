@@ -94,7 +94,9 @@ def main():
         diff = 0
         for r in ok:
             alone, _ = chat(client, a.model, r["messages"], a.max_tokens)
-            diff += alone != r["text"]
+            if alone != r["text"]:
+                diff += 1
+                out.setdefault("first_difference", {"together": r["text"], "alone": alone})
         out["differ_from_alone"] = diff
     if a.json:
         print(json.dumps(out))

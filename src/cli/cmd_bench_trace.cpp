@@ -392,7 +392,6 @@ int cmd_bench_prefix(int argc, char **argv) {
   EngineOptions o;
   o.session.n_threads = static_cast<int32_t>(a.integer("threads", 0, 0, 1024));
   o.session.kv_pool_blocks = static_cast<int64_t>(model->hparams().n_layer) * ((n + 64) / 16 + 4) * 2;
-  o.prefix.boundary = 256;
   std::string disk = a.str("disk");
   const bool own_disk = disk.empty();
   if (own_disk) disk = (std::filesystem::temp_directory_path() / ("infokv-prefix-bench-" + std::to_string(::getpid()))).string();

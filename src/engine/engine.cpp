@@ -92,7 +92,7 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : 
   fs::permissions(spill_dir_, fs::perms::owner_all, fs::perm_options::replace, ec);  // K/V is the user's data
   try {
     measure_rates();
-    if (opts.prefix_cache) prefix_ = std::make_unique<PrefixCache>(opts.prefix, *session_);
+    if (opts.prefix_cache) set_prefix_cache(true, opts.prefix);
   } catch (...) {
     fs::remove_all(spill_dir_, ec);
     throw;
@@ -101,7 +101,9 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : 
 
 void Engine::set_prefix_cache(bool enabled, const PrefixCacheOptions &opts) {
   std::unique_ptr<PrefixCache> p;
-  if (enabled) p = std::make_unique<PrefixCache>(opts, *session_);
+  PrefixCacheOptions o = opts;
+  o.boundary = std::max<int32_t>(1, session_->options().ubatch);  // entries where a full prefill's chunks start
+  if (enabled) p = std::make_unique<PrefixCache>(o, *session_);
   prefix_ = std::move(p);
   opts_.prefix_cache = enabled;
   opts_.prefix = opts;
@@ -645,11 +647,6 @@ bool Engine::admit(Conversation &c) {
       c.seq = seq;
       c.where = Where::resident;
       rest.erase(rest.begin(), rest.begin() + L);
-      if (rest.empty() && !s.has_logits(seq)) {
-        // A boundary entry has no logits of its own: its last token is decoded again.
-        rest.push_back(c.turn.prompt[static_cast<size_t>(L - 1)]);
-        s.truncate(seq, L - 1);
-      }
       c.prompt_applied = c.turn.prompt.size() - rest.size();
       ++stats_.prefix_hits;
       stats_.prefix_hit_tokens += static_cast<int64_t>(c.prompt_applied);

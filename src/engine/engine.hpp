@@ -47,7 +47,8 @@ struct EngineOptions {
   // attention mass it evicts, mean over layers, 0..1) is at most this.
   double max_loss = 0.05;
   // The prefix cache: off unless enabled. A new conversation whose first turn starts with a cached prefix starts
-  // from its snapshot; every turn's prompt end (and the boundary before it) is saved, in each tier configured.
+  // from its snapshot; each turn's prompt is saved up to the last multiple of the prefill chunk (ubatch) in it, in
+  // each tier configured (PrefixCacheOptions::boundary is set to the chunk).
   bool prefix_cache = false;
   PrefixCacheOptions prefix;
   // Skip the start-up measurement (tests): use these rates instead. 0: measure.

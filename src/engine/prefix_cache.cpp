@@ -136,7 +136,7 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
   for (size_t i = 0; i < ts.size(); ++i) {
     try {
       for (int64_t L : ts[i]->lengths(ns_))
-        if (L <= static_cast<int64_t>(tokens.size()) && L >= opts_.min_tokens) lens.insert(L);
+        if (L < static_cast<int64_t>(tokens.size()) && L >= opts_.min_tokens && L % opts_.boundary == 0) lens.insert(L);
     } catch (const Error &e) {
       count(&PrefixCacheStats::store_errors);
       usable[i] = false;
@@ -270,9 +270,8 @@ void PrefixCache::save_checked(Session &session, int32_t seq, int64_t n) {
   // Only an uncompressed prefix serves every longer request; a compressed one was shaped by its own end.
   for (const LayerSlots &L : session.kv().seq(seq).layers)
     if (L.n() < n || L.pos[static_cast<size_t>(n - 1)] != n - 1) return;
-  if (n >= opts_.min_tokens) save_at(session, seq, n);
-  const int64_t b = ((n - 1) / opts_.boundary) * opts_.boundary;
-  if (b >= opts_.min_tokens && b < n) save_at(session, seq, b);
+  const int64_t b = (n / opts_.boundary) * opts_.boundary;
+  if (b >= opts_.min_tokens && b > 0) save_at(session, seq, b);
 }
 
 }  // namespace infokv

@@ -28,8 +28,9 @@ struct PrefixCacheOptions {
   double redis_timeout_s = 0.5;
   // Prefixes shorter than this are not cached (a snapshot's fixed cost beats prefilling a few tokens).
   int64_t min_tokens = 64;
-  // Besides each prompt's end, entries are saved at the last multiple of this many tokens before it, where
-  // requests that share a system prompt or document but differ after it meet.
+  // Entries are prefixes of a multiple of this many tokens: the session's prefill chunk (ubatch; the engine sets
+  // it), so that a request started from one prefills its remaining tokens in the very chunks a request without the
+  // cache would, and computes exactly the same K/V and logits (prefill results depend on how tokens are chunked).
   int64_t boundary = 256;
 };
 
@@ -48,12 +49,12 @@ class PrefixCache {
   PrefixCache(const PrefixCache &) = delete;
   PrefixCache &operator=(const PrefixCache &) = delete;
 
-  // Restores the longest cached prefix of `tokens` into `session` as a new sequence and returns its id, or -1 when
-  // none is cached (or none could be used: the reasons go to notes()). *length: the prefix's length; *tier: where
+  // Restores the longest cached prefix of `tokens` shorter than all of them (a multiple of boundary) into `session`
+  // as a new sequence and returns its id, or -1 when none is cached (or none could be used: the reasons go to notes()). *length: the prefix's length; *tier: where
   // it was found. Throws Error(kv_full) when a hit does not fit the pool (nothing changed).
   int32_t restore_longest(Session &session, const std::vector<int32_t> &tokens, int64_t *length, std::string *tier);
-  // Saves the first `length` tokens of sequence `seq` of `session` (when they are uncompressed) and the boundary
-  // before them, unless already stored. The snapshot is made here; the memory tier takes it at once, and a writer
+  // Saves the longest prefix of the first `length` tokens of sequence `seq` of `session` that is a multiple of
+  // boundary (when it is uncompressed), unless already stored. The snapshot is made here; the memory tier takes it at once, and a writer
   // thread hands it to the disk and Redis tiers, so that requests never wait for their I/O. Store failures are
   // reported in notes(), never thrown.
   void save(Session &session, int32_t seq, int64_t length);

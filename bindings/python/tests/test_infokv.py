@@ -919,7 +919,7 @@ def test_engine_refuses_bad_calls(model):
 
 def test_engine_prefix_cache_on_disk_starts_a_second_engine_from_the_first_ones_prompt(model, tmp_path):
     import infokv
-    prompt = _engine_prompts(1, 200, seed=11)[0]
+    prompt = _engine_prompts(1, 300, seed=11)[0]  # entries are multiples of the prefill chunk (256)
     answers = []
     for i in range(2):
         with infokv.Engine(model, n_threads=1, kv_pool_blocks=600) as eng:

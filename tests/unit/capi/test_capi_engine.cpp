@@ -189,7 +189,7 @@ namespace {
 
 TEST(CapiEngine, PrefixCacheInADirectoryServesASecondEngine) {
   REQUIRE_MODEL();
-  const auto ps = prompts(1, 200);
+  const auto ps = prompts(1, 300);  // entries are multiples of the prefill chunk (256)
   const std::string dir = ::testing::TempDir() + "/infokv-capi-prefix-" + std::to_string(infokv_test::test_seed());
   std::vector<int32_t> answers[2];
   for (int i = 0; i < 2; ++i) {
