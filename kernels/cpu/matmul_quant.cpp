@@ -596,19 +596,25 @@ bool dequantize_f16(uint16_t *out, const void *src, uint32_t type, int64_t n) {
   return true;
 }
 
+namespace {
+thread_local bool tl_rows_independent = false;
+}  // namespace
+
+RowsIndependent::RowsIndependent(bool on) : prev_(tl_rows_independent) { tl_rows_independent = on; }
+RowsIndependent::~RowsIndependent() { tl_rows_independent = prev_; }
+bool rows_independent() { return tl_rows_independent; }
+
 bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k,
                   ThreadPool *pool) {
   RowsFn fn = rows_for(w_type);
   QuantKind q;
   if (fn == nullptr || !quant_kind(w_type, &q) || k % q.block_elems != 0) return false;
   // Decode with integer activations where chosen and the CPU has the integer dot products: each token's row is
-  // quantised and dotted on its own, so a token's result does not depend on the others in the batch. Up to
-  // kAct8Tokens tokens (a decode batch of many conversations), which makes batched decode give every conversation
-  // the same logits as decoding it alone (the engine's and the server's promise), and is faster than expanding
-  // the weights for so few tokens (measured: packaging/docs/memory_os.md).
-  constexpr int64_t kAct8Tokens = 16;
+  // quantised and dotted on its own. Fewer than 4 tokens; in a decode batch of several sequences (RowsIndependent
+  // on), fewer than kRowsIndependentTokens, so that a sequence decoded in such a batch gets the logits it gets alone.
   int planes = 0;
-  if (n < kAct8Tokens && act8_decode(w_type, k, &planes)) return matmul_act8(out, x, w, w_type, n, m, k, planes, pool);
+  const int64_t act8_tokens = rows_independent() ? kRowsIndependentTokens : 4;
+  if (n < act8_tokens && act8_decode(w_type, k, &planes)) return matmul_act8(out, x, w, w_type, n, m, k, planes, pool);
   if (n < 4 && have_avx2_fma()) {
     static const bool wide = cpu_has_avx512();
     switch (static_cast<GgmlType>(w_type)) {

@@ -63,6 +63,10 @@ class DeviceOps {
   virtual void rmsnorm(float *out, const float *x, const float *w, int64_t n, int64_t d, float eps) = 0;
   // inv_freq: device memory, [head_dim / 2] doubles
   virtual void rope(float *x, const int32_t *pos, int64_t n, int64_t n_heads, int64_t head_dim, const double *inv_freq) = 0;
+  // The chunk about to run is a decode step of several sequences, one token each (true), or anything else: a
+  // backend whose products could depend on the batch computes each row alone in the first case (the CPU:
+  // cpu::RowsIndependent), so a sequence's logits do not depend on what it is batched with.
+  virtual void set_decode_batch(bool) {}
   // out[n, w.rows] = x[n, w.cols] · W^T
   virtual void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) = 0;
   // outs[i][n, ws[i]->rows] = x[n, cols] · W_i^T for matrices of one input width (q, k and v; gate and up): the

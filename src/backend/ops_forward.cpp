@@ -159,6 +159,9 @@ class OpsForward final : public DeviceForward {
   void forward_chunk(const ForwardChunk &c, KvCache &kv, float *out) override {
     ops_->activate();
     const ChunkPlan p = plan_chunk(c, kv);
+    bool decode_batch = c.groups.size() > 1;
+    for (const ForwardGroup &g : c.groups) decode_batch = decode_batch && g.items.size() == 1;
+    ops_->set_decode_batch(decode_batch);
     if (rope_depends_on_positions(model_.hparams().rope)) {
       int64_t max_pos = 0;
       for (int64_t t = 0; t < p.T; ++t) max_pos = std::max<int64_t>(max_pos, c.positions[t]);

@@ -82,7 +82,9 @@ class HostOps final : public DeviceOps {
     const float *cs = rope_table(pos, n, half, inv_freq);  // [n][half][cos, sin]
     split(n, row, [&](int64_t a, int64_t b) { cpu::rope_apply(x + a * row, cs + a * half * 2, b - a, n_heads, head_dim); });
   }
+  void set_decode_batch(bool on) override { decode_batch_ = on; }
   void matmul(float *out, const float *x, const DevMatrix &w, int64_t n) override {
+    const cpu::RowsIndependent rows(decode_batch_);
     if (!cpu::matmul(out, x, w.data, w.type, n, w.rows, w.cols, pool_)) fail(Status::unsupported, "unsupported weight type");
   }
   void matmul_parts(float *const *outs, const float *x, const DevMatrix *const *ws, int count, int64_t n) override {
@@ -92,6 +94,7 @@ class HostOps final : public DeviceOps {
       if (ws[i]->cols != ws[0]->cols) return DeviceOps::matmul_parts(outs, x, ws, count, n);
       parts[i] = {outs[i], ws[i]->data, ws[i]->type, ws[i]->rows};
     }
+    const cpu::RowsIndependent rows(decode_batch_);
     if (!cpu::matmul_parts(parts, count, x, n, ws[0]->cols, pool_)) fail(Status::unsupported, "unsupported weight type");
   }
   void swiglu(float *out, const float *gate, const float *up, int64_t n) override {
@@ -164,6 +167,7 @@ class HostOps final : public DeviceOps {
   }
 
   ThreadPool *pool_;
+  bool decode_batch_ = false;  // set_decode_batch: the chunk running is a decode step of several sequences
   bool like_device_;
   std::vector<int32_t> rope_pos_;
   std::vector<double> rope_freq_;
