@@ -46,18 +46,13 @@ type Engine struct {
 
 // NewEngine makes an engine over a new session with the given options; spillDir "" is a private temp directory.
 func (m *Model) NewEngine(strategy Strategy, spillDir string, opts ...SessionOption) (*Engine, error) {
-	o := capi.NewIkv_session_options()
-	defer capi.DeleteIkv_session_options(o)
-	if err := call(func() int { return capi.Ikv_session_options_init(o) }); err != nil {
+	o, err := sessionOptions(opts)
+	if err != nil {
 		return nil, err
 	}
-	for _, f := range opts {
-		if err := f(&SessionSettings{o: o}); err != nil {
-			return nil, err
-		}
-	}
+	defer capi.DeleteIkv_session_options(o)
 	var p uintptr
-	err := m.with(func(h capi.Struct_SS_ikv_model) error {
+	err = m.with(func(h capi.Struct_SS_ikv_model) error {
 		return call(func() int { return capi.Ikv_engine_create(&p, h, o, int(strategy), spillDir) })
 	})
 	if err != nil {

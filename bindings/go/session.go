@@ -15,18 +15,30 @@ type Session struct {
 	model *Model
 }
 
-// NewSession creates a session over the model.
-func (m *Model) NewSession(opts ...SessionOption) (*Session, error) {
+// sessionOptions makes C session options with the defaults and opts applied; the caller deletes them
+// (capi.DeleteIkv_session_options) once the C call that reads them has returned.
+func sessionOptions(opts []SessionOption) (capi.Ikv_session_options, error) {
 	o := capi.NewIkv_session_options()
-	defer capi.DeleteIkv_session_options(o)
 	if err := call(func() int { return capi.Ikv_session_options_init(o) }); err != nil {
+		capi.DeleteIkv_session_options(o)
 		return nil, err
 	}
 	for _, f := range opts {
 		if err := f(&SessionSettings{o: o}); err != nil {
+			capi.DeleteIkv_session_options(o)
 			return nil, err
 		}
 	}
+	return o, nil
+}
+
+// NewSession creates a session over the model.
+func (m *Model) NewSession(opts ...SessionOption) (*Session, error) {
+	o, err := sessionOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer capi.DeleteIkv_session_options(o)
 	var p uintptr
 	m.mu.Lock() // exclusive: the new session joins m.sessions before Close can run
 	defer m.mu.Unlock()
