@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,22 +105,31 @@ struct Metrics {
 class Scheduler {
  public:
   Scheduler(std::shared_ptr<const Model> model, const EngineOptions &opts) : engine_(std::move(model), opts) {
+    const KvStats kv = engine_.session().kv().stats();
+    snap_.blocks_free = kv.blocks_free;
+    snap_.blocks_total = kv.blocks_total;
     thread_ = std::thread([this] { loop(); });
   }
-  ~Scheduler() {
+  ~Scheduler() { shutdown(); }
+  void submit(const std::shared_ptr<Job> &j) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!stop_) {
+        inbox_.push_back(j);
+        cv_.notify_all();
+        return;
+      }
+    }
+    j->finish("server shutting down", false);
+  }
+  // Ends every job (they finish with "server shutting down") and the engine thread; later submits finish at once.
+  void shutdown() {
     {
       std::lock_guard<std::mutex> lk(mu_);
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
-  }
-  void submit(const std::shared_ptr<Job> &j) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      inbox_.push_back(j);
-    }
-    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
   }
   void wake() { cv_.notify_all(); }
   // A snapshot of the engine's counters and the pool (read under the engine thread's lock).
@@ -212,6 +222,9 @@ class Scheduler {
       snap_ = s;
     }
     for (auto &kv : active_) kv.second->finish("server shutting down", false);
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto &j : inbox_) j->finish("server shutting down", false);
+    inbox_.clear();
   }
 
   Engine engine_;
@@ -230,7 +243,10 @@ struct ServeSpec {
   int port = 8080;
   int64_t max_concurrent = 64, max_body = 1 << 20, max_prompt = 0, max_tokens_limit = 4096;
   double timeout_s = 600;
-  int threads_http = 32;
+  int threads_http = 0;
+  int32_t max_priority = 0;  // the highest infokv.priority a client may ask for
+  bool can_compress = true;  // the engine has a compression policy (infokv.budget needs one)
+  int64_t pool_blocks = 0, block_size = 16, n_layer = 1;  // to refuse what could never fit
 };
 
 bool constant_time_equal(const std::string &a, const std::string &b) {
@@ -282,7 +298,12 @@ Common common_of(const JsonValue &body, const ServeSpec &spec, bool chat) {
   if (c.sampling.top_p <= 0) bad_request("top_p must be greater than 0", "top_p");
   c.sampling.top_k = 0;
   c.sampling.min_p = 0;
-  c.sampling.seed = static_cast<uint64_t>(int_in(body, "seed", 0, INT64_MIN, INT64_MAX));
+  if (const JsonValue *sd = member(body, "seed"); sd != nullptr && !sd->is_null()) {
+    c.sampling.seed = static_cast<uint64_t>(int_in(body, "seed", 0, INT64_MIN, INT64_MAX));
+  } else {
+    static std::atomic<uint64_t> counter{std::random_device{}()};  // no seed: every request draws differently
+    c.sampling.seed = counter.fetch_add(0x9E3779B97F4A7C15ull);
+  }
   const int64_t n = int_in(body, "n", 1, 1, 1);
   (void)n;
   for (const char *k : {"presence_penalty", "frequency_penalty"}) number_in(body, k, 0, -2.0, 2.0);
@@ -301,13 +322,15 @@ Common common_of(const JsonValue &body, const ServeSpec &spec, bool chat) {
   }
   if (const JsonValue *ext = member(body, "infokv"); ext != nullptr && !ext->is_null()) {
     if (!ext->is_object()) bad_request("infokv must be an object", "infokv");
-    c.priority = static_cast<int32_t>(int_in(*ext, "priority", 0, -1000, 1000));
+    c.priority = static_cast<int32_t>(int_in(*ext, "priority", 0, -1000, spec.max_priority));
     if (const JsonValue *b = member(*ext, "budget"); b != nullptr && !b->is_null()) {
       double f = -1;
       if (b->is_number()) f = b->as_number();
       else if (b->is_string() && !b->as_string().empty() && b->as_string().back() == '%')
         f = std::strtod(b->as_string().c_str(), nullptr) / 100.0;
-      if (!(f > 0 && f <= 1)) bad_request("infokv.budget must be a fraction in (0, 1] or a percentage (\"25%\")", "infokv.budget");
+      if (!(f >= 0.01 && f <= 1))
+        bad_request("infokv.budget must be a fraction in [0.01, 1] or a percentage (\"25%\")", "infokv.budget");
+      if (!spec.can_compress) bad_request("infokv.budget needs a compression policy (the server runs with none)", "infokv.budget");
       c.budget = f;
     }
   }
@@ -419,7 +442,7 @@ struct TextOut {
 int cmd_serve(int argc, char **argv) {
   std::set<std::string> valued = {"model", "host", "port", "api-key", "max-concurrent", "max-body", "max-prompt-tokens",
                                   "max-tokens-limit", "timeout", "strategy", "spill-dir", "cache-dir", "redis",
-                                  "cache-mb", "max-batch", "model-name", "http-threads"};
+                                  "cache-mb", "max-batch", "model-name", "http-threads", "max-priority"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"no-prefix-cache"});
   ServeSpec spec;
@@ -430,7 +453,12 @@ int cmd_serve(int argc, char **argv) {
   spec.max_body = a.integer("max-body", 1 << 20, 1024, int64_t{1} << 30);
   spec.max_tokens_limit = a.integer("max-tokens-limit", 4096, 1, 1 << 20);
   spec.timeout_s = a.number("timeout", 600, 1, 86400);
-  spec.threads_http = static_cast<int>(a.integer("http-threads", 32, 2, 1024));
+  // Each request in flight holds an HTTP thread until it ends: enough threads for --max-concurrent of them plus a
+  // few for /health, /metrics and the ones answered 429.
+  spec.threads_http = static_cast<int>(a.integer("http-threads", spec.max_concurrent + 8, 2, 100008));
+  if (spec.threads_http < spec.max_concurrent + 4)
+    fail(Status::invalid_argument, "--http-threads must be at least --max-concurrent + 4");
+  spec.max_priority = static_cast<int32_t>(a.integer("max-priority", 0, -1000, 1000));
   const bool loopback = spec.host == "127.0.0.1" || spec.host == "localhost" || spec.host == "::1";
   if (!loopback && spec.api_key.empty())
     fail(Status::invalid_argument, "serving on " + spec.host + " (not loopback) needs --api-key (or INFOKV_API_KEY)");
@@ -454,7 +482,14 @@ int cmd_serve(int argc, char **argv) {
   eo.prefix.memory_bytes = a.integer("cache-mb", 256, 0, 1 << 20) << 20;
   eo.prefix.disk_dir = a.str("cache-dir");
   eo.prefix.redis = a.str("redis");
+  spec.can_compress = eo.session.compression.enabled();
   Scheduler sched(model, eo);
+  {
+    const Scheduler::Snapshot s0 = sched.snapshot();
+    spec.pool_blocks = s0.blocks_total;
+    spec.block_size = eo.session.block_size;
+    spec.n_layer = model->hparams().n_layer;
+  }
   Metrics metrics;
   std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> next_id{1};
@@ -547,13 +582,27 @@ int cmd_serve(int argc, char **argv) {
       if (static_cast<int64_t>(job->prompt.size()) > spec.max_prompt)
         bad_request("the prompt has " + std::to_string(job->prompt.size()) + " tokens; this server takes at most " +
                         std::to_string(spec.max_prompt), chat ? "messages" : "prompt", "context_length_exceeded");
+      const int64_t whole = static_cast<int64_t>(job->prompt.size()) + c.max_tokens;
+      if (spec.n_layer * ((whole + spec.block_size - 1) / spec.block_size) > spec.pool_blocks)
+        bad_request("the prompt (" + std::to_string(job->prompt.size()) + " tokens) and max_tokens (" +
+                        std::to_string(c.max_tokens) + ") do not fit this server's KV pool even alone",
+                    chat ? "messages" : "prompt", "context_length_exceeded");
     } catch (const HttpError &e) {
       ++metrics.rejected;
       send_error(res, e);
       return;
     }
-    if (in_flight.fetch_add(1) >= spec.max_concurrent) {
-      in_flight.fetch_sub(1);
+    // One slot of --max-concurrent, given back when the last holder (this handler, or the stream) lets go.
+    struct Slot {
+      explicit Slot(std::atomic<int64_t> *c) : n(c) { n->fetch_add(1); }
+      ~Slot() { n->fetch_sub(1); }
+      Slot(const Slot &) = delete;
+      Slot &operator=(const Slot &) = delete;
+      std::atomic<int64_t> *n;
+    };
+    auto slot = std::make_shared<Slot>(&in_flight);
+    const bool over = in_flight.load() > spec.max_concurrent;
+    if (over) {
       ++metrics.rejected;
       send_error(res, {429, "too many requests in flight (" + std::to_string(spec.max_concurrent) + "): retry later",
                        "rate_limit_error", "", "rate_limit_exceeded"});
@@ -596,7 +645,6 @@ int cmd_serve(int argc, char **argv) {
         job->cancel = true;
         sched.wake();
       }
-      in_flight.fetch_sub(1);
       metrics.generated_tokens += n;
       std::string err;
       {
@@ -636,12 +684,14 @@ int cmd_serve(int argc, char **argv) {
     // Streaming: server-sent events, one chunk per piece of text; [DONE] at the end.
     struct StreamState {
       std::shared_ptr<Job> job;
+      std::shared_ptr<Slot> slot;
       TextOut out;
       bool sent_role = false, finished = false;
       int64_t n = 0;
-      StreamState(std::shared_ptr<Job> j, const Tokenizer &t, std::vector<std::string> s) : job(std::move(j)), out(t, std::move(s)) {}
+      StreamState(std::shared_ptr<Job> j, std::shared_ptr<Slot> sl, const Tokenizer &t, std::vector<std::string> s)
+          : job(std::move(j)), slot(std::move(sl)), out(t, std::move(s)) {}
     };
-    auto st = std::make_shared<StreamState>(job, tok, c.stop);
+    auto st = std::make_shared<StreamState>(job, slot, tok, c.stop);
     auto chunk = [chat, id, created, &spec](const std::string &text, const char *reason, bool role) {
       JsonObject choice;
       choice.integer("index", 0);
@@ -678,6 +728,7 @@ int cmd_serve(int argc, char **argv) {
             const std::string e = "data: " + error_body({504, "timeout", "server_error", "", "timeout"}) + "\n\n";
             sink.write(e.data(), e.size());
             st->finished = true;
+            ++metrics.failed;
             sink.done();
             return true;
           }
@@ -713,11 +764,11 @@ int cmd_serve(int argc, char **argv) {
             st->job->cancel = true;
             sched.wake();
           }
-          (err.empty() ? metrics.completed : metrics.failed)++;
+          (err.empty() || st->out.stopped ? metrics.completed : metrics.failed)++;
           sink.done();
           return true;
         },
-        [st, &in_flight, &metrics, &sched](bool) {
+        [st, &metrics, &sched](bool) {
           // The stream ended (done, failed or the client disconnected): whatever is still running is cancelled.
           if (!st->finished) {
             ++metrics.cancelled;
@@ -725,7 +776,7 @@ int cmd_serve(int argc, char **argv) {
             sched.wake();
           }
           metrics.generated_tokens += st->n;
-          in_flight.fetch_sub(1);
+          st->slot.reset();
         });
   };
   svr.Post("/v1/chat/completions", [&](const httplib::Request &q, httplib::Response &r) { handle(q, r, true); });
@@ -743,16 +794,29 @@ int cmd_serve(int argc, char **argv) {
                eo.prefix_cache ? "on" : "off");
   std::printf("listening on %s:%d\n", spec.host.c_str(), port);
   std::fflush(stdout);
-  static httplib::Server *running = nullptr;
-  running = &svr;
-  std::signal(SIGINT, [](int) {
-    if (running != nullptr) running->stop();
-  });
-  std::signal(SIGTERM, [](int) {
-    if (running != nullptr) running->stop();
+  // SIGINT/SIGTERM: the handler only sets a flag (and lets a second signal kill); a watcher thread ends every job
+  // (their handlers answer at once) and stops the server.
+  static std::atomic<bool> stop_requested{false};
+  auto on_signal = [](int sig) {
+    stop_requested.store(true);
+    std::signal(sig, SIG_DFL);
+  };
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      if (stop_requested.load()) {
+        sched.shutdown();
+        svr.stop();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   });
   svr.listen_after_bind();
-  running = nullptr;
+  done.store(true);
+  watcher.join();
   return 0;
 }
 

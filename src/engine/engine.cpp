@@ -591,6 +591,18 @@ bool Engine::admit(Conversation &c) {
   bool others_running = false;
   for (auto &kv : convs_)
     if (kv.second.get() != &c && kv.second->state == TurnState::running) others_running = true;
+  // A turn that could not fit even in an empty pool (nothing compresses it while it is prefilled: no policy, or a
+  // budget of its whole length) fails now instead of holding up the queue behind it until the pool drains.
+  {
+    const CompressionConfig &cc = s.compressor().config();
+    const bool shrinks = cc.enabled() && (cc.budget_tokens > 0 || (cc.budget_fraction > 0 && cc.budget_fraction < 1) ||
+                                          cc.max_loss > 0);
+    const int64_t total = s.kv().stats().blocks_total;
+    const int64_t tokens = static_cast<int64_t>(c.tokens.size() + (c.prompt_done ? 0 : c.turn.prompt.size() - c.prompt_applied));
+    if (!shrinks && blocks_for(s, tokens) - s.model().hparams().n_layer > total)
+      fail(Status::kv_full, "this conversation (" + std::to_string(tokens) + " tokens) does not fit the KV pool (" +
+                                std::to_string(total) + " blocks) even alone");
+  }
   if (c.where == Where::moved || c.where == Where::dropped) {
     const int64_t need = c.held_blocks + (c.where == Where::dropped ? blocks_for(s, chunk()) : 0);
     if (!make_room(need, {c.id}, true, c.priority)) {

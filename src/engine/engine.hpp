@@ -67,7 +67,7 @@ struct Decision {
   int64_t tokens = 0;          // the conversation's length then
   double est_seconds = 0;      // move: out and back; recompute: the prefill when it runs again; compress: 0
   double est_loss = 0;         // compress: its proxy loss (evicted attention share)
-  double measured_seconds = -1;  // out + back once it has come back (compress: its own time); -1 until then
+  double measured_seconds = -1;  // move: out, then out + back; recompute: -1 until recomputed; compress: its time
 };
 
 struct EngineStats {

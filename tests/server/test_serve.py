@@ -237,3 +237,56 @@ def test_serving_beyond_loopback_needs_a_key():
                        text=True, timeout=60)
     assert r.returncode != 0
     assert "api-key" in r.stderr
+
+
+def test_a_prompt_that_cannot_fit_the_pool_is_refused_at_once(server):
+    c = server.client()
+    t0 = time.time()
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(c, "word " * 2500, max_tokens=8)  # under the model's context, over this server's 3000-block pool
+    assert e.value.code == "context_length_exceeded"
+    assert time.time() - t0 < 10
+
+
+def test_extension_limits(server):
+    c = server.client()
+    with pytest.raises(openai.BadRequestError):
+        ask(c, "hi", max_tokens=2, extra_body={"infokv": {"priority": 5}})  # above --max-priority (0)
+    with pytest.raises(openai.BadRequestError):
+        ask(c, "hi", max_tokens=2, extra_body={"infokv": {"budget": "0.0001%"}})
+    r = ask(c, "hi", max_tokens=2, extra_body={"infokv": {"priority": -3, "budget": "50%"}})
+    assert r.choices[0].message.content is not None
+
+
+def test_too_many_requests_get_429_and_sigterm_stops_the_server():
+    s = Server("--max-concurrent", "2", "--kv-pool-blocks", "4000")
+    try:
+        c = s.client(timeout=120)
+        errors = []
+
+        def one(i):
+            try:
+                for _ in ask(c, f"Count to one hundred, please ({i}).", max_tokens=64, stream=True):
+                    pass
+            except openai.RateLimitError as e:
+                errors.append(e)
+
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            list(ex.map(one, range(8)))
+        assert errors, "8 concurrent requests on --max-concurrent 2 should meet 429"
+        m = s.metrics()
+        assert m["infokv_requests_rejected_total"] >= len(errors)
+        assert m["infokv_requests_in_flight"] == 0
+        # SIGTERM with a request in flight: the request ends, the server exits promptly.
+        t = threading.Thread(target=lambda: [x for x in ask(c, "Tell me a long story.", max_tokens=2000, stream=True)]
+                             if True else None)
+        t.daemon = True
+        t.start()
+        time.sleep(1.0)
+        t0 = time.time()
+        s.proc.terminate()
+        s.proc.wait(timeout=30)
+        assert time.time() - t0 < 15
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()

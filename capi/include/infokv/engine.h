@@ -76,9 +76,11 @@ IKV_API int32_t ikv_engine_create(ikv_engine **out, ikv_model *model, const ikv_
                                   const char *spill_dir);
 /**
  * Turns the prefix cache on (or off, when memory_bytes is 0 and disk_dir and redis_address are NULL or ""). A new
- * conversation whose first turn starts with a cached prefix starts from its snapshot instead of prefilling it; each
- * turn's prompt end, and the last multiple of 256 tokens before it, are saved in every tier (prefixes of at least 64
- * tokens, of uncompressed caches). Tiers, looked up in this order: this process's memory (memory_bytes, least
+ * conversation whose first turn starts with a cached prefix starts from its snapshot instead of prefilling it. Each
+ * turn's prompt is saved up to the last multiple of the prefill chunk (the session's ubatch, 256 by default) within
+ * it, in every tier (prefixes of at least 64 tokens, of uncompressed caches); a hit is such a prefix shorter than
+ * the new prompt, whose rest is then prefilled in the chunks a request without the cache would use: the same
+ * logits. Tiers, looked up in this order: this process's memory (memory_bytes, least
  * recently used evicted), a directory (disk_dir, made if missing; entries written atomically, the oldest removed
  * past 4 GiB), and a Redis or Valkey server shared by many processes and machines (redis_address "host:port" or
  * "unix:/path"; 0.5 s per command; entries expire after 7 days, and the server's maxmemory policy evicts).
@@ -123,8 +125,8 @@ IKV_API int32_t ikv_engine_pending(int64_t *out, const ikv_engine *engine);
  * produced go to out as pairs (conversation id, token): *out_count = 2 x the number of tokens. capacity must be at
  * least 2 x ikv_engine_pending(): otherwise IKV_ERR_BUFFER_TOO_SMALL with *out_count = that need, before the step
  * runs. A turn that no allowed means can give memory fails (IKV_TURN_FAILED) and the step goes on with the others.
- * A step that throws (host memory exhausted: IKV_ERR_OUT_OF_MEMORY; a bug: IKV_ERR_INTERNAL) leaves every turn able
- * to draw its token again; turns it could not serve are failed, not lost.
+ * A step that throws (host memory exhausted: IKV_ERR_OUT_OF_MEMORY; a bug: IKV_ERR_INTERNAL) leaves every turn queued
+ * or running with its sampler as before the step, to be tried again at the next one.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_count, NULL out with capacity > 0); IKV_ERR_BUFFER_TOO_SMALL;
  *         IKV_ERR_BAD_HANDLE; IKV_ERR_BUSY; IKV_ERR_OUT_OF_MEMORY; IKV_ERR_INTERNAL.
  */
@@ -149,8 +151,8 @@ IKV_API int32_t ikv_engine_stat(int64_t *out, const ikv_engine *engine, int32_t 
 /**
  * Every decision so far as JSON, with the text size-query convention: {"strategy": ..., "rates": {prefill tokens/s,
  * disk write and read bytes/s, compress tokens/s}, "decisions": [{"conversation", "step", "action" ("compress",
- * "move", "recompute", "fail"), "why", "blocks", "tokens", "est_seconds", "est_loss", "measured_seconds" (-1 until a
- * moved or dropped conversation is back)}]}.
+ * "move", "recompute", "fail"), "why", "blocks", "tokens", "est_seconds", "est_loss", "measured_seconds" (a move: the
+ * time out at once, out and back once it has returned; a recompute: -1 until it has been recomputed)}]}.
  */
 IKV_API int32_t ikv_engine_report_json(char *out, size_t capacity, size_t *out_len, const ikv_engine *engine);
 
