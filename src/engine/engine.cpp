@@ -222,6 +222,8 @@ void Engine::submit(int64_t id, Turn turn) {
   c.state = TurnState::queued;
   c.prompt_done = c.turn.prompt.empty() && c.where != Where::none;
   c.prompt_applied = 0;
+  c.turn_start = c.tokens.size();
+  c.turn_start_history = c.sampler.history();
   c.generated.clear();
   c.failure.clear();
   c.arrival = arrivals_++;
@@ -281,6 +283,13 @@ static int64_t blocks_for(const Session &s, int64_t tokens) {
 }
 
 void Engine::fail_turn(Conversation &c, const std::string &why) {
+  // A turn that fails before its prompt is in (a prefix restored for it included) leaves the conversation's history
+  // as it was before the turn; one that fails while generating keeps what it generated (it is in the cache).
+  if (!c.prompt_done && c.tokens.size() > c.turn_start) {
+    c.tokens.resize(c.turn_start);
+    c.sampler.set_history(std::vector<int32_t>(c.turn_start_history.begin(), c.turn_start_history.end()));
+    c.prompt_applied = 0;
+  }
   c.state = TurnState::failed;
   c.failure = why;
   ++stats_.failures;
@@ -638,8 +647,6 @@ bool Engine::admit(Conversation &c) {
       throw;
     }
   }
-  const size_t tokens_before = c.tokens.size();
-  const std::deque<int32_t> history_before = c.sampler.history();
   std::vector<int32_t> rest;  // what the turn's prompt still needs prefilled
   if (!c.prompt_done) rest.assign(c.turn.prompt.begin() + static_cast<std::ptrdiff_t>(c.prompt_applied), c.turn.prompt.end());
   if (c.where == Where::none && prefix_ != nullptr) {
@@ -678,24 +685,7 @@ bool Engine::admit(Conversation &c) {
       return false;
     }
     const auto t0 = Clock::now();
-    try {
-      if (!p.empty()) s.prefill(c.seq, p);  // kv_full here: not even this one conversation fits
-    } catch (...) {
-      // A prefix restored for this turn goes with it: the conversation is as before the turn.
-      if (c.tokens.size() != tokens_before) {
-        c.tokens.resize(tokens_before);
-        c.sampler.set_history(std::vector<int32_t>(history_before.begin(), history_before.end()));
-        c.prompt_applied = 0;
-        if (tokens_before == 0 && s.has_sequence(c.seq)) {
-          s.remove_sequence(c.seq);
-          c.seq = -1;
-          c.where = Where::none;
-        } else if (s.has_sequence(c.seq)) {
-          s.truncate(c.seq, static_cast<int64_t>(tokens_before));
-        }
-      }
-      throw;
-    }
+    if (!p.empty()) s.prefill(c.seq, p);  // kv_full here: not even this one conversation fits (fail_turn rolls back)
     const double secs = since(t0);
     update_rate(stats_.prefill_tokens_per_s, static_cast<double>(p.size()), secs);
     for (int32_t t : p) c.sampler.accept(t);

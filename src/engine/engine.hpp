@@ -177,6 +177,8 @@ class Engine {
     TurnState state = TurnState::done;
     bool prompt_done = false;
     size_t prompt_applied = 0;   // tokens of turn.prompt already in its cache (a prefix cache hit)
+    size_t turn_start = 0;       // tokens.size() and the sampler's history when the turn was submitted
+    std::deque<int32_t> turn_start_history;
     int64_t save_at = 0;         // > 0: its first save_at tokens go to the prefix cache after this step's decode
     std::vector<int32_t> generated;
     std::string failure;
