@@ -2,6 +2,8 @@
 // protected spans survive, fair spans keep equal fractions), and end-to-end properties on stories260K.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -35,6 +37,7 @@ struct RandomLayer {
 };
 
 RandomLayer make_layer(std::mt19937 &rng, int32_t n, int32_t w) {
+  if (w > n) throw std::invalid_argument("make_layer: a window of " + std::to_string(w) + " rows needs " + std::to_string(w) + " slots");
   RandomLayer r;
   r.cfg = infokv_test::kv_config(1, 2, 4, 3, 64, r.n_heads * 4);
   r.kv = std::make_unique<KvCache>(r.cfg);
@@ -145,7 +148,7 @@ TEST(Scores, AttentionProbsMaxMatchesFloat64) {
   std::mt19937 rng(infokv_test::test_seed());
   for (int trial = 0; trial < 10; ++trial) {
     const int32_t n = 5 + static_cast<int32_t>(rng() % 40);
-    const int32_t n_q = 1 + static_cast<int32_t>(rng() % 6);
+    const int32_t n_q = 1 + static_cast<int32_t>(rng() % std::min(n, 6));  // the window rows come from the slots
     const int32_t visible0 = std::max(1, n - n_q + 1 - static_cast<int32_t>(rng() % 3));
     const int32_t n_out = 1 + static_cast<int32_t>(rng() % n);
     RandomLayer r = make_layer(rng, n, n_q);
