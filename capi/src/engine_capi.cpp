@@ -21,6 +21,10 @@ static_assert(IKV_TURN_QUEUED == static_cast<int32_t>(infokv::TurnState::queued)
 static_assert(IKV_TURN_RUNNING == static_cast<int32_t>(infokv::TurnState::running), "turn states must agree");
 static_assert(IKV_TURN_DONE == static_cast<int32_t>(infokv::TurnState::done), "turn states must agree");
 static_assert(IKV_TURN_FAILED == static_cast<int32_t>(infokv::TurnState::failed), "turn states must agree");
+static_assert(IKV_WHERE_NONE == static_cast<int32_t>(infokv::Where::none), "places must agree");
+static_assert(IKV_WHERE_RESIDENT == static_cast<int32_t>(infokv::Where::resident), "places must agree");
+static_assert(IKV_WHERE_MOVED == static_cast<int32_t>(infokv::Where::moved), "places must agree");
+static_assert(IKV_WHERE_DROPPED == static_cast<int32_t>(infokv::Where::dropped), "places must agree");
 
 int32_t ikv_engine_create(ikv_engine **out, ikv_model *model, const ikv_session_options *opts, int32_t strategy,
                           const char *spill_dir) {
@@ -130,8 +134,7 @@ int32_t ikv_engine_where(int32_t *out, const ikv_engine *engine, int64_t convers
   return guard([&] {
     const auto e = infokv::capi::use(engine, "engine");
     require(out != nullptr, "out must not be NULL");
-    const std::string w = e->engine->where(conversation);
-    *out = w == "resident" ? IKV_WHERE_RESIDENT : w == "moved" ? IKV_WHERE_MOVED : w == "dropped" ? IKV_WHERE_DROPPED : IKV_WHERE_NONE;
+    *out = static_cast<int32_t>(e->engine->where(conversation));
     return IKV_OK;
   });
 }

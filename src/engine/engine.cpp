@@ -257,8 +257,9 @@ int32_t Engine::sequence(int64_t id) const {
   const Conversation &c = conv(id);
   return c.where == Where::resident ? c.seq : -1;
 }
-const char *Engine::where(int64_t id) const {
-  switch (conv(id).where) {
+Where Engine::where(int64_t id) const { return conv(id).where; }
+const char *where_name(Where w) {
+  switch (w) {
     case Where::none: return "none";
     case Where::resident: return "resident";
     case Where::moved: return "moved";
@@ -649,14 +650,19 @@ bool Engine::admit(Conversation &c) {
   }
   std::vector<int32_t> rest;  // what the turn's prompt still needs prefilled
   if (!c.prompt_done) rest.assign(c.turn.prompt.begin() + static_cast<std::ptrdiff_t>(c.prompt_applied), c.turn.prompt.end());
+  bool room_made = false;
   if (c.where == Where::none && prefix_ != nullptr) {
     // A new conversation: start from the longest cached prefix of its prompt when there is one that fits.
     int64_t L = 0;
     std::string tier;
     int32_t seq = -1;
     try {
-      const int64_t need = blocks_for(s, static_cast<int64_t>(rest.size()));
-      make_room(need, {c.id}, true, c.priority);
+      // Room for the whole prompt, so that the hit and the rest's prefill both fit (one make_room for the two).
+      if (!make_room(blocks_for(s, static_cast<int64_t>(rest.size())), {c.id}, true, c.priority) && others_running) {
+        c.state = TurnState::queued;
+        return false;
+      }
+      room_made = true;
       seq = prefix_->restore_longest(s, rest, &L, &tier);
     } catch (const Error &e) {
       if (e.status() != Status::kv_full) throw;
@@ -680,7 +686,7 @@ bool Engine::admit(Conversation &c) {
   if (!c.prompt_done) {
     const std::vector<int32_t> &p = rest;
     const int64_t need = s.kv().blocks_needed({c.seq}, {static_cast<int32_t>(p.size())});
-    if (!make_room(need, {c.id}, true, c.priority) && others_running) {
+    if (!room_made && !make_room(need, {c.id}, true, c.priority) && others_running) {
       c.state = TurnState::queued;
       return false;
     }

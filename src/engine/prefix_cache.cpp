@@ -19,6 +19,14 @@ std::string hex64(uint64_t v) {
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
   return b;
 }
+
+// A damaged entry is removed so that no one reads it again; a store that cannot remove it now only costs a later miss.
+void erase_quietly(PrefixStore &store, const std::string &key) {
+  try {
+    store.erase(key);
+  } catch (const Error &) {
+  }
+}
 }  // namespace
 
 PrefixCache::PrefixCache(const PrefixCacheOptions &opts, const Session &session) : opts_(opts) {
@@ -171,20 +179,14 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
         }
         count(&PrefixCacheStats::refused);
         note(std::string(ts[i]->name()) + " entry " + k + " refused: " + e.what());
-        try {
-          ts[i]->erase(k);
-        } catch (const Error &) {
-        }
+        erase_quietly(*ts[i], k);
         continue;
       }
       if (ids.size() != 1) {
         for (int32_t id : ids) session.remove_sequence(id);
         count(&PrefixCacheStats::refused);
         note(std::string(ts[i]->name()) + " entry " + k + " refused: it holds " + std::to_string(ids.size()) + " sequences");
-        try {
-          ts[i]->erase(k);
-        } catch (const Error &) {
-        }
+        erase_quietly(*ts[i], k);
         continue;
       }
       const std::vector<int32_t> &got = session.tokens(ids[0]);
@@ -192,10 +194,7 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
         session.remove_sequence(ids[0]);
         count(&PrefixCacheStats::refused);
         note(std::string(ts[i]->name()) + " entry " + k + " refused: its tokens are not the request's");
-        try {
-          ts[i]->erase(k);
-        } catch (const Error &) {
-        }
+        erase_quietly(*ts[i], k);
         continue;
       }
       // Found: the memory tier gets a copy for next time.

@@ -202,7 +202,8 @@ TEST(Engine, RecomputedCompressedConversationKeepsTheSameKeptSet) {
   e.submit(b, {q, 10, {}});
   while (e.busy()) e.step();
   ASSERT_EQ(e.state(b), TurnState::done);
-  ASSERT_STREQ(e.where(a), "dropped");
+  ASSERT_EQ(e.where(a), Where::dropped);
+  ASSERT_STREQ(where_name(e.where(a)), "dropped");
   e.submit(a, {{5, 6, 7}, 0, {}});
   while (e.busy()) e.step();
   ASSERT_EQ(e.state(a), TurnState::done) << e.failure(a);
