@@ -327,6 +327,66 @@ IKV_VNNI float dot_a8(const uint8_t *row, const Act8 &a, uint32_t type) {
   return r;
 }
 
+// dot_a8 for T tokens at once: each block pair's codes are unpacked once and dotted with every token's bytes. Each
+// token's sums are formed by the same operations in the same order as dot_a8's, so out[t] has dot_a8(row, *a[t])'s
+// bits (a sequence batched with others gets the logits it gets alone).
+template <A8 K, int P, int T>
+IKV_VNNI void dot_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t type, float *out) {
+  constexpr int64_t BB = a8_bb(K);
+  const int64_t nb = a[0]->k / 32;
+  const __m512i idx = lanes_div(3, 0), idx_a = _mm512_slli_epi32(idx, 1), idx_b = _mm512_add_epi32(idx_a, _mm512_set1_epi32(4));
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 f0[T], f1[T];
+  __m256 mn[T];
+  float mins[T];
+  for (int t = 0; t < T; ++t) {
+    f0[t] = _mm512_setzero_ps();
+    f1[t] = _mm512_setzero_ps();
+    mn[t] = _mm256_setzero_ps();
+    mins[t] = 0.0f;
+  }
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const uint8_t *blk = row + b * BB;
+    int32_t w4[4];
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (K == A8::q4_1) {
+        std::memcpy(&w4[i], blk + i * BB, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, blk + i * BB, 2);
+        w4[i] = h;
+      }
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_set_epi32(w4[3], w4[2], w4[1], w4[0]));
+    const __m512i c0 = pair_codes<K>(blk), c1 = pair_codes<K>(blk + 2 * BB);
+    for (int t = 0; t < T; ++t) {
+      const Act8 &at = *a[t];
+      const __m512 sq = _mm512_castps256_ps512(_mm256_mul_ps(dw, _mm256_loadu_ps(at.ud.data() + 2 * b)));
+      const __m512i acc0 = codes_dot<P>(K == A8::q4_1 ? zero : corr_at<P>(at, 32 * b), c0, at, 32 * b);
+      const __m512i acc1 = codes_dot<P>(K == A8::q4_1 ? zero : corr_at<P>(at, 32 * b + 64), c1, at, 32 * b + 64);
+      f0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0), _mm512_permutexvar_ps(idx_a, sq), f0[t]);
+      f1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1), _mm512_permutexvar_ps(idx_b, sq), f1[t]);
+      if constexpr (K == A8::q4_1) mn[t] = _mm256_add_ps(mn[t], _mm512_castps512_ps256(sq));
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    if constexpr (K == A8::q4_1) {
+      alignas(32) float m8[8];
+      _mm256_store_ps(m8, mn[t]);
+      mins[t] = (m8[1] + m8[3]) + (m8[5] + m8[7]);
+    }
+    int64_t bt = b;
+    if (bt + 2 <= nb) {
+      pair_a8<K, P>(row, *a[t], bt, idx, f0[t], mins[t]);
+      bt += 2;
+    }
+    float r = _mm512_reduce_add_ps(_mm512_add_ps(f0[t], f1[t])) + mins[t];
+    if (bt < nb) r += block32_ref(row + bt * BB, type, *a[t], bt);
+    out[t] = r;
+  }
+}
+
 // Q4_K: per super-block, sum_j sc_j * dot(q_j, x_j) in integers (sub-block pairs 2jj, 2jj + 1 are the low and high
 // nibbles of the same 32 bytes), then d * unit times that, less dmin * d * sum_j m_j * sum(x_j).
 template <int P>
@@ -406,6 +466,8 @@ IKV_VNNI float dot_q6k_a8(const uint8_t *row, const Act8 &a) {
 }
 
 using DotFn = float (*)(const uint8_t *, const Act8 &, uint32_t);
+// Four tokens' dots of one row at once (out[4]), each with the bits DotFn gives it alone.
+using Dot4Fn = void (*)(const uint8_t *, const Act8 *const *, uint32_t, float *);
 
 template <A8 K, int P>
 IKV_VNNI float dot32_entry(const uint8_t *row, const Act8 &a, uint32_t type) { return dot_a8<K, P>(row, a, type); }
@@ -428,15 +490,35 @@ DotFn vnni_dot(uint32_t type) {
   }
 }
 
+template <int P>
+Dot4Fn vnni_dot4(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q4_0: return dot_a8_multi<A8::q4_0, P, 4>;
+    case GgmlType::Q4_1: return dot_a8_multi<A8::q4_1, P, 4>;
+    case GgmlType::Q5_0: return dot_a8_multi<A8::q5_0, P, 4>;
+    case GgmlType::Q8_0: return dot_a8_multi<A8::q8_0, P, 4>;
+    default: return nullptr;  // the K types: one token at a time
+  }
+}
+
 // Rows m0 .. m1-1 for every token, each row's bytes asked for tile::fused_ahead() bytes before they are read, as
-// the f32 decode dots do.
-void rows_act8(DotFn dot, float *out, const Act8 *acts, int64_t n, const uint8_t *w, uint32_t type, int64_t row_bytes,
-               int64_t m0, int64_t m1, int64_t m) {
+// the f32 decode dots do. With dot4, tokens go four at a time through it (the row unpacked once for the four).
+void rows_act8(DotFn dot, Dot4Fn dot4, float *out, const Act8 *acts, int64_t n, const uint8_t *w, uint32_t type,
+               int64_t row_bytes, int64_t m0, int64_t m1, int64_t m) {
   const int64_t ahead_bytes = tile::fused_ahead();
   for (int64_t r = m0; r < m1; ++r) {
     const int64_t ahead = r * row_bytes + ahead_bytes;
     tile::prefetch_l1(w, ahead, std::min(m1 * row_bytes, ahead + row_bytes));
-    for (int64_t t = 0; t < n; ++t) out[t * m + r] = dot(w + r * row_bytes, acts[t], type);
+    int64_t t = 0;
+    if (dot4 != nullptr) {
+      for (; t + 4 <= n; t += 4) {
+        const Act8 *four[4] = {&acts[t], &acts[t + 1], &acts[t + 2], &acts[t + 3]};
+        float o[4];
+        dot4(w + r * row_bytes, four, type, o);
+        for (int i = 0; i < 4; ++i) out[(t + i) * m + r] = o[i];
+      }
+    }
+    for (; t < n; ++t) out[t * m + r] = dot(w + r * row_bytes, acts[t], type);
   }
 }
 
@@ -555,7 +637,7 @@ bool act8_decode(uint32_t type, int64_t k, int *planes) {
 void act8_rows(float *out, const Act8 &a, const void *w, uint32_t type, int64_t m) {
   const DotFn dot = !act8_fast() ? ref_entry : a.planes == 2 ? vnni_dot<2>(type) : vnni_dot<1>(type);
   const int64_t row_bytes = a.k / a.block * block_bytes(type);
-  rows_act8(dot, out, &a, 1, static_cast<const uint8_t *>(w), type, row_bytes, 0, m, 1);
+  rows_act8(dot, nullptr, out, &a, 1, static_cast<const uint8_t *>(w), type, row_bytes, 0, m, 1);
 }
 
 bool matmul_act8(float *out, const float *x, const void *w, uint32_t type, int64_t n, int64_t m, int64_t k,
@@ -565,9 +647,10 @@ bool matmul_act8(float *out, const float *x, const void *w, uint32_t type, int64
   std::vector<Act8> acts(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) act8_quantize(x + t * k, k, type, planes, &acts[static_cast<size_t>(t)]);
   DotFn dot = !act8_fast() ? ref_entry : planes == 2 ? vnni_dot<2>(type) : vnni_dot<1>(type);
+  Dot4Fn dot4 = !act8_fast() || n < 4 ? nullptr : planes == 2 ? vnni_dot4<2>(type) : vnni_dot4<1>(type);
   const int64_t row_bytes = k / qk * block_bytes(type);
   const auto *wb = static_cast<const uint8_t *>(w);
-  auto body = [&](int64_t m0, int64_t m1) { rows_act8(dot, out, acts.data(), n, wb, type, row_bytes, m0, m1, m); };
+  auto body = [&](int64_t m0, int64_t m1) { rows_act8(dot, dot4, out, acts.data(), n, wb, type, row_bytes, m0, m1, m); };
   if (pool == nullptr || pool->size() <= 1 || n * m * k < tile::kShareMacs) {
     body(0, m);
   } else {

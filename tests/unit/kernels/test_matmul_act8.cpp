@@ -97,7 +97,7 @@ TEST(MatmulAct8, DotsMatchTheReferenceAndFloat64OnEveryType) {
       const std::vector<uint8_t> w = random_rows(g, m, k, rng);
       std::vector<float> wf(static_cast<size_t>(m * k));
       ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(g.type), m * k));
-      for (const int64_t n : {1, 3}) {
+      for (const int64_t n : {1, 3, 9}) {
         std::vector<float> x(static_cast<size_t>(n * k));
         std::normal_distribution<float> nd(0.0f, 1.0f);
         for (float &v : x) v = nd(rng);
@@ -128,6 +128,31 @@ TEST(MatmulAct8, DotsMatchTheReferenceAndFloat64OnEveryType) {
             // rounding x to 8 (16) bits moves the product by a small part of its magnitude
             EXPECT_NEAR(got, full, (planes == 2 ? 1e-4 : 0.02) * mag) << infokv::ggml_type_name(u(g.type));
           }
+        }
+      }
+    }
+  }
+}
+
+// Tokens dotted together (rows unpacked once for four of them) get the bits each gets alone: a sequence decoded in a
+// batch of several gets the logits it gets alone (cpu::RowsIndependent).
+TEST(MatmulAct8, ManyTokensGiveEachTokenTheBitsItGetsAlone) {
+  std::mt19937_64 rng(infokv_test::test_seed());
+  for (const int planes : {1, 2})
+  for (const Geometry &g : kTypes) {
+    for (const int64_t k : {g.qk == 32 ? int64_t{160} : int64_t{512}, g.qk == 32 ? int64_t{576} : int64_t{768}}) {
+      const int64_t m = 21;
+      const std::vector<uint8_t> w = random_rows(g, m, k, rng);
+      for (const int64_t n : {4, 5, 8, 11, 15}) {
+        std::vector<float> x(static_cast<size_t>(n * k));
+        std::normal_distribution<float> nd(0.0f, 1.5f);
+        for (float &v : x) v = nd(rng);
+        std::vector<float> together(static_cast<size_t>(n * m), NAN), alone(static_cast<size_t>(m), NAN);
+        ASSERT_TRUE(infokv::cpu::matmul_act8(together.data(), x.data(), w.data(), u(g.type), n, m, k, planes, nullptr));
+        for (int64_t t = 0; t < n; ++t) {
+          ASSERT_TRUE(infokv::cpu::matmul_act8(alone.data(), x.data() + t * k, w.data(), u(g.type), 1, m, k, planes, nullptr));
+          EXPECT_EQ(std::memcmp(alone.data(), together.data() + t * m, static_cast<size_t>(m) * 4), 0)
+              << infokv::ggml_type_name(u(g.type)) << " k " << k << " n " << n << " token " << t << " planes " << planes;
         }
       }
     }
