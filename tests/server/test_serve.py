@@ -299,3 +299,54 @@ def test_too_many_requests_get_429_and_sigterm_stops_the_server():
     finally:
         if s.proc.poll() is None:
             s.proc.kill()
+
+
+def test_kill_9_under_load_leaves_a_prefix_cache_that_serves_after_restart(tmp_path):
+    """kill -9 while requests are in flight and entries are being written: the disk tier holds only whole entries
+    (each a snapshot `infokv snapshot inspect` accepts, no temporaries), and a restarted server on the same cache
+    directory starts from them and answers as before."""
+    cache = tmp_path / "prefix-cache"
+    long_sys = "You answer in one short sentence about the thing named, and never more than that. " * 24  # > 256 tokens
+    things = ["cat", "ship", "tree", "river", "lamp", "bird", "stone", "cloud", "road", "bell", "door", "star"]
+
+    def run(c, thing):  # each prompt's own part is over 256 tokens too: every request writes an entry of its own
+        notes = " ".join(f"Note {i}: the {thing} number {i} is fine." for i in range(30))
+        msgs = [{"role": "system", "content": long_sys},
+                {"role": "user", "content": f"{notes}\nTell me about a {thing}."}]
+        return c.chat.completions.create(model="m", messages=msgs, max_tokens=24, temperature=0).choices[0].message.content
+
+    args = ("--cache-dir", str(cache), "--kv-pool-blocks", "3000", "--max-batch", "8")
+    s = Server(*args)
+    try:
+        c = s.client(timeout=60)
+        alone = [run(c, t) for t in things[:3]]  # these also write the shared prefix's entries
+        ex = concurrent.futures.ThreadPoolExecutor(12)
+        futures = [ex.submit(run, c, t) for t in things]
+        end = time.time() + 60
+        while time.time() < end and len([p for p in cache.rglob("*") if p.is_file()]) < 5:
+            time.sleep(0.005)
+        s.proc.kill()  # SIGKILL, while the load's entries are being written: no handler runs
+        s.proc.wait(timeout=10)
+        for f in futures:
+            try:
+                f.result(timeout=30)
+            except Exception:  # the connection went with the server
+                pass
+        ex.shutdown()
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+    files = [p for p in cache.rglob("*") if p.is_file()]
+    assert len(files) >= 5, f"the load should have written prefix entries: {files}"
+    assert all(p.suffix == ".ikvs" for p in files), [p.name for p in files]
+    for p in files:
+        r = subprocess.run([CLI, "snapshot", "inspect", str(p)], capture_output=True, text=True)
+        assert r.returncode == 0, (p.name, r.stdout, r.stderr)
+    s2 = Server(*args)
+    try:
+        c2 = s2.client(timeout=60)
+        assert [run(c2, t) for t in things[:3]] == alone
+        m = s2.settled()
+        assert m["infokv_prefix_cache_hits_total"] >= 3, m
+    finally:
+        s2.stop()
