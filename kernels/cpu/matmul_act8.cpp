@@ -465,6 +465,96 @@ IKV_VNNI float dot_q6k_a8(const uint8_t *row, const Act8 &a) {
   return _mm512_reduce_add_ps(f);
 }
 
+// dot_q4k_a8 for T tokens: each super-block's codes and scales unpacked once, every token's sums in dot_q4k_a8's order.
+template <int P, int T>
+IKV_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t, float *out) {
+  const int64_t nsb = a[0]->k / 256;
+  __m512i idx[4];
+  for (int jj = 0; jj < 4; ++jj) idx[jj] = lanes_div(3, 2 * jj);
+  __m512 f[T];
+  __m256 mins[T];
+  for (int t = 0; t < T; ++t) {
+    f[t] = _mm512_setzero_ps();
+    mins[t] = _mm256_setzero_ps();
+  }
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t *blk = row + 144 * sb;
+    uint32_t u[4];
+    std::memcpy(u, blk + 4, 12);
+    constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
+    const uint32_t m_lo = u[1] & k6;
+    u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
+    u[2] = m_lo;
+    u[0] &= k6;
+    const __m128i scm = _mm_loadu_si128(reinterpret_cast<const __m128i *>(u));
+    const __m512i scv = _mm512_cvtepu8_epi32(scm);
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = zero;
+    for (int jj = 0; jj < 4; ++jj) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 16 + 32 * jj));
+      const __m512i z = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
+                                         _mm512_set1_epi8(0x0F));
+      const __m512i sc = _mm512_permutexvar_epi32(idx[jj], scv);
+      for (int t = 0; t < T; ++t)
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(codes_dot<P>(zero, z, *a[t], 256 * sb + 64 * jj), sc));
+    }
+    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8)));
+    const float dmin = h2f_vnni(blk + 2), d = h2f_vnni(blk);
+    for (int t = 0; t < T; ++t) {
+      const Act8 &at = *a[t];
+      const __m256 qs = _mm256_loadu_ps(at.qsum32.data() + 8 * sb);
+      mins[t] = _mm256_fmadd_ps(_mm256_mul_ps(mn, qs), _mm256_set1_ps(dmin * at.d[static_cast<size_t>(sb)]), mins[t]);
+      f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(d * at.unit[static_cast<size_t>(sb)]), f[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(mins[t]), _mm256_extractf128_ps(mins[t], 1));
+    const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
+    out[t] = _mm512_reduce_add_ps(f[t]) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+  }
+}
+
+// dot_q6k_a8 for T tokens, likewise.
+template <int P, int T>
+IKV_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t, float *out) {
+  const int64_t nsb = a[0]->k / 256;
+  const __m512i idx_a0 = lanes_div(2, 0), idx_b0 = lanes_div(2, 4), idx_a1 = lanes_div(2, 8), idx_b1 = lanes_div(2, 12);
+  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 f[T];
+  for (int t = 0; t < T; ++t) f[t] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t *blk = row + 210 * sb;
+    const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
+    __m512i isum[T];
+    for (int t = 0; t < T; ++t) isum[t] = zero;
+    for (int n = 0; n < 2; ++n) {
+      const __m512i l = _mm512_loadu_si512(blk + 64 * n);
+      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 128 + 32 * n)));
+      const __m512i ca = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(h, shl), m30));
+      const __m512i cb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                         _mm512_and_si512(_mm512_srlv_epi16(h, shr), m30));
+      const __m512i sa = _mm512_permutexvar_epi32(n == 0 ? idx_a0 : idx_a1, scv);
+      const __m512i sbv = _mm512_permutexvar_epi32(n == 0 ? idx_b0 : idx_b1, scv);
+      const int64_t xo = 256 * sb + 128 * n;
+      for (int t = 0; t < T; ++t) {
+        const __m512i da = codes_dot<P>(corr_at<P>(*a[t], xo), ca, *a[t], xo);
+        const __m512i db = codes_dot<P>(corr_at<P>(*a[t], xo + 64), cb, *a[t], xo + 64);
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(da, sa));
+        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(db, sbv));
+      }
+    }
+    const float d = h2f_vnni(blk + 208);
+    for (int t = 0; t < T; ++t)
+      f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(d * a[t]->unit[static_cast<size_t>(sb)]), f[t]);
+  }
+  for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(f[t]);
+}
+
 using DotFn = float (*)(const uint8_t *, const Act8 &, uint32_t);
 // Four tokens' dots of one row at once (out[4]), each with the bits DotFn gives it alone.
 using Dot4Fn = void (*)(const uint8_t *, const Act8 *const *, uint32_t, float *);
@@ -497,7 +587,9 @@ Dot4Fn vnni_dot4(uint32_t type) {
     case GgmlType::Q4_1: return dot_a8_multi<A8::q4_1, P, 4>;
     case GgmlType::Q5_0: return dot_a8_multi<A8::q5_0, P, 4>;
     case GgmlType::Q8_0: return dot_a8_multi<A8::q8_0, P, 4>;
-    default: return nullptr;  // the K types: one token at a time
+    case GgmlType::Q4_K: return dot_q4k_a8_multi<P, 4>;
+    case GgmlType::Q6_K: return dot_q6k_a8_multi<P, 4>;
+    default: return nullptr;
   }
 }
 
@@ -506,19 +598,34 @@ Dot4Fn vnni_dot4(uint32_t type) {
 void rows_act8(DotFn dot, Dot4Fn dot4, float *out, const Act8 *acts, int64_t n, const uint8_t *w, uint32_t type,
                int64_t row_bytes, int64_t m0, int64_t m1, int64_t m) {
   const int64_t ahead_bytes = tile::fused_ahead();
-  for (int64_t r = m0; r < m1; ++r) {
-    const int64_t ahead = r * row_bytes + ahead_bytes;
-    tile::prefetch_l1(w, ahead, std::min(m1 * row_bytes, ahead + row_bytes));
+  if (dot4 == nullptr || n < 4) {
+    for (int64_t r = m0; r < m1; ++r) {
+      const int64_t ahead = r * row_bytes + ahead_bytes;
+      tile::prefetch_l1(w, ahead, std::min(m1 * row_bytes, ahead + row_bytes));
+      for (int64_t t = 0; t < n; ++t) out[t * m + r] = dot(w + r * row_bytes, acts[t], type);
+    }
+    return;
+  }
+  // Rows in blocks of about 16 KiB, each block dotted with one group of four tokens after another: a group's
+  // activations stay in L1 beside the block instead of all tokens' passing through it for every row.
+  const int64_t rows_per_block = std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(row_bytes, 1));
+  for (int64_t r0 = m0; r0 < m1; r0 += rows_per_block) {
+    const int64_t r1 = std::min(m1, r0 + rows_per_block);
     int64_t t = 0;
-    if (dot4 != nullptr) {
-      for (; t + 4 <= n; t += 4) {
-        const Act8 *four[4] = {&acts[t], &acts[t + 1], &acts[t + 2], &acts[t + 3]};
+    for (; t + 4 <= n; t += 4) {
+      const Act8 *four[4] = {&acts[t], &acts[t + 1], &acts[t + 2], &acts[t + 3]};
+      for (int64_t r = r0; r < r1; ++r) {
+        if (t == 0) {
+          const int64_t ahead = r * row_bytes + ahead_bytes;
+          tile::prefetch_l1(w, ahead, std::min(m1 * row_bytes, ahead + row_bytes));
+        }
         float o[4];
         dot4(w + r * row_bytes, four, type, o);
         for (int i = 0; i < 4; ++i) out[(t + i) * m + r] = o[i];
       }
     }
-    for (; t < n; ++t) out[t * m + r] = dot(w + r * row_bytes, acts[t], type);
+    for (; t < n; ++t)
+      for (int64_t r = r0; r < r1; ++r) out[t * m + r] = dot(w + r * row_bytes, acts[t], type);
   }
 }
 

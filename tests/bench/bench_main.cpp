@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "compress/policy_table.hpp"
+#include "kernels/cpu/matmul_act8.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
@@ -301,6 +302,41 @@ void Matmul(benchmark::State &st) {
                                               benchmark::Counter::kIsRate);
 }
 BENCHMARK(Matmul)->ArgNames({"type", "tokens", "threads"})->ArgsProduct({{1, 8, 3}, {1, 512}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The integer-activation decode products (cpu::matmul_act8, two planes: the default int16) of a 2048 x 2048 weight
+// matrix of type (GGML id: 2 Q4_0, 3 Q4_1, 8 Q8_0, 12 Q4_K, 14 Q6_K) with n tokens on one thread: what a decode step
+// over n sequences pays per matrix (cpu::RowsIndependent keeps this path up to 15 tokens). Reported per token.
+void MatmulAct8Batch(benchmark::State &st) {
+  const auto type = static_cast<uint32_t>(st.range(0));
+  const int64_t n = st.range(1), m = 2048, k = 2048;
+  const GgmlTypeTraits tr = ggml_type_traits(type);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<uint8_t> w(static_cast<size_t>(m * k / tr.block_elems * tr.block_bytes));
+  for (auto &b : w) b = static_cast<uint8_t>(rng());
+  for (size_t b = 0; b < w.size(); b += tr.block_bytes) {  // finite scales of a realistic size in every block
+    const uint16_t d = float_to_fp16(0.002f * (1.5f + u(rng)));
+    const size_t at = type == static_cast<uint32_t>(GgmlType::Q6_K) ? 208 : 0;
+    std::memcpy(&w[b + at], &d, 2);
+    if (type == static_cast<uint32_t>(GgmlType::Q4_1) || type == static_cast<uint32_t>(GgmlType::Q4_K))
+      std::memcpy(&w[b + 2], &d, 2);
+  }
+  std::vector<float> x(static_cast<size_t>(n * k)), out(static_cast<size_t>(n * m));
+  for (auto &v : x) v = u(rng);
+  if (!cpu::act8_fast()) {
+    st.SkipWithError("this CPU has no AVX-512 VNNI: decode keeps the f32 products");
+    return;
+  }
+  for (auto _ : st) {
+    cpu::matmul_act8(out.data(), x.data(), w.data(), type, n, m, k, 2, nullptr);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetLabel(ggml_type_name(type));
+  st.counters["us/token"] = benchmark::Counter(static_cast<double>(n) * static_cast<double>(st.iterations()),
+                                               benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(MatmulAct8Batch)->ArgNames({"type", "tokens"})->ArgsProduct({{2, 3, 8, 12, 14}, {1, 4, 8}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Reads 1 GiB once per iteration, split over the threads as decode splits a weight matrix (contiguous ranges), and
