@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs `infokv eval` over every corpus and prints the README's quality tables (markdown).
+"""Runs `infokv eval` over every corpus and prints the quality tables of packaging/docs/quality.md (markdown).
 
 usage: python3 packaging/quality_report.py BIN MODEL CORPORA_DIR [--prefix 400 --continuation 100 --windows 8]
 For each corpus: every policy at 50%, 25% and 12.5%; then auto against the best fixed policy of each corpus and

@@ -18,7 +18,7 @@ reuse it). Where the CPU advertises AMX but a process may not use it (some VMs),
 in ggml's AMX kernels; the script notices and rebuilds llama.cpp once more with -mno-amx-* (its AVX-512/VNNI
 kernels then run), and says so in the table's heading. Each round runs `llama-bench -o json` and `infokv bench -o
 json` with the same options one after the other, alternating which goes first, and the tables report, per model x test x threads, the medians over rounds of
-each tool's avg_ts and their ratio (infokv / llama.cpp). `--markdown` prints the table the README's speed section
+each tool's avg_ts and their ratio (infokv / llama.cpp). `--markdown` prints the table packaging/docs/performance.md's speed section
 is made from, headed by the date and the machine.
 
 Long context: `-d D1,D2` runs every test after filling the cache with D tokens (llama-bench's and infokv bench's
@@ -196,7 +196,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--json", default=None, help="write every round's rows here")
-    ap.add_argument("--markdown", action="store_true", help="print the README table")
+    ap.add_argument("--markdown", action="store_true", help="print the markdown table (packaging/docs/performance.md)")
     ap.add_argument("-d", default=None, help="comma-separated depths: tokens in the cache before each test")
     ap.add_argument("--policy", default=None, help="also run infokv with this compression policy at each depth")
     ap.add_argument("--budget", default="0.25", help="the policy's budget, a fraction of the depth")

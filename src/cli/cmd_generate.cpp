@@ -167,7 +167,7 @@ std::string compression_json(const Session &session, int32_t seq, const Compress
       .integer("budget_tokens", cc.budget_tokens)
       .integer("compressions", session.compressor().compressions(seq))
       .integer("compressions_after_prefill", compressions_before)
-      // What the latest compression served (README "Which question") and what its probe took.
+      // What the latest compression served (packaging/docs/c_api.md "Which question") and what its probe took.
       .str("question", question_name(session.compressor().state(seq).question))
       .num("probe_seconds", session.compressor().state(seq).probe_seconds);
   if (cc.is_auto())  // what it chose at the latest compression (null before one)

@@ -34,11 +34,11 @@ extern "C" {
 #define IKV_POLICY_TOVA 5
 #define IKV_POLICY_PYRAMIDKV 6
 /* Chooses per sequence and per layer which evidence ranks the tokens and how the budget is spread across layers
- * (README "auto"); with max_loss > 0 it needs no budget. */
+ * (packaging/docs/quality.md "Choosing what to keep: auto"); with max_loss > 0 it needs no budget. */
 #define IKV_POLICY_AUTO 7
 /* KVzip's context replay: a token's score is the most attention any head gives it while the model re-reads the
  * context after a "repeat the previous context" prompt. Made for a cache that is asked something later (a chat's
- * history, a saved snapshot); each compression costs one more pass over the sequence's tokens (README "kvzip"). */
+ * history, a saved snapshot); each compression costs one more pass over the sequence's tokens (packaging/docs/c_api.md "Which question"). */
 #define IKV_POLICY_KVZIP 8
 
 /* Layer budget shapes. */
@@ -85,7 +85,7 @@ typedef struct ikv_session_options {
   int32_t sink;              /* streaming: sink tokens; default 4 */
   int32_t compress_after_prefill; /* non-zero (default): compress once right after the first decode */
   /* ---- version 2 ---- */
-  /* Where the session runs: NULL or "" (default) is "auto", the runtime's choice (the README says which device it
+  /* Where the session runs: NULL or "" (default) is "auto", the runtime's choice (packaging/docs/cli.md says which device it
    * picks: today the CPU); "cpu"; "cuda" (device 0) or "cuda:N". UTF-8, NUL-terminated, owned by the caller: ikv_session_create
    * copies what it needs, so the string only has to live until that call returns.
    * A string rather than an enum + index: the C++ core, the CLI's --device and configs name devices with the same
@@ -224,7 +224,7 @@ IKV_API int32_t ikv_seq_kv_bytes_uncompressed(int64_t *out, const ikv_session *s
  * (*out_slack_tokens). With the default `interval` the session compresses the sequence back to its budget whenever
  * it holds more than budget + slack after a decode, a message or a generated token (the slack is a quarter of the
  * budget rounded up to whole blocks, at least one block); with an explicit interval the slack is that interval.
- * Protected tokens never take a layer past budget + slack (README "When compression runs"). With
+ * Protected tokens never take a layer past budget + slack (packaging/docs/cli.md "When compression runs"). With
  * IKV_POLICY_NONE both are 0; with a quality target alone (max_loss, no budget) the budget is 0 and the slack is
  * how far the sequence may grow past what its latest compression kept. A query; changes nothing.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out_budget_tokens or out_slack_tokens); IKV_ERR_NOT_FOUND;
@@ -330,13 +330,13 @@ IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin
 IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens);
 
 /* Which question a compression serves, i.e. whose queries rank the tokens for the window policies (snapkv, infokv,
- * tova, pyramidkv) and for auto (README "Which question"): */
+ * tova, pyramidkv) and for auto (packaging/docs/c_api.md "Which question"): */
 #define IKV_QUESTION_BOTH 0  /* the two below together: what either ranks high is kept */
 #define IKV_QUESTION_NEXT 1  /* the tokens that follow at once (a reply being generated): the latest tokens' queries */
 #define IKV_QUESTION_LATER 2 /* a question not yet asked (a chat's history, a document, a cache about to be saved): a
                               * probe's queries ("Summarize the text above.", "Repeat the previous context exactly.");
                               * the default of ikv_seq_compress and of automatic compressions (measured: it serves the
-                              * next tokens about as well as NEXT does, README "Which question") */
+                              * next tokens about as well as NEXT does, packaging/docs/c_api.md "Which question") */
 /**
  * ikv_seq_compress for a stated question (IKV_QUESTION_*; ikv_seq_compress serves the config's compression.question,
  * LATER unless set). LATER and BOTH first run the probe questions (a few dozen tokens) through the model after the
