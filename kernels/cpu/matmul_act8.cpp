@@ -273,63 +273,13 @@ IKV_VNNI inline void pair_a8(const uint8_t *row, const Act8 &a, int64_t p, __m51
     mins += h2f_vnni(blk + 2) * a.dsum32[static_cast<size_t>(p)] + h2f_vnni(blk + BB + 2) * a.dsum32[static_cast<size_t>(p + 1)];
 }
 
-// Blocks b .. b + 3 (at blk, blk + BB, ...): [s0, n0, s1, n1, s2, n2, s3, n3], s a block's weight scale times its
-// activations' unit and, for Q4_1, n its min times d * sum(x) (the f16 pair d, m converted together); the other
-// types' n lanes are 0 and unused. One conversion for four blocks.
-template <A8 K>
-IKV_VNNI inline __m256 quad_scales(const uint8_t *blk, const float *ud) {
-  constexpr int64_t BB = a8_bb(K);
-  int32_t w[4];
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (K == A8::q4_1) {
-      std::memcpy(&w[i], blk + i * BB, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, blk + i * BB, 2);
-      w[i] = h;
-    }
-  }
-  return _mm256_mul_ps(_mm256_cvtph_ps(_mm_set_epi32(w[3], w[2], w[1], w[0])), _mm256_loadu_ps(ud));
-}
-
-// The 32-element types: four blocks per step as two vectors of two (two accumulators), their scales converted
-// together; then a last pair and an odd last block.
-template <A8 K, int P>
-IKV_VNNI float dot_a8(const uint8_t *row, const Act8 &a, uint32_t type) {
-  constexpr int64_t BB = a8_bb(K);
-  const int64_t nb = a.k / 32;
-  const __m512i idx = lanes_div(3, 0), idx_a = _mm512_slli_epi32(idx, 1), idx_b = _mm512_add_epi32(idx_a, _mm512_set1_epi32(4));
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
-  __m256 mn = _mm256_setzero_ps();
-  float mins = 0.0f;
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4) {
-    const uint8_t *blk = row + b * BB;
-    const __m512 sq = _mm512_castps256_ps512(quad_scales<K>(blk, a.ud.data() + 2 * b));
-    const __m512i acc0 = codes_dot<P>(K == A8::q4_1 ? zero : corr_at<P>(a, 32 * b), pair_codes<K>(blk), a, 32 * b);
-    const __m512i acc1 = codes_dot<P>(K == A8::q4_1 ? zero : corr_at<P>(a, 32 * b + 64), pair_codes<K>(blk + 2 * BB), a, 32 * b + 64);
-    f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc0), _mm512_permutexvar_ps(idx_a, sq), f0);
-    f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1), _mm512_permutexvar_ps(idx_b, sq), f1);
-    if constexpr (K == A8::q4_1) mn = _mm256_add_ps(mn, _mm512_castps512_ps256(sq));
-  }
-  if constexpr (K == A8::q4_1) {  // the odd lanes: n0 + n1 + n2 + n3 summed over the quads
-    alignas(32) float m8[8];
-    _mm256_store_ps(m8, mn);
-    mins = (m8[1] + m8[3]) + (m8[5] + m8[7]);
-  }
-  if (b + 2 <= nb) {
-    pair_a8<K, P>(row, a, b, idx, f0, mins);
-    b += 2;
-  }
-  float r = _mm512_reduce_add_ps(_mm512_add_ps(f0, f1)) + mins;
-  if (b < nb) r += block32_ref(row + b * BB, type, a, b);  // an odd last block
-  return r;
-}
-
-// dot_a8 for T tokens at once: each block pair's codes are unpacked once and dotted with every token's bytes. Each
-// token's sums are formed by the same operations in the same order as dot_a8's, so out[t] has dot_a8(row, *a[t])'s
-// bits (a sequence batched with others gets the logits it gets alone).
+// The 32-element types, for T tokens at once (T = 1: one token's dot): four blocks per step as two vectors of two
+// (two accumulators per token), then a last pair and an odd last block. Each block pair's codes are unpacked once
+// and dotted with every token's bytes; the four blocks' scales are converted by one instruction, [s0, n0, s1, n1, s2,
+// n2, s3, n3] once multiplied by a token's Act8::ud: s a block's weight scale times its activations' unit and, for
+// Q4_1, n its min times d * sum(x) (the f16 pair d, m converted together; the other types' n lanes are 0 and unused).
+// Each token's sums are formed by the same operations in the same order whatever T is, so a token gets the same bits
+// alone or batched with others (and a sequence the same logits). The K types below work the same way.
 template <A8 K, int P, int T>
 IKV_VNNI void dot_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t type, float *out) {
   constexpr int64_t BB = a8_bb(K);
@@ -389,83 +339,6 @@ IKV_VNNI void dot_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t ty
 
 // Q4_K: per super-block, sum_j sc_j * dot(q_j, x_j) in integers (sub-block pairs 2jj, 2jj + 1 are the low and high
 // nibbles of the same 32 bytes), then d * unit times that, less dmin * d * sum_j m_j * sum(x_j).
-template <int P>
-IKV_VNNI float dot_q4k_a8(const uint8_t *row, const Act8 &a) {
-  const int64_t nsb = a.k / 256;
-  __m512i idx[4];
-  for (int jj = 0; jj < 4; ++jj) idx[jj] = lanes_div(3, 2 * jj);
-  __m512 f = _mm512_setzero_ps();
-  __m256 mins = _mm256_setzero_ps();
-  const __m512i zero = _mm512_setzero_si512();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t *blk = row + 144 * sb;
-    // the eight 6-bit scales and mins (dq::scale_min_k4) as bytes, with 32-bit operations: u[0..1] the scales,
-    // u[2..3] the mins
-    uint32_t u[4];
-    std::memcpy(u, blk + 4, 12);
-    constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-    u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-    const uint32_t m_lo = u[1] & k6;
-    u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-    u[2] = m_lo;
-    u[0] &= k6;
-    const __m128i scm = _mm_loadu_si128(reinterpret_cast<const __m128i *>(u));
-    const __m512i scv = _mm512_cvtepu8_epi32(scm);  // lanes 0..7 the scales (8..15 the mins, unused here)
-    __m512i isum = zero;
-    for (int jj = 0; jj < 4; ++jj) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 16 + 32 * jj));
-      const __m512i z = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
-                                         _mm512_set1_epi8(0x0F));
-      const __m512i dp = codes_dot<P>(zero, z, a, 256 * sb + 64 * jj);
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dp, _mm512_permutexvar_epi32(idx[jj], scv)));
-    }
-    const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8)));
-    const __m256 qs = _mm256_loadu_ps(a.qsum32.data() + 8 * sb);
-    mins = _mm256_fmadd_ps(_mm256_mul_ps(mn, qs), _mm256_set1_ps(h2f_vnni(blk + 2) * a.d[static_cast<size_t>(sb)]), mins);
-    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h2f_vnni(blk) * a.unit[static_cast<size_t>(sb)]), f);
-  }
-  const __m128 m4 = _mm_add_ps(_mm256_castps256_ps128(mins), _mm256_extractf128_ps(mins, 1));
-  const __m128 m2 = _mm_add_ps(m4, _mm_movehl_ps(m4, m4));
-  return _mm512_reduce_add_ps(f) - _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
-}
-
-// Q6_K: the 6-bit codes of each half (128 values) as two vectors of 64 in element order (see dq::q6_k: low nibbles
-// of ql[0..63] with qh bit pairs 0 and 1 are values 0..63, high nibbles with bit pairs 2 and 3 values 64..127), each
-// group of 16 times its signed scale, summed in integers per super-block (at most 2^31 - 2^23 in magnitude with two
-// planes: 4 products of 4 * 32 * 127 * 257 * 128).
-template <int P>
-IKV_VNNI float dot_q6k_a8(const uint8_t *row, const Act8 &a) {
-  const int64_t nsb = a.k / 256;
-  const __m512i idx_a0 = lanes_div(2, 0), idx_b0 = lanes_div(2, 4), idx_a1 = lanes_div(2, 8), idx_b1 = lanes_div(2, 12);
-  // per 16-bit word: the low 256 bits take qh bit pair 0 (shift left 4), the high bit pair 1 (left 2); for the
-  // high nibbles, pair 2 (no shift) and pair 3 (right 2)
-  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
-  const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 f = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t *blk = row + 210 * sb;
-    const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
-    __m512i isum = zero;
-    for (int n = 0; n < 2; ++n) {
-      const __m512i l = _mm512_loadu_si512(blk + 64 * n);
-      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 128 + 32 * n)));
-      const __m512i ca = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(h, shl), m30));
-      const __m512i cb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                         _mm512_and_si512(_mm512_srlv_epi16(h, shr), m30));
-      const int64_t xo = 256 * sb + 128 * n;
-      const __m512i da = codes_dot<P>(corr_at<P>(a, xo), ca, a, xo);
-      const __m512i db = codes_dot<P>(corr_at<P>(a, xo + 64), cb, a, xo + 64);
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(da, _mm512_permutexvar_epi32(n == 0 ? idx_a0 : idx_a1, scv)));
-      isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(db, _mm512_permutexvar_epi32(n == 0 ? idx_b0 : idx_b1, scv)));
-    }
-    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(h2f_vnni(blk + 208) * a.unit[static_cast<size_t>(sb)]), f);
-  }
-  return _mm512_reduce_add_ps(f);
-}
-
-// dot_q4k_a8 for T tokens: each super-block's codes and scales unpacked once, every token's sums in dot_q4k_a8's order.
 template <int P, int T>
 IKV_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t, float *out) {
   const int64_t nsb = a[0]->k / 256;
@@ -516,7 +389,10 @@ IKV_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_
   }
 }
 
-// dot_q6k_a8 for T tokens, likewise.
+// Q6_K: the 6-bit codes of each half (128 values) as two vectors of 64 in element order (see dq::q6_k: low nibbles
+// of ql[0..63] with qh bit pairs 0 and 1 are values 0..63, high nibbles with bit pairs 2 and 3 values 64..127), each
+// group of 16 times its signed scale, summed in integers per super-block (at most 2^31 - 2^23 in magnitude with two
+// planes: 4 products of 4 * 32 * 127 * 257 * 128).
 template <int P, int T>
 IKV_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t, float *out) {
   const int64_t nsb = a[0]->k / 256;
@@ -560,11 +436,26 @@ using DotFn = float (*)(const uint8_t *, const Act8 &, uint32_t);
 using Dot4Fn = void (*)(const uint8_t *, const Act8 *const *, uint32_t, float *);
 
 template <A8 K, int P>
-IKV_VNNI float dot32_entry(const uint8_t *row, const Act8 &a, uint32_t type) { return dot_a8<K, P>(row, a, type); }
+IKV_VNNI float dot32_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
+  const Act8 *one = &a;
+  float r;
+  dot_a8_multi<K, P, 1>(row, &one, type, &r);
+  return r;
+}
 template <int P>
-IKV_VNNI float q4k_entry(const uint8_t *row, const Act8 &a, uint32_t) { return dot_q4k_a8<P>(row, a); }
+IKV_VNNI float q4k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
+  const Act8 *one = &a;
+  float r;
+  dot_q4k_a8_multi<P, 1>(row, &one, type, &r);
+  return r;
+}
 template <int P>
-IKV_VNNI float q6k_entry(const uint8_t *row, const Act8 &a, uint32_t) { return dot_q6k_a8<P>(row, a); }
+IKV_VNNI float q6k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
+  const Act8 *one = &a;
+  float r;
+  dot_q6k_a8_multi<P, 1>(row, &one, type, &r);
+  return r;
+}
 float ref_entry(const uint8_t *row, const Act8 &a, uint32_t type) { return act8_dot_ref(row, type, a); }
 
 template <int P>
