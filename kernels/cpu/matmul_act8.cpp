@@ -332,7 +332,7 @@ IKV_VNNI void dot_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t ty
       bt += 2;
     }
     float r = _mm512_reduce_add_ps(_mm512_add_ps(f0[t], f1[t])) + mins[t];
-    if (bt < nb) r += block32_ref(row + bt * BB, type, *a[t], bt);
+    if (bt < nb) r += block32_ref(row + bt * BB, type, *a[t], bt);  // an odd last block
     out[t] = r;
   }
 }
@@ -353,6 +353,8 @@ IKV_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t *blk = row + 144 * sb;
+    // the eight 6-bit scales and mins (dq::scale_min_k4) as bytes, with 32-bit operations: u[0..1] the scales,
+    // u[2..3] the mins
     uint32_t u[4];
     std::memcpy(u, blk + 4, 12);
     constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
@@ -362,7 +364,7 @@ IKV_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_
     u[2] = m_lo;
     u[0] &= k6;
     const __m128i scm = _mm_loadu_si128(reinterpret_cast<const __m128i *>(u));
-    const __m512i scv = _mm512_cvtepu8_epi32(scm);
+    const __m512i scv = _mm512_cvtepu8_epi32(scm);  // lanes 0..7 the scales (8..15 the mins, unused here)
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = zero;
     for (int jj = 0; jj < 4; ++jj) {
