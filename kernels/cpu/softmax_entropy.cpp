@@ -9,6 +9,38 @@
 namespace infokv {
 namespace cpu {
 
+namespace {
+
+// The k-th largest of x[n] (0 < k < n): the smallest of a min-heap of the k largest seen so far. Values are checked 16
+// at a time against the heap's smallest (a loop the compiler vectorises), and only a group holding a larger one
+// touches the heap, so a pass costs little more than reading the row (n is the vocabulary, this runs per position;
+// it replaced nth_element on a copy). Ties do not matter: the k-th largest value is the same whichever equal values
+// fill the heap. NaNs never enter past the first k (x > thr is false for them).
+float kth_largest(const float *x, int32_t n, int32_t k) {
+  static thread_local std::vector<float> heap;
+  heap.assign(x, x + k);
+  const auto greater = [](float a, float b) { return a > b; };
+  std::make_heap(heap.begin(), heap.end(), greater);
+  float thr = heap.front();
+  constexpr int32_t kGroup = 16;
+  for (int32_t i = k; i < n; i += kGroup) {
+    const int32_t e = std::min(n, i + kGroup);
+    bool any = false;
+    for (int32_t j = i; j < e; ++j) any |= x[j] > thr;
+    if (!any) continue;
+    for (int32_t j = i; j < e; ++j) {
+      if (!(x[j] > thr)) continue;
+      std::pop_heap(heap.begin(), heap.end(), greater);
+      heap.back() = x[j];
+      std::push_heap(heap.begin(), heap.end(), greater);
+      thr = heap.front();
+    }
+  }
+  return thr;
+}
+
+}  // namespace
+
 double topk_entropy(const float *logits, int32_t n, int32_t top_k) {
   // Only the top_k largest logits take part; find them with a threshold from a partial selection.
   if (n <= 0) return 0.0;
@@ -16,13 +48,7 @@ double topk_entropy(const float *logits, int32_t n, int32_t top_k) {
   float mx = logits[0];
   for (int32_t i = 1; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
   float thr = -INFINITY;
-  if (k < n) {
-    // k-th largest by nth_element on a copy; n is the vocabulary size, this runs once per position
-    static thread_local std::vector<float> tmp;
-    tmp.assign(logits, logits + n);
-    std::nth_element(tmp.begin(), tmp.begin() + (k - 1), tmp.end(), [](float a, float b) { return a > b; });
-    thr = tmp[static_cast<size_t>(k - 1)];
-  }
+  if (k < n) thr = kth_largest(logits, n, k);
   double z = 0, zl = 0;
   int32_t above = 0;
   for (int32_t i = 0; i < n; ++i) above += logits[i] > thr;

@@ -123,7 +123,11 @@ class HostOps final : public DeviceOps {
     cpu::attention_probs_mean(probs, q, n_q, n_heads, kv, visible0, scale);
   }
   void topk_entropy_rows(double *out, const float *logits, int64_t n_rows, int32_t n, int32_t top_k) override {
-    cpu::topk_entropy_rows(out, logits, n_rows, n, top_k);
+    // rows are independent: shared by the pool (each row's value does not depend on which thread computes it)
+    if (pool_ == nullptr || pool_->size() <= 1 || n_rows < 2) return cpu::topk_entropy_rows(out, logits, n_rows, n, top_k);
+    pool_->parallel_for(n_rows, 1, [&](int64_t r0, int64_t r1) {
+      cpu::topk_entropy_rows(out + r0, logits + r0 * n, r1 - r0, n, top_k);
+    });
   }
   void rep_change_rows(float *out, const float *hidden, int64_t n_layer, int64_t n, int64_t d) override {
     cpu::rep_change_rows(out, hidden, n_layer, n, d);

@@ -464,6 +464,27 @@ TEST(CpuTwins, TopkEntropyRowsMatchesPerRowEntropy) {
     cpu::topk_entropy_rows(e.data(), x.data(), r, n, k);
     for (int64_t i = 0; i < r; ++i) EXPECT_DOUBLE_EQ(e[i], cpu::topk_entropy(x.data() + i * n, n, k));
   }
+  // the k-th largest found by the heap: the same entropy, to the bit, as the threshold from a full sort (a
+  // vocabulary-sized row with runs of equal values around the threshold)
+  const int32_t v = 5000;
+  auto big = randn(static_cast<size_t>(v), g, 4.0f);
+  for (int32_t i = 0; i < v; i += 7) big[static_cast<size_t>(i)] = std::round(big[static_cast<size_t>(i)]);
+  for (int32_t k : {1, 2, 63, 256, 999, 4999}) {
+    std::vector<float> sorted(big);
+    std::sort(sorted.begin(), sorted.end(), [](float a, float b) { return a > b; });
+    const float thr = sorted[static_cast<size_t>(k - 1)];
+    double mx = sorted[0], z = 0, zl = 0;
+    int32_t above = 0;
+    for (float y : big) above += y > thr;
+    int32_t ties = k - above;
+    for (float y : big) {
+      if (!(y > thr || (y == thr && ties-- > 0))) continue;
+      const double l = static_cast<double>(y) - mx;
+      z += std::exp(l);
+      zl += std::exp(l) * l;
+    }
+    EXPECT_EQ(cpu::topk_entropy(big.data(), v, k), std::log(z) - zl / z) << "k " << k;
+  }
   // uniform logits: entropy is log(k)
   std::vector<float> u(64, 1.5f);
   cpu::topk_entropy_rows(e.data(), u.data(), 1, 64, 16);
