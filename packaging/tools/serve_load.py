@@ -32,16 +32,21 @@ def pct(v, p):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-def chat(client, model, messages, max_tokens):
-    """One streamed request: (text, ttft seconds, chunks with content)."""
+def chat(client, model, messages, max_tokens, gaps=None):
+    """One streamed request: (text, ttft seconds); the seconds between its later chunks with content go to gaps."""
     t0 = time.time()
     ttft = None
+    last = None
     out = []
     for ch in client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=0,
                                              stream=True):
         if ch.choices and ch.choices[0].delta.content:
+            now = time.time()
             if ttft is None:
-                ttft = time.time() - t0
+                ttft = now - t0
+            elif gaps is not None:
+                gaps.append(now - last)
+            last = now
             out.append(ch.choices[0].delta.content)
     return "".join(out), (ttft if ttft is not None else time.time() - t0)
 
@@ -67,12 +72,13 @@ def main():
             q = f"In one sentence: who is {TOPICS[(i + t) % len(TOPICS)]}? (reader {i}, question {t + 1})"
             msgs.append({"role": "user", "content": q})
             sent = [dict(m) for m in msgs]
+            gaps = []
             try:
-                text, ttft = chat(client, a.model, sent, a.max_tokens)
+                text, ttft = chat(client, a.model, sent, a.max_tokens, gaps)
             except Exception as e:  # counted, reported
                 log.append({"messages": sent, "error": f"{type(e).__name__}: {e}"})
                 break
-            log.append({"messages": sent, "text": text, "ttft": ttft})
+            log.append({"messages": sent, "text": text, "ttft": ttft, "turn": t, "gaps": gaps})
             msgs.append({"role": "assistant", "content": text})
         return log
 
@@ -87,7 +93,12 @@ def main():
            "completed": len(ok), "failed": len(failed), "wall_s": round(wall, 2),
            "completed_per_s": round(len(ok) / wall, 3),
            "ttft_p50_ms": round(pct([r["ttft"] for r in ok], 0.5) * 1e3, 1),
-           "ttft_p95_ms": round(pct([r["ttft"] for r in ok], 0.95) * 1e3, 1)}
+           "ttft_p95_ms": round(pct([r["ttft"] for r in ok], 0.95) * 1e3, 1),
+           # The first turns alone (a long prompt each, arriving together) and the gaps between a stream's tokens:
+           # every gap (p50) and each request's longest (p95 over requests: how long a stream stalls).
+           "ttft_first_turn_mean_ms": round(statistics.mean([r["ttft"] for r in ok if r["turn"] == 0] or [0]) * 1e3, 1),
+           "gap_p50_ms": round(pct([g for r in ok for g in r["gaps"]], 0.5) * 1e3, 1),
+           "stall_p95_ms": round(pct([max(r["gaps"]) for r in ok if r["gaps"]], 0.95) * 1e3, 1)}
     if failed:
         out["first_failure"] = failed[0]["error"][:300]
     if a.check:

@@ -32,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 struct TraceSpec {
   std::string model, corpus;
   int64_t conversations = 64, fits = 8, turns = 2, gen = 32, doc_tokens = 256, arrival_every = 2, think = 4;
-  int64_t threads = 0, max_batch = 8, topk = 64;
+  int64_t threads = 0, max_batch = 8, max_prefill = -1, topk = 64;
   std::vector<std::string> strategies;
   double max_loss = -1;  // engine default
   bool json = false;
@@ -167,6 +167,7 @@ Result run(const std::shared_ptr<const Model> &model, const TraceSpec &spec, con
   o.session.compression.policy = PolicyKind::auto_;
   o.session.compression.budget_fraction = 1.0;  // compressed only when memory runs out
   o.max_batch = static_cast<int32_t>(spec.max_batch);
+  o.max_prefill_tokens = static_cast<int32_t>(spec.max_prefill);
   if (spec.max_loss >= 0) o.max_loss = spec.max_loss;
   o.prefix_cache = spec.prefix_cache;
   Engine e(model, o);
@@ -261,7 +262,7 @@ Result run(const std::shared_ptr<const Model> &model, const TraceSpec &spec, con
 int cmd_bench_trace(int argc, char **argv) {
   Args a(argc, argv, 2,
          {"model", "corpus", "conversations", "fits", "turns", "gen", "doc-tokens", "arrival-every", "think", "threads",
-          "max-batch", "strategies", "max-loss"},
+          "max-batch", "max-prefill", "strategies", "max-loss"},
          {"trace", "json", "prefix-cache"});
   TraceSpec spec;
   spec.model = resolve_model_path(a.str("model", default_model_path()));
@@ -280,6 +281,7 @@ int cmd_bench_trace(int argc, char **argv) {
   spec.think = a.integer("think", 4, 0, 1 << 20);
   spec.threads = a.integer("threads", 0, 0, 1024);
   spec.max_batch = a.integer("max-batch", 8, 0, 100000);
+  spec.max_prefill = a.integer("max-prefill", -1, -1, 1 << 24);  // -1: the engine's default (one prefill chunk)
   spec.max_loss = a.number("max-loss", -1, -1, 1);
   spec.json = a.flag("json");
   spec.prefix_cache = a.flag("prefix-cache");

@@ -442,7 +442,8 @@ struct TextOut {
 int cmd_serve(int argc, char **argv) {
   std::set<std::string> valued = {"model", "host", "port", "api-key", "max-concurrent", "max-body", "max-prompt-tokens",
                                   "max-tokens-limit", "timeout", "strategy", "spill-dir", "cache-dir", "redis",
-                                  "cache-mb", "max-batch", "model-name", "http-threads", "max-priority"};
+                                  "cache-mb", "max-batch", "max-prefill", "model-name", "http-threads",
+                                  "max-priority"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"no-prefix-cache"});
   ServeSpec spec;
@@ -478,6 +479,8 @@ int cmd_serve(int argc, char **argv) {
   eo.strategy = parse_strategy(a.str("strategy", "auto"));
   eo.spill_dir = a.str("spill-dir");
   eo.max_batch = static_cast<int32_t>(a.integer("max-batch", 8, 1, 4096));
+  // Prompt tokens one engine step prefills before it decodes (default: one prefill chunk; 0: no limit).
+  eo.max_prefill_tokens = static_cast<int32_t>(a.integer("max-prefill", eo.session.ubatch, 0, 1 << 24));
   eo.prefix_cache = !a.flag("no-prefix-cache");
   eo.prefix.memory_bytes = a.integer("cache-mb", 256, 0, 1 << 20) << 20;
   eo.prefix.disk_dir = a.str("cache-dir");

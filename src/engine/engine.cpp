@@ -61,7 +61,10 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : 
   if (!(opts.min_keep > 0 && opts.min_keep <= 1)) fail(Status::invalid_argument, "min_keep must be in (0, 1]");
   if (!(opts.max_loss >= 0 && opts.max_loss <= 1)) fail(Status::invalid_argument, "max_loss must be in [0, 1]");
   if (opts.max_batch < 0) fail(Status::invalid_argument, "max_batch must not be negative");
+  if (opts.max_prefill_tokens < EngineOptions::kPrefillChunkPerStep)
+    fail(Status::invalid_argument, "max_prefill_tokens must be a token count, 0 (no limit) or kPrefillChunkPerStep");
   session_ = std::make_unique<Session>(std::move(model), opts.session);
+  if (opts_.max_prefill_tokens == EngineOptions::kPrefillChunkPerStep) opts_.max_prefill_tokens = session_->options().ubatch;
   namespace fs = std::filesystem;
   std::error_code ec;
   if (opts.spill_dir.empty()) {
@@ -743,8 +746,12 @@ std::vector<TokenEvent> Engine::step() {
     if (a->priority != b->priority) return a->priority > b->priority;
     return a->arrival < b->arrival;
   });
+  const int64_t prefilled_before = stats_.prefilled_tokens + stats_.recomputed_tokens;
   for (Conversation *c : queued) {
     if (opts_.max_batch > 0 && running >= opts_.max_batch) break;
+    if (opts_.max_prefill_tokens > 0 &&
+        stats_.prefilled_tokens + stats_.recomputed_tokens - prefilled_before >= opts_.max_prefill_tokens)
+      break;  // the rest wait for the next step, in order
     try {
       if (!admit(*c)) break;
       ++running;

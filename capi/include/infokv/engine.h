@@ -120,8 +120,10 @@ IKV_API int32_t ikv_engine_submit(ikv_engine *engine, int64_t conversation, cons
 /** Queued and running turns, into *out. @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_BAD_HANDLE. */
 IKV_API int32_t ikv_engine_pending(int64_t *out, const ikv_engine *engine);
 /**
- * One scheduling step: admits queued turns (bringing moved and dropped conversations back), prefills their tokens,
- * and decodes one token for every running turn in one batch, making room as the strategy says. The tokens it
+ * One scheduling step: admits queued turns in order (bringing moved and dropped conversations back) and prefills their
+ * tokens, until it has prefilled one prefill chunk's worth (the session's ubatch, 256 by default; the first turn is
+ * admitted whatever its length, the rest wait for the next step), then decodes one token for every running turn in
+ * one batch, making room as the strategy says. A turn's tokens do not depend on the step it was admitted in. The tokens it
  * produced go to out as pairs (conversation id, token): *out_count = 2 x the number of tokens. capacity must be at
  * least 2 x ikv_engine_pending(): otherwise IKV_ERR_BUFFER_TOO_SMALL with *out_count = that need, before the step
  * runs. A turn that no allowed means can give memory fails (IKV_TURN_FAILED) and the step goes on with the others.

@@ -370,4 +370,38 @@ TEST(Engine, AbsurdMemoryLimitsAreRefused) {
   EXPECT_GT(e.open(0, 1 << 20), 0);
 }
 
+TEST(Engine, APrefillLimitStartsTurnsAStepApartWithTheSameAnswers) {
+  const Script sc = make_script(infokv_test::test_seed());
+  const Outcome ref = run(options(Strategy::automatic, kLargePool, false), sc);
+  // One prompt per step (each is 41 tokens, over the limit of 1): the five turns submitted together start one step
+  // apart, in order of arrival, while the ones already in keep decoding.
+  EngineOptions o = options(Strategy::automatic, kLargePool, false);
+  o.max_prefill_tokens = 1;
+  std::vector<int64_t> running_after;
+  const Outcome lim = run(o, sc, nullptr, [&](Engine &e, int64_t step) {
+    if (step >= kConversations) return;
+    int64_t r = 0;
+    for (int64_t id = 1; id <= kConversations; ++id) r += e.state(id) == TurnState::running;
+    running_after.push_back(r);
+  });
+  EXPECT_EQ(running_after, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  for (int i = 0; i < kConversations; ++i) {
+    EXPECT_EQ(lim.final_state[static_cast<size_t>(i)], TurnState::done);
+    EXPECT_EQ(lim.generated[static_cast<size_t>(i)], ref.generated[static_cast<size_t>(i)]) << "conversation " << i;
+    EXPECT_EQ(lim.logits[static_cast<size_t>(i)], ref.logits[static_cast<size_t>(i)]) << "conversation " << i;
+  }
+  EXPECT_EQ(lim.stats.prefilled_tokens, ref.stats.prefilled_tokens);
+  // With a pool that holds two and a half of them, the limit and the strategy's choices together still finish all.
+  EngineOptions small = options(Strategy::automatic, kSmallPool, false);
+  small.max_prefill_tokens = 1;
+  const Outcome tight = run(small, sc);
+  for (int i = 0; i < kConversations; ++i) {
+    EXPECT_EQ(tight.final_state[static_cast<size_t>(i)], TurnState::done);
+    EXPECT_EQ(tight.generated[static_cast<size_t>(i)], ref.generated[static_cast<size_t>(i)]) << "conversation " << i;
+  }
+  EngineOptions bad = options(Strategy::automatic, kLargePool, false);
+  bad.max_prefill_tokens = -2;
+  EXPECT_THROW(Engine(infokv_test::stories_model(), bad), Error);
+}
+
 }  // namespace
