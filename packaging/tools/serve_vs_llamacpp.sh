@@ -4,7 +4,7 @@
 # GGUF, threads and KV room (a pool, or llama-server's context, for 8 of these conversations; llama-server gets 8
 # slots). Usage: packaging/tools/serve_vs_llamacpp.sh MODEL.gguf LLAMA_SERVER [CLIENTS] [THREADS]
 # Needs build/infokv and an interpreter with `openai` (PYTHON=..., default python3). INFOKV_SERVE_ARGS: more options
-# for infokv serve (e.g. "--max-prefill 0"); NO_LLAMA=1 runs infokv alone.
+# for infokv serve (e.g. "--max-prefill 0"); NO_LLAMA=1 runs infokv alone (LLAMA_SERVER is then not used: any word).
 set -euo pipefail
 MODEL=$1
 LLAMA_SERVER=$2

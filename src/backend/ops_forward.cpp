@@ -206,11 +206,12 @@ class OpsForward final : public DeviceForward {
     p.scale = 1.0f / std::sqrt(static_cast<float>(p.hd));
 
     // Rows that get logits. Entropy scoring needs every position's distribution, but only its entropy is kept: the
-    // LM head then runs kLmRows rows at a time into a buffer (a whole 512-token chunk of SmolLM2's 49,152-wide logits
-    // would take about 100 MB; 32 rows take 6 MB, Qwen2.5's 152K-wide 19 MB), and the rows the caller asked for are
-    // copied out as they pass. The quantised LM head is unpacked once per kLmRows rows: at 8 rows unpacking it was a
-    // tenth of prefill with a policy on (SmolLM2's Q8_0 head); at 32 prefill with InfoKV's entropy channel ran
-    // 1.15-1.25x faster (performance.md).
+    // LM head then runs kLmRows rows at a time into a buffer (a chunk with entropy on is at most kEntropyChunk = 64
+    // tokens, whose SmolLM2 logits would take 12.6 MB; 32 rows take 6 MB, of Qwen2.5's 152K vocabulary 19 MB), and
+    // the rows the caller asked for are copied out as they pass. The quantised LM head is unpacked once per kLmRows
+    // rows: at 8 rows unpacking it was a tenth of prefill with a policy on (SmolLM2's Q8_0 head), and on AVX-512 fewer
+    // than 16 rows miss the panel kernel; at 32 prefill with InfoKV's entropy channel ran 1.15-1.25x faster
+    // (performance.md).
     p.R = static_cast<int64_t>(c.logit_rows.size());
     p.LR = c.entropy ? std::min<int64_t>(p.T, kLmRows) : p.R;
 

@@ -41,13 +41,17 @@ struct EngineOptions {
   std::string spill_dir;
   // Most turns generating in one batch (0: as many as the pool holds).
   int32_t max_batch = 0;
-  // Prompt tokens a step prefills before it decodes: kPrefillChunkPerStep (the default) for the session's prefill
-  // chunk (ubatch), 0 for no limit. A step admits queued turns, in order, until the tokens their admissions
-  // prefilled (prompts, recomputes) reach this; the first is always admitted, whatever its length. Turns arriving
-  // together then start a step apart instead of all after every prompt is in: the first answers begin sooner and
-  // running turns keep streaming (8 two-turn chats arriving at once on SmolLM2, infokv serve: first-turn time to
-  // first token 3.3-3.6 s -> 2.2 s, a stream's longest stall p95 1.0-1.1 s -> 0.5 s, the same throughput;
-  // packaging/docs/server.md). Each turn's own computation, and so its tokens, are the same either way.
+  // When a step stops admitting: kPrefillChunkPerStep (the default) for the session's prefill chunk (ubatch), 0 for
+  // no limit. A step admits queued turns (by priority, then arrival) and stops once their admissions have prefilled
+  // this many tokens (prompts and recomputes; a prefix-cache hit or a restored snapshot counts only what is
+  // prefilled), so the turn that crosses it is prefilled whole and the first turn tried is tried whatever its
+  // length. Turns arriving together then start a step or more apart instead of all after every prompt is in: the
+  // first answers begin sooner and running turns keep streaming (8 two-turn chats arriving at once on SmolLM2, infokv
+  // serve: first-turn time to first token 3.3-3.6 s -> 2.2 s, a stream's longest stall p95 1.0-1.1 s -> 0.5 s, the
+  // same throughput; packaging/docs/server.md). A turn's own prefill and decode are the same computation whichever
+  // step admits it; what can differ under memory pressure is what the strategy does to make room meanwhile (a
+  // compression there changes what a turn keeps). Under a stream of higher-priority arrivals, lower-priority turns
+  // now wait for steps that have prefill to spare.
   static constexpr int32_t kPrefillChunkPerStep = -1;
   int32_t max_prefill_tokens = kPrefillChunkPerStep;
   // Compression never keeps fewer than this share of a conversation's tokens (mean over layers).
