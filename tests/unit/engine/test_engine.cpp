@@ -391,6 +391,16 @@ TEST(Engine, APrefillLimitStartsTurnsAStepApartWithTheSameAnswers) {
     EXPECT_EQ(lim.logits[static_cast<size_t>(i)], ref.logits[static_cast<size_t>(i)]) << "conversation " << i;
   }
   EXPECT_EQ(lim.stats.prefilled_tokens, ref.stats.prefilled_tokens);
+  // The same with a compression policy on (as infokv serve runs: auto, compressing only when memory runs out): its
+  // channels see the same tokens in the same chunks, so nothing changes either.
+  EngineOptions op = options(Strategy::automatic, kLargePool, true);
+  const Outcome ref_p = run(op, sc);
+  op.max_prefill_tokens = 1;
+  const Outcome lim_p = run(op, sc);
+  for (int i = 0; i < kConversations; ++i) {
+    EXPECT_EQ(lim_p.generated[static_cast<size_t>(i)], ref_p.generated[static_cast<size_t>(i)]) << "conversation " << i;
+    EXPECT_EQ(lim_p.logits[static_cast<size_t>(i)], ref_p.logits[static_cast<size_t>(i)]) << "conversation " << i;
+  }
   // With a pool that holds two and a half of them, the limit and the strategy's choices together still finish all.
   EngineOptions small = options(Strategy::automatic, kSmallPool, false);
   small.max_prefill_tokens = 1;
