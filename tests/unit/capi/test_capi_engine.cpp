@@ -101,8 +101,12 @@ TEST(CapiEngine, EveryStrategyThatFindsMemoryMatchesTheUnlimitedRun) {
     int64_t moves = 0, recomputes = 0;
     ASSERT_EQ(ikv_engine_stat(&moves, e, IKV_ENGINE_STAT_MOVES), IKV_OK);
     ASSERT_EQ(ikv_engine_stat(&recomputes, e, IKV_ENGINE_STAT_RECOMPUTES), IKV_OK);
-    if (st == IKV_STRATEGY_MOVE) EXPECT_GT(moves, 0);
-    if (st == IKV_STRATEGY_RECOMPUTE) EXPECT_GT(recomputes, 0);
+    if (st == IKV_STRATEGY_MOVE) {
+      EXPECT_GT(moves, 0);
+    }
+    if (st == IKV_STRATEGY_RECOMPUTE) {
+      EXPECT_GT(recomputes, 0);
+    }
     size_t len = 0;
     EXPECT_EQ(ikv_engine_report_json(nullptr, 0, &len, e), IKV_ERR_BUFFER_TOO_SMALL);
     std::string json(len + 1, '\0');
@@ -215,7 +219,9 @@ TEST(CapiEngine, PrefixCacheInADirectoryServesASecondEngine) {
     ASSERT_EQ(ikv_engine_stat(&hits, g.e, IKV_ENGINE_STAT_PREFIX_HITS), IKV_OK);
     ASSERT_EQ(ikv_engine_stat(&saves, g.e, IKV_ENGINE_STAT_PREFIX_SAVES), IKV_OK);
     EXPECT_EQ(hits, i);
-    if (i == 0) EXPECT_GE(saves, 1);
+    if (i == 0) {
+      EXPECT_GE(saves, 1);
+    }
   }
   EXPECT_EQ(answers[0], answers[1]);
   std::error_code ec;
