@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds infokv and runs every test: CPU build (with bindings) and, where nvcc exists, the CUDA build.
+# Builds infokv and runs every test: CPU build (with bindings), where nvcc exists the CUDA build, an aarch64 cross
+# build under emulation, the sanitizer builds and the fuzzers.
 # Usage: bash packaging/test.sh        (from the repository root; ../shared must hold the models and corpora)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -53,8 +54,11 @@ echo "=== Debian packages (cpack), installed with apt; C, Python, Java, Maven an
 JOBS="$JOBS" bash packaging/deb/check_debs.sh "$ROOT/build-ci/deb"
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="$PATH:/usr/local/cuda/bin"
-  run_build cuda -DINFOKV_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="75-virtual;80-real"
+  # sm_87 (Jetson Orin) as the one real target: it compiles the sm_80+ code paths and checks the edge GPU's target.
+  run_build cuda -DINFOKV_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="75-virtual;87-real"
 fi
+echo "=== ARM64: cross build for aarch64 and the unit suites and reference checks under qemu-aarch64 (packaging/docs/arm64.md)"
+JOBS="$JOBS" bash packaging/cross/test_arm64.sh "$ROOT/build-ci/arm64"
 echo "=== AddressSanitizer + UndefinedBehaviorSanitizer build, unit tests"
 JOBS="$JOBS" bash tests/sanitize.sh "$ROOT/build-ci/asan"
 echo "=== ThreadSanitizer build (library + concurrency test binary only), concurrency tests"

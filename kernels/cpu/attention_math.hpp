@@ -15,12 +15,35 @@
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/fp16.hpp"
 
-#define IKV_AVX2 __attribute__((target("avx2,fma,f16c")))
-
 namespace infokv {
 namespace cpu {
 namespace attn {
 
+// A weighted sum's row (wsum_rows_*): o += w[j] * v[j] for j < cnt.
+struct WsumRow {
+  float *o;
+  const float *w;
+  int32_t cnt;
+};
+constexpr int kWsumRows = 4;
+
+// One row of scores: query q (head_dim floats) against keys 0 .. cnt-1 of a block, out[j] = (q . k_j) * scale.
+struct ScoreRow {
+  float *out;
+  const float *q;
+  int32_t cnt;
+};
+constexpr int kScoreRows = 4;
+constexpr int32_t kPairMaxHd = 256;  // the query pairs are packed on the stack
+
+// The rows the AVX-512 tiles' SCORES step gathers (scores_b512); the other paths leave it empty.
+struct ScoreBatch {
+  ScoreRow rows[kScoreRows];
+  int n = 0;
+};
+
+#if IKV_X86
+#define IKV_AVX2 __attribute__((target("avx2,fma,f16c")))
 using cpu::exp256;
 
 // p[j] = exp(p[j] - max p) for j < n; returns the sum and stores the max in *mx (n >= 1).
@@ -52,8 +75,12 @@ __attribute__((target("avx2,fma"))) inline double exp_shifted_avx2(float *p, int
   return sum;
 }
 
+#endif  // IKV_X86
+
 inline double exp_shifted(float *p, int32_t n, float *mx_out) {
+#if IKV_X86
   if (have_f16c()) return exp_shifted_avx2(p, n, mx_out);
+#endif
   float mx = -INFINITY;
   for (int32_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
   double sum = 0;
@@ -65,6 +92,7 @@ inline double exp_shifted(float *p, int32_t n, float *mx_out) {
   return sum;
 }
 
+#if IKV_X86
 __attribute__((target("avx2,fma"))) inline void scale_avx2(float *p, int32_t n, float f) {
   const __m256 fv = _mm256_set1_ps(f);
   int32_t j = 0;
@@ -72,17 +100,21 @@ __attribute__((target("avx2,fma"))) inline void scale_avx2(float *p, int32_t n, 
   for (; j < n; ++j) p[j] *= f;
 }
 
+#endif  // IKV_X86
+
 inline void softmax_inplace(float *p, int32_t n) {
   float mx;
   const float inv = static_cast<float>(1.0 / exp_shifted(p, n, &mx));
+#if IKV_X86
   if (have_f16c()) {
     scale_avx2(p, n, inv);
     return;
   }
+#endif
   for (int32_t j = 0; j < n; ++j) p[j] *= inv;
 }
 
-
+#if IKV_X86
 // The end of the dot product of a and row b whose 8-wide chunks below n8 = n & ~7 are summed in acc: the lanes,
 // then the tail.
 template <KvDtype D>
@@ -259,12 +291,6 @@ IKV_AVX2 inline void wsum_d(float *o, const float *w, const void *vb, int32_t cn
 // tile). Head dims of 64 and up already run eight chains per row (wsum_d); below that a row is one or a few chains
 // of dependent FMAs, so up to four rows run side by side, each V vector loaded once for all of them. Each row's
 // chain still takes the keys in order: the same bits as wsum_d one row at a time.
-struct WsumRow {
-  float *o;
-  const float *w;
-  int32_t cnt;
-};
-constexpr int kWsumRows = 4;
 
 template <KvDtype D, int R>
 IKV_AVX2 inline void wsum_rows_d(const WsumRow *rows, const void *vb, int32_t hd) {
@@ -334,14 +360,6 @@ IKV_ATT512 inline __attribute__((always_inline)) __m512 lane_sums16(const __m512
   return _mm512_add_ps(_mm512_shuffle_ps(h, g, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(h, g, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
-// One row of scores: query q (head_dim floats) against keys 0 .. cnt-1 of a block, out[j] = (q . k_j) * scale.
-struct ScoreRow {
-  float *out;
-  const float *q;
-  int32_t cnt;
-};
-constexpr int kScoreRows = 4;
-constexpr int32_t kPairMaxHd = 256;  // the query pairs are packed on the stack
 
 // Rows 0..n-1 (n = 2 or 4: one or two query pairs) against the f32 keys at kb (key j at j * hd, hd a multiple of 8 up
 // to kPairMaxHd), 8 / pairs keys at a time for the keys all the rows see; the rest of each row through scores_nq<1>.
@@ -496,10 +514,6 @@ IKV_ATT512 inline void scores_keypairs_d(float *ph, int64_t pstride, const float
 // The SCORES step of the AVX-512 tiles: a group's rows join the batch when the block is f32 (a tile's widened block)
 // and the head dim suits the query pairs (flushed four at a time, and by scores_flush512 at the end of the block);
 // f16/bf16 blocks read in place (a decode step) take the key pairs; head dims not a multiple of 8 take scores_v.
-struct ScoreBatch {
-  ScoreRow rows[kScoreRows];
-  int n = 0;
-};
 
 IKV_ATT512 inline void scores_b512(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
                                    int32_t cnt, int32_t hd, float scale, ScoreBatch &b) {
@@ -594,6 +608,8 @@ IKV_ATT512 inline void wsum_rows_v512(const WsumRow *rows, int n, const void *vb
     default: break;  // q4_0 blocks arrive widened to f32
   }
 }
+
+#endif  // IKV_X86
 
 inline float dot_s(const float *a, const float *b, int32_t n) {
   float s = 0;

@@ -16,6 +16,7 @@
 namespace infokv {
 namespace cpu {
 
+#if IKV_X86
 namespace {
 // silu(g) * u, exp by exp256 (~2 ulp). Its clamp keeps exp(-g) finite, so a gate far above zero gives g and one far
 // below gives a tiny multiple of g (std::exp's path gives -0 there), and a NaN gate stays NaN. Every element goes
@@ -38,12 +39,15 @@ __attribute__((target("avx2,fma"))) void swiglu_avx2(float *out, const float *ga
   std::memcpy(out + i, o, static_cast<size_t>(n - i) * 4);
 }
 }  // namespace
+#endif
 
 void swiglu(float *out, const float *gate, const float *up, int64_t n) {
+#if IKV_X86
   if (have_f16c()) {
     swiglu_avx2(out, gate, up, n);
     return;
   }
+#endif
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];

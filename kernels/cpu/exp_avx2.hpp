@@ -3,6 +3,7 @@
 #pragma once
 #include "kernels/cpu/simd.hpp"
 
+#if IKV_X86
 namespace infokv {
 namespace cpu {
 
@@ -25,3 +26,4 @@ __attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
 
 }  // namespace cpu
 }  // namespace infokv
+#endif  // IKV_X86

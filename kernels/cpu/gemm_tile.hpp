@@ -27,6 +27,7 @@ namespace tile {
 // loaders (attention_math.hpp reads K/V with them too; a quantised KV block reaches it widened to f32).
 using WKind = KvDtype;
 
+#if IKV_X86
 __attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) __m256 load8(const void *w, int64_t i,
                                                                                         WKind kind) {
   switch (kind) {
@@ -41,6 +42,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) _
   }
   return _mm256_setzero_ps();
 }
+#endif  // IKV_X86
 
 inline float load1(const void *w, int64_t i, WKind kind) {
   switch (kind) {
@@ -52,6 +54,7 @@ inline float load1(const void *w, int64_t i, WKind kind) {
   return 0;
 }
 
+#if IKV_X86
 __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
   __m128 hi = _mm256_extractf128_ps(v, 1);
@@ -176,6 +179,7 @@ IKV_TILE512 void tile_avx512(float *out, const float *x, const uint8_t *wbase, i
   }
   finish<K, RM, RN>(out, acc8, xs, wr, k0, r0, t0, m, k);
 }
+#endif  // IKV_X86
 
 // Tokens are taken this many at a time: their activations stay in L2 while the rows pass over them.
 constexpr int64_t kTokenChunk = 64;
@@ -192,6 +196,7 @@ inline int64_t fused_ahead() {
   return ahead;
 }
 
+#if IKV_X86
 using TileFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
 
 template <WKind K, int RM, bool Wide>
@@ -227,13 +232,17 @@ TileFn pick(int rm, int rn) {
   return wide ? pick_in<K, true>(rm, rn) : pick_in<K, false>(rm, rn);
 }
 
+#endif  // IKV_X86
+
 // Asks for the cache lines of bytes [b, e) of base to be brought into L1 (none when b >= e). Decode reads each
 // weight row once, in order; on some machines the hardware prefetchers fall far behind that stream and decode waits
 // on DRAM: asking for the bytes a row or two ahead (kRowsAhead, fused_ahead) keeps it fed (measured; see
 // packaging/docs/performance.md, "Kernel choices").
 inline void prefetch_l1(const uint8_t *base, int64_t b, int64_t e) {
-  for (; b < e; b += 64) _mm_prefetch(reinterpret_cast<const char *>(base + b), _MM_HINT_T0);
+  for (; b < e; b += 64) __builtin_prefetch(base + b, 0, 3);  // prefetcht0 on x86, prfm pldl1keep on ARM
 }
+
+#if IKV_X86
 
 // Output rows r0 .. r1-1 (row r's weights at wbase + (r - r0) * wstride) for tokens t0 .. t1-1, in tiles of up to
 // 4 rows x 3 tokens (x 6 with AVX-512). A lone token over f32 rows (small models, or a buffer of expanded rows in L1) takes 8 rows a
@@ -280,6 +289,8 @@ void run_block(float *out, const float *x, const uint8_t *wbase, int64_t wstride
   }
 }
 
+#endif  // IKV_X86
+
 // Rows widened or expanded per block before run_block: as many as fit in about 64 KB of f32 (a multiple of 4, 4 to
 // 32), so the block and a panel of activations sit in L1/L2 together.
 inline int64_t block_rows(int64_t k) { return std::clamp<int64_t>((kBlockBytes / (4 * k)) & ~int64_t{3}, 4, 32); }
@@ -309,6 +320,7 @@ inline int64_t panel_chunk(int64_t k) {
 // Full groups of four tokens go 4 x 4 elements at a time through SSE transposes, cheaper than a scalar strided copy
 // (measured in F16 prefill); the rest one element at a time.
 inline void pack_panel(float *xt, const float *x, int64_t t0, int64_t t1, int64_t k, int64_t width = kPanel) {
+#if IKV_X86
   const int64_t quads = (t1 - t0) / 4 * 4, k4 = k & ~int64_t{3};
   for (int64_t j = 0; j < quads; j += 4) {
     const float *r = x + (t0 + j) * k;
@@ -323,6 +335,9 @@ inline void pack_panel(float *xt, const float *x, int64_t t0, int64_t t1, int64_
       _mm_storeu_ps(o + 3 * width, d);
     }
   }
+#else
+  const int64_t quads = 0, k4 = 0;
+#endif
   for (int64_t i = 0; i < k; ++i) {
     float *d = xt + i * width;
     for (int64_t j = i < k4 ? quads : 0; j < t1 - t0; ++j) d[j] = x[(t0 + j) * k + i];
@@ -332,6 +347,7 @@ inline void pack_panel(float *xt, const float *x, int64_t t0, int64_t t1, int64_
 
 // out[(t0 + j) * m + r0 + r] for RM rows (f32, wstride floats apart) and the panel's first nt tokens, NV * 16 of
 // the panel's tokens computed (NV = 1 when nt <= 16: the same sums, half the work on a short tail).
+#if IKV_X86
 template <int RM, int NV>
 IKV_TILE512 void panel_tile(float *out, const float *xt, const float *w, int64_t wstride, int64_t r0, int64_t t0,
                             int64_t nt, int64_t m, int64_t k) {
@@ -380,11 +396,13 @@ inline void run_panels(float *out, const float *xt, int64_t t0, int64_t t1, cons
   }
 }
 
+#endif  // IKV_X86
+
 // Asks for bytes [p, p + n) to be brought into L2, one request per cache line. Prefill widens or expands a block
 // of weight rows while the tile works on the previous one from L1: without this the widening stalls on DRAM
 // (measured in F16 prefill), with it the fetch overlaps the tile's arithmetic.
 inline void prefetch_l2(const uint8_t *p, int64_t n) {
-  for (int64_t i = 0; i < n; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T1);
+  for (int64_t i = 0; i < n; i += 64) __builtin_prefetch(p + i, 0, 2);  // prefetcht1 on x86
 }
 
 // When a product is shared among the pool's threads: not below kShareMacs multiply-adds in all (the hand-off would

@@ -21,17 +21,20 @@ inline uint8_t *slot_ptr(const PagedKv &kv, int32_t slot, int32_t h, int which) 
   return kv.pool + static_cast<int64_t>(b) * kv.block_stride + off;
 }
 
+#if IKV_X86
 __attribute__((target("avx2,f16c"))) inline void load_f16_hw(float *dst, const uint16_t *s, int32_t n) {
   int32_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i))));
   for (; i < n; ++i) dst[i] = fp16_to_float(s[i]);
 }
+#endif
 
 inline bool have_f16c() {
   static const bool ok = cpu_has_avx2_fma_f16c();
   return ok;
 }
 
+#if IKV_X86
 // F16C's conversion rounds to nearest even like float_to_fp16, and gives the same bits for every float but NaN
 // (checked over all 2^32 inputs): it keeps a NaN's payload where float_to_fp16 gives the plain quiet NaN, so a block
 // holding a NaN goes through float_to_fp16.
@@ -88,6 +91,8 @@ __attribute__((target("avx2,f16c"))) inline void load_q4_0_hw(float *dst, const 
   }
 }
 
+#endif  // IKV_X86
+
 inline bool have_avx512f() {
   static const bool ok = cpu_has_avx512();
   return ok;
@@ -100,10 +105,12 @@ inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
     case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
     case KvDtype::f16: {
       auto *d = reinterpret_cast<uint16_t *>(dst);
+#if IKV_X86
       if (have_f16c()) {
         store_f16_hw(d, src, n);
         break;
       }
+#endif
       for (int32_t i = 0; i < n; ++i) d[i] = float_to_fp16(src[i]);
       break;
     }
@@ -126,6 +133,7 @@ inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
 inline void load_row(float *dst, const uint8_t *src, int32_t n, KvDtype t);
 inline void load_row_rotated(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
   if (t == KvDtype::q8_0) {
+#if IKV_X86
     if (have_avx512f()) {
       load_q8_0_512(dst, src, n / kvq::kBlock);
       return;
@@ -134,12 +142,15 @@ inline void load_row_rotated(float *dst, const uint8_t *src, int32_t n, KvDtype 
       load_q8_0_hw(dst, src, n / kvq::kBlock);
       return;
     }
+#endif
     for (int32_t i = 0; i < n; i += kvq::kBlock, src += kvq::kQ8Bytes) kvq::dequantize_q8_0_rotated(dst + i, src);
   } else if (t == KvDtype::q4_0) {
+#if IKV_X86
     if (have_f16c()) {
       load_q4_0_hw(dst, src, n / kvq::kBlock);
       return;
     }
+#endif
     for (int32_t i = 0; i < n; i += kvq::kBlock, src += kvq::kQ4Bytes) kvq::dequantize_q4_0_rotated(dst + i, src);
   } else {
     load_row(dst, src, n, t);
@@ -152,10 +163,12 @@ inline void load_row(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
     case KvDtype::f32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); break;
     case KvDtype::f16: {
       const auto *s = reinterpret_cast<const uint16_t *>(src);
+#if IKV_X86
       if (have_f16c()) {
         load_f16_hw(dst, s, n);
         break;
       }
+#endif
       for (int32_t i = 0; i < n; ++i) dst[i] = fp16_to_float(s[i]);
       break;
     }

@@ -54,6 +54,7 @@ void rows_generic(float *out, const float *x, const W *w, int64_t n, int64_t m0,
 
 using tile::WKind;
 
+#if IKV_X86
 // k f16/bf16 weights widened to f32 (exactly).
 template <WKind K>
 __attribute__((target("avx2,fma,f16c"))) void widen_row(float *dst, const uint8_t *src, int64_t k) {
@@ -89,8 +90,7 @@ void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
   }
 }
 
-// F16C is read from CPUID leaf 1 (ECX bit 29) because clang before 15 rejects __builtin_cpu_supports("f16c").
-bool have_avx2() { return cpu_has_avx2_fma_f16c(); }
+#endif  // IKV_X86
 
 }  // namespace
 
@@ -104,14 +104,18 @@ bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t 
     default: return matmul_quant(out, x, w, w_type, n, m, k, pool);
   }
   auto body = [&](int64_t m0, int64_t m1) {
-    if (have_avx2()) {
+#if IKV_X86
+    if (cpu_has_avx2_fma_f16c()) {
       switch (kind) {
         case WKind::f32: rows_avx2<WKind::f32>(out, x, w, n, m0, m1, m, k); break;
         case WKind::f16: rows_avx2<WKind::f16>(out, x, w, n, m0, m1, m, k); break;
         case WKind::bf16: rows_avx2<WKind::bf16>(out, x, w, n, m0, m1, m, k); break;
         default: break;  // not a weight kind
       }
-    } else if (kind == WKind::f32) {
+      return;
+    }
+#endif
+    if (kind == WKind::f32) {
       rows_generic(out, x, static_cast<const float *>(w), n, m0, m1, m, k, false);
     } else {
       rows_generic(out, x, static_cast<const uint16_t *>(w), n, m0, m1, m, k, kind == WKind::bf16);

@@ -140,6 +140,12 @@ float block32_ref(const uint8_t *blk, uint32_t type, const Act8 &a, int64_t b) {
   return r;
 }
 
+using DotFn = float (*)(const uint8_t *, const Act8 &, uint32_t);
+// Four tokens' dots of one row at once (out[4]), each with the bits DotFn gives it alone.
+using Dot4Fn = void (*)(const uint8_t *, const Act8 *const *, uint32_t, float *);
+float ref_entry(const uint8_t *row, const Act8 &a, uint32_t type) { return act8_dot_ref(row, type, a); }
+
+#if IKV_X86
 // The AVX-512 VNNI kernels. Zen 4/5, Ice Lake and later have them; elsewhere decode keeps the f32 path.
 #define IKV_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
@@ -433,10 +439,6 @@ IKV_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_
   for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(f[t]);
 }
 
-using DotFn = float (*)(const uint8_t *, const Act8 &, uint32_t);
-// Four tokens' dots of one row at once (out[4]), each with the bits DotFn gives it alone.
-using Dot4Fn = void (*)(const uint8_t *, const Act8 *const *, uint32_t, float *);
-
 template <A8 K, int P>
 IKV_VNNI float dot32_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
   const Act8 *one = &a;
@@ -458,7 +460,6 @@ IKV_VNNI float q6k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
   dot_q6k_a8_multi<P, 1>(row, &one, type, &r);
   return r;
 }
-float ref_entry(const uint8_t *row, const Act8 &a, uint32_t type) { return act8_dot_ref(row, type, a); }
 
 template <int P>
 DotFn vnni_dot(uint32_t type) {
@@ -484,6 +485,25 @@ Dot4Fn vnni_dot4(uint32_t type) {
     case GgmlType::Q6_K: return dot_q6k_a8_multi<P, 4>;
     default: return nullptr;
   }
+}
+#endif  // IKV_X86
+
+// The dot of one row with one token's activations (planes 1 or 2): VNNI where act8_fast(), else the reference.
+DotFn dot_for(uint32_t type, int planes) {
+#if IKV_X86
+  if (act8_fast()) return planes == 2 ? vnni_dot<2>(type) : vnni_dot<1>(type);
+#endif
+  (void)type, (void)planes;
+  return ref_entry;
+}
+
+// The four-token dot (VNNI only), or nullptr: tokens then go one at a time through dot_for's.
+Dot4Fn dot4_for(uint32_t type, int planes) {
+#if IKV_X86
+  if (act8_fast()) return planes == 2 ? vnni_dot4<2>(type) : vnni_dot4<1>(type);
+#endif
+  (void)type, (void)planes;
+  return nullptr;
 }
 
 // Rows m0 .. m1-1 for every token, each row's bytes asked for tile::fused_ahead() bytes before they are read, as
@@ -566,10 +586,15 @@ void act8_quantize_ref(const float *x, int64_t k, uint32_t type, int planes, Act
 }
 
 void act8_quantize(const float *x, int64_t k, uint32_t type, int planes, Act8 *a) {
-  if (!act8_fast() || k % 64 != 0) return act8_quantize_ref(x, k, type, planes, a);
-  act8_shape(k, type, planes, a);
-  quantize_vnni(x, code_offset(type), a);
-  act8_sums(a);
+#if IKV_X86
+  if (act8_fast() && k % 64 == 0) {
+    act8_shape(k, type, planes, a);
+    quantize_vnni(x, code_offset(type), a);
+    act8_sums(a);
+    return;
+  }
+#endif
+  act8_quantize_ref(x, k, type, planes, a);
 }
 
 float act8_dot_ref(const uint8_t *row, uint32_t type, const Act8 &a) {
@@ -635,7 +660,7 @@ bool act8_decode(uint32_t type, int64_t k, int *planes) {
 }
 
 void act8_rows(float *out, const Act8 &a, const void *w, uint32_t type, int64_t m) {
-  const DotFn dot = !act8_fast() ? ref_entry : a.planes == 2 ? vnni_dot<2>(type) : vnni_dot<1>(type);
+  const DotFn dot = dot_for(type, a.planes);
   const int64_t row_bytes = a.k / a.block * block_bytes(type);
   rows_act8(dot, nullptr, out, &a, 1, static_cast<const uint8_t *>(w), type, row_bytes, 0, m, 1);
 }
@@ -646,8 +671,8 @@ bool matmul_act8(float *out, const float *x, const void *w, uint32_t type, int64
   if (!act8_type(type) || k % qk != 0 || n < 1) return false;
   std::vector<Act8> acts(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) act8_quantize(x + t * k, k, type, planes, &acts[static_cast<size_t>(t)]);
-  DotFn dot = !act8_fast() ? ref_entry : planes == 2 ? vnni_dot<2>(type) : vnni_dot<1>(type);
-  Dot4Fn dot4 = !act8_fast() || n < 4 ? nullptr : planes == 2 ? vnni_dot4<2>(type) : vnni_dot4<1>(type);
+  const DotFn dot = dot_for(type, planes);
+  const Dot4Fn dot4 = n < 4 ? nullptr : dot4_for(type, planes);
   const int64_t row_bytes = k / qk * block_bytes(type);
   const auto *wb = static_cast<const uint8_t *>(w);
   auto body = [&](int64_t m0, int64_t m1) { rows_act8(dot, dot4, out, acts.data(), n, wb, type, row_bytes, m0, m1, m); };

@@ -46,6 +46,7 @@ constexpr int64_t kAheadLines = 64;
 using GTile = void (*)(float *out, const float *xp, int64_t P, const uint16_t *const *wv, int64_t r0, int64_t m,
                        int64_t k);
 
+#if IKV_X86
 #define IKV_AVX2_F16 __attribute__((target("avx2,fma,f16c")))
 
 template <WKind K, int NV, int RN, bool Ahead>
@@ -170,6 +171,8 @@ void prefill_groups(float *out, const float *xt, const uint16_t *w, int64_t nt, 
   }
 }
 
+#endif  // IKV_X86
+
 // Any CPU: the same chains one lane at a time (std::fma is the fused operation the vector kernels do).
 void groups_portable(float *out, const float *x, const uint16_t *w, WKind kind, int64_t n, int64_t g0, int64_t g1,
                      int64_t m, int64_t k) {
@@ -189,6 +192,7 @@ void groups_portable(float *out, const float *x, const uint16_t *w, WKind kind, 
   }
 }
 
+#if IKV_X86
 using GroupsFn = void (*)(float *, const float *, const uint16_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
 
 template <WKind K>
@@ -196,6 +200,7 @@ GroupsFn groups_fn(bool decode, bool wide) {
   if (decode) return wide ? decode_groups<K, true> : decode_groups<K, false>;
   return wide ? prefill_groups<K, true> : prefill_groups<K, false>;
 }
+#endif  // IKV_X86
 
 }  // namespace
 
@@ -246,10 +251,11 @@ bool matmul_grouped(float *out, const float *x, const void *w, uint32_t w_type, 
     if (pool_on) pool->parallel_for(groups, grain, body, per_thread);
     else body(0, groups);
   };
-  if (!cpu_has_avx2_fma_f16c()) {
+  if (!IKV_X86 || !cpu_has_avx2_fma_f16c()) {
     share([&](int64_t g0, int64_t g1) { groups_portable(out, x, wg, kind, n, g0, g1, m, k); });
     return true;
   }
+#if IKV_X86
   static const bool wide = cpu_has_avx512();
   const bool decode = n < kDecodeTokens;
   const GroupsFn fn = kind == WKind::f16 ? groups_fn<WKind::f16>(decode, wide) : groups_fn<WKind::bf16>(decode, wide);
@@ -281,6 +287,7 @@ bool matmul_grouped(float *out, const float *x, const void *w, uint32_t w_type, 
     else pack(0, np);
     share([&](int64_t g0, int64_t g1) { fn(out + s * m, xt, wg, ns, g0, g1, m, k); });
   }
+#endif  // IKV_X86
   return true;
 }
 

@@ -67,6 +67,24 @@ void rows_generic(float *out, const float *x, const uint8_t *w, int64_t n, int64
   }
 }
 
+using RowsFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
+
+// The portable products of each type (any CPU; the reference the vector paths are tested against).
+RowsFn rows_portable(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q4_0: return rows_generic<dq::q4_0, 32, 18>;
+    case GgmlType::Q4_1: return rows_generic<dq::q4_1, 32, 20>;
+    case GgmlType::Q5_0: return rows_generic<dq::q5_0, 32, 22>;
+    case GgmlType::Q5_1: return rows_generic<dq::q5_1, 32, 24>;
+    case GgmlType::Q8_0: return rows_generic<dq::q8_0, 32, 34>;
+    case GgmlType::Q4_K: return rows_generic<dq::q4_k, 256, 144>;
+    case GgmlType::Q5_K: return rows_generic<dq::q5_k, 256, 176>;
+    case GgmlType::Q6_K: return rows_generic<dq::q6_k, 256, 210>;
+    default: return nullptr;
+  }
+}
+
+#if IKV_X86
 // AVX2 block expansions for the common 32-element types (the scalar ones above remain the reference; these may
 // round q * d + m once instead of twice).
 __attribute__((target("avx2,fma,f16c"))) inline float h2f_f16c(const uint8_t *p) {
@@ -512,28 +530,22 @@ bool have_avx2_fma() {
   return ok;
 }
 
-using RowsFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t);
-
 template <Fused K>
 RowsFn fused_rows(bool wide) {
   return wide ? rows_fused<K, true> : rows_fused<K, false>;
 }
 
-template <BlockFn F, int64_t QK, int64_t BB>
-RowsFn pick() {
-  return have_avx2_fma() ? rows_expanded<F, QK, BB, false> : rows_generic<F, QK, BB>;
-}
-
 RowsFn rows_for(uint32_t type) {
+  if (!have_avx2_fma()) return rows_portable(type);
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return have_avx2_fma() ? rows_expanded<q4_0_avx2, 32, 18, false> : rows_generic<dq::q4_0, 32, 18>;
-    case GgmlType::Q4_1: return have_avx2_fma() ? rows_expanded<q4_1_avx2, 32, 20, false> : rows_generic<dq::q4_1, 32, 20>;
-    case GgmlType::Q5_0: return pick<dq::q5_0, 32, 22>();
-    case GgmlType::Q5_1: return pick<dq::q5_1, 32, 24>();
-    case GgmlType::Q8_0: return have_avx2_fma() ? rows_expanded<q8_0_avx2, 32, 34, false> : rows_generic<dq::q8_0, 32, 34>;
-    case GgmlType::Q4_K: return pick<dq::q4_k, 256, 144>();
-    case GgmlType::Q5_K: return pick<dq::q5_k, 256, 176>();
-    case GgmlType::Q6_K: return have_avx2_fma() ? rows_expanded<q6_k_avx2, 256, 210, false> : rows_generic<dq::q6_k, 256, 210>;
+    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, 32, 18, false>;
+    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, 32, 20, false>;
+    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, 32, 22, false>;
+    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, 32, 24, false>;
+    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, 32, 34, false>;
+    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, 256, 144, false>;
+    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, 256, 176, false>;
+    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, 256, 210, false>;
     default: return nullptr;
   }
 }
@@ -551,6 +563,9 @@ RowsFn panels_for(uint32_t type) {
     default: return nullptr;
   }
 }
+#else
+RowsFn rows_for(uint32_t type) { return rows_portable(type); }
+#endif  // IKV_X86
 
 }  // namespace
 
@@ -615,6 +630,7 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   int planes = 0;
   const int64_t act8_tokens = rows_independent() ? kRowsIndependentTokens : 4;
   if (n < act8_tokens && act8_decode(w_type, k, &planes)) return matmul_act8(out, x, w, w_type, n, m, k, planes, pool);
+#if IKV_X86
   if (n < 4 && have_avx2_fma()) {
     static const bool wide = cpu_has_avx512();
     switch (static_cast<GgmlType>(w_type)) {
@@ -629,11 +645,13 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
       default: break;
     }
   }
+#endif
   const auto *wb = static_cast<const uint8_t *>(w);
   const bool pool_on = pool != nullptr && pool->size() > 1 && n * m * k >= tile::kShareMacs;
   // Rows per work item for nt tokens: expanding a row costs about as much as a few token dots, so count it as one
   // more token.
   auto grain = [k](int64_t nt) { return tile::rows_per_item((nt + 1) * k); };
+#if IKV_X86
   static const bool panels = have_avx2_fma() && cpu_has_avx512();
   if (n >= 16 && panels) {
     // tokens kPanelSpan at a time: packed into transposed panels (shared by the threads), then every row over them
@@ -658,6 +676,7 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
     }
     return true;
   }
+#endif
   auto body = [&](int64_t m0, int64_t m1) { fn(out, x, wb, n, m0, m1, m, k); };
   if (!pool_on) {
     body(0, m);

@@ -62,10 +62,12 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
 }
 
 // The SCORES and FLUSH steps of the AVX2 and portable tiles: each query's group scored at once (no batch).
+#if IKV_X86
 IKV_AVX2 inline void scores_v_b(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
                                 int32_t cnt, int32_t hd, float scale, ScoreBatch &) {
   scores_v(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
 }
+#endif
 inline void scores_s_b(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
                        int32_t cnt, int32_t hd, float scale, ScoreBatch &) {
   scores_s(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
@@ -113,6 +115,7 @@ inline void no_flush(ScoreBatch &, const void *, int32_t, float) {}
     if (nr > 0) WSUM_ROWS(rows, nr, blk.first, blk.second, hd);                                                        \
   }
 
+#if IKV_X86
 IKV_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                                int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
   IKV_ATTEND_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, kDirectFloat)
@@ -122,6 +125,7 @@ IKV_ATT512 void attend_tile_avx512(float *out, const float *q, int64_t t0, int64
                                    int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
   IKV_ATTEND_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, kDirectQ8)
 }
+#endif
 
 void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                          int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
@@ -132,10 +136,12 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
 // AVX-512 one pairs the AVX2 chains); the portable one is its own order.
 void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv, int32_t g,
                  int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
+#if IKV_X86
   static const bool wide = cpu_has_avx512();
-  if (wide) attend_tile_avx512(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
-  else if (have_f16c()) attend_tile_avx2(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
-  else attend_tile_generic(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
+  if (wide) return attend_tile_avx512(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
+  if (have_f16c()) return attend_tile_avx2(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
+#endif
+  attend_tile_generic(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 }
 
 #undef IKV_ATTEND_TILE_BODY
@@ -184,6 +190,7 @@ void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_h
     if (nr > 0) WSUM_ROWS(rows, nr, blk.first, blk.second, hd);                                                        \
   }
 
+#if IKV_X86
 template <typename UnitOf>
 IKV_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                      const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
@@ -197,6 +204,7 @@ IKV_ATT512 void attend_chunk_tile_avx512(float *o, float *m, double *l, const fl
                                          int32_t b0, int32_t chunk, float scale, float *p, float *kvbuf, UnitOf unit_of) {
   IKV_PARTIAL_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, kDirectQ8)
 }
+#endif
 
 template <typename UnitOf>
 void attend_chunk_tile_generic(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
@@ -209,13 +217,15 @@ template <typename UnitOf>
 void attend_chunk_tile(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                        const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk, float scale,
                        float *p, float *kvbuf, UnitOf unit_of) {
+#if IKV_X86
   static const bool wide = cpu_has_avx512();
   if (wide)
-    attend_chunk_tile_avx512(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
-  else if (have_f16c())
-    attend_chunk_tile_avx2(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
-  else
-    attend_chunk_tile_generic(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
+    return attend_chunk_tile_avx512(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf,
+                                    unit_of);
+  if (have_f16c())
+    return attend_chunk_tile_avx2(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
+#endif
+  attend_chunk_tile_generic(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
 }
 
 #undef IKV_PARTIAL_TILE_BODY

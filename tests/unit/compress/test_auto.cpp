@@ -223,7 +223,9 @@ TEST(AutoPolicy, SpreadMatchesBruteForceOnConvexCurves) {
     }
     double floor_loss = 0;
     for (const AutoLayerCurves &cv : layers) floor_loss += cv.best_loss(cv.grid.size() - 1);
-    if (floor_loss <= target * static_cast<double>(L)) EXPECT_LE(qloss, target * static_cast<double>(L) + 1e-9);
+    if (floor_loss <= target * static_cast<double>(L)) {
+      EXPECT_LE(qloss, target * static_cast<double>(L) + 1e-9);
+    }
     int64_t fewest = INT64_MAX;
     std::function<void(size_t, int64_t, double)> walk2 = [&](size_t l, int64_t b, double s) {
       if (l == L) {
@@ -233,7 +235,9 @@ TEST(AutoPolicy, SpreadMatchesBruteForceOnConvexCurves) {
       for (size_t g = 0; g < layers[l].grid.size(); ++g) walk2(l + 1, b + blocks_of(layers[l].grid[g], bs), s + layers[l].best_loss(g));
     };
     walk2(0, 0, 0.0);
-    if (fewest != INT64_MAX) EXPECT_LE(qblocks, fewest + 1) << "trial " << trial;
+    if (fewest != INT64_MAX) {
+      EXPECT_LE(qblocks, fewest + 1) << "trial " << trial;
+    }
   }
 }
 

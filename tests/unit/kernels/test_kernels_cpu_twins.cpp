@@ -146,6 +146,7 @@ TEST(CpuTwins, GetRowsGathersRowsLikeGetRow) {
 // (which a sequential copy would get wrong) both land the values that were there before the call.
 class CpuTwinsDtype : public ::testing::TestWithParam<KvDtype> {};
 
+#if IKV_X86  // the AVX2 kernels' own invariants (no such kernels on other CPUs)
 // Scores of a group of query heads against a block, all finished together (scores_d: eight sums at once for head
 // dims that are a multiple of 8) and one head and one key at a time (scores_nq<1>, each sum on its own): the same
 // bits for every head count, key count and KV dtype.
@@ -205,6 +206,7 @@ TEST_P(CpuTwinsDtype, ScoresFinishedTogetherEqualScoresFinishedAlone) {
             << kv_dtype_name(dt) << " hd " << hd << " group " << group << " keys " << cnt;
       }
 }
+#endif  // IKV_X86
 
 TEST_P(CpuTwinsDtype, KvMoveSlotsReadsEverySourceBeforeWriting) {
   const KvDtype dt = GetParam();

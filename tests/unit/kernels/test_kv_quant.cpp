@@ -112,6 +112,7 @@ TEST(KvQuant, BlocksRoundWithinHalfAStepOfTheFloat64Rotation) {
   }
 }
 
+#if IKV_X86
 // The AVX2 and AVX-512 widenings of q8_0, and AVX2's of q4_0, give the scalar dequantisers' bits (a small integer times
 // an f16 scale is exact in f32).
 TEST(KvQuant, WidenedWithAvx2AndAvx512EqualsTheScalarBlocks) {
@@ -136,6 +137,7 @@ TEST(KvQuant, WidenedWithAvx2AndAvx512EqualsTheScalarBlocks) {
   cpu::load_q8_0_512(wide.data(), q.data(), 37);
   EXPECT_EQ(0, std::memcmp(wide.data(), sc.data(), wide.size() * 4));
 }
+#endif  // IKV_X86
 
 // Every pair of dtypes converts through f32: a quantised source reads back its dequantised values, a quantised
 // destination holds what storing those values gives, and a dtype converted to itself is copied bit for bit.

@@ -297,7 +297,9 @@ TEST(KvCacheMemory, CompactionLargerThanAMoveBatchKeepsEverySlot) {
     for (int32_t target : forked ? std::vector<int32_t>{0, 1} : std::vector<int32_t>{0}) {
       for (int32_t l = 0; l < 2; ++l) {
         const LayerSlots &L = kv.seq(target).layers[static_cast<size_t>(l)];
-        if (target == 0) ASSERT_EQ(L.pos, want_pos[static_cast<size_t>(l)]);
+        if (target == 0) {
+          ASSERT_EQ(L.pos, want_pos[static_cast<size_t>(l)]);
+        }
         std::vector<float> got(L.blocks.size() * static_cast<size_t>(bb) / 4);
         kv.store().read_blocks(L.blocks, reinterpret_cast<uint8_t *>(got.data()));
         for (int32_t j = 0; j < L.n(); ++j) {
