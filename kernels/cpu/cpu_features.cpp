@@ -69,6 +69,25 @@ CpuActivations cpu_activations() { return static_cast<CpuActivations>(activation
 
 void set_cpu_activations(CpuActivations a) { activations_slot().store(static_cast<int>(a), std::memory_order_relaxed); }
 
+const char *cpu_kernels_name() {
+  if (cpu_has_avx512_vnni()) return "avx512-vnni";
+  if (cpu_has_avx512()) return "avx512";
+  if (cpu_has_avx2_fma_f16c()) return "avx2";
+  return "portable";
+}
+
+const char *cpu_arch_name() {
+#if defined(__x86_64__)
+  return "x86-64";
+#elif defined(__i386__)
+  return "i386";
+#elif defined(__aarch64__)
+  return "aarch64";
+#else
+  return "other";
+#endif
+}
+
 bool cpu_is_amd() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool amd = __builtin_cpu_is("amd");

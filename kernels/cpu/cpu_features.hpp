@@ -28,6 +28,11 @@ CpuActivations cpu_activations();
 void set_cpu_activations(CpuActivations a);
 extern const CpuActivations kDefaultCpuActivations;
 
+// The CPU kernels this process runs, after INFOKV_CPU_KERNELS: "avx512-vnni", "avx512", "avx2" or "portable"; and
+// the architecture they were compiled for: "x86-64", "i386", "aarch64" or "other". For reports (`infokv info`).
+const char *cpu_kernels_name();
+const char *cpu_arch_name();
+
 // An AMD CPU (CPUID vendor AuthenticAMD): decode's software prefetch distance is tuned per vendor (see
 // tile::fused_ahead), as the two vendors' hardware prefetchers follow a weight stream differently.
 bool cpu_is_amd();

@@ -5,6 +5,7 @@
 
 #include "backend/device_forward.hpp"
 #include "backend/device_ops.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "util/json_escape.hpp"
 #include "util/error.hpp"
 
@@ -23,6 +24,8 @@ DeviceReport device_report() {
   r.cuda_devices = 0;
   r.reason = "built without CUDA (INFOKV_WITH_CUDA=OFF)";
 #endif
+  r.cpu_arch = cpu_arch_name();
+  r.cpu_kernels = cpu_kernels_name();
   return r;
 }
 
@@ -33,6 +36,7 @@ std::string device_report_json(const DeviceReport &r) {
   s += ", \"reason\": \"" + json_escape(r.reason) + "\"";
   s += ", \"driver_version\": " + std::to_string(r.driver_version);
   s += ", \"runtime_version\": " + std::to_string(r.runtime_version);
+  s += ", \"cpu_arch\": \"" + r.cpu_arch + "\", \"cpu_kernels\": \"" + r.cpu_kernels + "\"";
   s += ", \"cuda_forward\": ";
   s += cuda_forward_available() ? "true" : "false";
   s += ", \"devices\": [";

@@ -25,12 +25,15 @@ struct DeviceReport {
   int32_t driver_version = 0;          // cudaDriverGetVersion (0: no driver)
   int32_t runtime_version = 0;         // of the linked runtime
   std::vector<CudaDeviceInfo> devices;
+  std::string cpu_arch;                // the CPU side: cpu_arch_name() and cpu_kernels_name()
+  std::string cpu_kernels;
 };
 
 // Probes once per call (cheap after the first: the CUDA runtime caches its initialisation). Never throws for a
 // missing GPU or driver.
 DeviceReport device_report();
 // {"cuda_compiled": ..., "cuda_devices": N, "reason": "...", "driver_version": ..., "runtime_version": ...,
+//  "cpu_arch": "x86-64", "cpu_kernels": "avx512-vnni",
 //  "devices": [{"index", "name", "compute_capability", "total_bytes", "free_bytes", "sm_count", "peak_bandwidth_gbs"}]}
 std::string device_report_json(const DeviceReport &r);
 

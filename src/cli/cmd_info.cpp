@@ -45,8 +45,8 @@ int cmd_info(int argc, char **argv) {
   const std::map<std::string, int> &types = m->tensor_types();
   {
     const DeviceReport dr = device_report();
-    std::printf("devices      cpu; CUDA %s, %d device(s)%s%s\n", dr.cuda_compiled ? "compiled in" : "not compiled in",
-                dr.cuda_devices, dr.cuda_devices > 0 ? "" : ": ", dr.cuda_devices > 0 ? "" : dr.reason.c_str());
+    std::printf("devices      cpu (%s, %s kernels); CUDA %s, %d device(s)%s%s\n", dr.cpu_arch.c_str(),
+                dr.cpu_kernels.c_str(), dr.cuda_compiled ? "compiled in" : "not compiled in", dr.cuda_devices, dr.cuda_devices > 0 ? "" : ": ", dr.cuda_devices > 0 ? "" : dr.reason.c_str());
   }
   std::printf("tensors     ");
   for (const auto &kv : types) std::printf(" %s x%d", kv.first.c_str(), kv.second);

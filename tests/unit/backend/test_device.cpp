@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/device.hpp"
+#include "kernels/cpu/cpu_features.hpp"
 #include "infokv/infokv.h"
 #include "util/error.hpp"
 
@@ -22,6 +23,19 @@ TEST(Device, ReportIsConsistent) {
   const std::string j = device_report_json(r);
   EXPECT_NE(j.find("\"cuda_compiled\": "), std::string::npos);
   EXPECT_NE(j.find("\"cuda_devices\": " + std::to_string(r.cuda_devices)), std::string::npos);
+  // the CPU side: the kernels this process runs, and the architecture it was compiled for
+  EXPECT_EQ(r.cpu_kernels, cpu_kernels_name());
+  EXPECT_NE(j.find("\"cpu_kernels\": \"" + r.cpu_kernels + "\""), std::string::npos);
+#if defined(__aarch64__)
+  EXPECT_EQ(r.cpu_arch, "aarch64");
+  EXPECT_EQ(r.cpu_kernels, "portable");  // no NEON kernels yet (packaging/docs/arm64.md)
+#elif defined(__x86_64__)
+  EXPECT_EQ(r.cpu_arch, "x86-64");
+  if (cpu_has_avx512_vnni()) {
+    EXPECT_EQ(r.cpu_kernels, "avx512-vnni");
+  }
+#endif
+  EXPECT_NE(j.find("\"cpu_arch\": \"" + r.cpu_arch + "\""), std::string::npos);
   std::printf("device report: %s\n", j.c_str());
 }
 

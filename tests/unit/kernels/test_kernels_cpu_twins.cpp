@@ -68,6 +68,7 @@ TEST(CpuTwins, PortableSwitchIsHonoured) {
   if (force == nullptr || std::strcmp(force, "portable") != 0) GTEST_SKIP() << "INFOKV_CPU_KERNELS is not 'portable'";
   EXPECT_FALSE(infokv::cpu_has_avx2_fma_f16c());
   EXPECT_FALSE(infokv::cpu_has_avx512());
+  EXPECT_STREQ(infokv::cpu_kernels_name(), "portable");
 }
 
 // ctest's cpu_avx2_kernels runs them with INFOKV_CPU_KERNELS=avx2: the AVX-512 paths must then be off, the AVX2 ones
@@ -79,6 +80,7 @@ TEST(CpuTwins, Avx2SwitchIsHonoured) {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     EXPECT_TRUE(infokv::cpu_has_avx2_fma_f16c());
+    EXPECT_STREQ(infokv::cpu_kernels_name(), "avx2");
   }
 #endif
 }

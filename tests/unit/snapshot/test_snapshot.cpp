@@ -597,7 +597,9 @@ TEST_F(Damage, NonFiniteValuesAreRefused) {
     L->mutable_imp()->Mutate(0, std::numeric_limits<float>::infinity());
     ASSERT_TRUE(L->mutate_imp_xxh3(hash_of(L->imp())));
   });
-  if (imp != join_chunks(split_chunks(snap))) EXPECT_EQ(restore_status(*target, sampler.get(), imp), Status::bad_snapshot);
+  if (imp != join_chunks(split_chunks(snap))) {
+    EXPECT_EQ(restore_status(*target, sampler.get(), imp), Status::bad_snapshot);
+  }
   expect_untouched();
 }
 
