@@ -4,10 +4,12 @@
 # usage: tests/sanitize.sh [BUILD_DIR (default <repo>/build-asan)]
 # env: LABELS (ctest label regex, default "unit"; "unit|cli" adds the corrupted-model CLI runs), JOBS (default: all
 #      cores), INFOKV_MODELS_DIR / INFOKV_CORPORA_DIR as for the normal tests, INFOKV_SANITIZE_SKIP (ctest -E regex; default: the
-#      four runs that take 40-180 s each under the sanitizers and repeat what cheaper ones check there: the 30-turn
-#      chat of Trigger.AChatAtAQuarter... (Trigger.ProtectedTokens... runs the same paths) and the 1B, 3B and 7B shapes
-#      of the transformers comparison (tinyllama and Qwen2.5-0.5B run); they all run in the normal builds.
-#      INFOKV_SANITIZE_SKIP= runs all)
+#      runs that take 15-180 s each under the sanitizers and repeat what cheaper ones check there: the 30-turn chat of
+#      Trigger.AChatAtAQuarter... (Trigger.ProtectedTokens... runs the same paths), the TinyLlama, 1B, 3B and 7B shapes
+#      of the transformers comparison (Qwen2.5-0.5B and the real Qwen2.5-Coder run) and its linear and theta RoPE
+#      variants (dynamic and llama3 run); they all run in the normal builds. INFOKV_SANITIZE_SKIP= runs all),
+#      INFOKV_ALLOC_FAULT_STEP (default 3: the allocation-fault sweeps fail every third allocation, not every one;
+#      1 as in the normal builds)
 set -eu
 . "$(dirname "$0")/sanitizer_env.sh"
 build=${1:-$root/build-asan}
@@ -21,7 +23,9 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_check
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_OPTIONS UBSAN_OPTIONS
 cd "$build"
-skip=${INFOKV_SANITIZE_SKIP-'Trigger\.AChatAtAQuarter|Families\..*/(llama_3_2_1b|llama_3_2_3b|mistral_7b)( |$)'}
+skip=${INFOKV_SANITIZE_SKIP-'Trigger\.AChatAtAQuarter|Families\..*/(tinyllama_1_1b|llama_3_2_1b|llama_3_2_3b|mistral_7b|rope_linear_long|rope_theta_long)( |$)'}
+INFOKV_ALLOC_FAULT_STEP=${INFOKV_ALLOC_FAULT_STEP:-3}
+export INFOKV_ALLOC_FAULT_STEP
 if [ -n "$skip" ]; then
   exec ctest -L "${LABELS:-unit}" -E "$skip" --output-on-failure -j "$jobs"
 fi

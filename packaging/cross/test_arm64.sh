@@ -12,22 +12,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 DIR="${1:-$ROOT/build-ci/arm64}"
 JOBS="${JOBS:-$(nproc)}"
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-
 # The cross toolchain, qemu, and the arm64 builds of the libraries infokv links (Debian multiarch).
-PKGS="g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libflatbuffers-dev:arm64 libxxhash-dev:arm64
-libhiredis-dev:arm64 libutf8proc-dev:arm64 libcpp-httplib-dev:arm64 libgtest-dev:arm64"
-missing=""
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "test_arm64: installing$missing"
-  dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-fi
+bash "$ROOT/packaging/setup.sh" g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user libflatbuffers-dev:arm64 \
+  libxxhash-dev:arm64 libhiredis-dev:arm64 libutf8proc-dev:arm64 libcpp-httplib-dev:arm64 libgtest-dev:arm64
 
 SHARED="${INFOKV_SHARED_DIR:-$ROOT/../shared}"
 MODELS="${INFOKV_MODELS_DIR:-$SHARED/models}"

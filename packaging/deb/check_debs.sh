@@ -14,12 +14,8 @@ EXPECT="Once upon a time, there was a little girl named Lily"
 [ -f "$MODEL" ] || { echo "check_debs: missing $MODEL" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "check_debs: needs root (apt install)" >&2; exit 1; }
 # Maven's plugins from Debian's maven-repo (offline): install:install-file, resources and compiler
-PKGS="maven libmaven-install-plugin-java libmaven-compiler-plugin-java libmaven-resources-plugin-java abigail-tools"
-missing=""
-for p in $PKGS; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-fi
+bash "$ROOT/packaging/setup.sh" maven libmaven-install-plugin-java libmaven-compiler-plugin-java \
+  libmaven-resources-plugin-java abigail-tools
 
 echo "=== configure and build $BUILD (prefix /usr)"
 # -g: the ABI check reads the library's debug info (types of the public structs); the packages are stripped.

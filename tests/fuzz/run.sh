@@ -7,7 +7,7 @@
 # usage: tests/fuzz/run.sh [SECONDS per target (default 60)]
 #        [TARGETS (default "gguf snapshot config profile safetensors tokenizer_json chat")]
 # env: FUZZ_BUILD_DIR (default <repo>/build-fuzz), INFOKV_MODELS_DIR (default <repo>/../shared/models), JOBS (build
-#      parallelism, default: all cores).
+#      parallelism and how many targets fuzz at once, default: all cores).
 # Findings are written to $FUZZ_BUILD_DIR/fuzz-artifacts/<target>/; corpora grow in $FUZZ_BUILD_DIR/fuzz-corpus/<target>/
 # and are reused by later runs. Exit status: non-zero when a fuzzer found a crash, leak, timeout or sanitizer report.
 set -eu
@@ -27,7 +27,12 @@ cmake --build "$build" --target fuzz_gguf fuzz_snapshot fuzz_config fuzz_profile
 
 model="$models/stories260K/stories260K.gguf"
 [ -f "$model" ] || echo "run.sh: warning: $model is missing; the snapshot fuzzer cannot exercise restore" >&2
-for t in $targets; do
+# The targets run $jobs at a time (each libFuzzer process is single-threaded); each one's output goes to
+# $build/fuzz-logs/<target>.log and is printed when it ends, whole if it failed.
+logs="$build/fuzz-logs"
+mkdir -p "$logs"
+fuzz_one() {  # target
+  t=$1
   seeds="$build/fuzz-seeds/$t"
   corpus="$build/fuzz-corpus/$t"
   artifacts="$build/fuzz-artifacts/$t"
@@ -64,8 +69,41 @@ for t in $targets; do
   esac
   # Earlier findings (regression inputs, also replayed by ctest's fuzz_replay_<target>) seed the run too.
   [ -d "$root/tests/data/fuzz/$t" ] && cp "$root/tests/data/fuzz/$t"/* "$seeds"/ 2>/dev/null || true
-  echo "run.sh: fuzzing $t for $secs s"
   # shellcheck disable=SC2086
   "$build/tests/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
     -artifact_prefix="$artifacts/" -print_final_stats=1 $extra "$corpus" "$seeds"
+}
+
+failed=""
+running=0
+pids=""
+finish() {  # pid target: waits for one fuzzer and reports it
+  if wait "$1"; then
+    echo "run.sh: $2 done ($secs s, no finding):"
+    grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)' "$logs/$2.log" | sed 's/^/  /' || true
+  else
+    echo "run.sh: $2 FAILED; its log:" >&2
+    cat "$logs/$2.log" >&2
+    failed="$failed $2"
+  fi
+}
+for t in $targets; do
+  echo "run.sh: fuzzing $t for $secs s"
+  fuzz_one "$t" >"$logs/$t.log" 2>&1 &
+  pids="$pids $!:$t"
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    # shellcheck disable=SC2086
+    set -- $pids
+    first=$1
+    shift
+    pids="$*"
+    finish "${first%%:*}" "${first#*:}"
+    running=$((running - 1))
+  fi
 done
+for p in $pids; do finish "${p%%:*}" "${p#*:}"; done
+if [ -n "$failed" ]; then
+  echo "run.sh: findings in:$failed (inputs under $build/fuzz-artifacts/)" >&2
+  exit 1
+fi

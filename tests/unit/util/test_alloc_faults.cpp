@@ -165,14 +165,18 @@ class AllocFault {
   int64_t seen() const noexcept { return t_seen; }
 };
 
-// Runs `once(n)` for n = 1, 2, ... (every n up to 2,000, then steps of n/8) until a run completes without reaching
-// its nth allocation; once(n) returns whether the failure was injected. Returns how many runs had it injected.
+// Runs `once(n)` for n = 1, 2, ... (every n up to 2,000, or every INFOKV_ALLOC_FAULT_STEP-th; then steps of n/8)
+// until a run completes without reaching its nth allocation; once(n) returns whether the failure was injected. Returns how many runs had it injected.
 template <typename F>
 int64_t every_nth(const char *scenario, F &&once) {
   int64_t injected = 0;
   const bool verbose = std::getenv("INFOKV_ALLOC_FAULT_VERBOSE") != nullptr;  // names each run: which one crashes
   const char *from = std::getenv("INFOKV_ALLOC_FAULT_FROM");  // to start at the run that crashes, in a debugger
-  for (int64_t n = from != nullptr ? std::max<int64_t>(1, std::atoll(from)) : 1;; n += n < 2000 ? 1 : n / 8) {
+  // Every allocation by default; the sanitizer builds (tests/sanitize.sh) take every third, where each run costs
+  // ten times as much and neighbouring allocations mostly share their error path.
+  const char *step_env = std::getenv("INFOKV_ALLOC_FAULT_STEP");
+  const int64_t step = step_env != nullptr ? std::max<int64_t>(1, std::atoll(step_env)) : 1;
+  for (int64_t n = from != nullptr ? std::max<int64_t>(1, std::atoll(from)) : 1;; n += n < 2000 ? step : n / 8) {
     if (verbose) std::fprintf(stderr, "%s: allocation %lld\n", scenario, static_cast<long long>(n));
     bool hit = false;
     {
