@@ -6,6 +6,9 @@ requests, wall time, completed requests and generated tokens per second, time to
 show up there). Needs the `openai` package.
 
   packaging/tools/serve_load.py --base http://127.0.0.1:8080 --clients 32 --turns 2 --max-tokens 48 --check
+
+--document FILE: the first --document-clients clients' first question carries a long passage (a long prompt
+arriving among short chats); the report adds its time to first token and the other streams' gaps and stalls.
 """
 import argparse
 import concurrent.futures
@@ -62,14 +65,28 @@ def main():
     ap.add_argument("--check", action="store_true", help="send every request alone afterwards and compare")
     ap.add_argument("--label", default="")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--document", help="a text file: the first --document-clients clients ask about its start in "
+                    "their first turn (a long prompt arriving among short ones)")
+    ap.add_argument("--document-chars", type=int, default=6000, help="how much of --document (default 6000 chars)")
+    ap.add_argument("--document-clients", type=int, default=1)
+    ap.add_argument("--document-delay", type=float, default=2.0,
+                    help="seconds the document clients wait before their first turn (the others are streaming)")
     a = ap.parse_args()
+    document = None
+    if a.document:
+        with open(a.document, encoding="utf-8") as f:
+            document = f.read()[:a.document_chars]
     client = openai.OpenAI(base_url=a.base.rstrip("/") + "/v1", api_key=a.api_key, max_retries=0, timeout=1800)
 
     def conversation(i):
         msgs = [{"role": "system", "content": SYSTEM}]
         log = []
+        if document is not None and i < a.document_clients:
+            time.sleep(a.document_delay)
         for t in range(a.turns):
             q = f"In one sentence: who is {TOPICS[(i + t) % len(TOPICS)]}? (reader {i}, question {t + 1})"
+            if document is not None and t == 0 and i < a.document_clients:
+                q = f"Reader {i} brings this passage:\n\n{document}\n\n{q}"
             msgs.append({"role": "user", "content": q})
             sent = [dict(m) for m in msgs]
             gaps = []
@@ -78,7 +95,8 @@ def main():
             except Exception as e:  # counted, reported
                 log.append({"messages": sent, "error": f"{type(e).__name__}: {e}"})
                 break
-            log.append({"messages": sent, "text": text, "ttft": ttft, "turn": t, "gaps": gaps})
+            log.append({"messages": sent, "text": text, "ttft": ttft, "turn": t, "gaps": gaps,
+                        "document": document is not None and t == 0 and i < a.document_clients})
             msgs.append({"role": "assistant", "content": text})
         return log
 
@@ -99,6 +117,14 @@ def main():
            "ttft_first_turn_mean_ms": round(statistics.mean([r["ttft"] for r in ok if r["turn"] == 0] or [0]) * 1e3, 1),
            "gap_p50_ms": round(pct([g for r in ok for g in r["gaps"]], 0.5) * 1e3, 1),
            "stall_p95_ms": round(pct([max(r["gaps"]) for r in ok if r["gaps"]], 0.95) * 1e3, 1)}
+    if document is not None:
+        # The short chats beside the long prompts: how long their streams stall while a document is prefilled.
+        short = [r for r in ok if not r["document"]]
+        docs = [r for r in ok if r["document"]]
+        out["document_ttft_mean_ms"] = round(statistics.mean([r["ttft"] for r in docs] or [0]) * 1e3, 1)
+        out["others_gap_p50_ms"] = round(pct([g for r in short for g in r["gaps"]], 0.5) * 1e3, 1)
+        out["others_stall_p95_ms"] = round(pct([max(r["gaps"]) for r in short if r["gaps"]], 0.95) * 1e3, 1)
+        out["others_stall_max_ms"] = round(max([max(r["gaps"]) for r in short if r["gaps"]] or [0]) * 1e3, 1)
     if failed:
         out["first_failure"] = failed[0]["error"][:300]
     if a.check:

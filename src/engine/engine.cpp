@@ -225,6 +225,7 @@ void Engine::submit(int64_t id, Turn turn) {
   c.state = TurnState::queued;
   c.prompt_done = c.turn.prompt.empty() && c.where != Where::none;
   c.prompt_applied = 0;
+  c.cursor = Session::PrefillCursor{};
   c.turn_start = c.tokens.size();
   c.turn_start_history = c.sampler.history();
   c.generated.clear();
@@ -294,6 +295,7 @@ void Engine::fail_turn(Conversation &c, const std::string &why) {
     c.sampler.set_history(std::vector<int32_t>(c.turn_start_history.begin(), c.turn_start_history.end()));
     c.prompt_applied = 0;
   }
+  c.cursor = Session::PrefillCursor{};
   c.state = TurnState::failed;
   c.failure = why;
   ++stats_.failures;
@@ -599,7 +601,7 @@ void Engine::bring_back(Conversation &c) {
   c.where = Where::resident;
 }
 
-bool Engine::admit(Conversation &c) {
+bool Engine::admit(Conversation &c, int64_t allowance) {
   Session &s = *session_;
   bool others_running = false;
   for (auto &kv : convs_)
@@ -643,7 +645,7 @@ bool Engine::admit(Conversation &c) {
           d.tokens = static_cast<int64_t>(c.tokens.size());
           decisions_.push_back(std::move(d));
           ++stats_.recomputes;
-          return admit(c);
+          return admit(c, allowance);
         }
         throw;
       }
@@ -687,21 +689,37 @@ bool Engine::admit(Conversation &c) {
     c.where = Where::resident;
   }
   if (!c.prompt_done) {
-    const std::vector<int32_t> &p = rest;
-    const int64_t need = s.kv().blocks_needed({c.seq}, {static_cast<int32_t>(p.size())});
+    // The prompt (what the prefix cache left of it) is one message to the session, prefilled by whole chunks over
+    // as many steps as the allowance asks: exactly what one prefill of it computes.
+    if (!c.cursor.started) c.message_begin = c.prompt_applied;
+    const std::vector<int32_t> message(c.turn.prompt.begin() + static_cast<std::ptrdiff_t>(c.message_begin),
+                                       c.turn.prompt.end());
+    const size_t ub = static_cast<size_t>(chunk());
+    const size_t left = message.size() - c.cursor.done;
+    size_t part = left;
+    if (allowance >= 0 && static_cast<size_t>(allowance) < left)
+      part = std::min(left, std::max(ub, static_cast<size_t>(allowance) / ub * ub));
+    const int64_t need = s.kv().blocks_needed({c.seq}, {static_cast<int32_t>(part)});
     if (!room_made && !make_room(need, {c.id}, true, c.priority) && others_running) {
       c.state = TurnState::queued;
       return false;
     }
     const auto t0 = Clock::now();
-    if (!p.empty()) s.prefill(c.seq, p);  // kv_full here: not even this one conversation fits (fail_turn rolls back)
+    const size_t from = c.cursor.done;
+    // kv_full here: not even this one conversation fits (fail_turn rolls the turn back)
+    const size_t n = message.empty() ? 0 : s.prefill_part(c.seq, message, &c.cursor, part);
     const double secs = since(t0);
-    update_rate(stats_.prefill_tokens_per_s, static_cast<double>(p.size()), secs);
-    for (int32_t t : p) c.sampler.accept(t);
-    c.tokens.insert(c.tokens.end(), p.begin(), p.end());
-    stats_.prefilled_tokens += static_cast<int64_t>(p.size());
-    c.prompt_done = true;
-    if (prefix_ != nullptr) c.save_at = static_cast<int64_t>(c.tokens.size());  // after the step: off the TTFT path
+    update_rate(stats_.prefill_tokens_per_s, static_cast<double>(n), secs);
+    const auto b = message.begin() + static_cast<std::ptrdiff_t>(from), e = b + static_cast<std::ptrdiff_t>(n);
+    for (auto it = b; it != e; ++it) c.sampler.accept(*it);
+    c.tokens.insert(c.tokens.end(), b, e);
+    c.prompt_applied += n;
+    stats_.prefilled_tokens += static_cast<int64_t>(n);
+    if (c.prompt_applied == c.turn.prompt.size()) {
+      c.prompt_done = true;
+      c.cursor = Session::PrefillCursor{};
+      if (prefix_ != nullptr) c.save_at = static_cast<int64_t>(c.tokens.size());  // after the step: off the TTFT path
+    }
   }
   c.state = TurnState::running;
   return true;
@@ -734,36 +752,40 @@ std::vector<TokenEvent> Engine::step() {
   Session &s = *session_;
   const Tokenizer &tok = s.model().tokenizer();
 
-  // 1. Admission: queued turns by priority, then in order of arrival; one that does not fit waits, and so do the
-  //    ones behind it (first come, first served within a priority).
+  // 1. Admission: prompts begun in earlier steps go on, and queued turns are admitted, by priority, then in order
+  //    of arrival; one that does not fit waits, and so do the ones behind it (first come, first served within a
+  //    priority).
   std::vector<Conversation *> queued;
   int64_t running = 0;
   for (auto &kv : convs_) {
-    if (kv.second->state == TurnState::queued) queued.push_back(kv.second.get());
-    if (kv.second->state == TurnState::running) ++running;
+    Conversation &c = *kv.second;
+    if (c.state == TurnState::queued || (c.state == TurnState::running && !c.prompt_done)) queued.push_back(&c);
+    if (c.state == TurnState::running) ++running;
   }
   std::sort(queued.begin(), queued.end(), [](const Conversation *a, const Conversation *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     return a->arrival < b->arrival;
   });
   const int64_t prefilled_before = stats_.prefilled_tokens + stats_.recomputed_tokens;
+  const int64_t per_step = opts_.max_prefill_tokens;  // 0: no limit (the default was resolved to ubatch at start)
   for (Conversation *c : queued) {
-    if (opts_.max_batch > 0 && running >= opts_.max_batch) break;
-    if (opts_.max_prefill_tokens > 0 &&
-        stats_.prefilled_tokens + stats_.recomputed_tokens - prefilled_before >= opts_.max_prefill_tokens)
-      break;  // the rest wait for the next step, in order
+    const bool begun = c->state == TurnState::running;  // its prompt is part-way in
+    if (!begun && opts_.max_batch > 0 && running >= opts_.max_batch) continue;
+    const int64_t used = stats_.prefilled_tokens + stats_.recomputed_tokens - prefilled_before;
+    if (per_step > 0 && used >= per_step) break;  // the rest wait for the next step, in order
     try {
-      if (!admit(*c)) break;
-      ++running;
+      if (!admit(*c, per_step > 0 ? per_step - used : -1)) break;
+      if (!begun) ++running;
     } catch (const Error &e) {
       fail_turn(*c, std::string("no memory for this turn: ") + e.what());
+      if (begun) --running;
     }
   }
 
   // 2. One token for every running turn, in one batch.
   std::vector<Conversation *> batch;
   for (auto &kv : convs_)
-    if (kv.second->state == TurnState::running) batch.push_back(kv.second.get());
+    if (kv.second->state == TurnState::running && kv.second->prompt_done) batch.push_back(kv.second.get());
   std::sort(batch.begin(), batch.end(), [](const Conversation *a, const Conversation *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     return a->arrival < b->arrival;

@@ -41,17 +41,18 @@ struct EngineOptions {
   std::string spill_dir;
   // Most turns generating in one batch (0: as many as the pool holds).
   int32_t max_batch = 0;
-  // When a step stops admitting: kPrefillChunkPerStep (the default) for the session's prefill chunk (ubatch), 0 for
-  // no limit. A step admits queued turns (by priority, then arrival) and stops once their admissions have prefilled
-  // this many tokens (prompts and recomputes; a prefix-cache hit or a restored snapshot counts only what is
-  // prefilled), so the turn that crosses it is prefilled whole and the first turn tried is tried whatever its
-  // length. Turns arriving together then start a step or more apart instead of all after every prompt is in: the
-  // first answers begin sooner and running turns keep streaming (8 two-turn chats arriving at once on SmolLM2, infokv
-  // serve: first-turn time to first token 3.3-3.6 s -> 2.2 s, a stream's longest stall p95 1.0-1.1 s -> 0.5 s, the
-  // same throughput; packaging/docs/server.md). A turn's own prefill and decode are the same computation whichever
-  // step admits it; what can differ under memory pressure is what the strategy does to make room meanwhile (a
-  // compression there changes what a turn keeps). Under a stream of higher-priority arrivals, lower-priority turns
-  // now wait for steps that have prefill to spare.
+  // Prefill per step: kPrefillChunkPerStep (the default) for the session's prefill chunk (ubatch), 0 for no limit.
+  // A step continues the prompts it began earlier and admits queued turns (by priority, then arrival) until this
+  // many tokens have been prefilled (prompts and recomputes; a prefix-cache hit or a restored snapshot counts only
+  // what is prefilled). A prompt longer than what is left goes in by whole prefill chunks (at least one), the rest
+  // in the next steps between the running turns' tokens, so one long prompt delays the others by about one chunk
+  // per step, not by its whole prefill. Turns arriving together start a step or more apart: the first answers
+  // begin sooner and running turns keep streaming (8 two-turn chats arriving at once on SmolLM2, infokv serve:
+  // first-turn time to first token 3.3-3.6 s -> 2.2 s, a stream's longest stall p95 1.0-1.1 s -> 0.5 s, the same
+  // throughput; packaging/docs/server.md). A turn's own prefill and decode are the same computation whichever
+  // steps carry it (its prompt is cut at whole chunks, the chunks a single prefill uses); what can differ under
+  // memory pressure is what the strategy does to make room meanwhile (a compression there changes what a turn
+  // keeps). Under a stream of higher-priority arrivals, lower-priority turns wait for steps with prefill to spare.
   static constexpr int32_t kPrefillChunkPerStep = -1;
   int32_t max_prefill_tokens = kPrefillChunkPerStep;
   // Compression never keeps fewer than this share of a conversation's tokens (mean over layers).
@@ -191,7 +192,11 @@ class Engine {
     Turn turn;
     TurnState state = TurnState::done;
     bool prompt_done = false;
-    size_t prompt_applied = 0;   // tokens of turn.prompt already in its cache (a prefix cache hit)
+    size_t prompt_applied = 0;   // tokens of turn.prompt already in its cache (a prefix cache hit, prefilled parts)
+    // A prompt prefilled over several steps (running, prompt_done false): the message is turn.prompt from
+    // message_begin (after a prefix cache hit), and the cursor counts its tokens in the cache.
+    size_t message_begin = 0;
+    Session::PrefillCursor cursor;
     size_t turn_start = 0;       // tokens.size() and the sampler's history when the turn was submitted
     std::deque<int32_t> turn_start_history;
     int64_t save_at = 0;         // > 0: its first save_at tokens go to the prefix cache after this step's decode
@@ -206,9 +211,10 @@ class Engine {
   Conversation &conv(int64_t id);
   const Conversation &conv(int64_t id) const;
   void measure_rates();
-  // Brings `c` into the pool (restores, recomputes or starts it) and prefills its turn's prompt; false when the
-  // pool has no room now even after making room (c stays queued), throws on failure of the turn itself.
-  bool admit(Conversation &c);
+  // Brings `c` into the pool (restores, recomputes or starts it) and prefills its turn's prompt, at most about
+  // `allowance` tokens of it now (< 0: all; whole prefill chunks, at least one) and the rest in later steps; false
+  // when the pool has no room now even after making room (c stays queued), throws on failure of the turn itself.
+  bool admit(Conversation &c, int64_t allowance);
   void bring_back(Conversation &c);
   void recompute(Conversation &c);
   // Frees at least `need` blocks by preempting conversations other than `keep` (and not running ones unless

@@ -358,16 +358,45 @@ void Session::decode(const std::vector<BatchToken> &batch) {
 
 void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
   if (tokens.empty()) return;
+  PrefillCursor cursor;
+  prefill_part(seq, tokens, &cursor, tokens.size());
+}
+
+size_t Session::prefill_part(int32_t seq, const std::vector<int32_t> &message, PrefillCursor *cursor,
+                             size_t max_tokens) {
+  if (cursor == nullptr) fail(Status::invalid_argument, "prefill_part: no cursor");
+  if (message.empty() || max_tokens == 0) fail(Status::invalid_argument, "prefill_part: nothing to prefill");
+  if (!kv_->has(seq)) fail(Status::not_found, "no sequence " + std::to_string(seq));
+  PrefillCursor &cur = *cursor;
+  const int64_t length = kv_->seq(seq).length;
+  if (cur.done >= message.size())
+    fail(Status::bad_state, "prefill_part: the message is already in");
+  if (cur.started &&
+      length != cur.end_length - static_cast<int64_t>(message.size()) + static_cast<int64_t>(cur.done))
+    fail(Status::bad_state, "prefill_part: sequence " + std::to_string(seq) + " is not where this message's cursor left it");
   Compressor &cmp = *compressor_;
   const CompressionConfig cc = cmp.config();
   const size_t ubatch = static_cast<size_t>(opts_.ubatch);
-  // Without a policy, or as one chunk that fits: one decode(), which compresses as after any step.
-  if (!cc.enabled() || (tokens.size() <= ubatch && chunk_that_fits(seq, tokens.size()) == tokens.size())) {
-    decode_tokens(seq, tokens, 0, tokens.size());
-    return;
+  const size_t left = message.size() - cur.done;
+  const size_t part = max_tokens >= left ? left : std::max(ubatch, max_tokens / ubatch * ubatch);
+  const size_t begin = cur.done, end = begin + std::min(part, left);
+  const bool whole = begin == 0 && end == message.size();
+  PrefillCursor next = cur;
+  if (!next.started) {
+    next.started = true;
+    next.was_prefilled = state(seq).prefilled;
+    next.end_length = length + static_cast<int64_t>(message.size());
+  }
+  next.done = end;
+  // Without a policy, or a whole message as one chunk that fits: one decode(), which compresses as after any step.
+  if (!cc.enabled() ||
+      (whole && message.size() <= ubatch && chunk_that_fits(seq, message.size()) == message.size())) {
+    decode_tokens(seq, message, begin, end);
+    cur = next;
+    return end - begin;
   }
   // Compression part-way evicts for good, so a failure part-way is undone from a copy: an empty sequence needs none
-  // (it is emptied again); otherwise a fork holds the old blocks (shared, no copy) until the message is in.
+  // (it is emptied again); otherwise a fork holds the old blocks (shared, no copy) until the part is in.
   SeqState saved = state(seq);
   SeqCompression saved_cmp = cmp.state(seq);
   const bool was_empty = kv_->seq(seq).length == 0;
@@ -381,12 +410,11 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
       Session &s;
       ~Restore() { s.prefill_seq_ = -1; }
     } restore{*this};
-    const int64_t end_length = kv_->seq(seq).length + static_cast<int64_t>(tokens.size());
-    const int32_t end_budget = cmp.budget_at(end_length);
+    const int32_t end_budget = cmp.budget_at(next.end_length);
     // The most a message may hold before its end: kPrefillCeiling x the budget it will have at its end.
     const double ceiling = cc.has_budget() ? kPrefillCeiling * static_cast<double>(end_budget) : INFINITY;
-    for (size_t b = 0; b < tokens.size();) {
-      const size_t want = std::min(tokens.size() - b, ubatch);
+    for (size_t b = begin; b < end;) {
+      const size_t want = std::min(end - b, ubatch);
       // Past the ceiling, a gentle compression: to the end budget, not the (smaller) current one.
       if (cmp.mean_kept(seq) + static_cast<double>(want) > ceiling && cmp.mean_kept(seq) > end_budget)
         cmp.try_compress(seq, end_budget);
@@ -404,12 +432,13 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
       }
       // Nothing fits even so: one token, which decode() refuses with KV full having changed nothing.
       n = std::max<size_t>(n, 1);
-      decode_tokens(seq, tokens, b, b + n);
+      decode_tokens(seq, message, b, b + n);
       b += n;
     }
     // The end of the message: as decode() after a step, compressed to the budget after the sequence's first decode
     // (compress_after_prefill), later when the trigger asks.
-    if (saved.prefilled ? cmp.compression_due(seq) : cc.compress_after_prefill) cmp.compress_over_budget({seq});
+    if (end == message.size() && (next.was_prefilled ? cmp.compression_due(seq) : cc.compress_after_prefill))
+      cmp.compress_over_budget({seq});
   } catch (...) {
     kv_->remove(seq);
     if (was_empty) {
@@ -424,6 +453,8 @@ void Session::prefill(int32_t seq, const std::vector<int32_t> &tokens) {
     throw;
   }
   if (backup >= 0) remove_sequence(backup);
+  cur = next;
+  return end - begin;
 }
 
 void Session::decode_tokens(int32_t seq, const std::vector<int32_t> &tokens, size_t b, size_t e) {

@@ -93,6 +93,23 @@ class Session final : private EvidenceSource {
   // only when not one more token fits after compressing this sequence to its budget. All or nothing: on any error
   // the sequence (cache, state, counters) is as before and Error is thrown.
   void prefill(int32_t seq, const std::vector<int32_t> &tokens);
+  // One message prefilled over several calls, as one prefill() of it would: the same chunks, the same compression
+  // decisions (part-way only when memory requires it; at the end of the message as after prefill()). The engine
+  // uses it to prefill a long prompt between decode steps of other sequences.
+  struct PrefillCursor {
+    size_t done = 0;             // tokens of the message in the cache
+    bool started = false;        // the first part ran
+    bool was_prefilled = false;  // the sequence had had its first decode when the message began
+    int64_t end_length = 0;      // the sequence's length once the whole message is in
+  };
+  // Prefills the next tokens of `message` into `seq`: at most max_tokens (rounded down to whole chunks of
+  // options().ubatch, at least one chunk; all that is left when that is less). Returns how many went in; *cursor
+  // then counts them. A message whose parts are multiples of ubatch computes exactly what prefill(message) computes
+  // (given the same pool: a chunk the pool cannot take whole is cut shorter, as in prefill()). All or nothing per
+  // call: on any error the sequence and the cursor are as before and Error is thrown; bad_state when the cursor is
+  // not this sequence's (its length is not where the cursor left it) or the message is already in;
+  // invalid_argument for an empty message or max_tokens 0.
+  size_t prefill_part(int32_t seq, const std::vector<int32_t> &message, PrefillCursor *cursor, size_t max_tokens);
   // Logits of the latest token of `seq` [n_vocab]; throws bad_state before the first decode.
   const std::vector<float> &logits(int32_t seq) const;
   // Logits of the flagged items of the last decode, in batch order: [n_flagged * n_vocab].

@@ -120,11 +120,13 @@ IKV_API int32_t ikv_engine_submit(ikv_engine *engine, int64_t conversation, cons
 /** Queued and running turns, into *out. @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_BAD_HANDLE. */
 IKV_API int32_t ikv_engine_pending(int64_t *out, const ikv_engine *engine);
 /**
- * One scheduling step: admits queued turns by priority, then arrival (bringing moved and dropped conversations back:
- * recomputing a dropped one is prefill too) and prefills their tokens, and stops admitting once this step has
- * prefilled a prefill chunk's worth (the session's ubatch, 256 by default; the turn that crosses it is prefilled
- * whole, and the rest wait for a later step); then decodes one token for every running turn in one batch, making room
- * as the strategy says. Without memory pressure a turn's tokens do not depend on the step that admitted it. The tokens it
+ * One scheduling step: goes on with the prompts earlier steps began and admits queued turns by priority, then arrival
+ * (bringing moved and dropped conversations back: recomputing a dropped one is prefill too), prefilling until this
+ * step has prefilled a prefill chunk's worth (the session's ubatch, 256 by default): a longer prompt goes in by whole
+ * chunks, at least one per step, over as many steps as it needs, and the turns behind it wait for a later step; then
+ * decodes one token for every running turn whose prompt is in, in one batch, making room as the strategy says. A
+ * turn is IKV_TURN_RUNNING from its admission, its prompt part-way in included. Without memory pressure a turn's
+ * tokens do not depend on the steps that carried it. The tokens it
  * produced go to out as pairs (conversation id, token): *out_count = 2 x the number of tokens. capacity must be at
  * least 2 x ikv_engine_pending(): otherwise IKV_ERR_BUFFER_TOO_SMALL with *out_count = that need, before the step
  * runs. A turn that no allowed means can give memory fails (IKV_TURN_FAILED) and the step goes on with the others.

@@ -370,6 +370,68 @@ TEST(Engine, AbsurdMemoryLimitsAreRefused) {
   EXPECT_GT(e.open(0, 1 << 20), 0);
 }
 
+// Each conversation alone, or A first and B's long prompt arriving a step later: tokens and logits per conversation,
+// and for each step whether A got a token and whether B's prompt was in.
+struct Interleaved {
+  std::map<int64_t, std::vector<int32_t>> tokens;
+  std::map<int64_t, std::vector<float>> logits;
+  std::vector<std::pair<bool, bool>> steps;  // (A produced a token, B produced a token)
+};
+
+Interleaved interleave(const EngineOptions &o, const std::vector<int32_t> &pa, const std::vector<int32_t> &pb,
+                       bool with_a, bool with_b) {
+  Engine e(infokv_test::stories_model(), o);
+  Interleaved r;
+  const int64_t a = e.open(), b = e.open();
+  if (with_a) e.submit(a, Turn{pa, 30, {}});
+  for (int64_t step = 0; step <= 1 || e.busy(); ++step) {
+    if (step == 1 && with_b) e.submit(b, Turn{pb, 8, {}});
+    bool got_a = false, got_b = false;
+    for (const TokenEvent &ev : e.step()) {
+      (ev.conversation == a ? got_a : got_b) = true;
+      r.tokens[ev.conversation == a ? 0 : 1].push_back(ev.token);
+      auto &l = r.logits[ev.conversation == a ? 0 : 1];
+      l.insert(l.end(), ev.logits->begin(), ev.logits->end());
+    }
+    r.steps.push_back({got_a, got_b});
+    if (step > 200) break;
+  }
+  return r;
+}
+
+TEST(Engine, ALongPromptGoesInAChunkPerStepWhileTheOthersKeepDecodingWithTheSameAnswers) {
+  std::mt19937 rng(infokv_test::test_seed());
+  std::vector<int32_t> pa{1}, pb{1};
+  for (int i = 0; i < 9; ++i) pa.push_back(3 + static_cast<int32_t>(rng() % 500));
+  for (int i = 0; i < 149; ++i) pb.push_back(3 + static_cast<int32_t>(rng() % 500));
+  // No policy; auto compressing only when memory runs out (infokv serve); SnapKV at half, which compresses B's
+  // prompt once at its end (and every prompt chunk would give it other evidence).
+  for (int policy : {0, 1, 2}) {
+    EngineOptions o = options(Strategy::automatic, kLargePool, policy > 0);
+    if (policy == 2) {
+      o.session.compression.policy = PolicyKind::snapkv;
+      o.session.compression.budget_fraction = 0.5;
+    }
+    o.session.ubatch = 16;  // the default prefill per step: one chunk of 16
+    const Interleaved both = interleave(o, pa, pb, true, true);
+    // B's 150 tokens go in 16 per step over ten steps (its first token comes with the tenth), and A, already
+    // decoding, gets a token in every one of them.
+    size_t first_b = 0;
+    while (first_b < both.steps.size() && !both.steps[first_b].second) ++first_b;
+    EXPECT_EQ(first_b, 1u + 9u) << "policy " << policy;
+    for (size_t i = 0; i <= first_b && i < both.steps.size(); ++i) EXPECT_TRUE(both.steps[i].first) << "step " << i;
+    // The same answers, bit for bit, as each alone with its prompt prefilled whole.
+    EngineOptions whole = o;
+    whole.max_prefill_tokens = 0;
+    const Interleaved a_alone = interleave(whole, pa, pb, true, false), b_alone = interleave(whole, pa, pb, false, true);
+    EXPECT_EQ(both.tokens.at(0), a_alone.tokens.at(0)) << "policy " << policy;
+    EXPECT_EQ(both.logits.at(0), a_alone.logits.at(0)) << "policy " << policy;
+    EXPECT_EQ(both.tokens.at(1), b_alone.tokens.at(1)) << "policy " << policy;
+    EXPECT_EQ(both.logits.at(1), b_alone.logits.at(1)) << "policy " << policy;
+    EXPECT_EQ(both.tokens.at(1).size(), 8u);
+  }
+}
+
 TEST(Engine, APrefillLimitStartsTurnsAStepApartWithTheSameAnswers) {
   const Script sc = make_script(infokv_test::test_seed());
   const Outcome ref = run(options(Strategy::automatic, kLargePool, false), sc);

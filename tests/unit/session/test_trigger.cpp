@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -280,6 +281,102 @@ TEST(Trigger, APromptOfEightTimesThePoolFitsInChunksThePoolCanTake) {
   }
   EXPECT_EQ(s.info(seq).length, 0);
   EXPECT_EQ(s.kv().free_blocks(), 4 * nl);
+}
+
+// Every layer's kept positions and the logits: what two ways of prefilling must agree on.
+struct Prefilled {
+  std::vector<std::vector<int32_t>> kept;
+  std::vector<float> logits;
+  int64_t compressions = 0;
+};
+
+Prefilled prefilled(Session &s, int32_t seq) {
+  Prefilled p;
+  for (const auto &L : s.kv().seq(seq).layers) p.kept.push_back(L.pos);
+  p.logits = s.logits(seq);
+  p.compressions = s.compressor().compressions(seq);
+  return p;
+}
+
+TEST(Trigger, AMessagePrefilledInPartsOfWholeChunksComputesWhatOnePrefillDoes) {
+  auto m = infokv_test::stories_model();
+  const int32_t V = m->hparams().n_vocab;
+  // A prompt that the ceiling (4x its end budget) compresses part-way, one that is compressed only at its end, and
+  // no policy; after a first message (the second message's end is a later compression, not the first one's).
+  struct Case { PolicyKind policy; double budget; int32_t first; int32_t message; };
+  for (const Case &c : {Case{PolicyKind::snapkv, 0.1, 0, 700}, Case{PolicyKind::auto_, 0.5, 0, 300},
+                        Case{PolicyKind::none, 0.0, 0, 300}, Case{PolicyKind::snapkv, 0.25, 90, 400}}) {
+    SessionOptions o = with_policy(c.policy, c.budget);
+    o.ubatch = 32;
+    const std::vector<int32_t> first = ids(c.first, V, 20), msg = ids(c.message, V, 21);
+    Session whole(m, o), parts(m, o);
+    const int32_t a = whole.add_sequence(), b = parts.add_sequence();
+    if (!first.empty()) {
+      whole.prefill(a, first);
+      parts.prefill(b, first);
+    }
+    whole.prefill(a, msg);
+    Session::PrefillCursor cur;
+    std::vector<size_t> got;
+    for (size_t want : {size_t{1}, size_t{64}, size_t{100}, size_t{33}}) {  // 32, 64, 96, 32 tokens, then the rest
+      got.push_back(parts.prefill_part(b, msg, &cur, want));
+      EXPECT_EQ(cur.done, std::accumulate(got.begin(), got.end(), size_t{0}));
+    }
+    EXPECT_EQ(got, (std::vector<size_t>{32, 64, 96, 32}));
+    got.push_back(parts.prefill_part(b, msg, &cur, msg.size()));
+    EXPECT_EQ(cur.done, msg.size());
+    const std::string what = std::string(infokv::policy_name(c.policy)) + " at " + std::to_string(c.budget);
+    const Prefilled x = prefilled(whole, a), y = prefilled(parts, b);
+    EXPECT_EQ(x.kept, y.kept) << what;
+    EXPECT_EQ(x.logits, y.logits) << what;
+    EXPECT_EQ(x.compressions, y.compressions) << what;
+    if (c.policy == PolicyKind::snapkv && c.first == 0) {
+      EXPECT_GE(x.compressions, 2) << "the ceiling never compressed";
+    }
+    EXPECT_EQ(whole.info(a).length, parts.info(b).length);
+    parts.kv().check_invariants();
+    // The message is in: another part of it is refused, and so is a cursor of another sequence.
+    EXPECT_THROW(parts.prefill_part(b, msg, &cur, 32), infokv::Error);
+    Session::PrefillCursor other;
+    ASSERT_EQ(parts.prefill_part(b, msg, &other, 32), 32u);
+    const int32_t b2 = parts.add_sequence();
+    try {
+      parts.prefill_part(b2, msg, &other, 32);
+      FAIL() << "a cursor of another sequence was accepted";
+    } catch (const infokv::Error &e) {
+      EXPECT_EQ(e.status(), infokv::Status::bad_state);
+    }
+    EXPECT_EQ(parts.info(b2).length, 0);
+    EXPECT_THROW(parts.prefill_part(b2, {}, &other, 32), infokv::Error);
+    EXPECT_THROW(parts.prefill_part(b2, msg, nullptr, 32), infokv::Error);
+  }
+}
+
+TEST(Trigger, APartThatDoesNotFitChangesNeitherTheSequenceNorTheCursor) {
+  auto m = infokv_test::stories_model();
+  const int32_t nl = m->hparams().n_layer;
+  SessionOptions o = with_policy(PolicyKind::snapkv, 0.0, 100);
+  o.kv_pool_blocks = 6 * nl;  // 96 tokens per layer: under the budget, so nothing can make room
+  o.ubatch = 32;
+  Session s(m, o);
+  const int32_t seq = s.add_sequence();
+  const std::vector<int32_t> msg = ids(300, m->hparams().n_vocab, 22);
+  Session::PrefillCursor cur;
+  ASSERT_EQ(s.prefill_part(seq, msg, &cur, 64), 64u);
+  const std::vector<float> logits = s.logits(seq);
+  const int64_t free = s.kv().free_blocks();
+  try {
+    s.prefill_part(seq, msg, &cur, 256);
+    FAIL() << "expected KV full";
+  } catch (const infokv::Error &e) {
+    EXPECT_EQ(e.status(), infokv::Status::kv_full);
+  }
+  EXPECT_EQ(cur.done, 64u);
+  EXPECT_EQ(s.info(seq).length, 64);
+  EXPECT_EQ(s.logits(seq), logits);
+  EXPECT_EQ(s.kv().free_blocks(), free);
+  s.kv().check_invariants();
+  EXPECT_EQ(s.prefill_part(seq, msg, &cur, 32), 32u);  // and it goes on from there
 }
 
 TEST(Trigger, UncompressedBytesCountTheWholeLengthInWholeBlocks) {
