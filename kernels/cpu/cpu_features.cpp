@@ -1,17 +1,19 @@
 #include "kernels/cpu/cpu_features.hpp"
 
+#include "kernels/cpu/arch.hpp"
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if IKV_X86
 #include <cpuid.h>
 #endif
 
 namespace infokv {
 
 bool cpu_has_avx2_fma_f16c() {
-#if defined(__x86_64__) || defined(__i386__)
+#if IKV_X86
   static const bool ok = [] {
     // INFOKV_CPU_KERNELS=portable takes the portable kernels on any CPU: the tests run both paths on one machine.
     const char *force = std::getenv("INFOKV_CPU_KERNELS");
@@ -27,7 +29,7 @@ bool cpu_has_avx2_fma_f16c() {
 }
 
 bool cpu_has_avx512() {
-#if defined(__x86_64__) || defined(__i386__)
+#if IKV_X86
   static const bool ok = [] {
     const char *force = std::getenv("INFOKV_CPU_KERNELS");
     if (force != nullptr && std::strcmp(force, "avx2") == 0) return false;
@@ -42,7 +44,7 @@ bool cpu_has_avx512() {
 }
 
 bool cpu_has_avx512_vnni() {
-#if defined(__x86_64__) || defined(__i386__)
+#if IKV_X86
   static const bool ok = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
   return ok;
 #else
@@ -89,7 +91,7 @@ const char *cpu_arch_name() {
 }
 
 bool cpu_is_amd() {
-#if defined(__x86_64__) || defined(__i386__)
+#if IKV_X86
   static const bool amd = __builtin_cpu_is("amd");
   return amd;
 #else

@@ -1,12 +1,12 @@
-// The x86 intrinsics header, included through here by every CPU kernel, and IKV_X86: 1 where the x86 paths are
-// compiled (x86-64 and i386), 0 elsewhere (aarch64: the portable paths only; see packaging/cross/). Every
+// The x86 intrinsics header, included through here by every CPU kernel, and IKV_X86 (arch.hpp: 1 where the x86
+// paths are compiled, x86-64 and i386; 0 elsewhere, aarch64: the portable paths only; see packaging/cross/). Every
 // intrinsic and target("avx...") function sits under `#if IKV_X86`, and so does every call of one.
 // GCC 12 warns about its own AVX-512 headers once their intrinsics are inlined (-W[maybe-]uninitialized on the
 // "undefined" vectors they start from, a known false positive); the warnings are silenced for those headers only,
 // which works only if this is where they are first included.
 #pragma once
-#if defined(__x86_64__) || defined(__i386__)
-#define IKV_X86 1
+#include "kernels/cpu/arch.hpp"
+#if IKV_X86
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -16,6 +16,4 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-#else
-#define IKV_X86 0
 #endif

@@ -23,3 +23,6 @@ set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgc
 # libc6:arm64, which the :arm64 packages above pull in). Not `-L /usr/aarch64-linux-gnu`: with the cross
 # toolchain's own older libc there, qemu-user 7.2 hangs in the first pthread_create (measured on bookworm).
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64)
+# GCC's note that std::pair<double, double> is passed differently since GCC 10.1 (-Wpsabi) is about mixing objects
+# built by GCC < 10 with newer ones; everything here is built by one compiler.
+set(CMAKE_CXX_FLAGS_INIT "-Wno-psabi")
