@@ -14,7 +14,8 @@ build=${1:-$root/build-tsan}
 models=${INFOKV_MODELS_DIR:-$root/../shared/models}
 
 # RelWithDebInfo: TSan slows code 5-15x, so keep the optimiser on; -g gives reports with file:line.
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFOKV_SANITIZE=thread \
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DINFOKV_SANITIZE=thread \
   -DINFOKV_WITH_CUDA=OFF -DINFOKV_BUILD_TESTS=ON -DINFOKV_BUILD_BINDINGS=OFF -DINFOKV_BUILD_BENCHMARKS=OFF \
   -DINFOKV_MODELS_DIR="$models" -DPython3_EXECUTABLE="$py" >/dev/null
 cmake --build "$build" -j "$jobs" --target infokv_tests

@@ -274,6 +274,10 @@ const char *where_name(Where w) {
 
 int32_t Engine::chunk() const { return std::max<int32_t>(1, session_->options().ubatch); }
 
+int64_t Engine::prompt_left(const Conversation &c) {
+  return c.prompt_done ? 0 : static_cast<int64_t>(c.turn.prompt.size() - c.prompt_applied);
+}
+
 int64_t Engine::blocks_of(const Conversation &c) const {
   if (c.where != Where::resident) return 0;
   int64_t n = 0;
@@ -752,9 +756,9 @@ std::vector<TokenEvent> Engine::step() {
   Session &s = *session_;
   const Tokenizer &tok = s.model().tokenizer();
 
-  // 1. Admission: prompts begun in earlier steps go on, and queued turns are admitted, by priority, then in order
-  //    of arrival; one that does not fit waits, and so do the ones behind it (first come, first served within a
-  //    priority).
+  // 1. Admission: prompts begun in earlier steps go on, and queued turns are admitted, by priority, then (when a
+  //    step's prefill is limited) short prompts before long ones, then in order of arrival; one that does not fit
+  //    waits, and so do the ones behind it.
   std::vector<Conversation *> queued;
   int64_t running = 0;
   for (auto &kv : convs_) {
@@ -762,17 +766,31 @@ std::vector<TokenEvent> Engine::step() {
     if (c.state == TurnState::queued || (c.state == TurnState::running && !c.prompt_done)) queued.push_back(&c);
     if (c.state == TurnState::running) ++running;
   }
-  std::sort(queued.begin(), queued.end(), [](const Conversation *a, const Conversation *b) {
+  const int64_t per_step = opts_.max_prefill_tokens;  // 0: no limit (the default was resolved to ubatch at start)
+  // Within a priority, turns whose prompt (what is left of it) fits in one step's prefill go ahead of longer ones,
+  // and a longer one passed over in the last step goes first in this one: short turns are not held behind a long
+  // prompt for all of its chunks, and a long prompt still gets every other step's prefill at least.
+  const int64_t now = stats_.steps;
+  auto order = [&](const Conversation *c) {
+    if (per_step <= 0) return 0;
+    if (c->passed_over == now - 1) return 0;
+    return prompt_left(*c) <= per_step ? 1 : 2;
+  };
+  std::sort(queued.begin(), queued.end(), [&](const Conversation *a, const Conversation *b) {
     if (a->priority != b->priority) return a->priority > b->priority;
+    if (order(a) != order(b)) return order(a) < order(b);
     return a->arrival < b->arrival;
   });
   const int64_t prefilled_before = stats_.prefilled_tokens + stats_.recomputed_tokens;
-  const int64_t per_step = opts_.max_prefill_tokens;  // 0: no limit (the default was resolved to ubatch at start)
   for (Conversation *c : queued) {
     const bool begun = c->state == TurnState::running;  // its prompt is part-way in
     if (!begun && opts_.max_batch > 0 && running >= opts_.max_batch) continue;
     const int64_t used = stats_.prefilled_tokens + stats_.recomputed_tokens - prefilled_before;
-    if (per_step > 0 && used >= per_step) break;  // the rest wait for the next step, in order
+    if (per_step > 0 && used >= per_step) {  // the rest wait for the next step, in order
+      for (auto it = std::find(queued.begin(), queued.end(), c); it != queued.end(); ++it)
+        if (prompt_left(**it) > per_step) (*it)->passed_over = now;
+      break;
+    }
     try {
       if (!admit(*c, per_step > 0 ? per_step - used : -1)) break;
       if (!begun) ++running;

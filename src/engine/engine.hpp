@@ -42,8 +42,9 @@ struct EngineOptions {
   // Most turns generating in one batch (0: as many as the pool holds).
   int32_t max_batch = 0;
   // Prefill per step: kPrefillChunkPerStep (the default) for the session's prefill chunk (ubatch), 0 for no limit.
-  // A step continues the prompts it began earlier and admits queued turns (by priority, then arrival) until this
-  // many tokens have been prefilled (prompts and recomputes; a prefix-cache hit or a restored snapshot counts only
+  // A step continues the prompts it began earlier and admits queued turns (by priority; within one, prompts that
+  // fit in this limit before longer ones, except that a longer one passed over in the last step goes first; then by
+  // arrival) until this many tokens have been prefilled (prompts and recomputes; a prefix-cache hit or a restored snapshot counts only
   // what is prefilled). A prompt longer than what is left goes in by whole prefill chunks (at least one), the rest
   // in the next steps between the running turns' tokens, so one long prompt delays the others by about one chunk
   // per step, not by its whole prefill. Turns arriving together start a step or more apart: the first answers
@@ -52,7 +53,9 @@ struct EngineOptions {
   // throughput; packaging/docs/server.md). A turn's own prefill and decode are the same computation whichever
   // steps carry it (its prompt is cut at whole chunks, the chunks a single prefill uses); what can differ under
   // memory pressure is what the strategy does to make room meanwhile (a compression there changes what a turn
-  // keeps). Under a stream of higher-priority arrivals, lower-priority turns wait for steps with prefill to spare.
+  // keeps). Under a stream of higher-priority arrivals, lower-priority turns wait for steps with prefill to spare;
+  // a short turn arriving behind a long prompt starts within a step or two instead of after all of its chunks, and
+  // the long prompt still gets at least every other step's prefill.
   static constexpr int32_t kPrefillChunkPerStep = -1;
   int32_t max_prefill_tokens = kPrefillChunkPerStep;
   // Compression never keeps fewer than this share of a conversation's tokens (mean over layers).
@@ -204,6 +207,7 @@ class Engine {
     std::string failure;
     int64_t arrival = 0;         // order of the current turn's submission
     int64_t last_active = 0;     // step of its latest token (victims: the longest idle first)
+    int64_t passed_over = -2;    // the latest step whose prefill went to others while its long prompt waited
     int64_t pending_decision = -1;  // index of the move/recompute decision its return completes
     explicit Conversation(const SamplerParams &p) : sampler(p) {}
   };
@@ -231,6 +235,8 @@ class Engine {
   int64_t free_blocks() const { return session_->kv().free_blocks(); }
   int64_t blocks_of(const Conversation &c) const;
   int32_t chunk() const;
+  // What is left of its turn's prompt to prefill.
+  static int64_t prompt_left(const Conversation &c);
 
   EngineOptions opts_;
   std::unique_ptr<Session> session_;

@@ -21,6 +21,7 @@ jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 command -v clang++ >/dev/null || { echo "run.sh: clang++ not found (apt-get install clang)" >&2; exit 1; }
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
   -DINFOKV_FUZZ=ON -DINFOKV_BUILD_TESTS=OFF -DINFOKV_WITH_CUDA=OFF >/dev/null
 cmake --build "$build" --target fuzz_gguf fuzz_snapshot fuzz_config fuzz_profile fuzz_safetensors \
   fuzz_tokenizer_json fuzz_chat fuzz_gguf_seeds -j "$jobs"

@@ -120,10 +120,12 @@ IKV_API int32_t ikv_engine_submit(ikv_engine *engine, int64_t conversation, cons
 /** Queued and running turns, into *out. @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out); IKV_ERR_BAD_HANDLE. */
 IKV_API int32_t ikv_engine_pending(int64_t *out, const ikv_engine *engine);
 /**
- * One scheduling step: goes on with the prompts earlier steps began and admits queued turns by priority, then arrival
- * (bringing moved and dropped conversations back: recomputing a dropped one is prefill too), prefilling until this
- * step has prefilled a prefill chunk's worth (the session's ubatch, 256 by default): a longer prompt goes in by whole
- * chunks, at least one per step, over as many steps as it needs, and the turns behind it wait for a later step; then
+ * One scheduling step: goes on with the prompts earlier steps began and admits queued turns by priority (within
+ * one, prompts that fit in a step's prefill before longer ones, a longer one passed over in the last step first),
+ * then arrival (bringing moved and dropped conversations back: recomputing a dropped one is prefill too), prefilling
+ * until this step has prefilled a prefill chunk's worth (the session's ubatch, 256 by default): a longer prompt goes
+ * in by whole chunks, at least one per step it is given, at least every other step, and the turns behind it wait
+ * for a later step; then
  * decodes one token for every running turn whose prompt is in, in one batch, making room as the strategy says. A
  * turn is IKV_TURN_RUNNING from its admission, its prompt part-way in included. Without memory pressure a turn's
  * tokens do not depend on the steps that carried it. The tokens it

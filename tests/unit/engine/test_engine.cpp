@@ -432,6 +432,73 @@ TEST(Engine, ALongPromptGoesInAChunkPerStepWhileTheOthersKeepDecodingWithTheSame
   }
 }
 
+// Turns submitted at given steps; per turn, its tokens and the step of its first token.
+struct Arrival {
+  int64_t step;
+  std::vector<int32_t> prompt;
+  int32_t max_tokens;
+};
+struct Served {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<int64_t> first_step;
+};
+
+Served serve_arrivals(const EngineOptions &o, const std::vector<Arrival> &arrivals) {
+  Engine e(infokv_test::stories_model(), o);
+  Served r;
+  std::map<int64_t, size_t> index;
+  r.tokens.resize(arrivals.size());
+  r.first_step.assign(arrivals.size(), -1);
+  for (int64_t step = 0; step <= 300; ++step) {
+    bool more = false;
+    for (size_t i = 0; i < arrivals.size(); ++i) {
+      if (arrivals[i].step == step) {
+        const int64_t id = e.open();
+        index[id] = i;
+        e.submit(id, Turn{arrivals[i].prompt, arrivals[i].max_tokens, {}});
+      }
+      more = more || arrivals[i].step > step;
+    }
+    if (!more && !e.busy()) break;
+    for (const TokenEvent &ev : e.step()) {
+      const size_t i = index.at(ev.conversation);
+      if (r.first_step[i] < 0) r.first_step[i] = step;
+      r.tokens[i].push_back(ev.token);
+    }
+  }
+  return r;
+}
+
+TEST(Engine, AShortTurnArrivingBehindALongPromptGoesAheadOfItsRemainingChunks) {
+  std::mt19937 rng(infokv_test::test_seed());
+  auto prompt = [&](int n) {
+    std::vector<int32_t> p{1};
+    for (int i = 1; i < n; ++i) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+    return p;
+  };
+  const std::vector<int32_t> pa = prompt(10), pb = prompt(160), pc = prompt(12), pd = prompt(12);
+  EngineOptions o = options(Strategy::automatic, kLargePool, true);
+  o.session.ubatch = 16;
+  // A decodes; B's 160 tokens arrive at step 1 (ten chunks); C and D, short, at steps 3 and 4.
+  const Served got = serve_arrivals(o, {{0, pa, 40}, {1, pb, 6}, {3, pc, 6}, {4, pd, 6}});
+  // C and D start within two steps of arriving (not after B's remaining chunks), B is delayed by the steps they
+  // took (at most every other step), and every answer is the one it gets alone.
+  EXPECT_LE(got.first_step[2], 3 + 1);
+  EXPECT_LE(got.first_step[3], 4 + 2);
+  EXPECT_GE(got.first_step[1], 1 + 9);
+  EXPECT_LE(got.first_step[1], 1 + 9 + 2);
+  for (size_t i = 0; i < 4; ++i) {
+    const Served alone = serve_arrivals(o, {{0, std::vector<std::vector<int32_t>>{pa, pb, pc, pd}[i], i == 0 ? 40 : 6}});
+    EXPECT_EQ(got.tokens[i], alone.tokens[0]) << "turn " << i;
+  }
+  // First come, first served without a limit: C waits for nothing and B goes in whole at once.
+  EngineOptions whole = o;
+  whole.max_prefill_tokens = 0;
+  const Served unlimited = serve_arrivals(whole, {{0, pa, 40}, {1, pb, 6}, {3, pc, 6}});
+  EXPECT_EQ(unlimited.first_step[1], 1);
+  EXPECT_EQ(unlimited.first_step[2], 3);
+}
+
 TEST(Engine, APrefillLimitStartsTurnsAStepApartWithTheSameAnswers) {
   const Script sc = make_script(infokv_test::test_seed());
   const Outcome ref = run(options(Strategy::automatic, kLargePool, false), sc);
