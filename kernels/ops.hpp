@@ -42,8 +42,10 @@ bool dequantize_f16(uint16_t *out, const void *src, uint32_t type, int64_t n);
 // F32/F16/BF16 (and the grouped kF16Grouped/kBf16Grouped): each output is summed in one order whatever n, the row and
 // the thread count, so a token's result does not depend on what it is batched with. Quantised W: fewer than 4
 // tokens take the decode dots (with integer activations where cpu_activations() and the CPU allow:
-// kernels/cpu/matmul_act8.hpp), more the f32 tiles; the two agree to rounding. Returns false for a weight type
-// it does not handle (nothing written).
+// kernels/cpu/matmul_act8.hpp), 4 to 15 the f32 tiles, 16 or more the integer-activation panels where
+// cpu_activations() and the CPU allow (kernels/cpu/matmul_i16.hpp; each token's result then depends on that token
+// alone), else the f32 tiles; all agree to rounding. Returns false for a weight type it does not handle (nothing
+// written).
 bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool);
 
 // A decode step of several sequences (one token each) wants each token's result not to depend on the others: while

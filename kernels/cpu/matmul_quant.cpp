@@ -12,6 +12,7 @@
 #include "kernels/cpu/matmul_quant.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
 #include "kernels/cpu/matmul_act8.hpp"
+#include "kernels/cpu/matmul_i16.hpp"
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/ggml_types.hpp"
@@ -630,6 +631,10 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   int planes = 0;
   const int64_t act8_tokens = rows_independent() ? kRowsIndependentTokens : 4;
   if (n < act8_tokens && act8_decode(w_type, k, &planes)) return matmul_act8(out, x, w, w_type, n, m, k, planes, pool);
+  // Prefill-sized products with integer activations where chosen and the CPU has the integer dot products (every
+  // token's outputs depend on that token alone, as in the f32 panels they replace).
+  int32_t qmax = 0;
+  if (i16_prefill(w_type, n, k, &qmax)) return matmul_i16(out, x, w, w_type, n, m, k, qmax, pool);
 #if IKV_X86
   if (n < 4 && have_avx2_fma()) {
     static const bool wide = cpu_has_avx512();

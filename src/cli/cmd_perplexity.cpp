@@ -42,46 +42,61 @@ double kl_of(const float *ref, const float *got, int32_t V, std::vector<double> 
   return std::max(0.0, kl);
 }
 
-// The text fed one token at a time, as decode runs, under f32 activations and under the integer ones (int8, int16;
-// each in a session of its own, so each cache holds what that arithmetic computed): KL(f32 || int) of every
-// next-token distribution, top-1 agreement, and the perplexities.
+// The text fed under f32 activations and under the integer ones (int8, int16), each in a session of its own (so each
+// cache holds what that arithmetic computed), side by side so that no logits are kept: one token at a time as decode
+// runs (chunk 1), or in chunks of ubatch tokens as prefill runs. KL(f32 || int) of every next-token distribution,
+// top-1 agreement, and the perplexities. The setting is process-wide, so it is set before each session's step.
 int compare_activations(const std::shared_ptr<const Model> &model, const SessionOptions &so, const std::vector<int32_t> &toks,
-                        bool json) {
+                        size_t chunk, bool json) {
   const int32_t V = model->hparams().n_vocab;
   const size_t n_items = toks.size() - 1;
-  std::vector<std::vector<float>> ref(n_items);
   constexpr int kModes = 3;
   const CpuActivations modes[kModes] = {CpuActivations::f32, CpuActivations::int8, CpuActivations::int16};
   const char *names[kModes] = {"f32", "int8", "int16"};
   double nll[kModes] = {0, 0, 0}, kl_sum[kModes] = {0, 0, 0}, kl_max[kModes] = {0, 0, 0};
   int64_t agree[kModes] = {0, 0, 0};
   const CpuActivations before = cpu_activations();
-  std::vector<double> lp, lq;
-  const auto top = [V](const float *x) { return std::max_element(x, x + V) - x; };
+  std::vector<std::unique_ptr<Session>> sessions;
+  std::vector<int32_t> seqs;
   for (int mode = 0; mode < kModes; ++mode) {
-    set_cpu_activations(modes[mode]);
-    Session session(model, so);
-    const int32_t seq = session.add_sequence();
-    for (size_t i = 0; i < n_items; ++i) {
-      session.decode({{seq, toks[i], true}});
-      const float *lg = session.batch_logits().data();
-      nll[mode] -= log_prob(lg, V, toks[i + 1]);
-      if (mode == 0) {
-        ref[i].assign(lg, lg + V);
-        continue;
+    sessions.push_back(std::make_unique<Session>(model, so));
+    seqs.push_back(sessions.back()->add_sequence());
+  }
+  std::vector<double> lp, lq;
+  std::vector<float> ref;
+  const auto top = [V](const float *x) { return std::max_element(x, x + V) - x; };
+  try {
+    for (size_t c0 = 0; c0 < n_items; c0 += chunk) {
+      const size_t c1 = std::min(n_items, c0 + chunk);
+      for (int mode = 0; mode < kModes; ++mode) {
+        std::vector<BatchToken> batch;
+        for (size_t i = c0; i < c1; ++i) batch.push_back({seqs[static_cast<size_t>(mode)], toks[i], true});
+        set_cpu_activations(modes[mode]);
+        sessions[static_cast<size_t>(mode)]->decode(batch);
+        const std::vector<float> &lg = sessions[static_cast<size_t>(mode)]->batch_logits();
+        if (mode == 0) ref = lg;
+        for (size_t i = c0; i < c1; ++i) {
+          const float *r = ref.data() + (i - c0) * static_cast<size_t>(V), *g = lg.data() + (i - c0) * static_cast<size_t>(V);
+          nll[mode] -= log_prob(g, V, toks[i + 1]);
+          if (mode == 0) continue;
+          const double kl = kl_of(r, g, V, lp, lq);
+          kl_sum[mode] += kl;
+          kl_max[mode] = std::max(kl_max[mode], kl);
+          agree[mode] += top(r) == top(g) ? 1 : 0;
+        }
       }
-      const double kl = kl_of(ref[i].data(), lg, V, lp, lq);
-      kl_sum[mode] += kl;
-      kl_max[mode] = std::max(kl_max[mode], kl);
-      agree[mode] += top(ref[i].data()) == top(lg) ? 1 : 0;
     }
+  } catch (...) {
+    set_cpu_activations(before);
+    throw;
   }
   set_cpu_activations(before);
   const double n = static_cast<double>(n_items);
   const bool fast = cpu_has_avx512_vnni();
   if (json) {
     JsonObject o;
-    o.integer("tokens", static_cast<int64_t>(n_items)).num("ppl_f32", std::exp(nll[0] / n)).boolean("int_kernels", fast);
+    o.integer("tokens", static_cast<int64_t>(n_items)).integer("chunk", static_cast<int64_t>(chunk))
+        .num("ppl_f32", std::exp(nll[0] / n)).boolean("int_kernels", fast);
     for (int mode = 1; mode < kModes; ++mode) {
       const std::string m = names[mode];
       o.num("kl_mean_" + m, kl_sum[mode] / n).num("kl_max_" + m, kl_max[mode]).num("top1_" + m, static_cast<double>(agree[mode]) / n)
@@ -89,7 +104,9 @@ int compare_activations(const std::shared_ptr<const Model> &model, const Session
     }
     std::printf("%s\n", o.dump().c_str());
   } else {
-    std::printf("tokens %zu, one at a time; perplexity with f32 activations %.4f%s\n", n_items, std::exp(nll[0] / n),
+    if (chunk == 1) std::printf("tokens %zu, one at a time (as decode runs)", n_items);
+    else std::printf("tokens %zu, in chunks of %zu (as prefill runs)", n_items, chunk);
+    std::printf("; perplexity with f32 activations %.4f%s\n", std::exp(nll[0] / n),
                 fast ? "" : " (this CPU has no AVX-512 VNNI: every mode ran f32)");
     for (int mode = 1; mode < kModes; ++mode)
       std::printf("  %-5s  KL(f32 || %s) mean %.3g max %.3g  top-1 agreement %.4f  perplexity %.4f\n", names[mode],
@@ -196,11 +213,12 @@ int cmd_perplexity(int argc, char **argv) {
     return compare_kv_dtypes(model, so, seq_tokens, dts, a.flag("json"));
   }
   const std::string act = a.str("activations", "");
-  if (act == "compare") return compare_activations(model, so, seq_tokens, a.flag("json"));
+  if (act == "compare") return compare_activations(model, so, seq_tokens, 1, a.flag("json"));
+  if (act == "compare-prefill") return compare_activations(model, so, seq_tokens, static_cast<size_t>(so.ubatch), a.flag("json"));
   if (act == "f32") set_cpu_activations(CpuActivations::f32);
   else if (act == "int8") set_cpu_activations(CpuActivations::int8);
   else if (act == "int16") set_cpu_activations(CpuActivations::int16);
-  else if (!act.empty()) fail(Status::invalid_argument, "--activations takes f32, int8, int16 or compare, not '" + act + "'");
+  else if (!act.empty()) fail(Status::invalid_argument, "--activations takes f32, int8, int16, compare or compare-prefill, not '" + act + "'");
   Session session(model, so);
   const int32_t seq = session.add_sequence();
   const int32_t V = model->hparams().n_vocab;

@@ -38,7 +38,7 @@ const char *kUsage =
     "  eval-retrieval --model PATH [--tasks LIST --context 2048 --cases 8 --policies LIST --budgets LIST]\n"
     "              retrieval after compression (RULER's needle tasks and variable tracking, generated from a text):\n"
     "              the context is compressed, then the question asked; accuracy, KV bytes held, compression cost\n"
-    "  perplexity  --model PATH --file PATH [--max-tokens N] [--activations f32|int8|int16|compare]\n"
+    "  perplexity  --model PATH --file PATH [--max-tokens N] [--activations f32|int8|int16|compare|compare-prefill]\n"
     "              [--kv-compare q8_0,q4_0]  perplexity of a text; compare feeds it one token at a time under each\n"
     "              decode arithmetic: KL to f32, top-1; --kv-compare runs it with each KV dtype beside --kv-dtype's\n"
     "              (default f16): KL, top-1, perplexity\n"

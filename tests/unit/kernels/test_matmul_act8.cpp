@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/matmul_act8.hpp"
+#include "kernels/cpu/matmul_i16.hpp"
 #include "kernels/thread_pool.hpp"
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_types.hpp"
@@ -43,8 +44,8 @@ std::vector<uint8_t> random_rows(const Geometry &g, int64_t m, int64_t k, std::m
   for (int64_t b = 0; b < m * nb; ++b) {
     uint8_t *blk = w.data() + b * g.bb;
     switch (g.type) {
-      case GgmlType::Q4_1: put(blk, scale(rng)); put(blk + 2, -8 * scale(rng)); break;
-      case GgmlType::Q4_K: put(blk, scale(rng) / 8); put(blk + 2, scale(rng) / 8); break;
+      case GgmlType::Q4_1: case GgmlType::Q5_1: put(blk, scale(rng)); put(blk + 2, -8 * scale(rng)); break;
+      case GgmlType::Q4_K: case GgmlType::Q5_K: put(blk, scale(rng) / 8); put(blk + 2, scale(rng) / 8); break;
       case GgmlType::Q6_K: put(blk + 208, scale(rng) / 16); break;
       default: put(blk, scale(rng)); break;
     }
@@ -204,6 +205,129 @@ TEST(MatmulAct8, DecodeTakesTheChosenActivations) {
   } else {
     EXPECT_TRUE(same(int8, f32)) << "no VNNI: decode keeps f32";
     EXPECT_TRUE(same(int16, f32));
+  }
+}
+
+}  // namespace
+
+// ---- Prefill products with integer activations (kernels/cpu/matmul_i16.hpp) ----
+namespace {
+
+const Geometry kI16Types[] = {{GgmlType::Q4_0, 32, 18}, {GgmlType::Q4_1, 32, 20}, {GgmlType::Q5_0, 32, 22},
+                              {GgmlType::Q5_1, 32, 24}, {GgmlType::Q8_0, 32, 34}, {GgmlType::Q4_K, 256, 144},
+                              {GgmlType::Q5_K, 256, 176}, {GgmlType::Q6_K, 256, 210}};
+
+std::vector<float> normal_values(int64_t n, float sd, std::mt19937_64 &rng) {
+  std::vector<float> x(static_cast<size_t>(n));
+  std::normal_distribution<float> nd(0.0f, sd);
+  for (float &v : x) v = nd(rng);
+  return x;
+}
+
+bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// The reference against float64 over the dequantised weights and x: within the rounding of x to 16 (8) bits.
+TEST(MatmulI16, ReferenceIsTheProductWithinTheActivationsRounding) {
+  std::mt19937_64 rng(infokv_test::test_seed());
+  for (const int32_t qmax : {127, 32767})
+  for (const Geometry &g : kI16Types) {
+    const int64_t k = 512, m = 13, n = 19;
+    const std::vector<uint8_t> w = random_rows(g, m, k, rng);
+    std::vector<float> wf(static_cast<size_t>(m * k));
+    ASSERT_TRUE(infokv::cpu::dequantize(wf.data(), w.data(), u(g.type), m * k));
+    const std::vector<float> x = normal_values(n * k, 1.0f, rng);
+    std::vector<float> out(static_cast<size_t>(n * m), NAN);
+    ASSERT_TRUE(infokv::cpu::matmul_i16_ref(out.data(), x.data(), w.data(), u(g.type), n, m, k, qmax));
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < m; ++r) {
+        double exact = 0.0, mag = 0.0;
+        for (int64_t i = 0; i < k; ++i) {
+          const double p = static_cast<double>(wf[static_cast<size_t>(r * k + i)]) * x[static_cast<size_t>(t * k + i)];
+          exact += p;
+          mag += std::fabs(p);
+        }
+        EXPECT_NEAR(out[static_cast<size_t>(t * m + r)], exact, (qmax == 127 ? 0.02 : 1e-4) * mag)
+            << infokv::ggml_type_name(u(g.type)) << " qmax " << qmax << " token " << t << " row " << r;
+      }
+  }
+}
+
+// The vector kernels give the reference's bits, on one thread or two, for token counts that fill no whole group of
+// 32 and row counts that fill no whole tile.
+TEST(MatmulI16, VectorKernelsGiveTheReferenceBits) {
+  if (!infokv::cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI: the reference is all that runs";
+  std::mt19937_64 rng(infokv_test::test_seed());
+  infokv::ThreadPool pool2(2);
+  for (const int32_t qmax : {127, 32767})
+  for (const Geometry &g : kI16Types)
+  for (const int64_t k : {int64_t{256}, g.qk == 32 ? int64_t{608} : int64_t{768}}) {
+    const int64_t m = 47;
+    const std::vector<uint8_t> w = random_rows(g, m, k, rng);
+    for (const int64_t n : {16, 33, 70}) {
+      const std::vector<float> x = normal_values(n * k, 2.0f, rng);
+      std::vector<float> ref(static_cast<size_t>(n * m), NAN), one(ref.size(), NAN), two(ref.size(), NAN);
+      ASSERT_TRUE(infokv::cpu::matmul_i16_ref(ref.data(), x.data(), w.data(), u(g.type), n, m, k, qmax));
+      ASSERT_TRUE(infokv::cpu::matmul_i16(one.data(), x.data(), w.data(), u(g.type), n, m, k, qmax, nullptr));
+      ASSERT_TRUE(infokv::cpu::matmul_i16(two.data(), x.data(), w.data(), u(g.type), n, m, k, qmax, &pool2));
+      EXPECT_TRUE(same_bits(ref, one)) << infokv::ggml_type_name(u(g.type)) << " k " << k << " n " << n << " qmax " << qmax;
+      EXPECT_TRUE(same_bits(ref, two)) << infokv::ggml_type_name(u(g.type)) << " k " << k << " n " << n << " (2 threads)";
+    }
+  }
+}
+
+// A token's outputs do not depend on which tokens share its product (prefill in chunks of any size computes what
+// one product computes), and a NaN or Inf in one token's x makes that token's outputs NaN and no other's.
+TEST(MatmulI16, ATokenGetsTheSameBitsWhateverSharesItsProduct) {
+  std::mt19937_64 rng(infokv_test::test_seed());
+  for (const Geometry &g : kI16Types) {
+    const int64_t k = 512, m = 11, n = 50;
+    const std::vector<uint8_t> w = random_rows(g, m, k, rng);
+    std::vector<float> x = normal_values(n * k, 1.0f, rng);
+    x[static_cast<size_t>(40 * k + 100)] = NAN;
+    x[static_cast<size_t>(45 * k + 7)] = INFINITY;
+    std::vector<float> all(static_cast<size_t>(n * m)), part(static_cast<size_t>(20 * m));
+    ASSERT_TRUE(infokv::cpu::matmul_i16_ref(all.data(), x.data(), w.data(), u(g.type), n, m, k, 32767));
+    ASSERT_TRUE(infokv::cpu::matmul_i16_ref(part.data(), x.data() + 13 * k, w.data(), u(g.type), 20, m, k, 32767));
+    EXPECT_EQ(std::memcmp(part.data(), all.data() + 13 * m, part.size() * 4), 0) << infokv::ggml_type_name(u(g.type));
+    if (infokv::cpu_has_avx512_vnni()) {  // the vector kernels, NaN and Inf included
+      std::vector<float> vec(all.size());
+      ASSERT_TRUE(infokv::cpu::matmul_i16(vec.data(), x.data(), w.data(), u(g.type), n, m, k, 32767, nullptr));
+      EXPECT_EQ(std::memcmp(vec.data(), all.data(), all.size() * 4), 0) << infokv::ggml_type_name(u(g.type));
+    }
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = 0; r < m; ++r)
+        EXPECT_EQ(std::isnan(all[static_cast<size_t>(t * m + r)]), t == 40 || t == 45) << "token " << t;
+  }
+}
+
+// matmul (ops.hpp) takes the integer prefill products for 16 tokens or more when the activations setting and the CPU
+// say so, and the f32 path otherwise.
+TEST(MatmulI16, PrefillTakesTheChosenActivations) {
+  std::mt19937_64 rng(infokv_test::test_seed());
+  const Geometry g{GgmlType::Q4_K, 256, 144};
+  const int64_t k = 512, m = 20, n = 24;
+  const std::vector<uint8_t> w = random_rows(g, m, k, rng);
+  const std::vector<float> x = normal_values(n * k, 1.0f, rng);
+  std::vector<float> f32(static_cast<size_t>(n * m)), i8(f32.size()), i16(f32.size()), r8(f32.size()), r16(f32.size());
+  const infokv::CpuActivations before = infokv::cpu_activations();
+  infokv::set_cpu_activations(infokv::CpuActivations::f32);
+  ASSERT_TRUE(infokv::cpu::matmul(f32.data(), x.data(), w.data(), u(g.type), n, m, k, nullptr));
+  infokv::set_cpu_activations(infokv::CpuActivations::int8);
+  ASSERT_TRUE(infokv::cpu::matmul(i8.data(), x.data(), w.data(), u(g.type), n, m, k, nullptr));
+  infokv::set_cpu_activations(infokv::CpuActivations::int16);
+  ASSERT_TRUE(infokv::cpu::matmul(i16.data(), x.data(), w.data(), u(g.type), n, m, k, nullptr));
+  infokv::set_cpu_activations(before);
+  ASSERT_TRUE(infokv::cpu::matmul_i16_ref(r8.data(), x.data(), w.data(), u(g.type), n, m, k, 127));
+  ASSERT_TRUE(infokv::cpu::matmul_i16_ref(r16.data(), x.data(), w.data(), u(g.type), n, m, k, 32767));
+  if (infokv::cpu_has_avx512_vnni()) {
+    EXPECT_TRUE(same_bits(i8, r8));
+    EXPECT_TRUE(same_bits(i16, r16));
+    EXPECT_FALSE(same_bits(i16, f32));
+  } else {
+    EXPECT_TRUE(same_bits(i8, f32)) << "no VNNI: prefill keeps f32";
+    EXPECT_TRUE(same_bits(i16, f32));
   }
 }
 

@@ -166,6 +166,7 @@ TEST(QuantMatmul, ARowsResultDoesNotDependOnTheRowsBesideIt) {
 // AVX2 and up only.
 TEST(QuantMatmul, PrefillIsTheBitsOfTheF32ProductOfTheDequantisedRows) {
   if (!infokv::cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "portable kernels";
+  const F32Activations exact;  // the f32 path (integer activations: MatmulI16.*)
   const bool panels = infokv::cpu_has_avx512();
   std::mt19937_64 rng(23);
   infokv::ThreadPool pool2(2);
