@@ -17,10 +17,10 @@ bool cpu_has_avx512();
 // False wherever cpu_has_avx512 is (INFOKV_CPU_KERNELS=avx2 or portable).
 bool cpu_has_avx512_vnni();
 
-// How decode multiplies quantised weights: with f32 activations (exact: each block's weights widened to f32), with
-// the activations rounded to 8-bit integers per block as llama.cpp does (int8), or to 16-bit precision carried as
-// two 8-bit planes (int16) (matmul_act8.hpp; used where cpu_has_avx512_vnni(), for the types it covers; elsewhere
-// the f32 path runs whatever this says).
+// How quantised weights are multiplied: with f32 activations (exact: each block's weights widened to f32), with
+// the activations rounded to 8-bit integers per block as llama.cpp does (int8), or to 16-bit precision (int16:
+// decode carries it as two 8-bit planes, matmul_act8.hpp; prefill as int16, matmul_i16.hpp). Used where
+// cpu_has_avx512_vnni(), for the types they cover; elsewhere the f32 path runs whatever this says.
 enum class CpuActivations { f32 = 0, int8 = 1, int16 = 2 };
 // The current choice: INFOKV_CPU_ACTIVATIONS=f32, int8 or int16 when set (read at the first call), else the default
 // (kDefaultCpuActivations); set_cpu_activations changes it for the whole process (the evals compare the two).
