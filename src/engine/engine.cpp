@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "engine/spill_dir.hpp"
 #include "snapshot/snapshot.hpp"
 #include "util/byte_io.hpp"
 #include "util/error.hpp"
@@ -68,36 +69,21 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : 
   namespace fs = std::filesystem;
   std::error_code ec;
   if (opts.spill_dir.empty()) {
-    std::random_device rd;
     const fs::path base = fs::temp_directory_path(ec);
     if (ec) fail(Status::io, "no temp directory for the engine's spill files: " + ec.message());
-    for (int i = 0; i < 16 && spill_dir_.empty(); ++i) {
-      char name[40];
-      std::snprintf(name, sizeof name, "infokv-spill-%08x", static_cast<unsigned>(rd()));
-      const fs::path p = base / name;
-      if (fs::create_directory(p, ec) && !ec) spill_dir_ = p.string();
-    }
-    if (spill_dir_.empty()) fail(Status::io, "cannot make a spill directory under " + base.string());
+    spill_ = std::make_unique<SpillDir>(base.string(), "infokv-spill-");
   } else {
     // A directory of this engine's own inside the caller's, so that engines sharing one never meet.
     fs::create_directories(opts.spill_dir, ec);
     if (!fs::is_directory(opts.spill_dir, ec)) fail(Status::io, "spill directory '" + opts.spill_dir + "' cannot be made");
-    std::random_device rd;
-    for (int i = 0; i < 16 && spill_dir_.empty(); ++i) {
-      char name[40];
-      std::snprintf(name, sizeof name, "engine-%08x", static_cast<unsigned>(rd()));
-      const fs::path p = fs::path(opts.spill_dir) / name;
-      if (fs::create_directory(p, ec) && !ec) spill_dir_ = p.string();
-    }
-    if (spill_dir_.empty()) fail(Status::io, "cannot make a directory under " + opts.spill_dir);
+    spill_ = std::make_unique<SpillDir>(opts.spill_dir, "engine-");
   }
-  own_spill_dir_ = true;
-  fs::permissions(spill_dir_, fs::perms::owner_all, fs::perm_options::replace, ec);  // K/V is the user's data
+  spill_dir_ = spill_->path();
   try {
     measure_rates();
     if (opts.prefix_cache) set_prefix_cache(true, opts.prefix);
   } catch (...) {
-    fs::remove_all(spill_dir_, ec);
+    spill_.reset();
     throw;
   }
 }
@@ -121,7 +107,7 @@ Engine::~Engine() {
   std::error_code ec;
   for (auto &kv : convs_)
     if (!kv.second->spill_path.empty()) std::filesystem::remove(kv.second->spill_path, ec);
-  if (own_spill_dir_) std::filesystem::remove_all(spill_dir_, ec);
+  spill_.reset();
 }
 
 // The cost model's rates, measured here at start-up: the prefill rate on a scratch sequence of this model and pool,

@@ -16,6 +16,7 @@
 #include "session/session.hpp"
 
 namespace infokv {
+class SpillDir;
 
 // What the engine does when a step does not fit the pool.
 enum class Strategy : int32_t {
@@ -240,8 +241,8 @@ class Engine {
 
   EngineOptions opts_;
   std::unique_ptr<Session> session_;
+  std::unique_ptr<SpillDir> spill_;  // removed last (the destructor removes it explicitly)
   std::string spill_dir_;
-  bool own_spill_dir_ = false;
   std::map<int64_t, std::unique_ptr<Conversation>> convs_;
   int64_t next_id_ = 1;
   int64_t arrivals_ = 0;

@@ -315,7 +315,8 @@ def test_kill_9_under_load_leaves_a_prefix_cache_that_serves_after_restart(tmp_p
                 {"role": "user", "content": f"{notes}\nTell me about a {thing}."}]
         return c.chat.completions.create(model="m", messages=msgs, max_tokens=24, temperature=0).choices[0].message.content
 
-    args = ("--cache-dir", str(cache), "--kv-pool-blocks", "3000", "--max-batch", "8")
+    # the spill directory too inside tmp_path: a SIGKILLed server cannot remove its own
+    args = ("--cache-dir", str(cache), "--spill-dir", str(tmp_path / "spill"), "--kv-pool-blocks", "3000", "--max-batch", "8")
     s = Server(*args)
     try:
         c = s.client(timeout=60)

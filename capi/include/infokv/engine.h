@@ -66,7 +66,8 @@ typedef struct ikv_engine ikv_engine;
  * start-up what its cost model needs (this model's prefill rate, the spill directory's bandwidth: a fraction of a
  * second). spill_dir: where moved conversations go: the engine makes a directory of its own (mode 0700) inside it
  * (made if missing), so that engines sharing one never meet; NULL or "": inside the system's temp directory. The
- * engine's directory and its files are removed by ikv_engine_free. A session's compression policy (opts->policy) lets the engine
+ * engine's directory and its files are removed by ikv_engine_free; the directory holds a lock while its engine
+ * lives, and one left by a process that was killed is removed by the next engine made in the same place. A session's compression policy (opts->policy) lets the engine
  * compress under pressure; with IKV_POLICY_NONE it only moves and recomputes.
  * Thread safety: an engine is used by one thread at a time (IKV_ERR_BUSY otherwise, as a session).
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (NULL out, an unknown strategy, bad options); IKV_ERR_BAD_HANDLE;

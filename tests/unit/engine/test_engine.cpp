@@ -227,7 +227,8 @@ TEST(Engine, DamagedSpillFileIsRecomputedNotTrusted) {
   int flipped = 0;
   const Outcome mv = run(o, sc, nullptr, [&](Engine &, int64_t) {
     for (const auto &f : std::filesystem::recursive_directory_iterator(dir)) {
-      if (!f.is_regular_file()) continue;  // the engine's own directory inside `dir`
+      // the spill files in the engine's own directory inside `dir` (not the directory's lock)
+      if (!f.is_regular_file() || f.path().filename() == ".lock") continue;
       std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
       io.seekp(static_cast<std::streamoff>(std::filesystem::file_size(f.path()) / 2));
       const char x = 0x5a;
