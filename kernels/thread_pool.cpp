@@ -46,7 +46,15 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run_chunks() {
   const int chunks = job_chunks_;
   const int64_t n = job_n_;
-  for (int c; (c = next_chunk_.fetch_add(1)) < chunks;) (*job_)(n * c / chunks, n * (c + 1) / chunks);
+  for (int c; (c = next_chunk_.fetch_add(1)) < chunks;) {
+    try {
+      (*job_)(n * c / chunks, n * (c + 1) / chunks);
+    } catch (...) {  // kept for parallel_for to rethrow (an exception leaving a worker would end the process)
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (!error_) error_ = std::current_exception();
+      next_chunk_.store(chunks);  // hand out no more chunks
+    }
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)> &fn, int per_thread) {
@@ -74,6 +82,12 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   run_chunks();
   while (pending_.load(std::memory_order_acquire) != 0) IKV_PAUSE();
   job_ = nullptr;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    std::swap(error, error_);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::worker(int) {

@@ -544,14 +544,19 @@ bool matmul_i16(float *out, const float *x, const void *w, uint32_t type, int64_
   Shape sh;
   if (!fits(type, k, &sh) || (qmax != 127 && qmax != 32767) || !cpu_has_avx512_vnni()) return false;
 #if IKV_X86
+  // Tokens kSpan at a time, so that the packed activations stay bounded (2 bytes per value) whatever the chunk size.
+  constexpr int64_t kSpan = 512;
   Packed pk;
-  pack_all(pack_group_vnni, x, n, k, qmax, &pk, pool);
   const auto *wb = static_cast<const uint8_t *>(w);
-  auto body = [&](int64_t m0, int64_t m1) { rows_vnni(out, pk, wb, type, sh, n, m0, m1, m, k); };
-  if (pool != nullptr && pool->size() > 1 && n * m * k >= tile::kShareMacs)
-    pool->parallel_for(m, std::max<int64_t>(kTileRows, tile::rows_per_item(n * k)), body);
-  else
-    body(0, m);
+  for (int64_t s = 0; s < n; s += kSpan) {
+    const int64_t ns = std::min(kSpan, n - s);
+    pack_all(pack_group_vnni, x + s * k, ns, k, qmax, &pk, pool);
+    auto body = [&](int64_t m0, int64_t m1) { rows_vnni(out + s * m, pk, wb, type, sh, ns, m0, m1, m, k); };
+    if (pool != nullptr && pool->size() > 1 && ns * m * k >= tile::kShareMacs)
+      pool->parallel_for(m, std::max<int64_t>(kTileRows, tile::rows_per_item(ns * k)), body);
+    else
+      body(0, m);
+  }
   return true;
 #else
   (void)out, (void)x, (void)w, (void)n, (void)m, (void)pool;

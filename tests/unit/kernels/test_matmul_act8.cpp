@@ -265,7 +265,7 @@ TEST(MatmulI16, VectorKernelsGiveTheReferenceBits) {
   for (const int64_t k : {int64_t{256}, g.qk == 32 ? int64_t{608} : int64_t{768}}) {
     const int64_t m = 47;
     const std::vector<uint8_t> w = random_rows(g, m, k, rng);
-    for (const int64_t n : {16, 33, 70}) {
+    for (const int64_t n : {int64_t{16}, int64_t{33}, int64_t{70}, k == 256 ? int64_t{530} : int64_t{17}}) {  // 530: two spans
       const std::vector<float> x = normal_values(n * k, 2.0f, rng);
       std::vector<float> ref(static_cast<size_t>(n * m), NAN), one(ref.size(), NAN), two(ref.size(), NAN);
       ASSERT_TRUE(infokv::cpu::matmul_i16_ref(ref.data(), x.data(), w.data(), u(g.type), n, m, k, qmax));
