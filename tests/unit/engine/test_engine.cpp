@@ -3,6 +3,7 @@
 // option exists, a spill file damaged while out is recomputed instead of trusted, and bad calls change nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -371,31 +372,47 @@ TEST(Engine, AbsurdMemoryLimitsAreRefused) {
   EXPECT_GT(e.open(0, 1 << 20), 0);
 }
 
-// Each conversation alone, or A first and B's long prompt arriving a step later: tokens and logits per conversation,
-// and for each step whether A got a token and whether B's prompt was in.
-struct Interleaved {
-  std::map<int64_t, std::vector<int32_t>> tokens;
-  std::map<int64_t, std::vector<float>> logits;
-  std::vector<std::pair<bool, bool>> steps;  // (A produced a token, B produced a token)
+// Turns submitted at given steps, each in a conversation of its own: per turn, its tokens, their logits, the steps
+// that gave it a token (the first of them its first token's).
+struct Arrival {
+  int64_t step;
+  std::vector<int32_t> prompt;
+  int32_t max_tokens;
+};
+struct Served {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<int64_t>> token_steps;
+  int64_t first_step(size_t i) const { return token_steps[i].empty() ? -1 : token_steps[i].front(); }
+  bool got_token_at(size_t i, int64_t step) const {
+    return std::find(token_steps[i].begin(), token_steps[i].end(), step) != token_steps[i].end();
+  }
 };
 
-Interleaved interleave(const EngineOptions &o, const std::vector<int32_t> &pa, const std::vector<int32_t> &pb,
-                       bool with_a, bool with_b) {
+Served serve_arrivals(const EngineOptions &o, const std::vector<Arrival> &arrivals) {
   Engine e(infokv_test::stories_model(), o);
-  Interleaved r;
-  const int64_t a = e.open(), b = e.open();
-  if (with_a) e.submit(a, Turn{pa, 30, {}});
-  for (int64_t step = 0; step <= 1 || e.busy(); ++step) {
-    if (step == 1 && with_b) e.submit(b, Turn{pb, 8, {}});
-    bool got_a = false, got_b = false;
-    for (const TokenEvent &ev : e.step()) {
-      (ev.conversation == a ? got_a : got_b) = true;
-      r.tokens[ev.conversation == a ? 0 : 1].push_back(ev.token);
-      auto &l = r.logits[ev.conversation == a ? 0 : 1];
-      l.insert(l.end(), ev.logits->begin(), ev.logits->end());
+  Served r;
+  std::map<int64_t, size_t> index;
+  r.tokens.resize(arrivals.size());
+  r.logits.resize(arrivals.size());
+  r.token_steps.resize(arrivals.size());
+  for (int64_t step = 0; step <= 300; ++step) {
+    bool more = false;
+    for (size_t i = 0; i < arrivals.size(); ++i) {
+      if (arrivals[i].step == step) {
+        const int64_t id = e.open();
+        index[id] = i;
+        e.submit(id, Turn{arrivals[i].prompt, arrivals[i].max_tokens, {}});
+      }
+      more = more || arrivals[i].step > step;
     }
-    r.steps.push_back({got_a, got_b});
-    if (step > 200) break;
+    if (!more && !e.busy()) break;
+    for (const TokenEvent &ev : e.step()) {
+      const size_t i = index.at(ev.conversation);
+      r.token_steps[i].push_back(step);
+      r.tokens[i].push_back(ev.token);
+      r.logits[i].insert(r.logits[i].end(), ev.logits->begin(), ev.logits->end());
+    }
   }
   return r;
 }
@@ -414,60 +431,23 @@ TEST(Engine, ALongPromptGoesInAChunkPerStepWhileTheOthersKeepDecodingWithTheSame
       o.session.compression.budget_fraction = 0.5;
     }
     o.session.ubatch = 16;  // the default prefill per step: one chunk of 16
-    const Interleaved both = interleave(o, pa, pb, true, true);
+    // A decoding from step 0; B's long prompt arriving at step 1.
+    const Served both = serve_arrivals(o, {{0, pa, 30}, {1, pb, 8}});
     // B's 150 tokens go in 16 per step over ten steps (its first token comes with the tenth), and A, already
     // decoding, gets a token in every one of them.
-    size_t first_b = 0;
-    while (first_b < both.steps.size() && !both.steps[first_b].second) ++first_b;
-    EXPECT_EQ(first_b, 1u + 9u) << "policy " << policy;
-    for (size_t i = 0; i <= first_b && i < both.steps.size(); ++i) EXPECT_TRUE(both.steps[i].first) << "step " << i;
+    const int64_t first_b = both.first_step(1);
+    EXPECT_EQ(first_b, 1 + 9) << "policy " << policy;
+    for (int64_t step = 0; step <= first_b; ++step) EXPECT_TRUE(both.got_token_at(0, step)) << "step " << step;
     // The same answers, bit for bit, as each alone with its prompt prefilled whole.
     EngineOptions whole = o;
     whole.max_prefill_tokens = 0;
-    const Interleaved a_alone = interleave(whole, pa, pb, true, false), b_alone = interleave(whole, pa, pb, false, true);
-    EXPECT_EQ(both.tokens.at(0), a_alone.tokens.at(0)) << "policy " << policy;
-    EXPECT_EQ(both.logits.at(0), a_alone.logits.at(0)) << "policy " << policy;
-    EXPECT_EQ(both.tokens.at(1), b_alone.tokens.at(1)) << "policy " << policy;
-    EXPECT_EQ(both.logits.at(1), b_alone.logits.at(1)) << "policy " << policy;
-    EXPECT_EQ(both.tokens.at(1).size(), 8u);
+    const Served a_alone = serve_arrivals(whole, {{0, pa, 30}}), b_alone = serve_arrivals(whole, {{1, pb, 8}});
+    EXPECT_EQ(both.tokens[0], a_alone.tokens[0]) << "policy " << policy;
+    EXPECT_EQ(both.logits[0], a_alone.logits[0]) << "policy " << policy;
+    EXPECT_EQ(both.tokens[1], b_alone.tokens[0]) << "policy " << policy;
+    EXPECT_EQ(both.logits[1], b_alone.logits[0]) << "policy " << policy;
+    EXPECT_EQ(both.tokens[1].size(), 8u);
   }
-}
-
-// Turns submitted at given steps; per turn, its tokens and the step of its first token.
-struct Arrival {
-  int64_t step;
-  std::vector<int32_t> prompt;
-  int32_t max_tokens;
-};
-struct Served {
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<int64_t> first_step;
-};
-
-Served serve_arrivals(const EngineOptions &o, const std::vector<Arrival> &arrivals) {
-  Engine e(infokv_test::stories_model(), o);
-  Served r;
-  std::map<int64_t, size_t> index;
-  r.tokens.resize(arrivals.size());
-  r.first_step.assign(arrivals.size(), -1);
-  for (int64_t step = 0; step <= 300; ++step) {
-    bool more = false;
-    for (size_t i = 0; i < arrivals.size(); ++i) {
-      if (arrivals[i].step == step) {
-        const int64_t id = e.open();
-        index[id] = i;
-        e.submit(id, Turn{arrivals[i].prompt, arrivals[i].max_tokens, {}});
-      }
-      more = more || arrivals[i].step > step;
-    }
-    if (!more && !e.busy()) break;
-    for (const TokenEvent &ev : e.step()) {
-      const size_t i = index.at(ev.conversation);
-      if (r.first_step[i] < 0) r.first_step[i] = step;
-      r.tokens[i].push_back(ev.token);
-    }
-  }
-  return r;
 }
 
 TEST(Engine, AShortTurnArrivingBehindALongPromptGoesAheadOfItsRemainingChunks) {
@@ -484,10 +464,10 @@ TEST(Engine, AShortTurnArrivingBehindALongPromptGoesAheadOfItsRemainingChunks) {
   const Served got = serve_arrivals(o, {{0, pa, 40}, {1, pb, 6}, {3, pc, 6}, {4, pd, 6}});
   // C and D start within two steps of arriving (not after B's remaining chunks), B is delayed by the steps they
   // took (at most every other step), and every answer is the one it gets alone.
-  EXPECT_LE(got.first_step[2], 3 + 1);
-  EXPECT_LE(got.first_step[3], 4 + 2);
-  EXPECT_GE(got.first_step[1], 1 + 9);
-  EXPECT_LE(got.first_step[1], 1 + 9 + 2);
+  EXPECT_LE(got.first_step(2), 3 + 1);
+  EXPECT_LE(got.first_step(3), 4 + 2);
+  EXPECT_GE(got.first_step(1), 1 + 9);
+  EXPECT_LE(got.first_step(1), 1 + 9 + 2);
   for (size_t i = 0; i < 4; ++i) {
     const Served alone = serve_arrivals(o, {{0, std::vector<std::vector<int32_t>>{pa, pb, pc, pd}[i], i == 0 ? 40 : 6}});
     EXPECT_EQ(got.tokens[i], alone.tokens[0]) << "turn " << i;
@@ -496,8 +476,8 @@ TEST(Engine, AShortTurnArrivingBehindALongPromptGoesAheadOfItsRemainingChunks) {
   EngineOptions whole = o;
   whole.max_prefill_tokens = 0;
   const Served unlimited = serve_arrivals(whole, {{0, pa, 40}, {1, pb, 6}, {3, pc, 6}});
-  EXPECT_EQ(unlimited.first_step[1], 1);
-  EXPECT_EQ(unlimited.first_step[2], 3);
+  EXPECT_EQ(unlimited.first_step(1), 1);
+  EXPECT_EQ(unlimited.first_step(2), 3);
 }
 
 TEST(Engine, APrefillLimitStartsTurnsAStepApartWithTheSameAnswers) {
