@@ -171,6 +171,7 @@ IKV_VNNI void quantize_vnni(const float *x, int32_t offset, Act8 *a) {
     }
     const float amax = _mm512_reduce_max_ps(mx);
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (!(id <= std::numeric_limits<float>::max())) d = id = 0.0f;  // a scale too small to invert: a block of zeros
     if (bad != 0) {  // NaN or Inf in x: the outputs become NaN, as the f32 path's would
       d = std::numeric_limits<float>::quiet_NaN();
       id = 0.0f;
@@ -560,6 +561,9 @@ void act8_quantize_ref(const float *x, int64_t k, uint32_t type, int planes, Act
       else amax = std::max(amax, std::fabs(xb[i]));
     }
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    // A scale too small to invert (max|x| under about 4e-37: 1 / d would be infinite, and 0 * inf NaN) makes the
+    // block zeros; the vector quantisation does the same.
+    if (!(id <= std::numeric_limits<float>::max())) d = id = 0.0f;
     if (!finite) {
       d = std::numeric_limits<float>::quiet_NaN();
       id = 0.0f;

@@ -178,7 +178,7 @@ void unpack_rows_portable(uint32_t type, const RowsUnpack &u) { unpack_dispatch(
 
 // ---- Activations ----
 // Tokens [0, nt) of x (nt <= kLanes) into one packed group; lanes past nt are zero (their outputs are never stored).
-// The same function serves the reference and the vector path, so both see the same integers.
+// The reference's packing; pack_group_vnni computes the same values with vectors (tests compare the products' bits).
 void pack_group(const float *x, int64_t nt, int64_t k, int32_t qmax, int32_t *xq, float *dx, float *sx) {
   const int64_t nb = k / 32;
   std::memset(xq, 0, static_cast<size_t>(k / 2 * kLanes) * sizeof(int32_t));
@@ -197,6 +197,8 @@ void pack_group(const float *x, int64_t nt, int64_t k, int32_t qmax, int32_t *xq
         s += xb[i];
       }
       float d = amax / fmax, id = d != 0.0f ? 1.0f / d : 0.0f;
+      // a scale too small to invert (max|x| under about 1e-34: 1 / d infinite, 0 * inf NaN): a block of zeros
+      if (!(id <= std::numeric_limits<float>::max())) d = id = 0.0f;
       if (bad) {  // NaN or Inf in x: the outputs become NaN (through d), as the f32 path's would
         d = std::numeric_limits<float>::quiet_NaN();
         id = 0.0f;
@@ -366,6 +368,7 @@ IKV_I16_VNNI void pack_group_vnni(const float *x, int64_t nt, int64_t k, int32_t
       for (int i = 0; i < 32; ++i) s += xb[i];
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
       float d = amax / fmax, id = d != 0.0f ? 1.0f / d : 0.0f;
+      if (!(id <= std::numeric_limits<float>::max())) d = id = 0.0f;  // as pack_group
       if (bad) d = std::numeric_limits<float>::quiet_NaN();
       dx[b * kLanes + j] = d;
       sx[b * kLanes + j] = s;

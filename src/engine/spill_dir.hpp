@@ -19,9 +19,11 @@ class SpillDir {
 
   const std::string &path() const { return path_; }
 
-  // Removes the directories directly under parent whose names start with prefix, that this user owns, and whose
-  // `.lock` exists and is held by no process: an engine's that died. A directory without a `.lock` (being made, or
-  // made by another program) and anything not a directory are left alone. Returns how many it removed; never throws.
+  // Removes the directories directly under parent named <prefix><8 hex digits>, owned by this user, mode 0700, not
+  // symlinks, whose `.lock` carries SpillDir's marker and is held by no process: an engine's that died. Anything
+  // else (a directory without a `.lock`, being made or made by another program; a file; another name) is left alone.
+  // The spill directory must be on a host-local file system (flock on some network mounts is local to each host).
+  // Returns how many it removed; never throws.
   static int sweep(const std::string &parent, const std::string &prefix);
 
  private:

@@ -84,18 +84,31 @@ TEST(SpillDir, AKilledEnginesDirectoryIsRemovedByTheNextAndNothingElseIs) {
   ASSERT_GT(got, 0);
   const fs::path dead(std::string(buf, static_cast<size_t>(got)));
   ASSERT_TRUE(fs::exists(dead / "conv-7.ikvs"));
-  // Beside it: a directory being made (no lock file yet), a plain file and a directory of another name.
-  fs::create_directory(parent / "engine-beingmade");
-  touch(parent / "engine-file");
+  // Beside it: a directory being made (no lock file yet), a plain file, another program's directories (a `.lock`
+  // without our marker, a name that is not ours, one not private), and a copy of the dead one's lock elsewhere.
+  auto private_dir = [](const fs::path &p) {
+    fs::create_directory(p);
+    fs::permissions(p, fs::perms::owner_all, fs::perm_options::replace);
+  };
+  private_dir(parent / "engine-12345678");
+  touch(parent / "engine-abcdef01");
+  private_dir(parent / "engine-0badc0de");
+  touch(parent / "engine-0badc0de" / ".lock");
+  private_dir(parent / "engine-v2");
+  fs::copy_file(dead / ".lock", parent / "engine-v2" / ".lock");
+  private_dir(parent / "engine-fedcba98");
+  fs::copy_file(dead / ".lock", parent / "engine-fedcba98" / ".lock");
+  fs::permissions(parent / "engine-fedcba98", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec,
+                  fs::perm_options::replace);
   fs::create_directory(parent / "other-dir");
-  fs::create_directory(parent / "other-dir" / "engine-inside");
-  touch(parent / "other-dir" / "engine-inside" / ".lock");
+  private_dir(parent / "other-dir" / "engine-87654321");
+  fs::copy_file(dead / ".lock", parent / "other-dir" / "engine-87654321" / ".lock");
   {
     SpillDir live(parent.string(), "engine-");
     EXPECT_FALSE(fs::exists(dead)) << "the dead engine's directory stays";
-    EXPECT_TRUE(fs::exists(parent / "engine-beingmade"));
-    EXPECT_TRUE(fs::exists(parent / "engine-file"));
-    EXPECT_TRUE(fs::exists(parent / "other-dir" / "engine-inside"));  // only directly under parent
+    for (const char *kept : {"engine-12345678", "engine-abcdef01", "engine-0badc0de", "engine-v2", "engine-fedcba98",
+                             "other-dir/engine-87654321"})
+      EXPECT_TRUE(fs::exists(parent / kept)) << kept;
     EXPECT_EQ(SpillDir::sweep(parent.string(), "engine-"), 0);
     EXPECT_TRUE(fs::exists(live.path()));
   }

@@ -176,6 +176,29 @@ TEST(MatmulAct8, NonFiniteActivationsGiveNaN) {
   }
 }
 
+// Values so small that 1 / (max|x| / 127) is infinite (and 0 * inf would be NaN): the block counts as zeros, the
+// same bytes on both quantisations, and the products stay finite.
+TEST(MatmulAct8, TinyActivationsGiveFiniteResults) {
+  std::mt19937_64 rng(infokv_test::test_seed());
+  for (const int planes : {1, 2})
+  for (const Geometry &g : kTypes) {
+    const int64_t k = 512, m = 5;
+    const std::vector<uint8_t> w = random_rows(g, m, k, rng);
+    std::vector<float> x(static_cast<size_t>(k));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float &v : x) v = nd(rng) * 1e-38f;
+    x[3] = 0.0f;
+    infokv::cpu::Act8 fast, ref;
+    infokv::cpu::act8_quantize(x.data(), k, u(g.type), planes, &fast);
+    infokv::cpu::act8_quantize_ref(x.data(), k, u(g.type), planes, &ref);
+    EXPECT_EQ(fast.q, ref.q);
+    EXPECT_EQ(fast.q2, ref.q2);
+    std::vector<float> out(static_cast<size_t>(m), NAN);
+    ASSERT_TRUE(infokv::cpu::matmul_act8(out.data(), x.data(), w.data(), u(g.type), 1, m, k, planes, nullptr));
+    for (float o : out) EXPECT_TRUE(std::isfinite(o)) << infokv::ggml_type_name(u(g.type));
+  }
+}
+
 TEST(MatmulAct8, DecodeTakesTheChosenActivations) {
   // matmul (ops.hpp) takes the 8-bit products for decode only when chosen and the CPU has them
   std::mt19937_64 rng(infokv_test::test_seed());
@@ -287,6 +310,9 @@ TEST(MatmulI16, ATokenGetsTheSameBitsWhateverSharesItsProduct) {
     std::vector<float> x = normal_values(n * k, 1.0f, rng);
     x[static_cast<size_t>(40 * k + 100)] = NAN;
     x[static_cast<size_t>(45 * k + 7)] = INFINITY;
+    // token 30: values too small for their scale to be inverted (and a zero among them): a block of zeros, not NaN
+    for (int64_t i = 0; i < k; ++i) x[static_cast<size_t>(30 * k + i)] *= 1e-36f;
+    x[static_cast<size_t>(30 * k + 5)] = 0.0f;
     std::vector<float> all(static_cast<size_t>(n * m)), part(static_cast<size_t>(20 * m));
     ASSERT_TRUE(infokv::cpu::matmul_i16_ref(all.data(), x.data(), w.data(), u(g.type), n, m, k, 32767));
     ASSERT_TRUE(infokv::cpu::matmul_i16_ref(part.data(), x.data() + 13 * k, w.data(), u(g.type), 20, m, k, 32767));
@@ -299,6 +325,7 @@ TEST(MatmulI16, ATokenGetsTheSameBitsWhateverSharesItsProduct) {
     for (int64_t t = 0; t < n; ++t)
       for (int64_t r = 0; r < m; ++r)
         EXPECT_EQ(std::isnan(all[static_cast<size_t>(t * m + r)]), t == 40 || t == 45) << "token " << t;
+    for (int64_t r = 0; r < m; ++r) EXPECT_TRUE(std::isfinite(all[static_cast<size_t>(30 * m + r)]));
   }
 }
 
