@@ -124,11 +124,9 @@ IKV_HD inline void q5_k(float *y, const uint8_t *b) {
 
 // Q6_K: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d} -> (d * sc) * (q6 - 32), 16 sub-blocks of 16.
 // Written as two simple loops (unpack the 6-bit integers, then scale 16 at a time) so that compilers vectorise it.
-IKV_HD inline void q6_k(float *y, const uint8_t *b) {
+// The 256 signed 6-bit codes (q6 - 32) of a Q6_K super-block, in element order.
+IKV_HD inline void q6_k_codes(const uint8_t *b, int8_t *q) {
   const uint8_t *ql = b, *qh = b + 128;
-  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
-  const float d = h2f(b + 208);
-  int8_t q[256];
   for (int n = 0; n < 2; ++n) {
     const uint8_t *l0 = ql + 64 * n, *h0 = qh + 32 * n;
     int8_t *o = q + 128 * n;
@@ -139,6 +137,13 @@ IKV_HD inline void q6_k(float *y, const uint8_t *b) {
       o[l + 96] = static_cast<int8_t>(((l0[l + 32] >> 4) | (((h0[l] >> 6) & 3) << 4)) - 32);
     }
   }
+}
+
+IKV_HD inline void q6_k(float *y, const uint8_t *b) {
+  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
+  const float d = h2f(b + 208);
+  int8_t q[256];
+  q6_k_codes(b, q);
   // Element 16g..16g+15 uses scale g: within each 128 half, l < 16 and l >= 16 of every 32-run take is and is+1.
   for (int g = 0; g < 16; ++g) {
     const float s = d * sc[g];

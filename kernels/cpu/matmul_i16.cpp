@@ -121,19 +121,11 @@ IKV_I16_INLINE void unpack_k4(const uint8_t *b, int16_t *c, float *a, float *bm)
 }
 
 IKV_I16_INLINE void unpack_q6_k(const uint8_t *b, int16_t *c, float *a, float *) {
-  const uint8_t *ql = b, *qh = b + 128;
+  int8_t q[256];
+  dq::q6_k_codes(b, q);
+  for (int i = 0; i < 256; ++i) c[i] = q[i];
   const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
   const float d = dq::h2f(b + 208);
-  for (int n = 0; n < 2; ++n) {
-    const uint8_t *l0 = ql + 64 * n, *h0 = qh + 32 * n;
-    int16_t *o = c + 128 * n;
-    for (int l = 0; l < 32; ++l) {
-      o[l] = static_cast<int16_t>(((l0[l] & 0x0F) | (((h0[l] >> 0) & 3) << 4)) - 32);
-      o[l + 32] = static_cast<int16_t>(((l0[l + 32] & 0x0F) | (((h0[l] >> 2) & 3) << 4)) - 32);
-      o[l + 64] = static_cast<int16_t>(((l0[l] >> 4) | (((h0[l] >> 4) & 3) << 4)) - 32);
-      o[l + 96] = static_cast<int16_t>(((l0[l + 32] >> 4) | (((h0[l] >> 6) & 3) << 4)) - 32);
-    }
-  }
   for (int g = 0; g < 16; ++g) a[g] = d * static_cast<float>(sc[g]);
 }
 
