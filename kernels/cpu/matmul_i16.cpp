@@ -1,5 +1,6 @@
 // Prefill products with integer activations (see matmul_i16.hpp). Layout:
-//  - a group of kLanes = 32 tokens is packed once per product: xq[k / 2][32] 32-bit words, word (p, j) holding token
+//  - a group of kLanes = 32 tokens is packed once per product (per span of 512 tokens): xq[k / 2][32] 32-bit words,
+//    word (p, j) holding token
 //    j's codes 2p and 2p + 1 as two int16; dx[k / 32][32] their scales; sx[k / 32][32] their exact sums;
 //  - a block of weight rows is unpacked into per-work-item scratch (owned by the item, not hidden in the thread):
 //    k int16 codes per row, one float scale per scale group (32 values; 16 for Q6_K), one min factor per 32;

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "engine/spill_dir.hpp"
 #include "snapshot/snapshot.hpp"

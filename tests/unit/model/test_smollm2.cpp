@@ -3,8 +3,6 @@
 // dequantised weights (tests/reference/make_refs.py). A missing model fails these tests; it never skips them.
 #include <gtest/gtest.h>
 
-#include "kernels/cpu/cpu_features.hpp"
-
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -13,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kernels/cpu/cpu_features.hpp"
 #include "model/model.hpp"
 #include "session/session.hpp"
 #include "support/random_inputs.hpp"
@@ -95,7 +94,10 @@ TEST(SmolLM2, LogitsAndGreedyTextMatchFloat64Reference) {
   ASSERT_EQ(refs.size(), 3u) << "tests/data/smollm2_logits_refs.txt missing or malformed";
   // The exact f32 arithmetic, then the default one (integer activations where the CPU has AVX-512 VNNI: 16-bit per
   // 32 values, KL to f32 about 1e-6 per token; the logits move by up to about 1e-2).
-  const infokv::CpuActivations before = infokv::cpu_activations();
+  struct Restore {
+    infokv::CpuActivations before = infokv::cpu_activations();
+    ~Restore() { infokv::set_cpu_activations(before); }
+  } restore;
   for (const infokv::CpuActivations act : {infokv::CpuActivations::f32, infokv::kDefaultCpuActivations})
   for (int threads : {1, 2}) {
     infokv::set_cpu_activations(act);
@@ -124,7 +126,6 @@ TEST(SmolLM2, LogitsAndGreedyTextMatchFloat64Reference) {
       EXPECT_EQ(got, want) << "prompt '" << r.prompt << "' -> '" << m->tokenizer().decode(got) << "'";
     }
   }
-  infokv::set_cpu_activations(before);
 }
 
 TEST(SmolLM2, AnswersTheCapitalOfFranceWithParis) {
