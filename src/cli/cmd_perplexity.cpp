@@ -1,5 +1,7 @@
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "cli/args.hpp"
@@ -42,50 +44,68 @@ double kl_of(const float *ref, const float *got, int32_t V, std::vector<double> 
   return std::max(0.0, kl);
 }
 
+// What a side-by-side run measured for each session: session 0 is the reference.
+struct SideBySide {
+  std::vector<double> nll, kl_sum, kl_max;
+  std::vector<int64_t> agree;
+};
+
+// The text fed into every session in chunks of `chunk` tokens, side by side so that no logits are kept: the negative
+// log-likelihood of each session, and for sessions 1.. KL(session 0 || session) of every next-token distribution, its
+// maximum and top-1 agreement. before_step(s) runs before session s's step (a process-wide setting to switch).
+SideBySide side_by_side(std::vector<std::unique_ptr<Session>> &sessions, const std::vector<int32_t> &seqs,
+                        const std::vector<int32_t> &toks, size_t chunk, int32_t V,
+                        const std::function<void(size_t)> &before_step) {
+  const size_t n_items = toks.size() - 1, ns = sessions.size();
+  SideBySide r{std::vector<double>(ns, 0.0), std::vector<double>(ns, 0.0), std::vector<double>(ns, 0.0),
+               std::vector<int64_t>(ns, 0)};
+  std::vector<double> lp, lq;
+  std::vector<float> ref;
+  const auto top = [V](const float *x) { return std::max_element(x, x + V) - x; };
+  for (size_t c0 = 0; c0 < n_items; c0 += chunk) {
+    const size_t c1 = std::min(n_items, c0 + chunk);
+    for (size_t s = 0; s < ns; ++s) {
+      std::vector<BatchToken> batch;
+      for (size_t i = c0; i < c1; ++i) batch.push_back({seqs[s], toks[i], true});
+      if (before_step) before_step(s);
+      sessions[s]->decode(batch);
+      const std::vector<float> &lg = sessions[s]->batch_logits();
+      if (s == 0) ref = lg;
+      for (size_t i = c0; i < c1; ++i) {
+        const float *rf = ref.data() + (i - c0) * static_cast<size_t>(V), *g = lg.data() + (i - c0) * static_cast<size_t>(V);
+        r.nll[s] -= log_prob(g, V, toks[i + 1]);
+        if (s == 0) continue;
+        const double kl = kl_of(rf, g, V, lp, lq);
+        r.kl_sum[s] += kl;
+        r.kl_max[s] = std::max(r.kl_max[s], kl);
+        r.agree[s] += top(rf) == top(g) ? 1 : 0;
+      }
+    }
+  }
+  return r;
+}
+
 // The text fed under f32 activations and under the integer ones (int8, int16), each in a session of its own (so each
-// cache holds what that arithmetic computed), side by side so that no logits are kept: one token at a time as decode
-// runs (chunk 1), or in chunks of ubatch tokens as prefill runs. KL(f32 || int) of every next-token distribution,
-// top-1 agreement, and the perplexities. The setting is process-wide, so it is set before each session's step.
+// cache holds what that arithmetic computed): one token at a time as decode runs (chunk 1), or in chunks of ubatch
+// tokens as prefill runs. KL(f32 || int) of every next-token distribution, top-1 agreement, and the perplexities.
+// The setting is process-wide, so it is set before each session's step and restored on any exit.
 int compare_activations(const std::shared_ptr<const Model> &model, const SessionOptions &so, const std::vector<int32_t> &toks,
                         size_t chunk, bool json) {
-  const int32_t V = model->hparams().n_vocab;
   const size_t n_items = toks.size() - 1;
   constexpr int kModes = 3;
   const CpuActivations modes[kModes] = {CpuActivations::f32, CpuActivations::int8, CpuActivations::int16};
   const char *names[kModes] = {"f32", "int8", "int16"};
-  double nll[kModes] = {0, 0, 0}, kl_sum[kModes] = {0, 0, 0}, kl_max[kModes] = {0, 0, 0};
-  int64_t agree[kModes] = {0, 0, 0};
-  const CpuActivations before = cpu_activations();
   std::vector<std::unique_ptr<Session>> sessions;
   std::vector<int32_t> seqs;
   for (int mode = 0; mode < kModes; ++mode) {
     sessions.push_back(std::make_unique<Session>(model, so));
     seqs.push_back(sessions.back()->add_sequence());
   }
-  std::vector<double> lp, lq;
-  std::vector<float> ref;
-  const auto top = [V](const float *x) { return std::max_element(x, x + V) - x; };
+  const CpuActivations before = cpu_activations();
+  SideBySide r;
   try {
-    for (size_t c0 = 0; c0 < n_items; c0 += chunk) {
-      const size_t c1 = std::min(n_items, c0 + chunk);
-      for (int mode = 0; mode < kModes; ++mode) {
-        std::vector<BatchToken> batch;
-        for (size_t i = c0; i < c1; ++i) batch.push_back({seqs[static_cast<size_t>(mode)], toks[i], true});
-        set_cpu_activations(modes[mode]);
-        sessions[static_cast<size_t>(mode)]->decode(batch);
-        const std::vector<float> &lg = sessions[static_cast<size_t>(mode)]->batch_logits();
-        if (mode == 0) ref = lg;
-        for (size_t i = c0; i < c1; ++i) {
-          const float *r = ref.data() + (i - c0) * static_cast<size_t>(V), *g = lg.data() + (i - c0) * static_cast<size_t>(V);
-          nll[mode] -= log_prob(g, V, toks[i + 1]);
-          if (mode == 0) continue;
-          const double kl = kl_of(r, g, V, lp, lq);
-          kl_sum[mode] += kl;
-          kl_max[mode] = std::max(kl_max[mode], kl);
-          agree[mode] += top(r) == top(g) ? 1 : 0;
-        }
-      }
-    }
+    r = side_by_side(sessions, seqs, toks, chunk, model->hparams().n_vocab,
+                     [&modes](size_t s) { set_cpu_activations(modes[s]); });
   } catch (...) {
     set_cpu_activations(before);
     throw;
@@ -96,32 +116,31 @@ int compare_activations(const std::shared_ptr<const Model> &model, const Session
   if (json) {
     JsonObject o;
     o.integer("tokens", static_cast<int64_t>(n_items)).integer("chunk", static_cast<int64_t>(chunk))
-        .num("ppl_f32", std::exp(nll[0] / n)).boolean("int_kernels", fast);
-    for (int mode = 1; mode < kModes; ++mode) {
+        .num("ppl_f32", std::exp(r.nll[0] / n)).boolean("int_kernels", fast);
+    for (size_t mode = 1; mode < kModes; ++mode) {
       const std::string m = names[mode];
-      o.num("kl_mean_" + m, kl_sum[mode] / n).num("kl_max_" + m, kl_max[mode]).num("top1_" + m, static_cast<double>(agree[mode]) / n)
-          .num("ppl_" + m, std::exp(nll[mode] / n));
+      o.num("kl_mean_" + m, r.kl_sum[mode] / n).num("kl_max_" + m, r.kl_max[mode])
+          .num("top1_" + m, static_cast<double>(r.agree[mode]) / n).num("ppl_" + m, std::exp(r.nll[mode] / n));
     }
     std::printf("%s\n", o.dump().c_str());
   } else {
     if (chunk == 1) std::printf("tokens %zu, one at a time (as decode runs)", n_items);
     else std::printf("tokens %zu, in chunks of %zu (as prefill runs)", n_items, chunk);
-    std::printf("; perplexity with f32 activations %.4f%s\n", std::exp(nll[0] / n),
+    std::printf("; perplexity with f32 activations %.4f%s\n", std::exp(r.nll[0] / n),
                 fast ? "" : " (this CPU has no AVX-512 VNNI: every mode ran f32)");
-    for (int mode = 1; mode < kModes; ++mode)
+    for (size_t mode = 1; mode < kModes; ++mode)
       std::printf("  %-5s  KL(f32 || %s) mean %.3g max %.3g  top-1 agreement %.4f  perplexity %.4f\n", names[mode],
-                  names[mode], kl_sum[mode] / n, kl_max[mode], static_cast<double>(agree[mode]) / n, std::exp(nll[mode] / n));
+                  names[mode], r.kl_sum[mode] / n, r.kl_max[mode], static_cast<double>(r.agree[mode]) / n,
+                  std::exp(r.nll[mode] / n));
   }
   return 0;
 }
 
 // The text fed in chunks of ubatch tokens, as prefill runs, into one session per KV dtype (the reference so.kv_dtype
-// first, then each of `dtypes`), side by side so that no logits are kept: KL(reference || dtype) of every
-// next-token distribution, top-1 agreement and perplexity. Each session's attention reads the K/V its cache stored,
-// so the loss is what that dtype costs a real run.
+// first, then each of `dtypes`): KL(reference || dtype) of every next-token distribution, top-1 agreement and
+// perplexity. Each session's attention reads the K/V its cache stored, so the loss is what that dtype costs a real run.
 int compare_kv_dtypes(const std::shared_ptr<const Model> &model, const SessionOptions &so, const std::vector<int32_t> &toks,
                       const std::vector<KvDtype> &dtypes, bool json) {
-  const int32_t V = model->hparams().n_vocab;
   const size_t n_items = toks.size() - 1, nd = dtypes.size() + 1;
   std::vector<std::unique_ptr<Session>> sessions;
   std::vector<int32_t> seqs;
@@ -131,47 +150,25 @@ int compare_kv_dtypes(const std::shared_ptr<const Model> &model, const SessionOp
     sessions.push_back(std::make_unique<Session>(model, o));
     seqs.push_back(sessions.back()->add_sequence());
   }
-  std::vector<double> nll(nd, 0.0), kl_sum(nd, 0.0), kl_max(nd, 0.0), lp, lq;
-  std::vector<int64_t> agree(nd, 0);
-  std::vector<float> ref;
-  const auto top = [V](const float *x) { return std::max_element(x, x + V) - x; };
   const size_t chunk = static_cast<size_t>(so.ubatch);
-  for (size_t c0 = 0; c0 < n_items; c0 += chunk) {
-    const size_t c1 = std::min(n_items, c0 + chunk);
-    for (size_t d = 0; d < nd; ++d) {
-      std::vector<BatchToken> batch;
-      for (size_t i = c0; i < c1; ++i) batch.push_back({seqs[d], toks[i], true});
-      sessions[d]->decode(batch);
-      const std::vector<float> &lg = sessions[d]->batch_logits();
-      if (d == 0) ref = lg;
-      for (size_t i = c0; i < c1; ++i) {
-        const float *r = ref.data() + (i - c0) * static_cast<size_t>(V), *g = lg.data() + (i - c0) * static_cast<size_t>(V);
-        nll[d] -= log_prob(g, V, toks[i + 1]);
-        if (d == 0) continue;
-        const double kl = kl_of(r, g, V, lp, lq);
-        kl_sum[d] += kl;
-        kl_max[d] = std::max(kl_max[d], kl);
-        agree[d] += top(r) == top(g) ? 1 : 0;
-      }
-    }
-  }
+  const SideBySide r = side_by_side(sessions, seqs, toks, chunk, model->hparams().n_vocab, nullptr);
   const double n = static_cast<double>(n_items);
   const std::string rn = kv_dtype_name(so.kv_dtype);
   if (json) {
     JsonObject o;
-    o.integer("tokens", static_cast<int64_t>(n_items)).str("reference", rn).num("ppl_" + rn, std::exp(nll[0] / n));
+    o.integer("tokens", static_cast<int64_t>(n_items)).str("reference", rn).num("ppl_" + rn, std::exp(r.nll[0] / n));
     for (size_t d = 1; d < nd; ++d) {
       const std::string m = kv_dtype_name(dtypes[d - 1]);
-      o.num("kl_mean_" + m, kl_sum[d] / n).num("kl_max_" + m, kl_max[d]).num("top1_" + m, static_cast<double>(agree[d]) / n)
-          .num("ppl_" + m, std::exp(nll[d] / n));
+      o.num("kl_mean_" + m, r.kl_sum[d] / n).num("kl_max_" + m, r.kl_max[d]).num("top1_" + m, static_cast<double>(r.agree[d]) / n)
+          .num("ppl_" + m, std::exp(r.nll[d] / n));
     }
     std::printf("%s\n", o.dump().c_str());
   } else {
-    std::printf("tokens %zu in chunks of %zu; perplexity with a %s cache %.4f\n", n_items, chunk, rn.c_str(), std::exp(nll[0] / n));
+    std::printf("tokens %zu in chunks of %zu; perplexity with a %s cache %.4f\n", n_items, chunk, rn.c_str(), std::exp(r.nll[0] / n));
     for (size_t d = 1; d < nd; ++d) {
       const char *m = kv_dtype_name(dtypes[d - 1]);
       std::printf("  %-5s  KL(%s || %s) mean %.3g max %.3g  top-1 agreement %.4f  perplexity %.4f\n", m, rn.c_str(), m,
-                  kl_sum[d] / n, kl_max[d], static_cast<double>(agree[d]) / n, std::exp(nll[d] / n));
+                  r.kl_sum[d] / n, r.kl_max[d], static_cast<double>(r.agree[d]) / n, std::exp(r.nll[d] / n));
     }
   }
   return 0;
