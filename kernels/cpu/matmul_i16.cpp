@@ -38,18 +38,21 @@ struct Shape {
   bool mins = false;
 };
 
+// Values per float scale: 16 for Q6_K (a scale per 16), 32 for the rest.
+constexpr int scale_group(GgmlType t) { return t == GgmlType::Q6_K ? 16 : 32; }
+
+// The block geometry comes from ggml_type_traits; the scale group and the min are this kernel's view of each type.
 bool shape_of(uint32_t type, Shape *s) {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: *s = {32, 18, 32, false}; return true;
-    case GgmlType::Q4_1: *s = {32, 20, 32, true}; return true;
-    case GgmlType::Q5_0: *s = {32, 22, 32, false}; return true;
-    case GgmlType::Q5_1: *s = {32, 24, 32, true}; return true;
-    case GgmlType::Q8_0: *s = {32, 34, 32, false}; return true;
-    case GgmlType::Q4_K: *s = {256, 144, 32, true}; return true;
-    case GgmlType::Q5_K: *s = {256, 176, 32, true}; return true;
-    case GgmlType::Q6_K: *s = {256, 210, 16, false}; return true;
+  bool mins = false;
+  const GgmlType t = static_cast<GgmlType>(type);
+  switch (t) {
+    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::Q6_K: break;
+    case GgmlType::Q4_1: case GgmlType::Q5_1: case GgmlType::Q4_K: case GgmlType::Q5_K: mins = true; break;
     default: return false;
   }
+  const GgmlTypeTraits tr = ggml_type_traits(type);
+  *s = {tr.block_elems, tr.block_bytes, scale_group(t), mins};
+  return true;
 }
 
 // ---- Weight rows: codes, scales, mins ----
@@ -133,39 +136,42 @@ IKV_I16_INLINE void unpack_q6_k(const uint8_t *b, int16_t *c, float *a, float *)
 using UnpackFn = void (*)(const uint8_t *, int16_t *, float *, float *);
 
 // One row of k elements: codes c[k], scales a[k / g], min factors bm[k / 32] (left alone for types without).
-template <UnpackFn F, int64_t QK, int64_t BB, int G>
+template <UnpackFn F, GgmlType T>
 IKV_I16_INLINE void unpack_row_t(const uint8_t *row, int64_t k, int16_t *c, float *a, float *bm) {
+  constexpr int64_t QK = ggml_type_traits(static_cast<uint32_t>(T)).block_elems;
+  constexpr int64_t BB = ggml_type_traits(static_cast<uint32_t>(T)).block_bytes;
+  constexpr int G = scale_group(T);
+  static_assert(QK % G == 0 && QK % 32 == 0, "a block holds whole scale groups");
   for (int64_t b = 0; b < k / QK; ++b) F(row + b * BB, c + b * QK, a + b * (QK / G), bm + b * (QK / 32));
-}
-
-template <typename Row>
-IKV_I16_INLINE void unpack_dispatch(uint32_t type, const Row &row) {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: row.template go<unpack_q4_0, 32, 18, 32>(); break;
-    case GgmlType::Q4_1: row.template go<unpack_q4_1, 32, 20, 32>(); break;
-    case GgmlType::Q5_0: row.template go<unpack_q5<false>, 32, 22, 32>(); break;
-    case GgmlType::Q5_1: row.template go<unpack_q5<true>, 32, 24, 32>(); break;
-    case GgmlType::Q8_0: row.template go<unpack_q8_0, 32, 34, 32>(); break;
-    case GgmlType::Q4_K: row.template go<unpack_k4<false>, 256, 144, 32>(); break;
-    case GgmlType::Q5_K: row.template go<unpack_k4<true>, 256, 176, 32>(); break;
-    case GgmlType::Q6_K: row.template go<unpack_q6_k, 256, 210, 16>(); break;
-    default: break;
-  }
 }
 
 // Rows [r0, r1) of w (row_bytes each) unpacked, row i - r0 at c + (i - r0) * k, a + (i - r0) * (k / g), bm + ... k / 32.
 struct RowsUnpack {
   const uint8_t *w;
   int64_t row_bytes, r0, r1, k;
-  int g;
   int16_t *c;
   float *a, *bm;
-  template <UnpackFn F, int64_t QK, int64_t BB, int G>
+  template <UnpackFn F, GgmlType T>
   IKV_I16_INLINE void go() const {
+    constexpr int G = scale_group(T);
     for (int64_t i = r0; i < r1; ++i)
-      unpack_row_t<F, QK, BB, G>(w + i * row_bytes, k, c + (i - r0) * k, a + (i - r0) * (k / G), bm + (i - r0) * (k / 32));
+      unpack_row_t<F, T>(w + i * row_bytes, k, c + (i - r0) * k, a + (i - r0) * (k / G), bm + (i - r0) * (k / 32));
   }
 };
+
+IKV_I16_INLINE void unpack_dispatch(uint32_t type, const RowsUnpack &u) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q4_0: u.go<unpack_q4_0, GgmlType::Q4_0>(); break;
+    case GgmlType::Q4_1: u.go<unpack_q4_1, GgmlType::Q4_1>(); break;
+    case GgmlType::Q5_0: u.go<unpack_q5<false>, GgmlType::Q5_0>(); break;
+    case GgmlType::Q5_1: u.go<unpack_q5<true>, GgmlType::Q5_1>(); break;
+    case GgmlType::Q8_0: u.go<unpack_q8_0, GgmlType::Q8_0>(); break;
+    case GgmlType::Q4_K: u.go<unpack_k4<false>, GgmlType::Q4_K>(); break;
+    case GgmlType::Q5_K: u.go<unpack_k4<true>, GgmlType::Q5_K>(); break;
+    case GgmlType::Q6_K: u.go<unpack_q6_k, GgmlType::Q6_K>(); break;
+    default: break;
+  }
+}
 
 void unpack_rows_portable(uint32_t type, const RowsUnpack &u) { unpack_dispatch(type, u); }
 
@@ -379,12 +385,12 @@ IKV_I16_VNNI void pack_group_vnni(const float *x, int64_t nt, int64_t k, int32_t
 
 IKV_I16_VNNI void unpack_rows_vnni(uint32_t type, const RowsUnpack &u) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: u.go<unpack_q4_0_v, 32, 18, 32>(); break;
-    case GgmlType::Q4_1: u.go<unpack_q4_1_v, 32, 20, 32>(); break;
-    case GgmlType::Q5_0: u.go<unpack_q5_0_v, 32, 22, 32>(); break;
-    case GgmlType::Q8_0: u.go<unpack_q8_0_v, 32, 34, 32>(); break;
-    case GgmlType::Q4_K: u.go<unpack_q4_k_v, 256, 144, 32>(); break;
-    case GgmlType::Q6_K: u.go<unpack_q6_k_v, 256, 210, 16>(); break;
+    case GgmlType::Q4_0: u.go<unpack_q4_0_v, GgmlType::Q4_0>(); break;
+    case GgmlType::Q4_1: u.go<unpack_q4_1_v, GgmlType::Q4_1>(); break;
+    case GgmlType::Q5_0: u.go<unpack_q5_0_v, GgmlType::Q5_0>(); break;
+    case GgmlType::Q8_0: u.go<unpack_q8_0_v, GgmlType::Q8_0>(); break;
+    case GgmlType::Q4_K: u.go<unpack_q4_k_v, GgmlType::Q4_K>(); break;
+    case GgmlType::Q6_K: u.go<unpack_q6_k_v, GgmlType::Q6_K>(); break;
     default: unpack_dispatch(type, u); break;
   }
 }
@@ -487,7 +493,7 @@ IKV_I16_VNNI void rows_vnni(float *out, const Packed &pk, const uint8_t *w, uint
     const int64_t te = std::min(n, tc + chunk);
     for (int64_t r = m0; r < m1; r += rb) {
       const int64_t re = std::min(m1, r + rb);
-      unpack_rows_vnni(type, RowsUnpack{w, row_bytes, r, re, k, sh.g, rs.c.data(), rs.a.data(), rs.bm.data()});
+      unpack_rows_vnni(type, RowsUnpack{w, row_bytes, r, re, k, rs.c.data(), rs.a.data(), rs.bm.data()});
       for (int64_t rr = r; rr < re; rr += kTileRows) {
         const int rm = static_cast<int>(std::min<int64_t>(kTileRows, re - rr));
         const TileFn fn = tile_of(sh, rm);
@@ -528,7 +534,7 @@ bool matmul_i16_ref(float *out, const float *x, const void *w, uint32_t type, in
   const int64_t row_bytes = k / sh.qk * sh.bb;
   const auto *wb = static_cast<const uint8_t *>(w);
   for (int64_t r = 0; r < m; ++r) {
-    unpack_rows_portable(type, RowsUnpack{wb, row_bytes, r, r + 1, k, sh.g, rs.c.data(), rs.a.data(), rs.bm.data()});
+    unpack_rows_portable(type, RowsUnpack{wb, row_bytes, r, r + 1, k, rs.c.data(), rs.a.data(), rs.bm.data()});
     for (int64_t t = 0; t < n; ++t)
       out[t * m + r] = dot_ref(pk, t / kLanes, t % kLanes, rs.c.data(), rs.a.data(), rs.bm.data(), sh.g, sh.mins);
   }
