@@ -350,12 +350,13 @@ void attend_split(float *out, const float *q, int64_t n_q, int32_t n_heads, cons
     }
 }
 
-// The attention of n_q queries, query t over the view and visible count view_for(t) returns. A work item is one
-// query and one KV head: each K/V block is converted to f32 once and used by every query head of the group. acc
-// (H2O scores) sums over all heads of a query, so with acc the items run in order. max_vis >= every visible count.
+// The attention of n_q queries in one pass each, query t over the view and visible count view_for(t) returns. A
+// work item is one query and one KV head: each K/V block is converted to f32 once and used by every query head of
+// the group. acc (H2O scores) sums over all heads of a query, so with acc the items run in order. max_vis >= every
+// visible count.
 template <typename ViewFor>
-void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t max_vis, float scale,
-                    float *acc, float *acc_count, ThreadPool *pool, ViewFor view_for) {
+void attend_items(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t max_vis, float scale,
+                  float *acc, float *acc_count, ThreadPool *pool, ViewFor view_for) {
   const int32_t hd = kv.head_dim;
   const int32_t group = n_heads / kv.n_kv_heads;
   const size_t width = static_cast<size_t>(std::max(1, max_vis));
@@ -382,10 +383,6 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
     for (int64_t it = i0; it < i1; ++it) run(it, acc, acc_count, p, kvbuf);
   };
   const int64_t items = n_q * kv.n_kv_heads;
-  if (acc == nullptr && max_vis >= kSplitMinSlots) {
-    attend_split(out, q, n_q, n_heads, kv, scale, pool, view_for);
-    return;
-  }
   const int64_t work = n_q * static_cast<int64_t>(max_vis) * hd * n_heads;
   if (pool == nullptr || work < (int64_t{1} << 16)) {
     body(0, items);
@@ -406,6 +403,46 @@ void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, co
       for (int32_t j = 0; j < max_vis; ++j) acc[j] += row[j];
     }
   }
+}
+
+// The attention of n_q queries, query t over the view and visible count view_for(t) returns: each query in one pass
+// (attend_items) or, from kSplitMinSlots visible slots on and without H2O sums, in chunks (attend_split). Which one is
+// decided by the query's own visible count, never by the longest in the call, so a query gets the same bits whatever
+// it is batched with (a decode step of sequences of different lengths) and wherever a prompt's chunks were cut.
+template <typename ViewFor>
+void attend_queries(float *out, const float *q, int64_t n_q, int32_t n_heads, const PagedKv &kv, int32_t max_vis, float scale,
+                    float *acc, float *acc_count, ThreadPool *pool, ViewFor view_for) {
+  if (acc != nullptr || max_vis < kSplitMinSlots) {
+    attend_items(out, q, n_q, n_heads, kv, max_vis, scale, acc, acc_count, pool, view_for);
+    return;
+  }
+  std::vector<int64_t> shorter, longer;  // query indices by path
+  int32_t max_short = 0;
+  for (int64_t t = 0; t < n_q; ++t) {
+    const int32_t vis = view_for(t).second;
+    if (vis >= kSplitMinSlots) {
+      longer.push_back(t);
+    } else {
+      shorter.push_back(t);
+      max_short = std::max(max_short, vis);
+    }
+  }
+  if (shorter.empty()) {
+    attend_split(out, q, n_q, n_heads, kv, scale, pool, view_for);
+    return;
+  }
+  // Both paths: each on its queries' rows gathered, the outputs scattered back.
+  const size_t row = static_cast<size_t>(n_heads) * static_cast<size_t>(kv.head_dim);
+  auto on_subset = [&](const std::vector<int64_t> &ts, auto &&attend) {
+    std::vector<float> qs(ts.size() * row), os(ts.size() * row);
+    for (size_t i = 0; i < ts.size(); ++i) std::copy_n(q + static_cast<size_t>(ts[i]) * row, row, qs.data() + i * row);
+    attend(os.data(), qs.data(), static_cast<int64_t>(ts.size()), [&](int64_t i) { return view_for(ts[static_cast<size_t>(i)]); });
+    for (size_t i = 0; i < ts.size(); ++i) std::copy_n(os.data() + i * row, row, out + static_cast<size_t>(ts[i]) * row);
+  };
+  on_subset(shorter, [&](float *o, const float *qs, int64_t n, auto vf) {
+    attend_items(o, qs, n, n_heads, kv, max_short, scale, nullptr, nullptr, pool, vf);
+  });
+  on_subset(longer, [&](float *o, const float *qs, int64_t n, auto vf) { attend_split(o, qs, n, n_heads, kv, scale, pool, vf); });
 }
 
 // Prefill of n_q queries of one sequence (query t sees visible0 + t slots) in work items of kQueryTile queries and
@@ -455,11 +492,16 @@ void paged_attention(float *out, const float *q0, int64_t n_q, int32_t n_heads, 
     }
   } unrotate{out, n_out, q != q0};
   if (acc == nullptr && n_q > 1 && visible0 >= 1) {
-    if (visible0 + n_q - 1 < kSplitMinSlots)
-      attend_tiles(out, q, n_q, n_heads, kv, visible0, scale, pool);
-    else
-      attend_split(out, q, n_q, n_heads, kv, scale, pool, [&](int64_t t) { return std::make_pair(kv, visible0 + static_cast<int32_t>(t)); },
-                   visible0);
+    // Queries that see fewer than kSplitMinSlots slots in one pass each (in tiles), the rest chunk by chunk: by each
+    // query's own visible count, so a query's bits do not depend on where its prompt's chunks were cut.
+    const int64_t n_short = std::min<int64_t>(n_q, std::max<int64_t>(0, int64_t{kSplitMinSlots} - visible0));
+    if (n_short > 0) attend_tiles(out, q, n_short, n_heads, kv, visible0, scale, pool);
+    if (n_short < n_q) {
+      const int64_t row = static_cast<int64_t>(n_heads) * kv.head_dim;
+      const int32_t vis_long = visible0 + static_cast<int32_t>(n_short);
+      attend_split(out + n_short * row, q + n_short * row, n_q - n_short, n_heads, kv, scale, pool,
+                   [&](int64_t t) { return std::make_pair(kv, vis_long + static_cast<int32_t>(t)); }, vis_long);
+    }
     return;
   }
   attend_queries(out, q, n_q, n_heads, kv, visible0 + static_cast<int32_t>(n_q) - 1, scale, acc, acc_count, pool,

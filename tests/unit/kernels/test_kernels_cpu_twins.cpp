@@ -287,6 +287,36 @@ TEST_P(CpuTwinsDtype, LongPrefillTilesEqualTheBatchFormBitForBit) {
                      });
 }
 
+// Whether a query is attended in one pass or chunk by chunk is decided by its own visible count: a prefill whose
+// queries straddle the 1024-slot threshold gives each query the bits it gets alone (so a prompt's results do not
+// depend on where its chunks were cut), and so does a decode step batching a long sequence with a short one.
+TEST_P(CpuTwinsDtype, EachQueryTakesThePathItsOwnLengthPicksWhateverShareTheCall) {
+  expect_tiles_equal(GetParam(), {{1000, 40}, {1020, 9}, {1023, 2}}, 7, 2,
+                     [](const RandomCache &rc, int32_t visible0, int32_t n_q, ThreadPool *) {
+                       const size_t row = static_cast<size_t>(kNh) * kHd;
+                       std::vector<float> alone(rc.q.size(), NAN);
+                       for (int32_t t = 0; t < n_q; ++t)
+                         cpu::paged_attention(alone.data() + t * row, rc.q.data() + t * row, 1, kNh, rc.kv, visible0 + t,
+                                              0.125f, nullptr, nullptr, nullptr);
+                       return alone;
+                     });
+  std::mt19937 g(test_seed());
+  ThreadPool tp(2);
+  const RandomCache rc(GetParam(), 1100, 3, 5, 3, g);
+  const size_t row = static_cast<size_t>(kNh) * kHd;
+  const std::vector<int32_t> off = {0, 0, 0}, vis = {1100, 300, 1024};
+  std::vector<float> want(rc.q.size()), got(rc.q.size());
+  for (size_t t = 0; t < vis.size(); ++t) {
+    PagedKv s = rc.kv;
+    s.n_slots = vis[t];
+    cpu::paged_attention(want.data() + t * row, rc.q.data() + t * row, 1, kNh, s, vis[t], 0.125f, nullptr, nullptr, nullptr);
+  }
+  for (ThreadPool *pool : {static_cast<ThreadPool *>(nullptr), &tp}) {
+    cpu::paged_attention_rows(got.data(), rc.q.data(), 3, kNh, rc.kv, off.data(), vis.data(), 1100, 0.125f, pool);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << kv_dtype_name(GetParam());
+  }
+}
+
 // Long contexts are attended in 512-slot chunks merged by their maxima (flash-decoding): the result equals a plain
 // double-precision softmax attention over what the cache holds, and is the same bits for any thread count (the
 // chunking depends on the visible count alone). A batch of a decode step (one query, 3000 slots) and of a prefill
