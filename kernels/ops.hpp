@@ -48,6 +48,14 @@ bool dequantize_f16(uint16_t *out, const void *src, uint32_t type, int64_t n);
 // written).
 bool matmul(float *out, const float *x, const void *w, uint32_t w_type, int64_t n, int64_t m, int64_t k, ThreadPool *pool);
 
+// The token count from which a forward chunk's results for each token depend on that token (and the cache) alone:
+// every matmul of n >= this many tokens and every prefill attention computes each token's outputs in an order of its
+// own, so a prompt prefilled in chunks of this size or more gets the same bits however the chunks were cut. 16 where
+// the quantised products of 16 tokens or more take the panels (x86 with AVX-512: the f32 panels or the integer
+// ones); 0 where no count is promised (elsewhere the f32 tiles serve every count). Float weights are independent at
+// every count.
+int64_t chunk_invariant_from();
+
 // A decode step of several sequences (one token each) wants each token's result not to depend on the others: while
 // a RowsIndependent(true) lives on a thread, that thread's quantised matmuls of fewer than kRowsIndependentTokens
 // tokens take the decode dots row by row (integer activations per token, where the CPU has them), so a sequence

@@ -23,6 +23,11 @@ namespace cpu {
 
 namespace {
 
+// Quantised products of this many tokens or more take the panels (where the CPU has them): each token's outputs are
+// then summed in an order of their own (chunk_invariant_from).
+constexpr int64_t kPanelMinTokens = 16;
+static_assert(kPanelMinTokens >= kI16MinTokens, "the integer panels serve no count the f32 panels do not");
+
 using BlockFn = void (*)(float *, const uint8_t *);
 
 struct QuantKind {
@@ -531,6 +536,8 @@ bool have_avx2_fma() {
   return ok;
 }
 
+bool have_panels() { return have_avx2_fma() && cpu_has_avx512(); }
+
 template <Fused K>
 RowsFn fused_rows(bool wide) {
   return wide ? rows_fused<K, true> : rows_fused<K, false>;
@@ -657,8 +664,8 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   // more token.
   auto grain = [k](int64_t nt) { return tile::rows_per_item((nt + 1) * k); };
 #if IKV_X86
-  static const bool panels = have_avx2_fma() && cpu_has_avx512();
-  if (n >= 16 && panels) {
+  static const bool panels = have_panels();
+  if (n >= kPanelMinTokens && panels) {
     // tokens kPanelSpan at a time: packed into transposed panels (shared by the threads), then every row over them
     fn = panels_for(w_type);
     constexpr int64_t kPanelSpan = 512;
@@ -689,6 +696,15 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
     pool->parallel_for(m, grain(n), body);
   }
   return true;
+}
+
+int64_t chunk_invariant_from() {
+#if IKV_X86
+  static const bool panels = have_panels();
+  return panels ? kPanelMinTokens : 0;
+#else
+  return 0;
+#endif
 }
 
 }  // namespace cpu

@@ -48,6 +48,8 @@ class DeviceForward {
   virtual int64_t free_memory() const = 0;
   // The share of free_memory() a KV pool takes by default (DeviceOps::default_pool_fraction).
   virtual double default_pool_fraction() const = 0;
+  // DeviceOps::chunk_invariant_from: the prefill chunk size from which a token's results do not depend on the cuts.
+  virtual int64_t chunk_invariant_from() const { return 0; }
   // The KV block pool for a cache of this geometry, in this backend's memory.
   virtual std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) = 0;
   // Runs the decoder on the chunk. The caller has already reserved the KV slots with KvCache::append_slots.

@@ -38,6 +38,9 @@ class DeviceOps {
   virtual int64_t free_memory() const = 0;
   // The share of free_memory() a KV pool takes when its size is not given; 0: size it from the model's context.
   virtual double default_pool_fraction() const = 0;
+  // The chunk size from which each token's results depend on that token alone (cpu::chunk_invariant_from); 0: none
+  // promised (only the same cuts of a prompt give the same bits).
+  virtual int64_t chunk_invariant_from() const { return 0; }
 
   // ---- memory ----
   virtual void *alloc(size_t bytes) = 0;  // throws Error(out_of_memory)

@@ -124,6 +124,7 @@ class OpsForward final : public DeviceForward {
     return ops_->free_memory();
   }
   double default_pool_fraction() const override { return ops_->default_pool_fraction(); }
+  int64_t chunk_invariant_from() const override { return ops_->chunk_invariant_from(); }
 
   std::unique_ptr<KvStore> make_kv_store(const PagedKv &geometry, int64_t n_blocks) override {
     return ops_->make_kv_store(geometry, n_blocks);

@@ -59,6 +59,7 @@ std::string error_body(const HttpError &e) {
 // One request in flight: what the engine thread needs, and the tokens it hands back.
 struct Job {
   std::vector<int32_t> prompt;
+  int64_t system_end = 0;  // chat: where the system turn ends (a prefix cache save point), 0: none
   int32_t max_tokens = 16;
   SamplerParams sampling;
   int32_t priority = 0;
@@ -159,7 +160,9 @@ class Scheduler {
         try {
           const int64_t c = engine_.open(j->priority, j->memory_limit, j->sampling);
           try {
-            engine_.submit(c, Turn{j->prompt, j->max_tokens, {}});
+            Turn turn{j->prompt, j->max_tokens, {}, {}};
+            if (j->system_end > 0) turn.save_points.push_back(j->system_end);
+            engine_.submit(c, std::move(turn));
           } catch (...) {
             engine_.close(c);
             throw;
@@ -337,7 +340,9 @@ Common common_of(const JsonValue &body, const ServeSpec &spec, bool chat) {
   return c;
 }
 
-std::vector<int32_t> chat_prompt(const JsonValue &body, const Model &m) {
+// The chat's tokens in the model's template; *system_end: where its system turn (the caller's or the template's
+// default one) ends, 0 without one: the prefix most requests share, which the prefix cache keeps.
+std::vector<int32_t> chat_prompt(const JsonValue &body, const Model &m, int64_t *system_end) {
   const JsonValue *msgs = member(body, "messages");
   if (msgs == nullptr || !msgs->is_array() || msgs->items().empty())
     bad_request("messages must be a non-empty array", "messages");
@@ -376,7 +381,13 @@ std::vector<int32_t> chat_prompt(const JsonValue &body, const Model &m) {
     bad_request("the model has no chat template infokv knows: use /v1/completions", "messages", "no_chat_template");
   }
   // Contents are tokenised as text: "<|im_start|>system" inside a message stays text.
-  return t.encode(m.tokenizer(), out, true, true);
+  std::vector<int32_t> ids;
+  *system_end = 0;
+  for (const ChatPiece &p : t.encode_pieces(m.tokenizer(), out, true, true)) {
+    ids.insert(ids.end(), p.ids.begin(), p.ids.end());
+    if (p.system) *system_end = static_cast<int64_t>(ids.size());
+  }
+  return ids;
 }
 
 std::vector<int32_t> completion_prompt(const JsonValue &body, const Model &m) {
@@ -580,7 +591,7 @@ int cmd_serve(int argc, char **argv) {
       }();
       if (!body.is_object()) bad_request("the body must be a JSON object");
       c = common_of(body, spec, chat);
-      job->prompt = chat ? chat_prompt(body, sched.model()) : completion_prompt(body, sched.model());
+      job->prompt = chat ? chat_prompt(body, sched.model(), &job->system_end) : completion_prompt(body, sched.model());
       if (job->prompt.empty()) bad_request("the prompt is empty", chat ? "messages" : "prompt");
       if (static_cast<int64_t>(job->prompt.size()) > spec.max_prompt)
         bad_request("the prompt has " + std::to_string(job->prompt.size()) + " tokens; this server takes at most " +

@@ -90,7 +90,8 @@ Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions &opts) : 
 void Engine::set_prefix_cache(bool enabled, const PrefixCacheOptions &opts) {
   std::unique_ptr<PrefixCache> p;
   PrefixCacheOptions o = opts;
-  o.boundary = std::max<int32_t>(1, session_->options().ubatch);  // entries where a full prefill's chunks start
+  o.exact_from = session_->cut_invariant_from();  // where entries may lie (PrefixCacheOptions::boundary)
+  o.boundary = chunk();
   if (enabled) p = std::make_unique<PrefixCache>(o, *session_);
   prefix_ = std::move(p);
   opts_.prefix_cache = enabled;
@@ -220,11 +221,7 @@ void Engine::submit(int64_t id, Turn turn) {
 
 void Engine::close(int64_t id) {
   Conversation &c = conv(id);
-  if (c.save_at > 0 && c.where == Where::resident && prefix_ != nullptr) {
-    const int64_t n = c.save_at;
-    c.save_at = 0;
-    prefix_->save(*session_, c.seq, n);
-  }
+  save_pending(c);
   if (c.where == Where::resident && session_->has_sequence(c.seq)) session_->remove_sequence(c.seq);
   std::error_code ec;
   if (!c.spill_path.empty()) std::filesystem::remove(c.spill_path, ec);
@@ -259,6 +256,22 @@ const char *where_name(Where w) {
 
 int32_t Engine::chunk() const { return std::max<int32_t>(1, session_->options().ubatch); }
 
+int64_t Engine::exact_end(int64_t start, int64_t end) const {
+  const int64_t from = session_->cut_invariant_from();
+  if (from <= 0) return start + (end - start) / chunk() * chunk();  // whole chunks only (from an aligned start)
+  return end - start >= from ? end : start;                         // a short message is cut as no longer one is
+}
+
+void Engine::save_pending(Conversation &c) {
+  std::vector<int64_t> lengths;
+  lengths.swap(c.save_at);
+  if (prefix_ == nullptr || c.where != Where::resident) return;
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  for (int64_t n : lengths)
+    if (n > 0) prefix_->save(*session_, c.seq, n);
+}
+
 int64_t Engine::prompt_left(const Conversation &c) {
   return c.prompt_done ? 0 : static_cast<int64_t>(c.turn.prompt.size() - c.prompt_applied);
 }
@@ -281,6 +294,7 @@ void Engine::fail_turn(Conversation &c, const std::string &why) {
   // as it was before the turn; one that fails while generating keeps what it generated (it is in the cache).
   if (!c.prompt_done && c.tokens.size() > c.turn_start) {
     c.tokens.resize(c.turn_start);
+    c.exact_until = std::min(c.exact_until, static_cast<int64_t>(c.turn_start));
     c.sampler.set_history(std::vector<int32_t>(c.turn_start_history.begin(), c.turn_start_history.end()));
     c.prompt_applied = 0;
   }
@@ -315,10 +329,7 @@ int64_t Engine::preempt(Conversation &v, bool compress_only) {
   if (v.where != Where::resident || opts_.strategy == Strategy::fail) return 0;
   if (compress_only && opts_.strategy != Strategy::compress && opts_.strategy != Strategy::automatic) return 0;
   Session &s = *session_;
-  if (v.save_at > 0 && prefix_ != nullptr) {
-    prefix_->save(s, v.seq, v.save_at);  // before it leaves the pool
-    v.save_at = 0;
-  }
+  save_pending(v);  // before it leaves the pool
   Compressor &comp = s.compressor();
   const int32_t seq = v.seq;
   const SeqInfo info = s.info(seq);
@@ -523,8 +534,8 @@ void Engine::recompute(Conversation &c) {
   try {
     comp.set_config(off);
     const size_t n = c.tokens.size();
-    for (size_t b = 0; b < n; b += static_cast<size_t>(chunk())) {
-      const size_t e = std::min(n, b + static_cast<size_t>(chunk()));
+    for (size_t b = 0, e = 0; b < n; b = e) {
+      e = s.next_cut(n, b, static_cast<size_t>(chunk()));
       std::vector<BatchToken> batch;
       for (size_t i = b; i < e; ++i) batch.push_back({seq, c.tokens[i], false});
       s.decode(batch);
@@ -553,6 +564,7 @@ void Engine::recompute(Conversation &c) {
   const double secs = since(t0);
   update_rate(stats_.prefill_tokens_per_s, static_cast<double>(c.tokens.size()), secs);
   stats_.recomputed_tokens += static_cast<int64_t>(c.tokens.size());
+  c.exact_until = std::min(c.exact_until, exact_end(0, static_cast<int64_t>(c.tokens.size())));
   if (c.pending_decision >= 0 && c.pending_decision < static_cast<int64_t>(decisions_.size()))
     decisions_[static_cast<size_t>(c.pending_decision)].measured_seconds = secs;
   c.pending_decision = -1;
@@ -671,6 +683,7 @@ bool Engine::admit(Conversation &c, int64_t allowance) {
       stats_.prefix_hit_tokens += static_cast<int64_t>(c.prompt_applied);
       for (size_t i = 0; i < c.prompt_applied; ++i) c.sampler.accept(c.turn.prompt[i]);
       c.tokens.insert(c.tokens.end(), c.turn.prompt.begin(), c.turn.prompt.begin() + static_cast<std::ptrdiff_t>(c.prompt_applied));
+      c.exact_until = L;  // an entry holds what a prefill from the start computes (PrefixCache::save)
     }
   }
   if (c.where == Where::none) {
@@ -706,8 +719,24 @@ bool Engine::admit(Conversation &c, int64_t allowance) {
     stats_.prefilled_tokens += static_cast<int64_t>(n);
     if (c.prompt_applied == c.turn.prompt.size()) {
       c.prompt_done = true;
+      // The message ran in chunks of whole pieces from its start (unless the pool cut one short): its tokens extend the
+      // exact prefix when they follow it.
+      const int64_t start = static_cast<int64_t>(c.turn_start + c.message_begin), end = static_cast<int64_t>(c.tokens.size());
+      if (start == c.exact_until && !c.cursor.cut_short) c.exact_until = exact_end(start, end);
       c.cursor = Session::PrefillCursor{};
-      if (prefix_ != nullptr) c.save_at = static_cast<int64_t>(c.tokens.size());  // after the step: off the TTFT path
+      if (prefix_ != nullptr) {  // saved after the step: off the TTFT path
+        c.save_at.clear();
+        for (int64_t p : c.turn.save_points)
+          if (p > 0 && p < static_cast<int64_t>(c.turn.prompt.size()))
+            c.save_at.push_back(std::min(static_cast<int64_t>(c.turn_start) + p, c.exact_until));
+        c.save_at.push_back(std::min(end, c.exact_until));
+        // And the last whole chunk's end, or earlier so that the same prompt again can resume from it (a resumed
+        // rest is at least cut_invariant_from tokens): a later prompt sharing a long start but not this one's end (a
+        // document asked about in other words, a retry) finds it there.
+        const int64_t from = s.cut_invariant_from();
+        const int64_t whole = from > 0 ? std::min(end / chunk() * chunk(), end - from) : end / chunk() * chunk();
+        c.save_at.push_back(std::min(whole, c.exact_until));
+      }
     }
   }
   c.state = TurnState::running;
@@ -882,10 +911,7 @@ void Engine::save_prefixes() {
   if (prefix_ == nullptr) return;
   for (auto &kv : convs_) {
     Conversation &c = *kv.second;
-    if (c.save_at <= 0) continue;
-    const int64_t n = c.save_at;
-    c.save_at = 0;
-    if (c.where == Where::resident) prefix_->save(*session_, c.seq, n);
+    save_pending(c);
   }
 }
 

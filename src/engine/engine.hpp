@@ -109,6 +109,11 @@ struct Turn {
   // Tests and evaluations: when not empty, the turn appends these tokens instead of sampled ones (teacher forcing),
   // max_tokens of them at most, and the logits each was decoded after are still reported.
   std::vector<int32_t> forced;
+  // With a prefix cache: lengths of the prompt (0 < p < prompt.size()) where many later requests are likely to share
+  // the prompt's start, saved to the cache once the prompt is in, beside its end and its last whole prefill chunk's
+  // end (or earlier, so that the same prompt again can use it; infokv serve passes the end of the system turn). Only what was prefilled as a request prefilled from the
+  // start would compute it is saved (PrefixCacheOptions::boundary): a length past that is saved shorter.
+  std::vector<int64_t> save_points;
 };
 
 enum class TurnState : int32_t { queued = 0, running = 1, done = 2, failed = 3 };
@@ -203,7 +208,10 @@ class Engine {
     Session::PrefillCursor cursor;
     size_t turn_start = 0;       // tokens.size() and the sampler's history when the turn was submitted
     std::deque<int32_t> turn_start_history;
-    int64_t save_at = 0;         // > 0: its first save_at tokens go to the prefix cache after this step's decode
+    std::vector<int64_t> save_at;  // lengths of its tokens to go to the prefix cache after this step's decode
+    // Its first exact_until tokens' K/V are what a prefill of them from the start computes (a prefix cache hit, then
+    // the prompt's chunks; decoded tokens are not): what the prefix cache may take.
+    int64_t exact_until = 0;
     std::vector<int32_t> generated;
     std::string failure;
     int64_t arrival = 0;         // order of the current turn's submission
@@ -214,6 +222,12 @@ class Engine {
   };
 
   Conversation &conv(int64_t id);
+  // Where the tokens of a message prefilled from `start` to `end` stop computing what a prefill of them from the
+  // start computes (Session::cut_invariant_from): `end`, or `start` for a message too short; without the promise,
+  // the end of its whole chunks.
+  int64_t exact_end(int64_t start, int64_t end) const;
+  // Saves the conversation's pending prefix-cache lengths (save_at), if it is resident.
+  void save_pending(Conversation &c);
   const Conversation &conv(int64_t id) const;
   void measure_rates();
   // Brings `c` into the pool (restores, recomputes or starts it) and prefills its turn's prompt, at most about

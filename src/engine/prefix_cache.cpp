@@ -30,7 +30,8 @@ void erase_quietly(PrefixStore &store, const std::string &key) {
 }  // namespace
 
 PrefixCache::PrefixCache(const PrefixCacheOptions &opts, const Session &session) : opts_(opts) {
-  if (opts.min_tokens < 1 || opts.boundary < 1) fail(Status::invalid_argument, "prefix cache min_tokens and boundary must be positive");
+  if (opts.min_tokens < 1 || opts.boundary < 1 || opts.exact_from < 0)
+    fail(Status::invalid_argument, "prefix cache min_tokens and boundary must be positive, exact_from not negative");
   const Model &m = session.model();
   const CompressionConfig &c = session.compressor().config();
   char desc[512];
@@ -144,18 +145,20 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
   for (size_t i = 0; i < ts.size(); ++i) {
     try {
       for (int64_t L : ts[i]->lengths(ns_))
-        if (L < static_cast<int64_t>(tokens.size()) && L >= opts_.min_tokens && L % opts_.boundary == 0) lens.insert(L);
+        if (L < static_cast<int64_t>(tokens.size()) && L >= opts_.min_tokens && resumable(L, static_cast<int64_t>(tokens.size())))
+          lens.insert(L);
     } catch (const Error &e) {
       count(&PrefixCacheStats::store_errors);
       usable[i] = false;
       note(std::string(ts[i]->name()) + ": " + e.what() + " (skipped: the prompt is prefilled)");
     }
   }
-  for (auto it = lens.rbegin(); it != lens.rend(); ++it) {
+  int probes = 0;
+  for (auto it = lens.rbegin(); it != lens.rend(); ++it, ++probes) {
     const int64_t L = *it;
     const std::string k = key(L, tokens);
     for (size_t i = 0; i < ts.size(); ++i) {
-      if (!usable[i]) continue;
+      if (!usable[i] || (ts[i] != memory_.get() && probes >= kMaxStoreProbes)) continue;
       std::optional<std::vector<uint8_t>> bytes;
       try {
         bytes = ts[i]->get(k);
@@ -269,8 +272,14 @@ void PrefixCache::save_checked(Session &session, int32_t seq, int64_t n) {
   // Only an uncompressed prefix serves every longer request; a compressed one was shaped by its own end.
   for (const LayerSlots &L : session.kv().seq(seq).layers)
     if (L.n() < n || L.pos[static_cast<size_t>(n - 1)] != n - 1) return;
-  const int64_t b = (n / opts_.boundary) * opts_.boundary;
+  const int64_t b = opts_.exact_from > 0 ? n : (n / opts_.boundary) * opts_.boundary;
   if (b >= opts_.min_tokens && b > 0) save_at(session, seq, b);
+}
+
+bool PrefixCache::resumable(int64_t L, int64_t n) const {
+  if (L <= 0 || L >= n) return false;
+  if (opts_.exact_from <= 0) return L % opts_.boundary == 0;
+  return n - L >= opts_.exact_from;  // a rest shorter than exact_from would be cut as the whole prompt is not
 }
 
 }  // namespace infokv

@@ -28,10 +28,15 @@ struct PrefixCacheOptions {
   double redis_timeout_s = 0.5;
   // Prefixes shorter than this are not cached (a snapshot's fixed cost beats prefilling a few tokens).
   int64_t min_tokens = 64;
-  // Entries are prefixes of a multiple of this many tokens: the session's prefill chunk (ubatch; the engine sets
-  // it), so that a request started from one prefills its remaining tokens in the very chunks a request without the
-  // cache would, and computes exactly the same K/V and logits (prefill results depend on how tokens are chunked).
+  // How prefill cuts a prompt (the engine sets both): in chunks of `boundary` tokens (the session's ubatch) from its
+  // start, and a message of `exact_from` tokens or more computes the same bits however it is cut
+  // (Session::cut_invariant_from; 0: only the same cuts do). An entry is used only where the request's remaining
+  // tokens, prefilled from it, compute exactly what the whole prompt prefilled from the start computes: with
+  // exact_from > 0 at any length that leaves at least exact_from tokens, and entries are saved at the lengths asked
+  // for (the caller vouches that those tokens were prefilled as such a message); with exact_from == 0 only at
+  // multiples of boundary, and saves are rounded down to one.
   int64_t boundary = 256;
+  int64_t exact_from = 0;
 };
 
 struct PrefixCacheStats {
@@ -49,17 +54,24 @@ class PrefixCache {
   PrefixCache(const PrefixCache &) = delete;
   PrefixCache &operator=(const PrefixCache &) = delete;
 
-  // Restores the longest cached prefix of `tokens` shorter than all of them (a multiple of boundary) into `session`
-  // as a new sequence and returns its id, or -1 when none is cached (or none could be used: the reasons go to notes()). *length: the prefix's length; *tier: where
-  // it was found. Throws Error(kv_full) when a hit does not fit the pool (nothing changed).
+  // Restores the longest cached prefix of `tokens` shorter than all of them (and resumable: see boundary) into
+  // `session` as a new sequence and returns its id, or -1 when none is cached (or none could be used: the reasons go
+  // to notes()). *length: the prefix's length; *tier: where it was found. Lengths are tried longest first; the disk
+  // and Redis tiers are asked for the kMaxStoreProbes longest only (the memory tier for every one). Throws
+  // Error(kv_full) when a hit does not fit the pool (nothing changed).
   int32_t restore_longest(Session &session, const std::vector<int32_t> &tokens, int64_t *length, std::string *tier);
-  // Saves the longest prefix of the first `length` tokens of sequence `seq` of `session` that is a multiple of
-  // boundary (when it is uncompressed), unless already stored. The snapshot is made here; the memory tier takes it at once, and a writer
+  // Saves the first `length` tokens of sequence `seq` of `session` (rounded down to a multiple of boundary when
+  // exact_from == 0) when they are uncompressed, unless already stored. The snapshot is made here; the memory tier takes it at once, and a writer
   // thread hands it to the disk and Redis tiers, so that requests never wait for their I/O. Store failures are
   // reported in notes(), never thrown.
   void save(Session &session, int32_t seq, int64_t length);
   // Waits until the writer thread has stored everything queued.
   void flush();
+
+  // Whether a request of n tokens resumed from a cached prefix of L < n tokens computes exactly what it computes
+  // prefilled from the start (see PrefixCacheOptions::boundary).
+  bool resumable(int64_t L, int64_t n) const;
+  static constexpr int kMaxStoreProbes = 32;
 
   PrefixCacheStats stats() const;
   // What went wrong with stores and entries, oldest first (the latest 64).

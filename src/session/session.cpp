@@ -379,7 +379,8 @@ size_t Session::prefill_part(int32_t seq, const std::vector<int32_t> &message, P
   const size_t ubatch = static_cast<size_t>(opts_.ubatch);
   const size_t left = message.size() - cur.done;
   const size_t part = max_tokens >= left ? left : std::max(ubatch, max_tokens / ubatch * ubatch);
-  const size_t begin = cur.done, end = begin + std::min(part, left);
+  // A part ends where the whole message's chunks would (next_cut): never leaving a short last chunk behind.
+  const size_t begin = cur.done, end = next_cut(message.size(), begin, std::min(part, left));
   const bool whole = begin == 0 && end == message.size();
   PrefillCursor next = cur;
   if (!next.started) {
@@ -414,7 +415,7 @@ size_t Session::prefill_part(int32_t seq, const std::vector<int32_t> &message, P
     // The most a message may hold before its end: kPrefillCeiling x the budget it will have at its end.
     const double ceiling = cc.has_budget() ? kPrefillCeiling * static_cast<double>(end_budget) : INFINITY;
     for (size_t b = begin; b < end;) {
-      const size_t want = std::min(end - b, ubatch);
+      const size_t want = next_cut(end, b, ubatch) - b;
       // Past the ceiling, a gentle compression: to the end budget, not the (smaller) current one.
       if (cmp.mean_kept(seq) + static_cast<double>(want) > ceiling && cmp.mean_kept(seq) > end_budget)
         cmp.try_compress(seq, end_budget);
@@ -432,6 +433,7 @@ size_t Session::prefill_part(int32_t seq, const std::vector<int32_t> &message, P
       }
       // Nothing fits even so: one token, which decode() refuses with KV full having changed nothing.
       n = std::max<size_t>(n, 1);
+      if (n < want) next.cut_short = true;
       decode_tokens(seq, message, b, b + n);
       b += n;
     }
@@ -464,6 +466,23 @@ void Session::decode_tokens(int32_t seq, const std::vector<int32_t> &tokens, siz
   decode(batch);
 }
 
+int32_t Session::forward_piece() const {
+  return compressor_->config().needs_entropy() ? std::min(opts_.ubatch, kEntropyChunk) : opts_.ubatch;
+}
+
+int64_t Session::cut_invariant_from() const {
+  const int64_t from = device_->chunk_invariant_from();
+  // Balancing the last two chunks leaves both at least `from` long only when a chunk holds two.
+  return from > 0 && opts_.ubatch >= 2 * from && forward_piece() >= 2 * from ? from : 0;
+}
+
+size_t Session::next_cut(size_t size, size_t b, size_t len) const {
+  size_t e = std::min(size, b + len);
+  const auto from = static_cast<size_t>(cut_invariant_from());
+  if (size - e > 0 && size - e < from) e = size - from;  // the last chunk would be short: this one gives it tokens
+  return e;
+}
+
 size_t Session::chunk_that_fits(int32_t seq, size_t n) {
   const int64_t free = kv_->free_blocks();
   auto fits = [&](size_t k) { return kv_->blocks_needed({seq}, {static_cast<int32_t>(k)}) <= free; };
@@ -490,11 +509,11 @@ void Session::forward(const std::vector<BatchToken> &items, const std::vector<in
   }
   // Entropy scoring keeps every layer's hidden state of a chunk until the last layer is done (nl x T x d floats:
   // 17.7 MB for SmolLM2 at 256 rows): its chunks are capped so that this transient stays small.
-  const size_t ub = static_cast<size_t>(cc.needs_entropy() ? std::min(opts_.ubatch, kEntropyChunk) : opts_.ubatch);
+  const size_t ub = static_cast<size_t>(forward_piece());
   std::vector<int32_t> tokens;
   std::vector<float> lg;
-  for (size_t c0 = 0; c0 < items.size(); c0 += ub) {
-    const size_t c1 = std::min(items.size(), c0 + ub);
+  for (size_t c0 = 0, c1 = 0; c0 < items.size(); c0 = c1) {
+    c1 = next_cut(items.size(), c0, ub);
     ForwardChunk c;
     c.T = static_cast<int64_t>(c1 - c0);
     c.positions = positions.data() + c0;

@@ -58,6 +58,17 @@ class Session final : private EvidenceSource {
   const SessionOptions &options() const { return opts_; }
   // The backend's name: "cpu" or "cuda:0".
   std::string device_name() const { return device_->describe(); }
+  // Where the backend computes each token of a forward piece of `from` tokens or more from that token alone
+  // (DeviceOps::chunk_invariant_from), prompts are cut so that no piece is shorter than `from` when it can be
+  // avoided: a message of `from` tokens or more (and each part of it that prefill_part runs) goes in chunks of
+  // ubatch and the forward's pieces of those, the last two balanced so that neither is short. Every token of such a
+  // message then gets the bits it gets in any other cut: its results do not depend on where the message began, how
+  // it was split into parts, or what shared its pieces. Returns `from`, or 0 where no size is promised (ubatch or
+  // the entropy piece under 2 x from, or a backend without the promise): only the same cuts then give the same bits.
+  int64_t cut_invariant_from() const;
+  // The end of the chunk that starts at b of a message of `size` tokens, cut in chunks of at most `len` tokens as
+  // above (the last two balanced).
+  size_t next_cut(size_t size, size_t b, size_t len) const;
   KvCache &kv() { return *kv_; }
   const KvCache &kv() const { return *kv_; }
   // kv().stats() with host_bytes also counting the per-sequence state the session keeps (token histories, logits,
@@ -101,6 +112,8 @@ class Session final : private EvidenceSource {
     bool started = false;        // the first part ran
     bool was_prefilled = false;  // the sequence had had its first decode when the message began
     int64_t end_length = 0;      // the sequence's length once the whole message is in
+    bool cut_short = false;      // a chunk before the message's end was cut shorter than ubatch (the pool had less
+                                 // room): the message's results are those of these cuts (see cut_invariant_from)
   };
   // Prefills the next tokens of `message` into `seq`: at most max_tokens (rounded down to whole chunks of
   // options().ubatch, at least one chunk; all that is left when that is less). Returns how many went in; *cursor
@@ -165,6 +178,8 @@ class Session final : private EvidenceSource {
   void after_step(const std::map<int32_t, int32_t> &counts);
   // decode() of tokens[b, e) of `seq`.
   void decode_tokens(int32_t seq, const std::vector<int32_t> &tokens, size_t b, size_t e);
+  // Tokens per forward piece: ubatch, or fewer while the policy scores entropy (see cut_invariant_from).
+  int32_t forward_piece() const;
   // The most tokens, at most n, that the pool can take for `seq` now.
   size_t chunk_that_fits(int32_t seq, size_t n);
   // Runs `toks` through the model after `seq` (positions after its end) in a temporary fork, hands `use` the fork's

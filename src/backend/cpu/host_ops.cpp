@@ -26,6 +26,7 @@ class HostOps final : public DeviceOps {
   }
   // The host pool is committed lazily, so it is sized from the context (capped at 1 GiB), not from free memory.
   double default_pool_fraction() const override { return 0.0; }
+  int64_t chunk_invariant_from() const override { return cpu::chunk_invariant_from(); }
 
   void *alloc(size_t bytes) override {
     void *p = std::malloc(bytes);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -20,6 +21,7 @@
 
 #include "engine/engine.hpp"
 #include "support/random_inputs.hpp"
+#include "support/smollm2_model.hpp"
 #include "support/stories_model.hpp"
 #include "util/error.hpp"
 
@@ -171,15 +173,21 @@ TEST(PrefixCache, DiskHitStartsFromTheSnapshotAndAnswersExactly) {
   {
     Engine first(infokv_test::stories_model(), o);
     EXPECT_EQ(answer(first, a), want_a);
-    EXPECT_EQ(first.prefix_cache()->stats().saves, 1);  // 170 tokens: the entry at 128, the last chunk boundary
+    // 170 tokens: entries at the prompt's end and at 128, the last chunk boundary
+    EXPECT_EQ(first.prefix_cache()->stats().saves, 2);
   }
   Engine second(infokv_test::stories_model(), o);  // another process, the same directory
   EXPECT_EQ(answer(second, b), want_b);            // shares the first 150 tokens: the entry at 128 hits
   EXPECT_EQ(second.stats().prefix_hits, 1);
   EXPECT_EQ(second.stats().prefix_hit_tokens, 128);
   EXPECT_EQ(second.prefix_cache()->stats().hits_by_tier[1], 1);
-  EXPECT_EQ(answer(second, a), want_a);
-  EXPECT_EQ(second.stats().prefix_hit_tokens, 256);
+  const std::vector<int32_t> a_more = [&] {  // a's prompt and more (its next turn, sent whole): the entry at 170 hits
+    std::vector<int32_t> t = a;
+    for (int i = 0; i < 30; ++i) t.push_back(100 + i);
+    return t;
+  }();
+  EXPECT_EQ(answer(second, a_more), answer(ref, a_more));
+  EXPECT_EQ(second.stats().prefix_hit_tokens, 128 + 170);
   // Bit for bit: the logits after a hit are those of a full prefill (the rest is prefilled in the same chunks).
 }
 
@@ -204,6 +212,81 @@ TEST(PrefixCache, AHitGivesTheSameLogitsAsAFullPrefill) {
   first_logits(warm, shared, got);
   EXPECT_EQ(warm.stats().prefix_hits, 1);
   EXPECT_EQ(got, want);
+}
+
+// Entries at any length (not only at multiples of the prefill chunk) where the backend computes each token of a
+// prefill piece of cut_invariant_from() tokens or more on its own: a request resumed from one, leaving at least that
+// many tokens, gets the very logits of a full prefill, on a quantised model too (SmolLM2 Q4_1, whose products pick
+// kernels by the number of tokens) and past the attention's 1024-slot split. A rest shorter than that is not resumed.
+TEST(PrefixCache, AnEntryAtAnyLengthResumesExactlyWhereTheBackendPromisesIt) {
+  for (const bool quantised : {false, true}) {
+    std::shared_ptr<const Model> m = quantised ? infokv_test::smollm2() : infokv_test::stories_model();
+    ASSERT_NE(m, nullptr) << "SmolLM2 GGUF " << infokv_test::smollm2_path()
+                          << " is missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)";
+    EngineOptions o = options(true);
+    o.prefix.memory_bytes = int64_t{256} << 20;
+    o.session.kv_pool_blocks = quantised ? 2000 : 1200;
+    auto first_logits = [](Engine &e, const std::vector<int32_t> &p, const std::vector<int64_t> &saves) {
+      std::vector<float> out;
+      const int64_t c = e.open();
+      Turn t{p, 1, {}, saves};
+      e.submit(c, t);
+      while (e.busy())
+        for (const TokenEvent &ev : e.step()) out = *ev.logits;
+      e.close(c);
+      return out;
+    };
+    EngineOptions plain = options(false);
+    plain.session.kv_pool_blocks = o.session.kv_pool_blocks;
+    Engine probe(m, plain);
+    const int64_t from = probe.session().cut_invariant_from();
+    if (from == 0) GTEST_SKIP() << "this CPU gives no cut-invariant prefill (no AVX-512): entries lie on chunk multiples";
+    for (const int len : {150, 1100}) {
+      if (quantised && len > 150) continue;  // the 1024 split is covered on the small model
+      const auto shared = tokens(infokv_test::test_seed() + 40 + static_cast<uint32_t>(len), static_cast<size_t>(len));
+      std::vector<int32_t> asked = shared;
+      for (int i = 0; i < 23; ++i) asked.push_back(9 + i);  // 23 more: a rest of 23 after the entry at len
+      Engine ref(m, plain);
+      const std::vector<float> want = first_logits(ref, asked, {});
+      Engine e(m, o);
+      first_logits(e, shared, {static_cast<int64_t>(len) - 37});  // saves at len - 37, len, and the chunk point
+      ASSERT_GE(e.prefix_cache()->stats().saves, 2);
+      const std::vector<float> got = first_logits(e, asked, {});
+      EXPECT_EQ(e.stats().prefix_hit_tokens, len) << "len " << len << (quantised ? " SmolLM2" : " stories");
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << "len " << len;
+      // The shared part plus fewer than `from` tokens: the entry at len would leave a short rest, so an earlier
+      // one (len - 37) serves instead, and the logits are still a full prefill's.
+      std::vector<int32_t> short_rest = shared;
+      short_rest.push_back(5);
+      const std::vector<float> want2 = first_logits(ref, short_rest, {});
+      const int64_t before = e.stats().prefix_hit_tokens;
+      const std::vector<float> got2 = first_logits(e, short_rest, {});
+      EXPECT_LE(e.stats().prefix_hit_tokens - before, static_cast<int64_t>(short_rest.size()) - from);
+      EXPECT_GT(e.stats().prefix_hit_tokens - before, 0);
+      EXPECT_EQ(0, std::memcmp(got2.data(), want2.data(), want2.size() * sizeof(float))) << "len " << len;
+    }
+  }
+}
+
+// A turn's save points (infokv serve passes the end of the system turn): a second conversation that shares only
+// that prefix starts from it.
+TEST(PrefixCache, ATurnsSavePointServesEveryRequestThatSharesItsStart) {
+  const auto system = tokens(infokv_test::test_seed() + 50, 90);
+  auto a = system, b = system;
+  for (int i = 0; i < 40; ++i) a.push_back(200 + i), b.push_back(300 + i);
+  EngineOptions o = options(true);
+  o.prefix.memory_bytes = int64_t{64} << 20;
+  Engine probe(infokv_test::stories_model(), options(false));
+  if (probe.session().cut_invariant_from() == 0) GTEST_SKIP() << "this CPU gives no cut-invariant prefill (no AVX-512)";
+  Engine ref(infokv_test::stories_model(), options(false));
+  const auto want_b = answer(ref, b);
+  Engine e(infokv_test::stories_model(), o);
+  const int64_t c = e.open();
+  e.submit(c, Turn{a, 4, {}, {90}});
+  while (e.busy()) e.step();
+  e.close(c);
+  EXPECT_EQ(answer(e, b), want_b);
+  EXPECT_EQ(e.stats().prefix_hit_tokens, 90);
 }
 
 TEST(PrefixCache, DamagedOrForeignEntriesAreRefusedAndErased) {

@@ -298,6 +298,53 @@ Prefilled prefilled(Session &s, int32_t seq) {
   return p;
 }
 
+// Where the backend computes each token of a prefill piece of cut_invariant_from() tokens or more on its own (x86
+// with AVX-512), a message's results do not depend on how it is cut: one prefill with ubatch 256 or 48, decode()
+// batches of 17, 40 and 100 tokens and the rest, or two messages (the prefix cache resumes a prompt this way) give the
+// last token the same logits, bit for bit; on a quantised model (SmolLM2 Q4_1: its products pick kernels by the
+// number of tokens), and on the small model past the attention's 1024-slot split.
+TEST(Trigger, AMessageGetsTheSameBitsHoweverItIsCut) {
+  for (const bool quantised : {false, true}) {
+    std::shared_ptr<const infokv::Model> m = quantised ? infokv_test::smollm2() : infokv_test::stories_model();
+    ASSERT_NE(m, nullptr) << "SmolLM2 GGUF " << infokv_test::smollm2_path()
+                          << " is missing: run packaging/fetch_models.sh (or set INFOKV_SMOLLM2)";
+    for (const int32_t n : {300, 1100}) {
+      if (quantised && n > 300) continue;
+      const std::vector<int32_t> msg = ids(n, m->hparams().n_vocab, 31);
+      auto run = [&](int32_t ubatch, const std::vector<size_t> &cuts, size_t split) {
+        SessionOptions o;
+        o.kv_pool_blocks = 4000;
+        o.ubatch = ubatch;
+        Session s(m, o);
+        if (s.cut_invariant_from() == 0) return std::vector<float>();
+        const int32_t seq = s.add_sequence();
+        if (!cuts.empty()) {
+          size_t b = 0;
+          for (size_t c : cuts) {
+            std::vector<infokv::BatchToken> batch;
+            for (size_t i = b; i < std::min(msg.size(), b + c); ++i) batch.push_back({seq, msg[i], i + 1 == msg.size()});
+            s.decode(batch);
+            b += c;
+          }
+        } else if (split > 0) {
+          s.prefill(seq, std::vector<int32_t>(msg.begin(), msg.begin() + static_cast<std::ptrdiff_t>(split)));
+          s.prefill(seq, std::vector<int32_t>(msg.begin() + static_cast<std::ptrdiff_t>(split), msg.end()));
+        } else {
+          s.prefill(seq, msg);
+        }
+        return s.logits(seq);
+      };
+      const std::vector<float> want = run(256, {}, 0);
+      if (want.empty()) GTEST_SKIP() << "this CPU gives no cut-invariant prefill (no AVX-512)";
+      const std::string what = std::string(quantised ? "SmolLM2" : "stories") + ", " + std::to_string(n) + " tokens";
+      EXPECT_EQ(run(48, {}, 0), want) << what << ", ubatch 48";
+      EXPECT_EQ(run(256, {17, 40, 100, static_cast<size_t>(n) - 157}, 0), want) << what << ", batches of 17, 40, 100";
+      EXPECT_EQ(run(256, {}, 83), want) << what << ", as 83 tokens and the rest";
+      EXPECT_EQ(run(64, {}, static_cast<size_t>(n) - 16), want) << what << ", the last 16 as a message of their own";
+    }
+  }
+}
+
 TEST(Trigger, AMessagePrefilledInPartsOfWholeChunksComputesWhatOnePrefillDoes) {
   auto m = infokv_test::stories_model();
   const int32_t V = m->hparams().n_vocab;
