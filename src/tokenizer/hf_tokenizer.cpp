@@ -347,6 +347,7 @@ Tokenizer Tokenizer::from_hf(const JsonValue &tj, const JsonValue *tcfg, const J
   t.ignore_merges_ = ignore != nullptr && ignore->is_bool() && ignore->as_bool();
   // Every added token is matched in the text before the model sees it (also <unk>, which is not a control token).
   t.init_specials(std::move(v.added_ids));
+  t.fingerprint_ = t.compute_fingerprint();
   return t;
 }
 

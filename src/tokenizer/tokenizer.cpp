@@ -165,6 +165,7 @@ Tokenizer Tokenizer::load(const GgufFile &file, const std::string *pre_override)
   t.init_eog();
   if (bpe) {
     t.init_bpe(file, pre_override != nullptr ? *pre_override : file.get_string("tokenizer.ggml.pre", "gpt2"));
+    t.fingerprint_ = t.compute_fingerprint();
     return t;
   }
 
@@ -176,6 +177,7 @@ Tokenizer Tokenizer::load(const GgufFile &file, const std::string *pre_override)
     if (it == t.piece_to_id_.end()) it = t.piece_to_id_.find(std::string(1, static_cast<char>(b)));
     t.byte_to_id_[b] = it != t.piece_to_id_.end() ? it->second : t.unk_;
   }
+  t.fingerprint_ = t.compute_fingerprint();
   return t;
 }
 
@@ -287,6 +289,7 @@ Tokenizer Tokenizer::without_vocabulary(int32_t n_vocab, int32_t bos, int32_t eo
   t.eos_ = eos >= 0 && eos < n_vocab ? eos : -1;
   t.add_bos_ = false;
   t.init_eog();
+  t.fingerprint_ = t.compute_fingerprint();
   return t;
 }
 
@@ -325,7 +328,7 @@ std::string Tokenizer::decode(const std::vector<int32_t> &ids) const {
   return out;
 }
 
-uint64_t Tokenizer::fingerprint() const {
+uint64_t Tokenizer::compute_fingerprint() const {
   uint64_t h = 0xcbf29ce484222325ull;
   fnv_u64(h, static_cast<uint64_t>(kind_));
   fnv_u64(h, pieces_.size());
