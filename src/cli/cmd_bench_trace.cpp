@@ -357,7 +357,7 @@ namespace {
 double ttft(Engine &e, const std::vector<int32_t> &prompt) {
   const auto t0 = Clock::now();
   const int64_t c = e.open();
-  e.submit(c, {prompt, 1, {}});
+  e.submit(c, {prompt, 1, {}, {}});
   double s = -1;
   while (e.busy())
     if (!e.step().empty() && s < 0) s = std::chrono::duration<double>(Clock::now() - t0).count();

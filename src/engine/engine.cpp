@@ -564,7 +564,11 @@ void Engine::recompute(Conversation &c) {
   const double secs = since(t0);
   update_rate(stats_.prefill_tokens_per_s, static_cast<double>(c.tokens.size()), secs);
   stats_.recomputed_tokens += static_cast<int64_t>(c.tokens.size());
-  c.exact_until = std::min(c.exact_until, exact_end(0, static_cast<int64_t>(c.tokens.size())));
+  // Recomputed without the policy: a policy that sums attention runs every query in one pass, and without it long
+  // contexts take the chunked path (other bits), so then nothing recomputed is what a prefill under it computes.
+  c.exact_until = saved.needs_accumulated_attention()
+                      ? 0
+                      : std::min(c.exact_until, exact_end(0, static_cast<int64_t>(c.tokens.size())));
   if (c.pending_decision >= 0 && c.pending_decision < static_cast<int64_t>(decisions_.size()))
     decisions_[static_cast<size_t>(c.pending_decision)].measured_seconds = secs;
   c.pending_decision = -1;

@@ -65,8 +65,8 @@ struct EngineOptions {
   // attention mass it evicts, mean over layers, 0..1) is at most this.
   double max_loss = 0.05;
   // The prefix cache: off unless enabled. A new conversation whose first turn starts with a cached prefix starts
-  // from its snapshot; each turn's prompt is saved up to the last multiple of the prefill chunk (ubatch) in it, in
-  // each tier configured (PrefixCacheOptions::boundary is set to the chunk).
+  // from its snapshot; each turn's prompt is saved at its end, its last whole prefill chunk and its save points (Turn),
+  // in each tier configured (the engine sets PrefixCacheOptions::boundary and exact_from from the session).
   bool prefix_cache = false;
   PrefixCacheOptions prefix;
   // Skip the start-up measurement (tests): use these rates instead. 0: measure.

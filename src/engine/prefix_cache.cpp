@@ -35,11 +35,13 @@ PrefixCache::PrefixCache(const PrefixCacheOptions &opts, const Session &session)
   const Model &m = session.model();
   const CompressionConfig &c = session.compressor().config();
   char desc[512];
-  std::snprintf(desc, sizeof desc, "w=%llx t=%llx kv=%s bs=%d policy=%s bf=%.17g bt=%d ml=%.17g win=%d",
+  // How entries were cut is part of the key: an entry at any length is exact only for a process that cuts as its
+  // maker did (exact_from), and one on a chunk multiple only for the same chunk.
+  std::snprintf(desc, sizeof desc, "w=%llx t=%llx kv=%s bs=%d policy=%s bf=%.17g bt=%d ml=%.17g win=%d xf=%lld ub=%lld",
                 static_cast<unsigned long long>(m.weights_fingerprint()),
                 static_cast<unsigned long long>(m.tokenizer().fingerprint()), kv_dtype_name(session.options().kv_dtype),
                 session.options().block_size, policy_name(c.policy), c.budget_fraction, c.budget_tokens, c.max_loss,
-                c.window);
+                c.window, static_cast<long long>(opts.exact_from), static_cast<long long>(opts.boundary));
   ns_ = hex64(XXH3_64bits(desc, std::char_traits<char>::length(desc)));
   if (opts.memory_bytes > 0) memory_ = std::make_unique<MemoryPrefixStore>(opts.memory_bytes);
   if (!opts.disk_dir.empty()) {
@@ -141,24 +143,28 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
   count(&PrefixCacheStats::lookups);
   const std::vector<PrefixStore *> ts = tiers();
   std::set<int64_t> lens;
+  std::vector<std::set<int64_t>> tier_lens(ts.size());  // the lengths each tier holds
   std::vector<bool> usable(ts.size(), true);
   for (size_t i = 0; i < ts.size(); ++i) {
     try {
       for (int64_t L : ts[i]->lengths(ns_))
-        if (L < static_cast<int64_t>(tokens.size()) && L >= opts_.min_tokens && resumable(L, static_cast<int64_t>(tokens.size())))
+        if (L < static_cast<int64_t>(tokens.size()) && L >= opts_.min_tokens && resumable(L, static_cast<int64_t>(tokens.size()))) {
           lens.insert(L);
+          tier_lens[i].insert(L);
+        }
     } catch (const Error &e) {
       count(&PrefixCacheStats::store_errors);
       usable[i] = false;
       note(std::string(ts[i]->name()) + ": " + e.what() + " (skipped: the prompt is prefilled)");
     }
   }
-  int probes = 0;
-  for (auto it = lens.rbegin(); it != lens.rend(); ++it, ++probes) {
+  int redis_probes = 0;
+  for (auto it = lens.rbegin(); it != lens.rend(); ++it) {
     const int64_t L = *it;
     const std::string k = key(L, tokens);
     for (size_t i = 0; i < ts.size(); ++i) {
-      if (!usable[i] || (ts[i] != memory_.get() && probes >= kMaxStoreProbes)) continue;
+      if (!usable[i] || tier_lens[i].count(L) == 0) continue;
+      if (ts[i] == redis_.get() && redis_probes++ >= kMaxRedisProbes) continue;
       std::optional<std::vector<uint8_t>> bytes;
       try {
         bytes = ts[i]->get(k);

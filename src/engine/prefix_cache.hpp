@@ -56,8 +56,8 @@ class PrefixCache {
 
   // Restores the longest cached prefix of `tokens` shorter than all of them (and resumable: see boundary) into
   // `session` as a new sequence and returns its id, or -1 when none is cached (or none could be used: the reasons go
-  // to notes()). *length: the prefix's length; *tier: where it was found. Lengths are tried longest first; the disk
-  // and Redis tiers are asked for the kMaxStoreProbes longest only (the memory tier for every one). Throws
+  // to notes()). *length: the prefix's length; *tier: where it was found. Lengths are tried longest first, each in
+  // the tiers that list it; Redis is asked for its kMaxRedisProbes longest only (a round trip each). Throws
   // Error(kv_full) when a hit does not fit the pool (nothing changed).
   int32_t restore_longest(Session &session, const std::vector<int32_t> &tokens, int64_t *length, std::string *tier);
   // Saves the first `length` tokens of sequence `seq` of `session` (rounded down to a multiple of boundary when
@@ -71,7 +71,7 @@ class PrefixCache {
   // Whether a request of n tokens resumed from a cached prefix of L < n tokens computes exactly what it computes
   // prefilled from the start (see PrefixCacheOptions::boundary).
   bool resumable(int64_t L, int64_t n) const;
-  static constexpr int kMaxStoreProbes = 32;
+  static constexpr int kMaxRedisProbes = 64;
 
   PrefixCacheStats stats() const;
   // What went wrong with stores and entries, oldest first (the latest 64).

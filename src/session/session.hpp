@@ -61,13 +61,14 @@ class Session final : private EvidenceSource {
   // Where the backend computes each token of a forward piece of `from` tokens or more from that token alone
   // (DeviceOps::chunk_invariant_from), prompts are cut so that no piece is shorter than `from` when it can be
   // avoided: a message of `from` tokens or more (and each part of it that prefill_part runs) goes in chunks of
-  // ubatch and the forward's pieces of those, the last two balanced so that neither is short. Every token of such a
-  // message then gets the bits it gets in any other cut: its results do not depend on where the message began, how
-  // it was split into parts, or what shared its pieces. Returns `from`, or 0 where no size is promised (ubatch or
+  // ubatch and the forward's pieces of those, a last one that would be short made `from` long with tokens of the one
+  // before. Every token of such a message then gets the K/V and logits it gets in any other cut: they do not depend
+  // on where the message began, how it was split into parts, or what shared its pieces. (A policy's attention sums
+  // are added piece by piece, so their last bits do follow the cuts.) Returns `from`, or 0 where no size is promised (ubatch or
   // the entropy piece under 2 x from, or a backend without the promise): only the same cuts then give the same bits.
   int64_t cut_invariant_from() const;
   // The end of the chunk that starts at b of a message of `size` tokens, cut in chunks of at most `len` tokens as
-  // above (the last two balanced).
+  // above (a short last chunk lengthened to `from` from the one before).
   size_t next_cut(size_t size, size_t b, size_t len) const;
   KvCache &kv() { return *kv_; }
   const KvCache &kv() const { return *kv_; }
@@ -116,7 +117,8 @@ class Session final : private EvidenceSource {
                                  // room): the message's results are those of these cuts (see cut_invariant_from)
   };
   // Prefills the next tokens of `message` into `seq`: at most max_tokens (rounded down to whole chunks of
-  // options().ubatch, at least one chunk; all that is left when that is less). Returns how many went in; *cursor
+  // options().ubatch, at least one chunk; all that is left when that is less; a part that would leave fewer than
+  // cut_invariant_from() tokens ends that many before the message's end instead). Returns how many went in; *cursor
   // then counts them. A message whose parts are multiples of ubatch computes exactly what prefill(message) computes
   // (given the same pool: a chunk the pool cannot take whole is cut shorter, as in prefill()). All or nothing per
   // call: on any error the sequence and the cursor are as before and Error is thrown; bad_state when the cursor is

@@ -78,10 +78,15 @@ IKV_API int32_t ikv_engine_create(ikv_engine **out, ikv_model *model, const ikv_
 /**
  * Turns the prefix cache on (or off, when memory_bytes is 0 and disk_dir and redis_address are NULL or ""). A new
  * conversation whose first turn starts with a cached prefix starts from its snapshot instead of prefilling it. Each
- * turn's prompt is saved up to the last multiple of the prefill chunk (the session's ubatch, 256 by default) within
- * it, in every tier (prefixes of at least 64 tokens, of uncompressed caches); a hit is such a prefix shorter than
- * the new prompt, whose rest is then prefilled in the chunks a request without the cache would use: the same
- * logits. Tiers, looked up in this order: this process's memory (memory_bytes, least
+ * turn's prompt is saved, in every tier, as far as one prefill from the start computed it (a turn after decoded
+ * answers adds nothing; prefixes of at least 64 tokens, of uncompressed caches). On x86 with AVX-512 and a ubatch of
+ * 32 or more, where a prompt's K/V and logits do not depend on where its prefill chunks start, it is saved at its end
+ * and at the end of its last whole prefill chunk (the session's ubatch, 256 by default) or 16 tokens before its end
+ * if that is earlier, and a hit is the longest saved prefix of the new prompt that leaves at least 16 tokens (Redis
+ * is asked for its 64 longest lengths only); elsewhere it is saved at the last multiple of the chunk within it, and
+ * a hit is such a prefix shorter than the new prompt. Either way the rest is prefilled with the same logits as
+ * without the cache (a policy's attention sums restored with a prefix may differ in their last bits, so a request
+ * later compressed may evict otherwise). Tiers, looked up in this order: this process's memory (memory_bytes, least
  * recently used evicted), a directory (disk_dir, made if missing; entries written atomically, the oldest removed
  * past 4 GiB), and a Redis or Valkey server shared by many processes and machines (redis_address "host:port" or
  * "unix:/path"; 0.5 s per command; entries expire after 7 days, and the server's maxmemory policy evicts).

@@ -25,12 +25,12 @@ std::vector<std::vector<float>> run_alone_or_together(const std::shared_ptr<cons
   std::vector<int64_t> ids;
   for (size_t i = 0; i < prompts.size(); ++i) {
     ids.push_back(e.open());
-    if (together || i == 0) e.submit(ids.back(), {prompts[i], 6, {}});
+    if (together || i == 0) e.submit(ids.back(), {prompts[i], 6, {}, {}});
   }
   size_t next = 1;
   for (int guard = 0; guard < 1000 && (e.busy() || next < prompts.size()); ++guard) {
     if (!e.busy() && !together) {
-      e.submit(ids[next], {prompts[next], 6, {}});
+      e.submit(ids[next], {prompts[next], 6, {}, {}});
       ++next;
     }
     for (const TokenEvent &ev : e.step()) {

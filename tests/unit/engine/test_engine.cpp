@@ -75,7 +75,7 @@ Outcome run(const EngineOptions &o, const Script &sc, const std::vector<std::vec
   out.logits.resize(kConversations);
   for (int i = 0; i < kConversations; ++i) {
     ids.push_back(e.open());
-    Turn t{sc.turn1[static_cast<size_t>(i)], kGen, {}};
+    Turn t{sc.turn1[static_cast<size_t>(i)], kGen, {}, {}};
     if (forced) t.forced.assign((*forced)[static_cast<size_t>(i)].begin(), (*forced)[static_cast<size_t>(i)].begin() + kGen);
     e.submit(ids.back(), t);
   }
@@ -91,7 +91,7 @@ Outcome run(const EngineOptions &o, const Script &sc, const std::vector<std::vec
       if (turn[static_cast<size_t>(i)] == 1 && st == TurnState::done) {
         if (done_at[static_cast<size_t>(i)] < 0) done_at[static_cast<size_t>(i)] = step;
         if (step - done_at[static_cast<size_t>(i)] >= 3) {
-          Turn t{sc.turn2[static_cast<size_t>(i)], kGen, {}};
+          Turn t{sc.turn2[static_cast<size_t>(i)], kGen, {}, {}};
           if (forced) t.forced.assign((*forced)[static_cast<size_t>(i)].begin() + kGen, (*forced)[static_cast<size_t>(i)].end());
           e.submit(ids[static_cast<size_t>(i)], t);
           turn[static_cast<size_t>(i)] = 2;
@@ -190,7 +190,7 @@ TEST(Engine, RecomputedCompressedConversationKeepsTheSameKeptSet) {
   for (int j = 0; j < 100; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
   for (int j = 0; j < 150; ++j) q.push_back(3 + static_cast<int32_t>(rng() % 500));
   const int64_t a = e.open(0);
-  e.submit(a, {p, 4, {}});
+  e.submit(a, {p, 4, {}, {}});
   while (e.busy()) e.step();
   const int32_t seq = e.sequence(a);
   ASSERT_GE(seq, 0);
@@ -200,12 +200,12 @@ TEST(Engine, RecomputedCompressedConversationKeepsTheSameKeptSet) {
   ASSERT_LT(kept[0].size(), p.size());
   const size_t old_len = e.tokens(a).size();
   const int64_t b = e.open(1);
-  e.submit(b, {q, 10, {}});
+  e.submit(b, {q, 10, {}, {}});
   while (e.busy()) e.step();
   ASSERT_EQ(e.state(b), TurnState::done);
   ASSERT_EQ(e.where(a), Where::dropped);
   ASSERT_STREQ(where_name(e.where(a)), "dropped");
-  e.submit(a, {{5, 6, 7}, 0, {}});
+  e.submit(a, {{5, 6, 7}, 0, {}, {}});
   while (e.busy()) e.step();
   ASSERT_EQ(e.state(a), TurnState::done) << e.failure(a);
   const SeqCache &sc = e.session().kv().seq(e.sequence(a));
@@ -261,14 +261,14 @@ TEST(Engine, BadCallsAreRefusedAndChangeNothing) {
     }
     return Status::ok;
   };
-  EXPECT_EQ(status_of([&] { e.submit(c, {{1, vocab}, 4, {}}); }), Status::out_of_range);
-  EXPECT_EQ(status_of([&] { e.submit(c, {{1, -1}, 4, {}}); }), Status::out_of_range);
-  EXPECT_EQ(status_of([&] { e.submit(c, {{}, 4, {}}); }), Status::invalid_argument);
-  EXPECT_EQ(status_of([&] { e.submit(c, {{1, 5}, -1, {}}); }), Status::invalid_argument);
-  EXPECT_EQ(status_of([&] { e.submit(c + 100, {{1, 5}, 4, {}}); }), Status::not_found);
+  EXPECT_EQ(status_of([&] { e.submit(c, {{1, vocab}, 4, {}, {}}); }), Status::out_of_range);
+  EXPECT_EQ(status_of([&] { e.submit(c, {{1, -1}, 4, {}, {}}); }), Status::out_of_range);
+  EXPECT_EQ(status_of([&] { e.submit(c, {{}, 4, {}, {}}); }), Status::invalid_argument);
+  EXPECT_EQ(status_of([&] { e.submit(c, {{1, 5}, -1, {}, {}}); }), Status::invalid_argument);
+  EXPECT_EQ(status_of([&] { e.submit(c + 100, {{1, 5}, 4, {}, {}}); }), Status::not_found);
   EXPECT_FALSE(e.busy());
-  e.submit(c, {{1, 5, 6}, 4, {}});
-  EXPECT_EQ(status_of([&] { e.submit(c, {{7}, 4, {}}); }), Status::bad_state);
+  e.submit(c, {{1, 5, 6}, 4, {}, {}});
+  EXPECT_EQ(status_of([&] { e.submit(c, {{7}, 4, {}, {}}); }), Status::bad_state);
   while (e.busy()) e.step();
   EXPECT_EQ(e.generated(c).size(), 4u);
   EXPECT_EQ(e.tokens(c).size(), 7u);
@@ -289,10 +289,10 @@ TEST(Engine, HigherPriorityPreemptsARunningTurn) {
   std::vector<int32_t> p{1};
   for (int j = 0; j < 60; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
   const int64_t low = e.open(0), high = e.open(5);
-  e.submit(low, {p, 30, {}});
+  e.submit(low, {p, 30, {}, {}});
   e.step();
   e.step();
-  e.submit(high, {p, 30, {}});
+  e.submit(high, {p, 30, {}, {}});
   int64_t high_done = -1, low_done = -1;
   for (int64_t step = 0; step < 500 && e.busy(); ++step) {
     e.step();
@@ -311,7 +311,7 @@ TEST(Engine, MemoryLimitCompressesTheConversation) {
   std::vector<int32_t> p{1};
   for (int j = 0; j < 100; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
   const int64_t c = e.open(0, 48);
-  e.submit(c, {p, 30, {}});
+  e.submit(c, {p, 30, {}, {}});
   while (e.busy()) e.step();
   const double kept = e.session().compressor().mean_kept(e.sequence(c));
   EXPECT_LE(kept, 48 + e.session().compressor().slack_for(48));
@@ -333,7 +333,7 @@ TEST(Engine, AConversationTooLargeForThePoolAloneFailsInsteadOfLooping) {
   for (Strategy st : {Strategy::move, Strategy::recompute, Strategy::fail}) {
     Engine e(infokv_test::stories_model(), options(st, 10, false));
     const int64_t c = e.open();
-    e.submit(c, {p, 40, {}});
+    e.submit(c, {p, 40, {}, {}});
     int64_t steps = 0;
     while (e.busy() && steps < 200) {
       e.step();
@@ -347,7 +347,7 @@ TEST(Engine, AConversationTooLargeForThePoolAloneFailsInsteadOfLooping) {
   // With a policy, auto compresses the conversation itself and goes on.
   Engine e(infokv_test::stories_model(), options(Strategy::automatic, 10, true));
   const int64_t c = e.open();
-  e.submit(c, {p, 40, {}});
+  e.submit(c, {p, 40, {}, {}});
   for (int i = 0; i < 200 && e.busy(); ++i) e.step();
   EXPECT_EQ(e.state(c), TurnState::done) << e.failure(c);
   EXPECT_EQ(e.generated(c).size(), 40u);
@@ -402,7 +402,7 @@ Served serve_arrivals(const EngineOptions &o, const std::vector<Arrival> &arriva
       if (arrivals[i].step == step) {
         const int64_t id = e.open();
         index[id] = i;
-        e.submit(id, Turn{arrivals[i].prompt, arrivals[i].max_tokens, {}});
+        e.submit(id, Turn{arrivals[i].prompt, arrivals[i].max_tokens, {}, {}});
       }
       more = more || arrivals[i].step > step;
     }
