@@ -257,19 +257,22 @@ void expect_tiles_equal(KvDtype dt, std::initializer_list<std::pair<int32_t, int
   }
 }
 
+// The reference of expect_tiles_equal that attends each query alone (a decode step of one query each).
+std::vector<float> one_query_at_a_time(const RandomCache &rc, int32_t visible0, int32_t n_q, ThreadPool *) {
+  const size_t row = static_cast<size_t>(kNh) * kHd;
+  std::vector<float> alone(rc.q.size(), NAN);
+  for (int32_t t = 0; t < n_q; ++t)
+    cpu::paged_attention(alone.data() + t * row, rc.q.data() + t * row, 1, kNh, rc.kv, visible0 + t, 0.125f, nullptr,
+                         nullptr, nullptr);
+  return alone;
+}
+
 // A prefill's queries are attended in tiles of several queries per KV head (each K/V block converted once per
 // tile): every query's output is the same bits as attending it alone, on one thread or two, with queries that
 // start mid-block and tiles that end past the last query.
 TEST_P(CpuTwinsDtype, PrefillTilesEqualOneQueryAtATime) {
   expect_tiles_equal(GetParam(), {{7, 45}, {1, 3}, {200, 21}}, 5, 3,
-                     [](const RandomCache &rc, int32_t visible0, int32_t n_q, ThreadPool *) {
-                       const size_t row = static_cast<size_t>(kNh) * kHd;
-                       std::vector<float> alone(rc.q.size(), NAN);
-                       for (int32_t t = 0; t < n_q; ++t)
-                         cpu::paged_attention(alone.data() + t * row, rc.q.data() + t * row, 1, kNh, rc.kv, visible0 + t,
-                                              0.125f, nullptr, nullptr, nullptr);
-                       return alone;
-                     });
+                     one_query_at_a_time);
 }
 
 // Past the split threshold a prefill's tiles are attended chunk by chunk (flash-decoding) with each K/V block
@@ -292,14 +295,7 @@ TEST_P(CpuTwinsDtype, LongPrefillTilesEqualTheBatchFormBitForBit) {
 // depend on where its chunks were cut), and so does a decode step batching a long sequence with a short one.
 TEST_P(CpuTwinsDtype, EachQueryTakesThePathItsOwnLengthPicksWhateverShareTheCall) {
   expect_tiles_equal(GetParam(), {{1000, 40}, {1020, 9}, {1023, 2}}, 7, 2,
-                     [](const RandomCache &rc, int32_t visible0, int32_t n_q, ThreadPool *) {
-                       const size_t row = static_cast<size_t>(kNh) * kHd;
-                       std::vector<float> alone(rc.q.size(), NAN);
-                       for (int32_t t = 0; t < n_q; ++t)
-                         cpu::paged_attention(alone.data() + t * row, rc.q.data() + t * row, 1, kNh, rc.kv, visible0 + t,
-                                              0.125f, nullptr, nullptr, nullptr);
-                       return alone;
-                     });
+                     one_query_at_a_time);
   std::mt19937 g(test_seed());
   ThreadPool tp(2);
   const RandomCache rc(GetParam(), 1100, 3, 5, 3, g);
