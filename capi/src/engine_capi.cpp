@@ -185,6 +185,7 @@ int32_t ikv_engine_stat(int64_t *out, const ikv_engine *engine, int32_t stat) {
       case IKV_ENGINE_STAT_POOL_BLOCKS_FREE: *out = e->engine->session().kv().free_blocks(); break;
       case IKV_ENGINE_STAT_PREFIX_HITS: *out = s.prefix_hits; break;
       case IKV_ENGINE_STAT_PREFIX_HIT_TOKENS: *out = s.prefix_hit_tokens; break;
+      case IKV_ENGINE_STAT_RECOMPUTE_HIT_TOKENS: *out = s.recompute_hit_tokens; break;
       case IKV_ENGINE_STAT_PREFIX_SAVES:
       case IKV_ENGINE_STAT_PREFIX_REFUSED:
       case IKV_ENGINE_STAT_PREFIX_STORE_ERRORS: {

@@ -20,6 +20,7 @@
 #include "cli/json.hpp"
 #include "compress/policy_table.hpp"
 #include "engine/engine.hpp"
+#include "util/byte_io.hpp"
 #include "util/error.hpp"
 
 namespace infokv {
@@ -37,6 +38,8 @@ struct TraceSpec {
   double max_loss = -1;  // engine default
   bool json = false;
   bool prefix_cache = false;  // the engine's prefix cache, in memory
+  std::string spill_dir;      // where moved conversations go (empty: the engine's default, in the temp directory)
+  std::string report_dir;     // when set: each run's engine report (rates and every decision) as <strategy>.json
 };
 
 // The reference's distribution at one answer token: its top-k log-probabilities and the rest's total.
@@ -170,6 +173,7 @@ Result run(const std::shared_ptr<const Model> &model, const TraceSpec &spec, con
   o.max_prefill_tokens = static_cast<int32_t>(spec.max_prefill);
   if (spec.max_loss >= 0) o.max_loss = spec.max_loss;
   o.prefix_cache = spec.prefix_cache;
+  o.spill_dir = spec.spill_dir;
   Engine e(model, o);
   Result r;
   r.strategy = ref == nullptr ? "unlimited" : strategy_name(st);
@@ -254,6 +258,13 @@ Result run(const std::shared_ptr<const Model> &model, const TraceSpec &spec, con
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   r.stats = e.stats();
+  if (!spec.report_dir.empty()) {
+    const std::string path = spec.report_dir + "/" + r.strategy + ".json";
+    FileSink out(path);
+    const std::string j = report_json(e);
+    out.write(j.data(), j.size());
+    out.commit();
+  }
   return r;
 }
 
@@ -262,7 +273,7 @@ Result run(const std::shared_ptr<const Model> &model, const TraceSpec &spec, con
 int cmd_bench_trace(int argc, char **argv) {
   Args a(argc, argv, 2,
          {"model", "corpus", "conversations", "fits", "turns", "gen", "doc-tokens", "arrival-every", "think", "threads",
-          "max-batch", "max-prefill", "strategies", "max-loss"},
+          "max-batch", "max-prefill", "strategies", "max-loss", "spill-dir", "report-dir"},
          {"trace", "json", "prefix-cache"});
   TraceSpec spec;
   spec.model = resolve_model_path(a.str("model", default_model_path()));
@@ -285,6 +296,9 @@ int cmd_bench_trace(int argc, char **argv) {
   spec.max_loss = a.number("max-loss", -1, -1, 1);
   spec.json = a.flag("json");
   spec.prefix_cache = a.flag("prefix-cache");
+  spec.spill_dir = a.str("spill-dir", "");
+  spec.report_dir = a.str("report-dir", "");
+  if (!spec.report_dir.empty()) std::filesystem::create_directories(spec.report_dir);
   spec.strategies = split_list(a.str("strategies", "fail,recompute,move,compress,auto"));
   std::vector<Strategy> strategies;
   for (const std::string &s : spec.strategies) strategies.push_back(parse_strategy(s));
@@ -314,6 +328,7 @@ int cmd_bench_trace(int argc, char **argv) {
           .integer("moves", r.stats.moves).integer("recomputes", r.stats.recomputes)
           .integer("bytes_moved", r.stats.bytes_moved).integer("recomputed_tokens", r.stats.recomputed_tokens)
           .integer("prefix_hits", r.stats.prefix_hits).integer("prefix_hit_tokens", r.stats.prefix_hit_tokens)
+          .integer("recompute_hit_tokens", r.stats.recompute_hit_tokens)
           .num("kl", r.kl_n ? r.kl_sum / static_cast<double>(r.kl_n) : 0.0)
           .num("top1", r.kl_n ? static_cast<double>(r.top1) / static_cast<double>(r.kl_n) : 1.0)
           .integer("pool_blocks", i == 0 ? big_pool : small_pool);
@@ -328,15 +343,16 @@ int cmd_bench_trace(int argc, char **argv) {
               static_cast<long long>(spec.doc_tokens), static_cast<long long>(spec.gen),
               static_cast<long long>(spec.arrival_every), static_cast<long long>(spec.think),
               static_cast<long long>(spec.fits), static_cast<long long>(small_pool), spec.model.c_str());
-  std::printf("| strategy | completed | time s | vs unlimited | TTFT p50/p95 ms | per token p50/p95 ms | compress/move/recompute | MiB moved | prefix hits | KL | top-1 |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| strategy | completed | time s | vs unlimited | TTFT p50/p95 ms | per token p50/p95 ms | compress/move/recompute | MiB moved | recomputed / from cache tokens | prefix hits | KL | top-1 |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const Result &r : results) {
-    std::printf("| %s | %lld/%lld | %.2f | %.2fx | %.1f / %.1f | %.1f / %.1f | %lld/%lld/%lld | %.1f | %lld | %.4f | %.3f |\n",
+    std::printf("| %s | %lld/%lld | %.2f | %.2fx | %.1f / %.1f | %.1f / %.1f | %lld/%lld/%lld | %.1f | %lld / %lld | %lld | %.4f | %.3f |\n",
                 r.strategy.c_str(), static_cast<long long>(r.completed), static_cast<long long>(w.turns.size()),
                 r.seconds, r.seconds / base.seconds, percentile(r.ttft, 0.5) * 1e3, percentile(r.ttft, 0.95) * 1e3,
                 percentile(r.tpot, 0.5) * 1e3, percentile(r.tpot, 0.95) * 1e3,
                 static_cast<long long>(r.stats.compressions), static_cast<long long>(r.stats.moves),
                 static_cast<long long>(r.stats.recomputes), static_cast<double>(r.stats.bytes_moved) / (1 << 20),
+                static_cast<long long>(r.stats.recomputed_tokens), static_cast<long long>(r.stats.recompute_hit_tokens),
                 static_cast<long long>(r.stats.prefix_hits), r.kl_n ? r.kl_sum / static_cast<double>(r.kl_n) : 0.0,
                 r.kl_n ? static_cast<double>(r.top1) / static_cast<double>(r.kl_n) : 1.0);
   }

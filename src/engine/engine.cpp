@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -168,6 +169,7 @@ void Engine::measure_rates() {
     stats_.disk_write_bytes_per_s = w > 0 ? w : 1e8;
     stats_.disk_read_bytes_per_s = r > 0 ? r : 1e8;
   }
+  stats_.restore_bytes_per_s = stats_.disk_read_bytes_per_s;  // measured on the prefix cache's first hit
 }
 
 Engine::Conversation &Engine::conv(int64_t id) {
@@ -344,12 +346,21 @@ int64_t Engine::preempt(Conversation &v, bool compress_only) {
   // (its tokens at the measured prefill rate); compression costs its planning time and some quality.
   const double move_s = static_cast<double>(info.bytes) / stats_.disk_write_bytes_per_s +
                         static_cast<double>(info.bytes) / stats_.disk_read_bytes_per_s;
-  const double recompute_s = static_cast<double>(info.length) / stats_.prefill_tokens_per_s;
+  // A recompute restores the longest prefix the cache holds here (at the read bandwidth, its K/V uncompressed) and
+  // prefills the rest.
+  const int64_t cached = prefix_ != nullptr ? prefix_->longest_local(v.tokens) : 0;
+  const double token_bytes =
+      info.length > 0 ? static_cast<double>(info.uncompressed_bytes) / static_cast<double>(info.length) : 0.0;
+  const double recompute_s = static_cast<double>(info.length - cached) / stats_.prefill_tokens_per_s +
+                             static_cast<double>(cached) * token_bytes / stats_.restore_bytes_per_s;
   const double lossless_s = std::min(move_s, recompute_s);
   const Action lossless = move_s <= recompute_s ? Action::move : Action::recompute;
   char why[240];
   std::snprintf(why, sizeof why, "move %.1f ms %s recompute %.1f ms", move_s * 1e3, lossless == Action::move ? "<=" : ">",
                 recompute_s * 1e3);
+  if (cached > 0)
+    std::snprintf(why + std::strlen(why), sizeof why - std::strlen(why), " (%lld of %lld tokens from the prefix cache)",
+                  static_cast<long long>(cached), static_cast<long long>(info.length));
 
   // Compression: toward half of what it keeps, never under min_keep of its length. Planned only where it may be
   // chosen (planning is most of its cost).
@@ -393,8 +404,8 @@ int64_t Engine::preempt(Conversation &v, bool compress_only) {
       act = Action::compress;
       d.why = "strategy compress";
       break;
-    case Strategy::move: act = Action::move; d.why = "strategy move"; break;
-    case Strategy::recompute: act = Action::recompute; d.why = "strategy recompute"; break;
+    case Strategy::move: act = Action::move; d.why = std::string("strategy move (") + why + ")"; break;
+    case Strategy::recompute: act = Action::recompute; d.why = std::string("strategy recompute (") + why + ")"; break;
     default: {
       const double loss = cand.plan.evicted_share;
       char buf[360];
@@ -522,55 +533,81 @@ bool Engine::make_room(int64_t need, const std::vector<int64_t> &keep, bool may_
   return free_blocks() >= need;
 }
 
+// Cuts sequence `seq` back to the positions `kept` lists in each layer (those it holds among them).
+static void cut_to(Session &s, int32_t seq, const std::vector<std::vector<int32_t>> &kept) {
+  std::vector<std::vector<int32_t>> keep;
+  const SeqCache &sc = s.kv().seq(seq);
+  bool drops = false;
+  for (size_t l = 0; l < sc.layers.size(); ++l) {
+    const std::vector<int32_t> &pos = sc.layers[l].pos;
+    const std::vector<int32_t> &want = kept[l];
+    std::vector<int32_t> k;
+    for (int32_t slot = 0; slot < static_cast<int32_t>(pos.size()); ++slot)
+      if (std::binary_search(want.begin(), want.end(), pos[static_cast<size_t>(slot)])) k.push_back(slot);
+    if (k.size() != pos.size()) drops = true;
+    keep.push_back(std::move(k));
+  }
+  if (drops) s.kv().compact(seq, keep);
+}
+
 void Engine::recompute(Conversation &c) {
   Session &s = *session_;
   Compressor &comp = s.compressor();
   const CompressionConfig saved = comp.config();
-  const int32_t seq = s.add_sequence();
   const auto t0 = Clock::now();
+  const size_t n = c.tokens.size();
+  // The front from the prefix cache when it holds one (what a prefill from the start computes, restored instead of
+  // prefilled; Decision::why estimated it), the rest prefilled as one message from there.
+  int32_t seq = -1;
+  int64_t hit = 0;
+  if (prefix_ != nullptr) {
+    std::string tier;
+    try {
+      seq = prefix_->restore_longest(s, c.tokens, &hit, &tier);
+    } catch (const Error &e) {
+      if (e.status() != Status::kv_full) throw;
+      seq = -1;  // no room for the whole front now: prefilled, in no more than the kept set and a chunk
+    }
+    if (seq < 0) hit = 0;
+    else update_rate(stats_.restore_bytes_per_s, static_cast<double>(s.info(seq).bytes), since(t0));
+  }
   // The tokens are prefilled with compression off and the sequence cut back to the kept set after each chunk: the
   // same positions as before in every layer, in no more memory than the kept set and one chunk.
   const CompressionConfig off;  // policy none (a quality target or budget without a policy would be invalid)
   try {
+    if (seq < 0) seq = s.add_sequence();
+    if (c.compressed && hit > 0) cut_to(s, seq, c.kept);
     comp.set_config(off);
-    const size_t n = c.tokens.size();
-    for (size_t b = 0, e = 0; b < n; b = e) {
-      e = s.next_cut(n, b, static_cast<size_t>(chunk()));
+    const size_t from = static_cast<size_t>(hit);
+    for (size_t b = from, e = from; b < n; b = e) {
+      e = from + s.next_cut(n - from, b - from, static_cast<size_t>(chunk()));
       std::vector<BatchToken> batch;
       for (size_t i = b; i < e; ++i) batch.push_back({seq, c.tokens[i], false});
       s.decode(batch);
-      if (c.compressed) {
-        std::vector<std::vector<int32_t>> keep;
-        const SeqCache &sc = s.kv().seq(seq);
-        bool drops = false;
-        for (size_t l = 0; l < sc.layers.size(); ++l) {
-          const std::vector<int32_t> &pos = sc.layers[l].pos;
-          const std::vector<int32_t> &want = c.kept[l];
-          std::vector<int32_t> k;
-          for (int32_t slot = 0; slot < static_cast<int32_t>(pos.size()); ++slot)
-            if (std::binary_search(want.begin(), want.end(), pos[static_cast<size_t>(slot)])) k.push_back(slot);
-          if (k.size() != pos.size()) drops = true;
-          keep.push_back(std::move(k));
-        }
-        if (drops) s.kv().compact(seq, keep);
-      }
+      if (c.compressed) cut_to(s, seq, c.kept);
     }
     comp.set_config(saved);
   } catch (...) {
     comp.set_config(saved);
-    if (s.has_sequence(seq)) s.remove_sequence(seq);
+    if (seq >= 0 && s.has_sequence(seq)) s.remove_sequence(seq);
     throw;
   }
   const double secs = since(t0);
-  update_rate(stats_.prefill_tokens_per_s, static_cast<double>(c.tokens.size()), secs);
-  stats_.recomputed_tokens += static_cast<int64_t>(c.tokens.size());
+  if (hit == 0) update_rate(stats_.prefill_tokens_per_s, static_cast<double>(n), secs);
+  stats_.recomputed_tokens += static_cast<int64_t>(n) - hit;
+  stats_.recompute_hit_tokens += hit;
   // Recomputed without the policy: a policy that sums attention runs every query in one pass, and without it long
   // contexts take the chunked path (other bits), so then nothing recomputed is what a prefill under it computes.
+  // A front from the cache is what a prefill from the start computes, and the rest (at least cut_invariant_from
+  // tokens: PrefixCache::resumable) what it computes after it.
   c.exact_until = saved.needs_accumulated_attention()
                       ? 0
-                      : std::min(c.exact_until, exact_end(0, static_cast<int64_t>(c.tokens.size())));
-  if (c.pending_decision >= 0 && c.pending_decision < static_cast<int64_t>(decisions_.size()))
-    decisions_[static_cast<size_t>(c.pending_decision)].measured_seconds = secs;
+                      : std::min(c.exact_until, exact_end(hit, static_cast<int64_t>(n)));
+  if (c.pending_decision >= 0 && c.pending_decision < static_cast<int64_t>(decisions_.size())) {
+    Decision &d = decisions_[static_cast<size_t>(c.pending_decision)];
+    d.measured_seconds = secs;
+    if (hit > 0) d.why += "; " + std::to_string(hit) + " tokens came back from the prefix cache";
+  }
   c.pending_decision = -1;
   c.seq = seq;
   c.where = Where::resident;
@@ -673,7 +710,9 @@ bool Engine::admit(Conversation &c, int64_t allowance) {
         return false;
       }
       room_made = true;
+      const auto t0 = Clock::now();
       seq = prefix_->restore_longest(s, rest, &L, &tier);
+      if (seq >= 0) update_rate(stats_.restore_bytes_per_s, static_cast<double>(s.info(seq).bytes), since(t0));
     } catch (const Error &e) {
       if (e.status() != Status::kv_full) throw;
       seq = -1;  // no room for the hit now: prefilled as usual
@@ -930,7 +969,8 @@ std::string report_json(const Engine &e) {
   std::string j = "{\"strategy\":\"" + std::string(strategy_name(e.strategy())) + "\",\"rates\":{";
   j += "\"prefill_tokens_per_s\":" + num(s.prefill_tokens_per_s) + ",\"disk_write_bytes_per_s\":" +
        num(s.disk_write_bytes_per_s) + ",\"disk_read_bytes_per_s\":" + num(s.disk_read_bytes_per_s) +
-       ",\"compress_tokens_per_s\":" + num(s.compress_tokens_per_s) + "},\"decisions\":[";
+       ",\"restore_bytes_per_s\":" + num(s.restore_bytes_per_s) + ",\"compress_tokens_per_s\":" +
+       num(s.compress_tokens_per_s) + "},\"decisions\":[";
   bool first = true;
   for (const Decision &d : e.decisions()) {
     j += first ? "" : ",";

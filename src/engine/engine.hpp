@@ -94,11 +94,13 @@ struct EngineStats {
   int64_t prefilled_tokens = 0;
   int64_t compressions = 0, moves = 0, recomputes = 0, failures = 0;
   int64_t bytes_moved = 0;      // written to and read back from the spill directory
-  int64_t recomputed_tokens = 0;
+  int64_t recomputed_tokens = 0;     // prefilled again by recomputes
+  int64_t recompute_hit_tokens = 0;  // restored from the prefix cache by recomputes instead of prefilled
   double prefill_tokens_per_s = 0;  // the cost model's rates now (measured at start, updated as it runs)
   double compress_tokens_per_s = 0;  // tokens of a sequence compressed per second (planning and compaction)
   double disk_write_bytes_per_s = 0;
   double disk_read_bytes_per_s = 0;
+  double restore_bytes_per_s = 0;  // K/V bytes restored per second from the prefix cache (at first: the disk's read)
   int64_t prefix_hits = 0, prefix_hit_tokens = 0;  // first turns started from the prefix cache, and their tokens
 };
 

@@ -228,6 +228,24 @@ int32_t PrefixCache::restore_longest(Session &session, const std::vector<int32_t
   return -1;
 }
 
+int64_t PrefixCache::longest_local(const std::vector<int32_t> &tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  int64_t best = 0;
+  for (PrefixStore *t : {static_cast<PrefixStore *>(memory_.get()), static_cast<PrefixStore *>(disk_.get())}) {
+    if (t == nullptr) continue;
+    try {
+      const std::set<int64_t> lens = t->lengths(ns_);
+      for (auto it = lens.rbegin(); it != lens.rend() && *it > best; ++it)
+        if (*it < n && *it >= opts_.min_tokens && resumable(*it, n) && t->has(key(*it, tokens))) {
+          best = *it;
+          break;
+        }
+    } catch (const Error &) {  // an estimate: a tier that fails counts for nothing
+    }
+  }
+  return best;
+}
+
 void PrefixCache::save_at(Session &session, int32_t seq, int64_t length) {
   const std::vector<int32_t> &toks = session.tokens(seq);
   const std::string k = key(length, toks);

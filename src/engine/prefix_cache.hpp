@@ -60,6 +60,10 @@ class PrefixCache {
   // the tiers that list it; Redis is asked for its kMaxRedisProbes longest only (a round trip each). Throws
   // Error(kv_full) when a hit does not fit the pool (nothing changed).
   int32_t restore_longest(Session &session, const std::vector<int32_t> &tokens, int64_t *length, std::string *tier);
+  // The length restore_longest would most likely restore from the tiers on this machine (memory and disk; Redis is
+  // not asked: a round trip), 0 when they hold none. A cost estimate, not a promise: an entry may be evicted or
+  // refused by then. Counts no lookup; a tier that fails is skipped.
+  int64_t longest_local(const std::vector<int32_t> &tokens);
   // Saves the first `length` tokens of sequence `seq` of `session` (rounded down to a multiple of boundary when
   // exact_from == 0) when they are uncompressed, unless already stored. The snapshot is made here; the memory tier takes it at once, and a writer
   // thread hands it to the disk and Redis tiers, so that requests never wait for their I/O. Store failures are

@@ -116,6 +116,7 @@ class EngineStat(enum.IntEnum):
     PREFIX_SAVES: int
     PREFIX_REFUSED: int
     PREFIX_STORE_ERRORS: int
+    RECOMPUTE_HIT_TOKENS: int
 
 Message = Union[Dict[str, str], Tuple[str, str]]
 def version() -> str: ...

@@ -52,7 +52,7 @@ typedef struct ikv_engine ikv_engine;
 #define IKV_ENGINE_STAT_RECOMPUTES 6
 #define IKV_ENGINE_STAT_FAILURES 7
 #define IKV_ENGINE_STAT_BYTES_MOVED 8      /* written to and read back from the spill directory */
-#define IKV_ENGINE_STAT_RECOMPUTED_TOKENS 9
+#define IKV_ENGINE_STAT_RECOMPUTED_TOKENS 9  /* prefilled again by recomputes */
 #define IKV_ENGINE_STAT_CONVERSATIONS 10   /* open conversations */
 #define IKV_ENGINE_STAT_POOL_BLOCKS_FREE 11
 #define IKV_ENGINE_STAT_PREFIX_HITS 12        /* turns started from the prefix cache */
@@ -60,6 +60,7 @@ typedef struct ikv_engine ikv_engine;
 #define IKV_ENGINE_STAT_PREFIX_SAVES 14
 #define IKV_ENGINE_STAT_PREFIX_REFUSED 15     /* entries refused (damaged, foreign, not the request's) and erased */
 #define IKV_ENGINE_STAT_PREFIX_STORE_ERRORS 16 /* a store down, slow or garbled: the prompt was prefilled */
+#define IKV_ENGINE_STAT_RECOMPUTE_HIT_TOKENS 17 /* restored from the prefix cache by recomputes, not prefilled */
 
 /**
  * Makes an engine over one new session made with `opts` (NULL: defaults; see ikv_session_create), measuring at
@@ -94,6 +95,8 @@ IKV_API int32_t ikv_engine_create(ikv_engine **out, ikv_model *model, const ikv_
  * configuration and the prefix's tokens, and are never trusted: a hit is restored through the snapshot checks and
  * its tokens compared one by one; one that fails is erased (IKV_ENGINE_STAT_PREFIX_REFUSED). A store that is down,
  * slow or answers garbage costs a prefill, not a failure (IKV_ENGINE_STAT_PREFIX_STORE_ERRORS; retried after 5 s).
+ * A conversation dropped to make room is recomputed from the longest cached prefix of its tokens when there is one
+ * (IKV_ENGINE_STAT_RECOMPUTE_HIT_TOKENS), and the cost model counts that prefix at the measured restore rate.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (negative memory_bytes); IKV_ERR_IO (disk_dir cannot be made: nothing
  *         changed); IKV_ERR_BAD_HANDLE.
  */
@@ -163,7 +166,7 @@ IKV_API int32_t ikv_engine_close(ikv_engine *engine, int64_t conversation);
 IKV_API int32_t ikv_engine_stat(int64_t *out, const ikv_engine *engine, int32_t stat);
 /**
  * Every decision so far as JSON, with the text size-query convention: {"strategy": ..., "rates": {prefill tokens/s,
- * disk write and read bytes/s, compress tokens/s}, "decisions": [{"conversation", "step", "action" ("compress",
+ * disk write and read bytes/s, prefix cache restore bytes/s, compress tokens/s}, "decisions": [{"conversation", "step", "action" ("compress",
  * "move", "recompute", "fail"), "why", "blocks", "tokens", "est_seconds", "est_loss", "measured_seconds" (a move: the
  * time out at once, out and back once it has returned; a recompute: -1 until it has been recomputed)}]}.
  */

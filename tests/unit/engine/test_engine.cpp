@@ -159,6 +159,45 @@ TEST(Engine, RecomputedConversationsContinueWithTheSameTokens) {
   }
 }
 
+// With a prefix cache, a dropped conversation comes back from the longest cached prefix of its tokens (its first
+// prompt, saved when it went in) and prefills only the rest: the same tokens, its cost model told.
+TEST(Engine, ARecomputeStartsFromThePrefixCacheAndContinuesWithTheSameTokens) {
+  const Script sc = make_script(infokv_test::test_seed());
+  auto with_cache = [](EngineOptions o) {
+    o.session.ubatch = 16;  // entries at chunk multiples where prefill is not cut-invariant
+    o.prefix_cache = true;
+    o.prefix.memory_bytes = int64_t{64} << 20;
+    o.prefix.min_tokens = 16;
+    return o;
+  };
+  EngineOptions plain = options(Strategy::automatic, kLargePool, false);
+  plain.session.ubatch = 16;
+  const Outcome ref = run(plain, sc);
+  for (Strategy st : {Strategy::recompute, Strategy::automatic}) {
+    const Outcome rc = run(with_cache(options(st, kSmallPool, false)), sc);
+    bool estimated = false;
+    for (const Decision &d : rc.decisions)
+      if (d.why.find("tokens from the prefix cache") != std::string::npos) estimated = true;
+    EXPECT_TRUE(estimated) << "no decision counted a cached prefix (" << strategy_name(st) << ")";
+    if (st == Strategy::automatic) continue;
+    EXPECT_GT(rc.stats.recomputes, 0);
+    EXPECT_GT(rc.stats.recompute_hit_tokens, 0);
+    bool noted = false;
+    for (const Decision &d : rc.decisions)
+      if (d.why.find("came back from the prefix cache") != std::string::npos) noted = true;
+    EXPECT_TRUE(noted);
+    for (int i = 0; i < kConversations; ++i) {
+      EXPECT_EQ(rc.final_state[static_cast<size_t>(i)], TurnState::done);
+      EXPECT_EQ(rc.generated[static_cast<size_t>(i)], ref.generated[static_cast<size_t>(i)]) << "conversation " << i;
+      const auto &a = rc.logits[static_cast<size_t>(i)], &b = ref.logits[static_cast<size_t>(i)];
+      ASSERT_EQ(a.size(), b.size());
+      double worst = 0;
+      for (size_t j = 0; j < a.size(); ++j) worst = std::max(worst, static_cast<double>(std::fabs(a[j] - b[j])));
+      EXPECT_LT(worst, 1e-3) << "conversation " << i;
+    }
+  }
+}
+
 TEST(Engine, FailStrategyFailsWhatDoesNotFitAndTheRestCompletes) {
   const Script sc = make_script(infokv_test::test_seed());
   const Outcome f = run(options(Strategy::fail, kSmallPool, false), sc);
@@ -183,39 +222,52 @@ TEST(Engine, AutoCompletesEveryConversationAndReportsEachDecision) {
 }
 
 TEST(Engine, RecomputedCompressedConversationKeepsTheSameKeptSet) {
-  // A compressed conversation dropped for a higher-priority one comes back with exactly the positions it kept.
-  Engine e(infokv_test::stories_model(), options(Strategy::recompute, 60, true));
-  std::mt19937 rng(infokv_test::test_seed());
-  std::vector<int32_t> p{1}, q{1};
-  for (int j = 0; j < 100; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
-  for (int j = 0; j < 150; ++j) q.push_back(3 + static_cast<int32_t>(rng() % 500));
-  const int64_t a = e.open(0);
-  e.submit(a, {p, 4, {}, {}});
-  while (e.busy()) e.step();
-  const int32_t seq = e.sequence(a);
-  ASSERT_GE(seq, 0);
-  e.session().compressor().compress(seq, 40);
-  std::vector<std::vector<int32_t>> kept;
-  for (const LayerSlots &L : e.session().kv().seq(seq).layers) kept.push_back(L.pos);
-  ASSERT_LT(kept[0].size(), p.size());
-  const size_t old_len = e.tokens(a).size();
-  const int64_t b = e.open(1);
-  e.submit(b, {q, 10, {}, {}});
-  while (e.busy()) e.step();
-  ASSERT_EQ(e.state(b), TurnState::done);
-  ASSERT_EQ(e.where(a), Where::dropped);
-  ASSERT_STREQ(where_name(e.where(a)), "dropped");
-  e.submit(a, {{5, 6, 7}, 0, {}, {}});
-  while (e.busy()) e.step();
-  ASSERT_EQ(e.state(a), TurnState::done) << e.failure(a);
-  const SeqCache &sc = e.session().kv().seq(e.sequence(a));
-  for (size_t l = 0; l < kept.size(); ++l) {
-    std::vector<int32_t> now;
-    for (int32_t pos : sc.layers[l].pos)
-      if (pos < static_cast<int32_t>(old_len)) now.push_back(pos);
-    EXPECT_EQ(now, kept[l]) << "layer " << l;
+  // A compressed conversation dropped for a higher-priority one comes back with exactly the positions it kept,
+  // prefilled again or from a cached prefix of its tokens cut back to them.
+  for (const bool cache : {false, true}) {
+    SCOPED_TRACE(cache ? "from the prefix cache" : "prefilled");
+    EngineOptions o = options(Strategy::recompute, 60, true);
+    if (cache) {
+      o.session.ubatch = 16;
+      o.prefix_cache = true;
+      o.prefix.memory_bytes = int64_t{64} << 20;
+      o.prefix.min_tokens = 16;
+    }
+    Engine e(infokv_test::stories_model(), o);
+    std::mt19937 rng(infokv_test::test_seed());
+    std::vector<int32_t> p{1}, q{1};
+    for (int j = 0; j < 100; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+    for (int j = 0; j < 150; ++j) q.push_back(3 + static_cast<int32_t>(rng() % 500));
+    const int64_t a = e.open(0);
+    e.submit(a, {p, 4, {}, {}});
+    while (e.busy()) e.step();
+    const int32_t seq = e.sequence(a);
+    ASSERT_GE(seq, 0);
+    e.session().compressor().compress(seq, 40);
+    std::vector<std::vector<int32_t>> kept;
+    for (const LayerSlots &L : e.session().kv().seq(seq).layers) kept.push_back(L.pos);
+    ASSERT_LT(kept[0].size(), p.size());
+    const size_t old_len = e.tokens(a).size();
+    const int64_t b = e.open(1);
+    e.submit(b, {q, 10, {}, {}});
+    while (e.busy()) e.step();
+    ASSERT_EQ(e.state(b), TurnState::done);
+    ASSERT_EQ(e.where(a), Where::dropped);
+    ASSERT_STREQ(where_name(e.where(a)), "dropped");
+    e.submit(a, {{5, 6, 7}, 0, {}, {}});
+    while (e.busy()) e.step();
+    ASSERT_EQ(e.state(a), TurnState::done) << e.failure(a);
+    const SeqCache &sc = e.session().kv().seq(e.sequence(a));
+    for (size_t l = 0; l < kept.size(); ++l) {
+      std::vector<int32_t> now;
+      for (int32_t pos : sc.layers[l].pos)
+        if (pos < static_cast<int32_t>(old_len)) now.push_back(pos);
+      EXPECT_EQ(now, kept[l]) << "layer " << l;
+    }
+    EXPECT_GE(e.stats().recomputes, 1);  // b, idle by then, may be dropped to bring a back
+    if (cache) EXPECT_GT(e.stats().recompute_hit_tokens, 0);
+    e.session().kv().check_invariants();
   }
-  EXPECT_GE(e.stats().recomputes, 1);  // b, idle by then, may be dropped to bring a back
 }
 
 TEST(Engine, DamagedSpillFileIsRecomputedNotTrusted) {

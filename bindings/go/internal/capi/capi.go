@@ -1924,6 +1924,7 @@ const IKV_ENGINE_STAT_PREFIX_HIT_TOKENS int = 13
 const IKV_ENGINE_STAT_PREFIX_SAVES int = 14
 const IKV_ENGINE_STAT_PREFIX_REFUSED int = 15
 const IKV_ENGINE_STAT_PREFIX_STORE_ERRORS int = 16
+const IKV_ENGINE_STAT_RECOMPUTE_HIT_TOKENS int = 17
 func Ikv_engine_create(arg1 *uintptr, arg2 Struct_SS_ikv_model, arg3 Ikv_session_options, arg4 int, arg5 string) (_swig_ret int) {
 	var swig_r int
 	var _swig_i_0 *uintptr
