@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.hpp"
@@ -411,13 +413,25 @@ constexpr int64_t kShareMacs = int64_t{1} << 17;
 constexpr int64_t kItemMacs = int64_t{1} << 16;
 inline int64_t rows_per_item(int64_t macs_per_row) { return std::max<int64_t>(1, kItemMacs / std::max<int64_t>(1, macs_per_row)); }
 
-// A per-thread scratch of at least n floats starting on a 64-byte boundary: a 64-byte load from a buffer that is
-// only 16-byte aligned (what malloc gives) straddles two cache lines three times in four.
-inline float *scratch64(std::vector<float> &buf, int64_t n) {
-  if (static_cast<int64_t>(buf.size()) < n + 16) buf.resize(static_cast<size_t>(n + 16));
-  const auto a = reinterpret_cast<uintptr_t>(buf.data());
-  return buf.data() + ((64 - a % 64) % 64) / sizeof(float);
-}
+// Scratch of n floats owned by the code that makes it (a product call or one of its work items, never hidden in the
+// thread: what a thread_local keeps stays allocated for the thread's life, sized by the largest product it ever ran),
+// starting on a 64-byte boundary (a 64-byte load from a buffer only 16-byte aligned, what malloc gives, straddles two
+// cache lines three times in four) and not initialised. Throws std::bad_alloc.
+class Scratch64 {
+ public:
+  explicit Scratch64(int64_t n) {
+    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float) + 63) / 64 * 64;
+    p_ = static_cast<float *>(std::aligned_alloc(64, bytes));
+    if (p_ == nullptr) throw std::bad_alloc();
+  }
+  ~Scratch64() { std::free(p_); }
+  Scratch64(const Scratch64 &) = delete;
+  Scratch64 &operator=(const Scratch64 &) = delete;
+  float *get() const { return p_; }
+
+ private:
+  float *p_ = nullptr;
+};
 
 }  // namespace tile
 }  // namespace cpu

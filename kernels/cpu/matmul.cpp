@@ -65,8 +65,8 @@ __attribute__((target("avx2,fma,f16c"))) void widen_row(float *dst, const uint8_
 
 // f32 weights are read in place, tokens in chunks that stay in L2. f16/bf16 weights are read in place (widened in
 // registers) for fewer than 4 tokens; for more, a block of rows at a time (tile::block_rows) is widened into a
-// per-thread f32 buffer once per token chunk, so the tile's inner loop does no conversion. The weights' values are the same either way, so
-// are the results' bits.
+// per-work-item f32 buffer once per token chunk, so the tile's inner loop does no conversion. The weights' values are
+// the same either way, so are the results' bits.
 template <WKind K>
 void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t stride = k * (K == WKind::f32 ? 4 : 2);
@@ -77,8 +77,8 @@ void rows_avx2(float *out, const float *x, const void *w, int64_t n, int64_t m0,
     return;
   }
   const int64_t rows = tile::block_rows(k);  // per widened block
-  static thread_local std::vector<float> buf_;
-  float *const buf = tile::scratch64(buf_, rows * k);
+  const tile::Scratch64 scratch(rows * k);  // this work item's
+  float *const buf = scratch.get();
   for (int64_t tc = 0; tc < n; tc += tile::kTokenChunk) {
     const int64_t te = std::min(n, tc + tile::kTokenChunk);
     for (int64_t r = m0; r < m1; r += rows) {

@@ -261,7 +261,7 @@ bool matmul_grouped(float *out, const float *x, const void *w, uint32_t w_type, 
   const GroupsFn fn = kind == WKind::f16 ? groups_fn<WKind::f16>(decode, wide) : groups_fn<WKind::bf16>(decode, wide);
   if (decode) {
     // xp = [k][n]: the token itself when alone, else its n rows interleaved
-    static thread_local std::vector<float> xp_;
+    std::vector<float> xp_;  // this product's
     const float *xp = x;
     if (n > 1) {
       xp_.resize(static_cast<size_t>(n * k));
@@ -276,8 +276,8 @@ bool matmul_grouped(float *out, const float *x, const void *w, uint32_t w_type, 
   // group over them.
   constexpr int64_t kSpan = 512;
   const int64_t P = wide ? kPanel512 : kPanel256;
-  static thread_local std::vector<float> xt_;
-  float *const xt = tile::scratch64(xt_, (std::min(n, kSpan) + P) * k);
+  const tile::Scratch64 scratch((std::min(n, kSpan) + P) * k);  // this product's
+  float *const xt = scratch.get();
   for (int64_t s = 0; s < n; s += kSpan) {
     const int64_t ns = std::min(kSpan, n - s), np = (ns + P - 1) / P;
     auto pack = [&](int64_t p0, int64_t p1) {

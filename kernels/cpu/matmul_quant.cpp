@@ -1,5 +1,5 @@
 // Dequantisation entry points and the quantised-weight matmul: out[n, m] = x[n, k] · W[m, k]^T where W is stored in
-// ggml blocks. A few weight rows at a time are expanded into a per-thread f32 buffer (at most 8 * k floats, which
+// ggml blocks. A few weight rows at a time are expanded into a per-work-item f32 buffer (at most 8 * k floats, which
 // stays in L1/L2) and multiplied with the tokens by the register-blocked tiles of gemm_tile.hpp; the model's weights
 // are never expanded in memory. Decode-sized products of the common types skip the expansion (rows_fused).
 #include "kernels/cpu/simd.hpp"
@@ -58,8 +58,7 @@ inline void expand_row(float *y, const uint8_t *row, int64_t nb) {
 
 template <BlockFn F, int64_t QK, int64_t BB>
 void rows_generic(float *out, const float *x, const uint8_t *w, int64_t n, int64_t m0, int64_t m1, int64_t m, int64_t k) {
-  static thread_local std::vector<float> buf;
-  if (static_cast<int64_t>(buf.size()) < k) buf.resize(static_cast<size_t>(k));
+  std::vector<float> buf(static_cast<size_t>(k));  // this work item's
   const int64_t nb = k / QK;
   for (int64_t r = m0; r < m1; ++r) {
     expand_row<F, QK, BB>(buf.data(), w + r * nb * BB, nb);
@@ -174,7 +173,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const u
 }
 
 // Prefill-sized products (4 tokens or more; fewer take rows_fused): a block of rows at a time (tile::block_rows) is
-// expanded into a per-thread f32 buffer (in L1/L2) once per chunk of tokens, while the next block is fetched into L2,
+// expanded into a per-work-item f32 buffer (in L1/L2) once per chunk of tokens, while the next block is fetched into L2,
 // and multiplied against the chunk's tokens: through the register-blocked f32 tiles (tile::run_block; x as it is),
 // or, with Panels (AVX-512, 16 tokens or more), through tile::run_panels, x already packed into transposed panels of
 // tile::kPanel tokens (see tile::pack_panel; packed once per product and shared by the threads; plain k-order sums,
@@ -183,8 +182,8 @@ template <BlockFn F, int64_t QK, int64_t BB, bool Panels>
 __attribute__((target("avx2,fma,f16c"))) void rows_expanded(float *out, const float *x, const uint8_t *w, int64_t n,
                                                              int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t rows_per = tile::block_rows(k), nb = k / QK;
-  static thread_local std::vector<float> buf_;
-  float *const buf = tile::scratch64(buf_, rows_per * k);
+  const tile::Scratch64 scratch(rows_per * k);  // this work item's
+  float *const buf = scratch.get();
   const int64_t chunk = Panels ? tile::panel_chunk(k) : tile::kTokenChunk;
   for (int64_t tc = 0; tc < n; tc += chunk) {
     const int64_t te = std::min(n, tc + chunk);
@@ -493,8 +492,8 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
                                                          int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t row_bytes = k / (fused_super(K) ? 256 : 32) * fused_block_bytes(K);
   const int64_t nb = k / 32;
-  static thread_local std::vector<float> sums;
-  sums.resize(static_cast<size_t>(n * nb));  // every entry is written below where it is read
+  const tile::Scratch64 sums_(n * nb);  // this work item's; every entry is written below where it is read
+  float *const sums = sums_.get();
   // the types with a min (or the AVX2 q4_0's offset) use the 32-element sums of x
   constexpr bool kSums = K == Fused::q4_1 || K == Fused::q5_1 || K == Fused::q4_k || K == Fused::q5_k ||
                          (K == Fused::q4_0 && !Wide);
@@ -520,7 +519,7 @@ __attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float
     tile::prefetch_l1(w, ahead, std::min(m1 * row_bytes, ahead + row_bytes));
     for (int64_t t = 0; t < n; ++t) {
       const uint8_t *wr = w + r * row_bytes;
-      const float *xt = x + t * k, *st = sums.data() + t * nb;
+      const float *xt = x + t * k, *st = sums + t * nb;
       if constexpr ((K == Fused::q4_k || K == Fused::q5_k) && Wide) out[t * m + r] = dot_fused_k4_512<K == Fused::q5_k>(wr, xt, st, nb);
       else if constexpr (K == Fused::q4_k || K == Fused::q5_k) out[t * m + r] = dot_fused_k4<K == Fused::q5_k>(wr, xt, st, nb);
       else if constexpr (K == Fused::q6_k && Wide) out[t * m + r] = dot_fused_q6k_512(wr, xt, nb);
@@ -669,8 +668,8 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
     // tokens kPanelSpan at a time: packed into transposed panels (shared by the threads), then every row over them
     fn = panels_for(w_type);
     constexpr int64_t kPanelSpan = 512;
-    static thread_local std::vector<float> xt_;
-    float *const xt = tile::scratch64(xt_, std::min(n, kPanelSpan) * k + tile::kPanel * k);
+    const tile::Scratch64 scratch(std::min(n, kPanelSpan) * k + tile::kPanel * k);  // this product's
+    float *const xt = scratch.get();
     for (int64_t s = 0; s < n; s += kPanelSpan) {
       const int64_t ns = std::min(kPanelSpan, n - s), np = (ns + tile::kPanel - 1) / tile::kPanel;
       auto pack = [&](int64_t p0, int64_t p1) {

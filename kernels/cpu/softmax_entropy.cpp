@@ -17,8 +17,7 @@ namespace {
 // it replaced nth_element on a copy). Ties do not matter: the k-th largest value is the same whichever equal values
 // fill the heap. NaNs never enter past the first k (x > thr is false for them).
 float kth_largest(const float *x, int32_t n, int32_t k) {
-  static thread_local std::vector<float> heap;
-  heap.assign(x, x + k);
+  std::vector<float> heap(x, x + k);
   const auto greater = [](float a, float b) { return a > b; };
   std::make_heap(heap.begin(), heap.end(), greater);
   float thr = heap.front();
