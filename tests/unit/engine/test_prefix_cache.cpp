@@ -357,6 +357,41 @@ TEST(PrefixCache, RedisIsSharedBetweenEnginesAndItsFaultsOnlyCostAPrefill) {
   }
 }
 
+// A real server that stops answering while the engine holds a connection to it (SIGSTOP: a server swapped out, a
+// stalled host): the lookup waits one timeout and the prompt is prefilled, with the same answer; the server, resumed,
+// serves the entry to the next engine.
+TEST(PrefixCache, AStoreThatStopsAnsweringMidwayCostsOneTimeoutAndAPrefill) {
+  REQUIRE_REDIS(srv);
+  const auto a = tokens(infokv_test::test_seed() + 4, 160);
+  Engine ref(infokv_test::stories_model(), options(false));
+  const auto want = answer(ref, a);
+  EngineOptions o = options(true);
+  o.prefix.redis = srv.address();
+  {
+    Engine maker(infokv_test::stories_model(), o);
+    EXPECT_EQ(answer(maker, a), want);
+  }  // its writer has put the entry in Redis
+  {
+    Engine e(infokv_test::stories_model(), o);
+    const auto other = tokens(infokv_test::test_seed() + 5, 100);
+    EXPECT_EQ(answer(e, other), answer(ref, other));  // a lookup: the engine's connection is open
+    ASSERT_EQ(e.prefix_cache()->stats().store_errors, 0) << e.prefix_cache()->notes().back();
+    ASSERT_EQ(::kill(srv.pid, SIGSTOP), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(answer(e, a), want);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+    EXPECT_EQ(e.stats().prefix_hits, 0);
+    EXPECT_GE(e.prefix_cache()->stats().store_errors, 1);
+    ASSERT_FALSE(e.prefix_cache()->notes().empty());
+    EXPECT_NE(e.prefix_cache()->notes()[0].find("redis"), std::string::npos) << e.prefix_cache()->notes()[0];
+  }  // its writer's requests time out too, each once
+
+  ASSERT_EQ(::kill(srv.pid, SIGCONT), 0);
+  Engine next(infokv_test::stories_model(), o);
+  EXPECT_EQ(answer(next, a), want);
+  EXPECT_EQ(next.prefix_cache()->stats().hits_by_tier[2], 1);
+}
+
 TEST(PrefixCache, ASilentStoreTimesOutAndIsSkipped) {
   // A listener that never answers: connections complete in the kernel's backlog, replies never come.
   const int s = ::socket(AF_INET, SOCK_STREAM, 0);
