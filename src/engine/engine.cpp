@@ -112,7 +112,7 @@ Engine::~Engine() {
 }
 
 // The cost model's rates, measured here at start-up: the prefill rate on a scratch sequence of this model and pool,
-// and the spill directory's write (with fsync, as a snapshot is written) and read bandwidth.
+// and the spill directory's write (as a spill file is written: renamed into place, not synced) and read bandwidth.
 void Engine::measure_rates() {
   stats_.prefill_tokens_per_s = opts_.assume_prefill_tokens_per_s;
   stats_.disk_write_bytes_per_s = opts_.assume_disk_bytes_per_s;
@@ -153,7 +153,7 @@ void Engine::measure_rates() {
     try {
       auto t0 = Clock::now();
       {
-        FileSink out(path);
+        FileSink out(path, AtomicFile::Temp::automatic, AtomicFile::Sync::scratch);  // as a spill file is written
         out.write(buf.data(), buf.size());
         out.commit();
       }
@@ -445,7 +445,12 @@ int64_t Engine::preempt(Conversation &v, bool compress_only) {
     try {
       snapshot::SaveOptions so;
       so.window_queries = snapshot::SaveOptions::WindowQueries::always;  // back exactly as it left
-      bytes = snapshot::save_file(s, seq, nullptr, path, so);
+      // Scratch: a spill file is useless once its engine is gone (a restarted process removes it), so it is not
+      // synced to disk; the page cache is where it is read back from, as a swap would.
+      FileSink out(path, AtomicFile::Temp::automatic, AtomicFile::Sync::scratch);
+      snapshot::save(s, seq, nullptr, out, so);
+      out.commit();
+      bytes = static_cast<int64_t>(out.size());
     } catch (const Error &e) {
       // A spill directory that fails (full disk, gone) leaves a recompute, which needs nothing but the tokens;
       // under the move strategy nothing else is allowed, so this victim frees nothing.

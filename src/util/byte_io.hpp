@@ -78,7 +78,9 @@ class MemorySource : public ByteSource {
 // temporary is removed by the destructor.
 class FileSink : public ByteSink {
  public:
-  explicit FileSink(const std::string &path, AtomicFile::Temp temp = AtomicFile::Temp::automatic) : file_(path, temp) {}
+  explicit FileSink(const std::string &path, AtomicFile::Temp temp = AtomicFile::Temp::automatic,
+                    AtomicFile::Sync sync = AtomicFile::Sync::durable)
+      : file_(path, temp, sync) {}
   void write(const void *p, size_t n) override;
   void commit() { file_.commit(); }
   size_t size() const { return n_; }

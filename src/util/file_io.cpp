@@ -97,7 +97,7 @@ std::string read_regular_file(const std::string &path, int64_t max_bytes, const 
 
 // ---- writing ----
 
-AtomicFile::AtomicFile(const std::string &path, Temp temp) : path_(path) {
+AtomicFile::AtomicFile(const std::string &path, Temp temp, Sync sync) : path_(path), sync_(sync) {
   const size_t slash = path.rfind('/');
   dir_ = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   base_ = slash == std::string::npos ? path : path.substr(slash + 1);
@@ -183,7 +183,8 @@ void AtomicFile::commit() {
   if (fd_ < 0) fail(Status::internal, "commit of '" + path_ + "' twice");
   try {
     flush();
-    if (fault::hit(fault::Op::fsync) || ::fsync(fd_) != 0) fail(Status::io, "cannot write '" + path_ + "' to disk: " + why());
+    if (sync_ == Sync::durable && (fault::hit(fault::Op::fsync) || ::fsync(fd_) != 0))
+      fail(Status::io, "cannot write '" + path_ + "' to disk: " + why());
     if (tmp_.empty()) link_temp();
     if (::close(fd_) != 0) {
       fd_ = -1;
@@ -198,6 +199,7 @@ void AtomicFile::commit() {
   }
   committed_ = true;
   tmp_.clear();
+  if (sync_ == Sync::scratch) return;
   // The rename is durable only once the directory is on disk. The file is in place already, so a directory that
   // cannot be synced (some file systems refuse fsync on directories with EINVAL) is not reported as a failure.
   const int dfd = no_eintr([&] { return ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });

@@ -37,13 +37,15 @@ std::string read_regular_file(const std::string &path, int64_t max_bytes = INT64
 // writer can share and that is never a planted link: an unnamed O_TMPFILE where the file system and /proc allow,
 // given a unique name (`.<name>.<random>.tmp`, created with O_EXCL) only at commit; otherwise that named file from
 // the start. New files get mode 0666 & ~umask, like any new file. commit() fsyncs the file, renames it over `path`
-// and fsyncs the directory. Every failure, and destruction without commit(), removes the temporary; a process
-// killed during the writes leaves nothing behind where O_TMPFILE works (a `.<name>.*.tmp` file elsewhere).
-// Throws Error(io).
+// and fsyncs the directory (Sync::scratch: renames only, for files that need not outlive the process, such as the
+// engine's spill files: still whole or absent under `path`, but possibly lost in a crash of the machine). Every
+// failure, and destruction without commit(), removes the temporary; a process killed during the writes leaves nothing
+// behind where O_TMPFILE works (a `.<name>.*.tmp` file elsewhere). Throws Error(io).
 class AtomicFile {
  public:
   enum class Temp { automatic, named };  // named: skip O_TMPFILE (tests cover the fallback with it)
-  explicit AtomicFile(const std::string &path, Temp temp = Temp::automatic);
+  enum class Sync { durable, scratch };
+  explicit AtomicFile(const std::string &path, Temp temp = Temp::automatic, Sync sync = Sync::durable);
   ~AtomicFile();
   AtomicFile(const AtomicFile &) = delete;
   AtomicFile &operator=(const AtomicFile &) = delete;
@@ -59,6 +61,7 @@ class AtomicFile {
   std::string path_, dir_, base_, tmp_;  // tmp_: empty while the temporary has no name
   int fd_ = -1;
   bool committed_ = false;
+  Sync sync_;
   std::vector<uint8_t> buf_;  // the snapshot framing writes a few bytes at a time: one syscall per 64 KiB instead
 };
 

@@ -123,6 +123,42 @@ TEST(IoFaults, EveryFailedWriteFsyncOrRenameOfASaveLeavesTheOldFileAndNothingEls
   fs::remove_all(dir);
 }
 
+// A scratch file (the engine's spill files) is renamed into place whole but never synced: a failing fsync cannot
+// touch it, while a durable one reports it and leaves nothing.
+TEST(IoFaults, AScratchFileIsWrittenWholeWithoutSyncing) {
+  Disarm disarm;
+  const fs::path dir = fs::temp_directory_path() / ("infokv-scratch-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string bytes(100000, 'z');
+  for (const auto sync : {infokv::AtomicFile::Sync::scratch, infokv::AtomicFile::Sync::durable}) {
+    const std::string path = (dir / "f").string();
+    fault::arm(fault::Op::fsync, 1);
+    bool threw = false;
+    try {
+      infokv::FileSink out(path, infokv::AtomicFile::Temp::automatic, sync);
+      out.write(bytes.data(), bytes.size());
+      out.commit();
+    } catch (const Error &e) {
+      threw = true;
+      EXPECT_EQ(e.status(), Status::io);
+    }
+    const int64_t fsyncs = fault::calls(fault::Op::fsync);
+    fault::disarm_all();
+    if (sync == infokv::AtomicFile::Sync::scratch) {
+      EXPECT_FALSE(threw);
+      EXPECT_EQ(fsyncs, 0);
+      EXPECT_EQ(infokv_test::read_bytes(path).size(), bytes.size());
+      fs::remove(path);
+    } else {
+      EXPECT_TRUE(threw);
+      EXPECT_FALSE(fs::exists(path));
+    }
+    EXPECT_TRUE(entries(dir).empty());  // no temporary left
+  }
+  fs::remove_all(dir);
+}
+
 TEST(IoFaults, EveryFailedReadOfARestoreLeavesTheSessionUnchanged) {
   Disarm guard;
   int32_t seq = 0;
