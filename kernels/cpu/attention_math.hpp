@@ -43,7 +43,6 @@ struct ScoreBatch {
 };
 
 #if IKV_X86
-#define IKV_AVX2 __attribute__((target("avx2,fma,f16c")))
 using cpu::exp256;
 
 // p[j] = exp(p[j] - max p) for j < n; returns the sum and stores the max in *mx (n >= 1).
@@ -118,7 +117,7 @@ inline void softmax_inplace(float *p, int32_t n) {
 // The end of the dot product of a and row b whose 8-wide chunks below n8 = n & ~7 are summed in acc: the lanes,
 // then the tail.
 template <KvDtype D>
-IKV_AVX2 inline __attribute__((always_inline)) float dot_finish(__m256 acc, const float *a, const void *b, int32_t n8,
+IKV_TARGET_AVX2 inline __attribute__((always_inline)) float dot_finish(__m256 acc, const float *a, const void *b, int32_t n8,
                                                                 int32_t n) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
@@ -133,7 +132,7 @@ IKV_AVX2 inline __attribute__((always_inline)) float dot_finish(__m256 acc, cons
 // query load three keys. Every score is one FMA chain over its 8-wide chunks, then dot_finish: the bits depend
 // neither on the blocking nor on whether the keys were widened to f32 first.
 template <int NQ, KvDtype D>
-IKV_AVX2 inline __attribute__((always_inline)) void scores_nq(float *ph, int64_t pstride, const float *qg,
+IKV_TARGET_AVX2 inline __attribute__((always_inline)) void scores_nq(float *ph, int64_t pstride, const float *qg,
                                                               const void *kb, int32_t cnt, int32_t hd, float scale) {
   const int32_t h8 = hd & ~7;
   int32_t j = 0;
@@ -177,7 +176,7 @@ IKV_AVX2 inline __attribute__((always_inline)) void scores_nq(float *ph, int64_t
 
 // The lane sums of a[0..7] as one vector (sum k in lane k), each added in dot_finish's order:
 // ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)). Eight sums cost about as much as three done one at a time.
-IKV_AVX2 inline __attribute__((always_inline)) __m256 lane_sums8(const __m256 a[8]) {
+IKV_TARGET_AVX2 inline __attribute__((always_inline)) __m256 lane_sums8(const __m256 a[8]) {
   __m256 e[4];  // e[k] = [lo + hi of a[k] | lo + hi of a[k + 4]]: lane i holds x_i + x_{i+4}
   for (int k = 0; k < 4; ++k)
     e[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[k], a[k + 4], 0x20), _mm256_permute2f128_ps(a[k], a[k + 4], 0x31));
@@ -192,7 +191,7 @@ IKV_AVX2 inline __attribute__((always_inline)) __m256 lane_sums8(const __m256 a[
 // The same FMA chains and the same additions as scores_nq, so the same bits; the keys left over (fewer than KEYS) go
 // through scores_nq.
 template <int NQ, int KEYS, KvDtype D>
-IKV_AVX2 inline __attribute__((always_inline)) void scores_nq8(float *ph, int64_t pstride, const float *qg,
+IKV_TARGET_AVX2 inline __attribute__((always_inline)) void scores_nq8(float *ph, int64_t pstride, const float *qg,
                                                                const void *kb, int32_t cnt, int32_t hd, float scale) {
   static_assert(NQ * KEYS <= 8, "eight sums at most");
   const __m256 sv = _mm256_set1_ps(scale);
@@ -230,7 +229,7 @@ IKV_AVX2 inline __attribute__((always_inline)) void scores_nq8(float *ph, int64_
 }
 
 template <KvDtype D>
-IKV_AVX2 inline void scores_d(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, int32_t cnt,
+IKV_TARGET_AVX2 inline void scores_d(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, int32_t cnt,
                        int32_t hd, float scale) {
   if ((hd & 7) == 0) {  // three heads at a time share each key load; then pairs, then one
     int32_t hh = 0;
@@ -250,7 +249,7 @@ IKV_AVX2 inline void scores_d(float *ph, int64_t pstride, const float *qg, int32
 }
 
 // Scores of the group's query heads (row hh at ph + hh * pstride) against a block stored as dt.
-IKV_AVX2 inline void scores_v(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
+IKV_TARGET_AVX2 inline void scores_v(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
                        int32_t cnt, int32_t hd, float scale) {
   switch (dt) {
     case KvDtype::f32: scores_d<KvDtype::f32>(ph, pstride, qg, group, kb, cnt, hd, scale); break;
@@ -264,7 +263,7 @@ IKV_AVX2 inline void scores_v(float *ph, int64_t pstride, const float *qg, int32
 // floats at a time instead of stored and reloaded after every key: each element gets one FMA per key, in key order,
 // whatever the blocking and whether the values were widened to f32 first.
 template <KvDtype D>
-IKV_AVX2 inline void wsum_d(float *o, const float *w, const void *vb, int32_t cnt, int32_t hd) {
+IKV_TARGET_AVX2 inline void wsum_d(float *o, const float *w, const void *vb, int32_t cnt, int32_t hd) {
   const int32_t h8 = hd & ~7;
   int32_t i0 = 0;
   for (; i0 + 64 <= h8; i0 += 64) {
@@ -293,7 +292,7 @@ IKV_AVX2 inline void wsum_d(float *o, const float *w, const void *vb, int32_t cn
 // chain still takes the keys in order: the same bits as wsum_d one row at a time.
 
 template <KvDtype D, int R>
-IKV_AVX2 inline void wsum_rows_d(const WsumRow *rows, const void *vb, int32_t hd) {
+IKV_TARGET_AVX2 inline void wsum_rows_d(const WsumRow *rows, const void *vb, int32_t hd) {
   const int32_t h8 = hd & ~7;
   int32_t common = rows[0].cnt;
   for (int r = 1; r < R; ++r) common = std::min(common, rows[r].cnt);
@@ -317,7 +316,7 @@ IKV_AVX2 inline void wsum_rows_d(const WsumRow *rows, const void *vb, int32_t hd
 }
 
 template <KvDtype D>
-IKV_AVX2 inline void wsum_rows_t(const WsumRow *rows, int n, const void *vb, int32_t hd) {
+IKV_TARGET_AVX2 inline void wsum_rows_t(const WsumRow *rows, int n, const void *vb, int32_t hd) {
   if (hd >= 64 || n == 1) {
     for (int r = 0; r < n; ++r) wsum_d<D>(rows[r].o, rows[r].w, vb, rows[r].cnt, hd);
     return;
@@ -329,7 +328,7 @@ IKV_AVX2 inline void wsum_rows_t(const WsumRow *rows, int n, const void *vb, int
   }
 }
 
-IKV_AVX2 inline void wsum_rows_v(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
+IKV_TARGET_AVX2 inline void wsum_rows_v(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
   switch (dt) {
     case KvDtype::f32: wsum_rows_t<KvDtype::f32>(rows, n, vb, hd); break;
     case KvDtype::f16: wsum_rows_t<KvDtype::f16>(rows, n, vb, hd); break;
@@ -344,10 +343,9 @@ IKV_AVX2 inline void wsum_rows_v(const WsumRow *rows, int n, const void *vb, KvD
 // two halves of a vector against one key chunk broadcast to both, and lane_sums16 finishes the two halves as
 // lane_sums8 finishes one. Each half does exactly the additions the AVX2 code does, so a query scored here and the
 // same query scored alone by the AVX2 code (decode) are the same bits.
-#define IKV_ATT512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 // lane_sums8 of the low 256-bit halves of a[0..7] in lanes 0..7 and of the high halves in lanes 8..15.
-IKV_ATT512 inline __attribute__((always_inline)) __m512 lane_sums16(const __m512 a[8]) {
+IKV_TARGET_AVX512 inline __attribute__((always_inline)) __m512 lane_sums16(const __m512 a[8]) {
   // per half: [lo128 | hi128] of a[k] with [lo128 | hi128] of a[k + 4], as permute2f128 0x20 and 0x31 do per ymm
   const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
   const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
@@ -365,7 +363,7 @@ IKV_ATT512 inline __attribute__((always_inline)) __m512 lane_sums16(const __m512
 // to kPairMaxHd), 8 / pairs keys at a time for the keys all the rows see; the rest of each row through scores_nq<1>.
 // Pair r / 2 holds row r in half r % 2: result lanes 8 * (r % 2) + KEYS * (r / 2) + k are row r's key j + k.
 template <int PAIRS>
-IKV_ATT512 inline void scores_pairs512(const ScoreRow *rows, const float *kb, int32_t hd, float scale) {
+IKV_TARGET_AVX512 inline void scores_pairs512(const ScoreRow *rows, const float *kb, int32_t hd, float scale) {
   constexpr int KEYS = 8 / PAIRS, N = 2 * PAIRS;
   alignas(64) float qp[PAIRS][2 * kPairMaxHd];
   int32_t common = rows[0].cnt;
@@ -399,7 +397,7 @@ IKV_ATT512 inline void scores_pairs512(const ScoreRow *rows, const float *kb, in
 }
 
 // Rows gathered across the queries of a tile, scored four (or two) at a time; a lone row by scores_nq8<1, 8>.
-IKV_ATT512 inline void scores_rows512(const ScoreRow *rows, int n, const float *kb, int32_t hd, float scale) {
+IKV_TARGET_AVX512 inline void scores_rows512(const ScoreRow *rows, int n, const float *kb, int32_t hd, float scale) {
   int r = 0;
   for (; r + 4 <= n; r += 4) scores_pairs512<2>(rows + r, kb, hd, scale);
   if (r + 2 <= n) scores_pairs512<1>(rows + r, kb, hd, scale), r += 2;
@@ -409,18 +407,18 @@ IKV_ATT512 inline void scores_rows512(const ScoreRow *rows, int n, const float *
 // q8_0 K/V read in place by a decode step (AVX-512): elements e .. e+15 (or 8) of a block's rows, e a multiple of 8
 // inside one 32-value block, widened as the dequantiser widens them (int8 times the f16 scale: exact in f32), so the
 // products that follow are those of the block widened first.
-IKV_ATT512 inline __attribute__((always_inline)) float q8_scale(const uint8_t *blk) {
+IKV_TARGET_AVX512 inline __attribute__((always_inline)) float q8_scale(const uint8_t *blk) {
   uint16_t h;
   std::memcpy(&h, blk, 2);
   return _cvtsh_ss(h);
 }
-IKV_ATT512 inline __attribute__((always_inline)) __m512 load16_q8(const void *b, int64_t e) {
+IKV_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load16_q8(const void *b, int64_t e) {
   const auto *blk = static_cast<const uint8_t *>(b) + (e >> 5) * kvq::kQ8Bytes;
   const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2 + (e & 31))));
   return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(q8_scale(blk)));
 }
 // Keys ea and eb's elements, eight each, in the two halves.
-IKV_ATT512 inline __attribute__((always_inline)) __m512 load8x2_q8(const void *b, int64_t ea, int64_t eb) {
+IKV_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load8x2_q8(const void *b, int64_t ea, int64_t eb) {
   const auto *pa = static_cast<const uint8_t *>(b) + (ea >> 5) * kvq::kQ8Bytes;
   const auto *pb = static_cast<const uint8_t *>(b) + (eb >> 5) * kvq::kQ8Bytes;
   const __m128i q = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(pa + 2 + (ea & 31))),
@@ -429,7 +427,7 @@ IKV_ATT512 inline __attribute__((always_inline)) __m512 load8x2_q8(const void *b
   return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
 }
 template <KvDtype D>
-IKV_ATT512 inline __attribute__((always_inline)) __m512 load16_kv(const void *b, int64_t e) {
+IKV_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load16_kv(const void *b, int64_t e) {
   if constexpr (D == KvDtype::q8_0) return load16_q8(b, e);
   else return tile::load16(b, e, D);
 }
@@ -441,7 +439,7 @@ IKV_ATT512 inline __attribute__((always_inline)) __m512 load16_kv(const void *b,
 constexpr int32_t kKeyPairTail = 15;  // most keys scores_keypairs512 leaves to scores_nq (KEYS - 1)
 
 template <int NQ, KvDtype D>
-IKV_ATT512 inline void scores_keypairs512(float *ph, int64_t pstride, const float *qg, const void *kb, int32_t cnt,
+IKV_TARGET_AVX512 inline void scores_keypairs512(float *ph, int64_t pstride, const float *qg, const void *kb, int32_t cnt,
                                           int32_t hd, float scale) {
   constexpr int KP = NQ == 1 ? 8 : NQ == 2 ? 4 : 2, KEYS = 2 * KP;
   const __m512 sv = _mm512_set1_ps(scale);
@@ -497,7 +495,7 @@ IKV_ATT512 inline void scores_keypairs512(float *ph, int64_t pstride, const floa
 }
 
 template <KvDtype D>
-IKV_ATT512 inline void scores_keypairs_d(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb,
+IKV_TARGET_AVX512 inline void scores_keypairs_d(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb,
                                          int32_t cnt, int32_t hd, float scale) {
   for (int32_t hh = 0; hh < group; hh += 4) {
     float *p = ph + hh * pstride;
@@ -515,7 +513,7 @@ IKV_ATT512 inline void scores_keypairs_d(float *ph, int64_t pstride, const float
 // and the head dim suits the query pairs (flushed four at a time, and by scores_flush512 at the end of the block);
 // f16/bf16 blocks read in place (a decode step) take the key pairs; head dims not a multiple of 8 take scores_v.
 
-IKV_ATT512 inline void scores_b512(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
+IKV_TARGET_AVX512 inline void scores_b512(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
                                    int32_t cnt, int32_t hd, float scale, ScoreBatch &b) {
   if ((hd & 7) != 0) {
     scores_v(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
@@ -531,14 +529,14 @@ IKV_ATT512 inline void scores_b512(float *ph, int64_t pstride, const float *qg, 
   }
 }
 
-IKV_ATT512 inline void scores_flush512(ScoreBatch &b, const void *kb, int32_t hd, float scale) {
+IKV_TARGET_AVX512 inline void scores_flush512(ScoreBatch &b, const void *kb, int32_t hd, float scale) {
   if (b.n > 0) scores_rows512(b.rows, b.n, static_cast<const float *>(kb), hd, scale);
   b.n = 0;
 }
 
 // wsum_d with 16-wide vectors (hd a multiple of 16): each element still one FMA per key, in key order.
 template <KvDtype D>
-IKV_ATT512 inline void wsum_d512(float *o, const float *w, const void *vb, int32_t j0, int32_t cnt, int32_t hd) {
+IKV_TARGET_AVX512 inline void wsum_d512(float *o, const float *w, const void *vb, int32_t j0, int32_t cnt, int32_t hd) {
   int32_t i0 = 0;
   for (; i0 + 64 <= hd; i0 += 64) {
     __m512 a[4];
@@ -562,7 +560,7 @@ IKV_ATT512 inline void wsum_d512(float *o, const float *w, const void *vb, int32
 // keys they all see, then each row's remaining keys (still in key order). A decode step's group of query heads
 // shares every f16 V load this way.
 template <KvDtype D, int R>
-IKV_ATT512 inline void wsum_rows_64(const WsumRow *rows, const void *vb) {
+IKV_TARGET_AVX512 inline void wsum_rows_64(const WsumRow *rows, const void *vb) {
   int32_t common = rows[0].cnt;
   for (int r = 1; r < R; ++r) common = std::min(common, rows[r].cnt);
   __m512 a[R][4];
@@ -583,7 +581,7 @@ IKV_ATT512 inline void wsum_rows_64(const WsumRow *rows, const void *vb) {
 }
 
 template <KvDtype D>
-IKV_ATT512 inline void wsum_rows_t512(const WsumRow *rows, int n, const void *vb, int32_t hd) {
+IKV_TARGET_AVX512 inline void wsum_rows_t512(const WsumRow *rows, int n, const void *vb, int32_t hd) {
   if (hd == 64) {
     switch (n) {
       case 1: wsum_rows_64<D, 1>(rows, vb); return;
@@ -595,7 +593,7 @@ IKV_ATT512 inline void wsum_rows_t512(const WsumRow *rows, int n, const void *vb
   for (int r = 0; r < n; ++r) wsum_d512<D>(rows[r].o, rows[r].w, vb, 0, rows[r].cnt, hd);
 }
 
-IKV_ATT512 inline void wsum_rows_v512(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
+IKV_TARGET_AVX512 inline void wsum_rows_v512(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
   if ((hd & 15) != 0) {
     wsum_rows_v(rows, n, vb, dt, hd);
     return;

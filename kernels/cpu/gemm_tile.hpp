@@ -30,7 +30,7 @@ namespace tile {
 using WKind = KvDtype;
 
 #if IKV_X86
-__attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) __m256 load8(const void *w, int64_t i,
+IKV_TARGET_AVX2 inline __attribute__((always_inline)) __m256 load8(const void *w, int64_t i,
                                                                                         WKind kind) {
   switch (kind) {
     case WKind::f32: return _mm256_loadu_ps(static_cast<const float *>(w) + i);
@@ -87,7 +87,7 @@ __attribute__((target("avx2,fma"))) inline __attribute__((always_inline)) __m256
 // The end of a tile: lane sums of the RM x RN accumulators, eight at a time where there are at least three to finish
 // (hsum8 costs about three hsums), then the scalar tail k0 .. k-1 of each output, and the stores.
 template <WKind K, int RM, int RN>
-__attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) void finish(
+IKV_TARGET_AVX2 inline __attribute__((always_inline)) void finish(
     float *out, const __m256 (*acc)[RN], const float *const *xs, const uint8_t *const *wr, int64_t k0, int64_t r0,
     int64_t t0, int64_t m, int64_t k) {
   constexpr int kAcc = RM * RN;
@@ -109,7 +109,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __attribute__((always_inline)) v
 
 // Rows r0 .. r0+RM-1 of the output (their weights at wbase, wstride bytes apart) for tokens t0 .. t0+RN-1.
 template <WKind K, int RM, int RN>
-__attribute__((target("avx2,fma,f16c"))) void tile_avx2(float *out, const float *x, const uint8_t *wbase, int64_t wstride,
+IKV_TARGET_AVX2 void tile_avx2(float *out, const float *x, const uint8_t *wbase, int64_t wstride,
                                                         int64_t r0, int64_t t0, int64_t m, int64_t k) {
   const int64_t k8 = k & ~int64_t{7};
   const uint8_t *wr[RM];
@@ -134,9 +134,8 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(float *out, const float 
 // The same tile with 16-wide vectors, on CPUs with AVX-512 (cpu_has_avx512; every tile there takes this one, so the
 // order stays the same whatever tile an output falls in): one FMA chain per output over its 16-wide chunks, folded
 // to eight lanes (lane j + lane j + 8), one more 8-wide FMA when eight or more elements are left, then finish().
-#define IKV_TILE512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
-IKV_TILE512 inline __attribute__((always_inline)) __m512 load16(const void *w, int64_t i, WKind kind) {
+IKV_TARGET_AVX512 inline __attribute__((always_inline)) __m512 load16(const void *w, int64_t i, WKind kind) {
   const auto *h = reinterpret_cast<const __m256i *>(static_cast<const uint16_t *>(w) + i);
   switch (kind) {
     case WKind::f32: return _mm512_loadu_ps(static_cast<const float *>(w) + i);
@@ -148,7 +147,7 @@ IKV_TILE512 inline __attribute__((always_inline)) __m512 load16(const void *w, i
 }
 
 template <WKind K, int RM, int RN>
-IKV_TILE512 void tile_avx512(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int64_t r0, int64_t t0,
+IKV_TARGET_AVX512 void tile_avx512(float *out, const float *x, const uint8_t *wbase, int64_t wstride, int64_t r0, int64_t t0,
                              int64_t m, int64_t k) {
   const int64_t k16 = k & ~int64_t{15};
   const uint8_t *wr[RM];
@@ -351,7 +350,7 @@ inline void pack_panel(float *xt, const float *x, int64_t t0, int64_t t1, int64_
 // the panel's tokens computed (NV = 1 when nt <= 16: the same sums, half the work on a short tail).
 #if IKV_X86
 template <int RM, int NV>
-IKV_TILE512 void panel_tile(float *out, const float *xt, const float *w, int64_t wstride, int64_t r0, int64_t t0,
+IKV_TARGET_AVX512 void panel_tile(float *out, const float *xt, const float *w, int64_t wstride, int64_t r0, int64_t t0,
                             int64_t nt, int64_t m, int64_t k) {
   __m512 acc[RM][NV];
   const float *wr[RM];

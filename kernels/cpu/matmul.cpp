@@ -57,7 +57,7 @@ using tile::WKind;
 #if IKV_X86
 // k f16/bf16 weights widened to f32 (exactly).
 template <WKind K>
-__attribute__((target("avx2,fma,f16c"))) void widen_row(float *dst, const uint8_t *src, int64_t k) {
+IKV_TARGET_AVX2 void widen_row(float *dst, const uint8_t *src, int64_t k) {
   const int64_t k8 = k & ~int64_t{7};
   for (int64_t i = 0; i < k8; i += 8) _mm256_storeu_ps(dst + i, tile::load8(src, i, K));
   for (int64_t i = k8; i < k; ++i) dst[i] = tile::load1(src, i, K);

@@ -147,9 +147,8 @@ float ref_entry(const uint8_t *row, const Act8 &a, uint32_t type) { return act8_
 
 #if IKV_X86
 // The AVX-512 VNNI kernels. Zen 4/5, Ice Lake and later have them; elsewhere decode keeps the f32 path.
-#define IKV_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
-IKV_VNNI inline float h2f_vnni(const uint8_t *p) {
+IKV_TARGET_AVX512_VNNI inline float h2f_vnni(const uint8_t *p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
@@ -157,7 +156,7 @@ IKV_VNNI inline float h2f_vnni(const uint8_t *p) {
 
 // x quantised as act8_quantize_ref does, 16 values per step: the same maximum, scale and rounding (cvtps2dq rounds
 // to nearest even), so the bytes are identical.
-IKV_VNNI void quantize_vnni(const float *x, int32_t offset, Act8 *a) {
+IKV_TARGET_AVX512_VNNI void quantize_vnni(const float *x, int32_t offset, Act8 *a) {
   const int64_t block = a->block;
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
   for (int64_t b = 0; b < a->k / block; ++b) {
@@ -202,7 +201,7 @@ IKV_VNNI void quantize_vnni(const float *x, int32_t offset, Act8 *a) {
   }
 }
 
-IKV_VNNI inline __m512i lanes_div(int shift, int base) {
+IKV_TARGET_AVX512_VNNI inline __m512i lanes_div(int shift, int base) {
   return _mm512_add_epi32(_mm512_set1_epi32(base),
                           _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), shift));
 }
@@ -213,7 +212,7 @@ constexpr int64_t a8_bb(A8 K) { return K == A8::q4_0 ? 18 : K == A8::q4_1 ? 20 :
 
 // Blocks b and b + 1 (at blk, blk + BB) as 64 unsigned codes in element order.
 template <A8 K>
-IKV_VNNI inline __m512i pair_codes(const uint8_t *blk) {
+IKV_TARGET_AVX512_VNNI inline __m512i pair_codes(const uint8_t *blk) {
   constexpr int64_t BB = a8_bb(K);
   if constexpr (K == A8::q8_0) {
     const __m512i v = _mm512_inserti64x4(
@@ -241,7 +240,7 @@ IKV_VNNI inline __m512i pair_codes(const uint8_t *blk) {
 
 // [s0 x 8, s1 x 8]: each block's weight scale times its activations' unit.
 template <A8 K>
-IKV_VNNI inline __m512 pair_scales(const uint8_t *blk, const float *unit, __m512i idx) {
+IKV_TARGET_AVX512_VNNI inline __m512 pair_scales(const uint8_t *blk, const float *unit, __m512i idx) {
   uint16_t h0, h1;
   std::memcpy(&h0, blk, 2);
   std::memcpy(&h1, blk + a8_bb(K), 2);
@@ -255,7 +254,7 @@ IKV_VNNI inline __m512 pair_scales(const uint8_t *blk, const float *unit, __m512
 // The integer dot of 64 codes with activation bytes at xo, started at corr: with two planes, 256 times the first
 // plane's sum plus the second's.
 template <int P>
-IKV_VNNI inline __m512i codes_dot(__m512i start, __m512i w, const Act8 &a, int64_t xo) {
+IKV_TARGET_AVX512_VNNI inline __m512i codes_dot(__m512i start, __m512i w, const Act8 &a, int64_t xo) {
   if constexpr (P == 1) return _mm512_dpbusd_epi32(start, w, _mm512_loadu_si512(a.q.data() + xo));
   const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, _mm512_loadu_si512(a.q.data() + xo));
   return _mm512_dpbusd_epi32(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), start), w, _mm512_loadu_si512(a.q2.data() + xo));
@@ -264,13 +263,13 @@ IKV_VNNI inline __m512i codes_dot(__m512i start, __m512i w, const Act8 &a, int64
 // The accumulator start of the 16 lanes from value xo: -offset times the activations' per-4 sums (Act8::corr, or
 // corr2 for two planes).
 template <int P>
-IKV_VNNI inline __m512i corr_at(const Act8 &a, int64_t xo) {
+IKV_TARGET_AVX512_VNNI inline __m512i corr_at(const Act8 &a, int64_t xo) {
   return _mm512_loadu_si512((P == 2 ? a.corr2.data() : a.corr.data()) + xo / 4);
 }
 
 // One pair of blocks (p, p + 1) into f; the min terms of Q4_1 into mins.
 template <A8 K, int P>
-IKV_VNNI inline void pair_a8(const uint8_t *row, const Act8 &a, int64_t p, __m512i idx, __m512 &f, float &mins) {
+IKV_TARGET_AVX512_VNNI inline void pair_a8(const uint8_t *row, const Act8 &a, int64_t p, __m512i idx, __m512 &f, float &mins) {
   constexpr int64_t BB = a8_bb(K);
   const uint8_t *blk = row + p * BB;
   const __m512i start = K == A8::q4_1 ? _mm512_setzero_si512() : corr_at<P>(a, 32 * p);
@@ -288,7 +287,7 @@ IKV_VNNI inline void pair_a8(const uint8_t *row, const Act8 &a, int64_t p, __m51
 // Each token's sums are formed by the same operations in the same order whatever T is, so a token gets the same bits
 // alone or batched with others (and a sequence the same logits). The K types below work the same way.
 template <A8 K, int P, int T>
-IKV_VNNI void dot_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t type, float *out) {
+IKV_TARGET_AVX512_VNNI void dot_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t type, float *out) {
   constexpr int64_t BB = a8_bb(K);
   const int64_t nb = a[0]->k / 32;
   const __m512i idx = lanes_div(3, 0), idx_a = _mm512_slli_epi32(idx, 1), idx_b = _mm512_add_epi32(idx_a, _mm512_set1_epi32(4));
@@ -347,7 +346,7 @@ IKV_VNNI void dot_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t ty
 // Q4_K: per super-block, sum_j sc_j * dot(q_j, x_j) in integers (sub-block pairs 2jj, 2jj + 1 are the low and high
 // nibbles of the same 32 bytes), then d * unit times that, less dmin * d * sum_j m_j * sum(x_j).
 template <int P, int T>
-IKV_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t, float *out) {
+IKV_TARGET_AVX512_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t, float *out) {
   const int64_t nsb = a[0]->k / 256;
   __m512i idx[4];
   for (int jj = 0; jj < 4; ++jj) idx[jj] = lanes_div(3, 2 * jj);
@@ -403,7 +402,7 @@ IKV_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_
 // group of 16 times its signed scale, summed in integers per super-block (at most 2^31 - 2^23 in magnitude with two
 // planes: 4 products of 4 * 32 * 127 * 257 * 128).
 template <int P, int T>
-IKV_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t, float *out) {
+IKV_TARGET_AVX512_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_t, float *out) {
   const int64_t nsb = a[0]->k / 256;
   const __m512i idx_a0 = lanes_div(2, 0), idx_b0 = lanes_div(2, 4), idx_a1 = lanes_div(2, 8), idx_b1 = lanes_div(2, 12);
   const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
@@ -441,21 +440,21 @@ IKV_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *const *a, uint32_
 }
 
 template <A8 K, int P>
-IKV_VNNI float dot32_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
+IKV_TARGET_AVX512_VNNI float dot32_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
   const Act8 *one = &a;
   float r;
   dot_a8_multi<K, P, 1>(row, &one, type, &r);
   return r;
 }
 template <int P>
-IKV_VNNI float q4k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
+IKV_TARGET_AVX512_VNNI float q4k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
   const Act8 *one = &a;
   float r;
   dot_q4k_a8_multi<P, 1>(row, &one, type, &r);
   return r;
 }
 template <int P>
-IKV_VNNI float q6k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
+IKV_TARGET_AVX512_VNNI float q6k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
   const Act8 *one = &a;
   float r;
   dot_q6k_a8_multi<P, 1>(row, &one, type, &r);

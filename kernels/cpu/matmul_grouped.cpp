@@ -47,10 +47,9 @@ using GTile = void (*)(float *out, const float *xp, int64_t P, const uint16_t *c
                        int64_t k);
 
 #if IKV_X86
-#define IKV_AVX2_F16 __attribute__((target("avx2,fma,f16c")))
 
 template <WKind K, int NV, int RN, bool Ahead>
-IKV_AVX2_F16 void tile_avx2(float *out, const float *xp, int64_t P, const uint16_t *const *wv, int64_t r0, int64_t m,
+IKV_TARGET_AVX2 void tile_avx2(float *out, const float *xp, int64_t P, const uint16_t *const *wv, int64_t r0, int64_t m,
                             int64_t k) {
   __m256 acc[NV][RN];
   for (int v = 0; v < NV; ++v)
@@ -81,7 +80,7 @@ IKV_AVX2_F16 void tile_avx2(float *out, const float *xp, int64_t P, const uint16
 }
 
 template <WKind K, int NV, int RN, bool Ahead>
-IKV_TILE512 void tile_avx512(float *out, const float *xp, int64_t P, const uint16_t *const *wv, int64_t r0, int64_t m,
+IKV_TARGET_AVX512 void tile_avx512(float *out, const float *xp, int64_t P, const uint16_t *const *wv, int64_t r0, int64_t m,
                              int64_t k) {
   __m512 acc[NV][RN];
   for (int v = 0; v < NV; ++v)

@@ -273,28 +273,27 @@ struct RowScratch {
 };
 
 #if IKV_X86
-#define IKV_I16_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
 // Vector unpackers for the common types (the scalar ones above give the same codes and scales; Q5_1 and Q5_K use
 // those).
-IKV_I16_VNNI inline void store_nibbles(int16_t *c, __m128i q, int16_t off) {
+IKV_TARGET_AVX512_VNNI inline void store_nibbles(int16_t *c, __m128i q, int16_t off) {
   const __m128i mask = _mm_set1_epi8(0x0F);
   const __m256i lo_hi = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
   _mm512_storeu_si512(c, _mm512_sub_epi16(_mm512_cvtepu8_epi16(lo_hi), _mm512_set1_epi16(off)));
 }
 
-IKV_I16_VNNI void unpack_q4_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
+IKV_TARGET_AVX512_VNNI void unpack_q4_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
   store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2)), 8);
   a[0] = _cvtsh_ss(static_cast<unsigned short>(b[0] | (b[1] << 8)));
 }
 
-IKV_I16_VNNI void unpack_q4_1_v(const uint8_t *b, int16_t *c, float *a, float *bm) {
+IKV_TARGET_AVX512_VNNI void unpack_q4_1_v(const uint8_t *b, int16_t *c, float *a, float *bm) {
   store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4)), 0);
   a[0] = _cvtsh_ss(static_cast<unsigned short>(b[0] | (b[1] << 8)));
   bm[0] = _cvtsh_ss(static_cast<unsigned short>(b[2] | (b[3] << 8)));
 }
 
-IKV_I16_VNNI void unpack_q5_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
+IKV_TARGET_AVX512_VNNI void unpack_q5_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
   uint32_t qh;
   std::memcpy(&qh, b + 2, 4);
   store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 6)), 16);
@@ -304,12 +303,12 @@ IKV_I16_VNNI void unpack_q5_0_v(const uint8_t *b, int16_t *c, float *a, float *)
   a[0] = _cvtsh_ss(static_cast<unsigned short>(b[0] | (b[1] << 8)));
 }
 
-IKV_I16_VNNI void unpack_q8_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
+IKV_TARGET_AVX512_VNNI void unpack_q8_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
   _mm512_storeu_si512(c, _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 2))));
   a[0] = _cvtsh_ss(static_cast<unsigned short>(b[0] | (b[1] << 8)));
 }
 
-IKV_I16_VNNI void unpack_q4_k_v(const uint8_t *b, int16_t *c, float *a, float *bm) {
+IKV_TARGET_AVX512_VNNI void unpack_q4_k_v(const uint8_t *b, int16_t *c, float *a, float *bm) {
   const float d = _cvtsh_ss(static_cast<unsigned short>(b[0] | (b[1] << 8)));
   const float dmin = _cvtsh_ss(static_cast<unsigned short>(b[2] | (b[3] << 8)));
   const __m256i mask = _mm256_set1_epi8(0x0F);
@@ -326,7 +325,7 @@ IKV_I16_VNNI void unpack_q4_k_v(const uint8_t *b, int16_t *c, float *a, float *b
   }
 }
 
-IKV_I16_VNNI void unpack_q6_k_v(const uint8_t *b, int16_t *c, float *a, float *) {
+IKV_TARGET_AVX512_VNNI void unpack_q6_k_v(const uint8_t *b, int16_t *c, float *a, float *) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
   const __m512i off = _mm512_set1_epi16(32);
   for (int n = 0; n < 2; ++n) {
@@ -349,7 +348,7 @@ IKV_I16_VNNI void unpack_q6_k_v(const uint8_t *b, int16_t *c, float *a, float *)
 
 // pack_group with vectors for the scale and the codes (the same maximum, scale, rounding, clamp and sum, so the
 // same values).
-IKV_I16_VNNI void pack_group_vnni(const float *x, int64_t nt, int64_t k, int32_t qmax, int32_t *xq, float *dx, float *sx) {
+IKV_TARGET_AVX512_VNNI void pack_group_vnni(const float *x, int64_t nt, int64_t k, int32_t qmax, int32_t *xq, float *dx, float *sx) {
   const int64_t nb = k / 32;
   std::memset(xq, 0, static_cast<size_t>(k / 2 * kLanes) * sizeof(int32_t));
   std::memset(dx, 0, static_cast<size_t>(nb * kLanes) * sizeof(float));
@@ -383,7 +382,7 @@ IKV_I16_VNNI void pack_group_vnni(const float *x, int64_t nt, int64_t k, int32_t
   }
 }
 
-IKV_I16_VNNI void unpack_rows_vnni(uint32_t type, const RowsUnpack &u) {
+IKV_TARGET_AVX512_VNNI void unpack_rows_vnni(uint32_t type, const RowsUnpack &u) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::Q4_0: u.go<unpack_q4_0_v, GgmlType::Q4_0>(); break;
     case GgmlType::Q4_1: u.go<unpack_q4_1_v, GgmlType::Q4_1>(); break;
@@ -399,13 +398,13 @@ constexpr int kTileRows = 6;
 
 // acc += pairwise products of x and w (vpdpwssd), accumulating in place: GCC 12 treats the intrinsic's accumulator as
 // a copy and moved every accumulator once per instruction (half the tile's time in register moves, measured).
-IKV_I16_VNNI inline void dpwssd(__m512i &acc, __m512i x, __m512i w) {
+IKV_TARGET_AVX512_VNNI inline void dpwssd(__m512i &acc, __m512i x, __m512i w) {
   __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
 }
 
 // Rows r0 .. r0 + RM - 1 (scratch rows ri .. ri + RM - 1) against one packed group of nt tokens starting at t0.
 template <int RM, int G, bool Mins>
-IKV_I16_VNNI void tile(float *out, int64_t m, int64_t t0, int64_t nt, int64_t r0, const Packed &pk, int64_t p,
+IKV_TARGET_AVX512_VNNI void tile(float *out, int64_t m, int64_t t0, int64_t nt, int64_t r0, const Packed &pk, int64_t p,
                        const RowScratch &rs, int64_t ri, int64_t k) {
   const int32_t *xq = pk.q(p);
   const float *dx = pk.d(p), *sx = pk.s(p);
@@ -485,7 +484,7 @@ int64_t rows_block(int64_t k) {
   return std::clamp<int64_t>((int64_t{64} * 1024 / (2 * k)) / kTileRows * kTileRows, kTileRows, 8 * kTileRows);
 }
 
-IKV_I16_VNNI void rows_vnni(float *out, const Packed &pk, const uint8_t *w, uint32_t type, const Shape &sh, int64_t n,
+IKV_TARGET_AVX512_VNNI void rows_vnni(float *out, const Packed &pk, const uint8_t *w, uint32_t type, const Shape &sh, int64_t n,
                             int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t rb = rows_block(k), chunk = token_chunk(k), row_bytes = k / sh.qk * sh.bb;
   RowScratch rs(rb, k, sh.g);

@@ -92,20 +92,20 @@ RowsFn rows_portable(uint32_t type) {
 #if IKV_X86
 // AVX2 block expansions for the common 32-element types (the scalar ones above remain the reference; these may
 // round q * d + m once instead of twice).
-__attribute__((target("avx2,fma,f16c"))) inline float h2f_f16c(const uint8_t *p) {
+IKV_TARGET_AVX2 inline float h2f_f16c(const uint8_t *p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
 
-__attribute__((target("avx2,fma,f16c"))) inline void store_u8x16(float *y, __m128i q, __m256 d, __m256 m, bool has_min) {
+IKV_TARGET_AVX2 inline void store_u8x16(float *y, __m128i q, __m256 d, __m256 m, bool has_min) {
   __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
   __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8)));
   _mm256_storeu_ps(y, has_min ? _mm256_fmadd_ps(a, d, m) : _mm256_mul_ps(a, d));
   _mm256_storeu_ps(y + 8, has_min ? _mm256_fmadd_ps(b, d, m) : _mm256_mul_ps(b, d));
 }
 
-__attribute__((target("avx2,fma,f16c"))) inline void q4_0_avx2(float *y, const uint8_t *b) {
+IKV_TARGET_AVX2 inline void q4_0_avx2(float *y, const uint8_t *b) {
   const __m256 d = _mm256_set1_ps(h2f_f16c(b));
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
   const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
@@ -118,7 +118,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void q4_0_avx2(float *y, const u
   _mm256_storeu_ps(y + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
 }
 
-__attribute__((target("avx2,fma,f16c"))) inline void q4_1_avx2(float *y, const uint8_t *b) {
+IKV_TARGET_AVX2 inline void q4_1_avx2(float *y, const uint8_t *b) {
   const __m256 d = _mm256_set1_ps(h2f_f16c(b)), m = _mm256_set1_ps(h2f_f16c(b + 2));
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4));
   const __m128i mask = _mm_set1_epi8(0x0F);
@@ -126,7 +126,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void q4_1_avx2(float *y, const u
   store_u8x16(y + 16, _mm_and_si128(_mm_srli_epi16(q, 4), mask), d, m, true);
 }
 
-__attribute__((target("avx2,fma,f16c"))) inline void q8_0_avx2(float *y, const uint8_t *b) {
+IKV_TARGET_AVX2 inline void q8_0_avx2(float *y, const uint8_t *b) {
   const __m256 d = _mm256_set1_ps(h2f_f16c(b));
   for (int j = 0; j < 32; j += 8) {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + 2 + j));
@@ -134,7 +134,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void q8_0_avx2(float *y, const u
   }
 }
 
-__attribute__((target("avx2,fma,f16c"))) inline void store_i8x16(float *y, __m128i q, float s) {
+IKV_TARGET_AVX2 inline void store_i8x16(float *y, __m128i q, float s) {
   const __m256 sv = _mm256_set1_ps(s);
   _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), sv));
   _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), sv));
@@ -142,7 +142,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void store_i8x16(float *y, __m12
 
 // One half (128 elements) of a Q6_K super-block as four vectors of 32 unsigned 6-bit values (0 .. 63), in dq::q6_k's
 // element order: v[r] holds elements 32r .. 32r + 31 of the half, whose scales are 2r and 2r + 1.
-__attribute__((target("avx2,fma,f16c"))) inline void q6_bytes(const uint8_t *ql, const uint8_t *qh, __m256i v[4]) {
+IKV_TARGET_AVX2 inline void q6_bytes(const uint8_t *ql, const uint8_t *qh, __m256i v[4]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
   const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
   const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
@@ -156,7 +156,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void q6_bytes(const uint8_t *ql,
 }
 
 // Q6_K, 16 values per vector: element 16g + i of the super-block has scale g (see dq::q6_k).
-__attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const uint8_t *b) {
+IKV_TARGET_AVX2 inline void q6_k_avx2(float *y, const uint8_t *b) {
   const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
   const float d = h2f_f16c(b + 208);
   const __m256i off = _mm256_set1_epi8(32);
@@ -179,7 +179,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void q6_k_avx2(float *y, const u
 // tile::kPanel tokens (see tile::pack_panel; packed once per product and shared by the threads; plain k-order sums,
 // measured faster than the tiles), in longer chunks (tile::panel_chunk).
 template <BlockFn F, int64_t QK, int64_t BB, bool Panels>
-__attribute__((target("avx2,fma,f16c"))) void rows_expanded(float *out, const float *x, const uint8_t *w, int64_t n,
+IKV_TARGET_AVX2 void rows_expanded(float *out, const float *x, const uint8_t *w, int64_t n,
                                                              int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t rows_per = tile::block_rows(k), nb = k / QK;
   const tile::Scratch64 scratch(rows_per * k);  // this work item's
@@ -211,7 +211,7 @@ constexpr int64_t fused_block_bytes(Fused K) {
 constexpr bool fused_super(Fused K) { return K == Fused::q4_k || K == Fused::q5_k || K == Fused::q6_k; }
 
 // Byte i is 0xFF where bit i of the 32 bits at p is set, else 0.
-__attribute__((target("avx2,fma,f16c"))) inline __m256i bytes_from_bits32(const uint8_t *p) {
+IKV_TARGET_AVX2 inline __m256i bytes_from_bits32(const uint8_t *p) {
   uint32_t bits;
   std::memcpy(&bits, p, 4);
   // byte i takes byte i / 8 of the word, then every bit but bit i % 8 is set: all ones exactly where bit i was set
@@ -224,7 +224,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256i bytes_from_bits32(const 
 
 // A Q5_0/Q5_1 block's 32 five-bit values as bytes, in element order: the low nibbles of qs are elements 0..15, the
 // high nibbles 16..31, and bit j of qh is element j's fifth bit (see dq::q5_0).
-__attribute__((target("avx2,fma,f16c"))) inline __m256i q5_bytes(const uint8_t *qh, const uint8_t *qs) {
+IKV_TARGET_AVX2 inline __m256i q5_bytes(const uint8_t *qh, const uint8_t *qs) {
   const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qs));
   const __m128i mask = _mm_set1_epi8(0x0F);
   const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
@@ -233,13 +233,13 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256i q5_bytes(const uint8_t *
 
 // Eight bytes (the low half of b), signed or not, as eight floats.
 template <bool Signed>
-__attribute__((target("avx2,fma,f16c"))) inline __m256 widen_bytes8(__m128i b) {
+IKV_TARGET_AVX2 inline __m256 widen_bytes8(__m128i b) {
   return _mm256_cvtepi32_ps(Signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b));
 }
 
 // 32 bytes (16 in lo, 16 in hi), signed or not, as four vectors of eight floats in order.
 template <bool Signed>
-__attribute__((target("avx2,fma,f16c"))) inline void widen_bytes32(__m128i lo, __m128i hi, __m256 &q0, __m256 &q1,
+IKV_TARGET_AVX2 inline void widen_bytes32(__m128i lo, __m128i hi, __m256 &q0, __m256 &q1,
                                                                    __m256 &q2, __m256 &q3) {
   q0 = widen_bytes8<Signed>(lo);
   q1 = widen_bytes8<Signed>(_mm_srli_si128(lo, 8));
@@ -248,7 +248,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void widen_bytes32(__m128i lo, _
 }
 
 template <Fused K>
-__attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
+IKV_TARGET_AVX2 float dot_fused(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
   constexpr int64_t BB = fused_block_bytes(K);
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
@@ -286,10 +286,9 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused(const uint8_t *row, con
 // by the instructions that widen the weights, not by memory, and these need half as many. Two blocks per step, each
 // with its own accumulators, so the block-to-block additions are not one long dependency chain. Its sums are in
 // another order than dot_fused's, so the two paths differ in the last bits (each is deterministic on its own).
-#define IKV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 template <Fused K>
-IKV_AVX512 inline __m512 block_dot512(const uint8_t *blk, const float *x) {
+IKV_TARGET_AVX512 inline __m512 block_dot512(const uint8_t *blk, const float *x) {
   __m512 q0, q1;
   if constexpr (K == Fused::q8_0) {
     q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2))));
@@ -321,14 +320,14 @@ IKV_AVX512 inline __m512 block_dot512(const uint8_t *blk, const float *x) {
 }
 
 // A Q4_1/Q5_1 block's d and m (the f16 pair it starts with) as [d, m, 0, 0].
-IKV_AVX512 inline __m128 dm_of(const uint8_t *blk) {
+IKV_TARGET_AVX512 inline __m128 dm_of(const uint8_t *blk) {
   int32_t w;
   std::memcpy(&w, blk, 4);
   return _mm_cvtph_ps(_mm_cvtsi32_si128(w));
 }
 
 template <Fused K>
-IKV_AVX512 float dot_fused512(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
+IKV_TARGET_AVX512 float dot_fused512(const uint8_t *row, const float *x, const float *sx, int64_t nb) {
   constexpr int64_t BB = fused_block_bytes(K);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   if constexpr (K == Fused::q4_1 || K == Fused::q5_1) {
@@ -360,7 +359,7 @@ IKV_AVX512 float dot_fused512(const uint8_t *row, const float *x, const float *s
 }
 
 // dot of 32 unsigned bytes with x[32]
-__attribute__((target("avx2,fma,f16c"))) inline __m256 dot32_u8(__m256i v, const float *xx) {
+IKV_TARGET_AVX2 inline __m256 dot32_u8(__m256i v, const float *xx) {
   const __m128i a = _mm256_castsi256_si128(v), b = _mm256_extracti128_si256(v, 1);
   __m256 p = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(a)), _mm256_loadu_ps(xx));
   p = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(a, 8))), _mm256_loadu_ps(xx + 8), p);
@@ -371,7 +370,7 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 dot32_u8(__m256i v, const
 // Sub-blocks 2j and 2j + 1 of a Q4_K/Q5_K super-block as 32 unsigned bytes each (lo, hi), from the 32 bytes of qs
 // at q; for Q5_K, bits 0 and 1 of every byte of hb become bit 4 of lo and hi, and hb moves on by 2 bits for the next j.
 template <bool Five>
-__attribute__((target("avx2,fma,f16c"))) inline void k4_bytes(const uint8_t *q, __m256i &hb, __m256i &lo, __m256i &hi) {
+IKV_TARGET_AVX2 inline void k4_bytes(const uint8_t *q, __m256i &hb, __m256i &lo, __m256i &hi) {
   const __m256i mask = _mm256_set1_epi8(0x0F);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(q));
   lo = _mm256_and_si256(v, mask);
@@ -387,7 +386,7 @@ __attribute__((target("avx2,fma,f16c"))) inline void k4_bytes(const uint8_t *q, 
 // dot(x, d*sc*q - dmin*m) = d*sc * dot(x, q) - dmin*m * sum(x) per sub-block. sx holds the 32-element sums of x.
 // Q5_K adds a fifth bit per element: bit 2j of qh[l] belongs to element 64j + l, bit 2j + 1 to 64j + 32 + l.
 template <bool Five>
-__attribute__((target("avx2,fma,f16c"))) float dot_fused_k4(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
+IKV_TARGET_AVX2 float dot_fused_k4(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
   constexpr int64_t BB = fused_block_bytes(Five ? Fused::q5_k : Fused::q4_k), QS = Five ? 48 : 16;
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
@@ -410,7 +409,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_k4(const uint8_t *row, 
 
 // Q6_K: 16 sub-blocks of 16 values (q6 - 32), each with a signed 8-bit scale times d; the element order is
 // dq::q6_k's (q6_bytes): in each half of 128, vector r holds elements 32r .. 32r + 31, scales 2r and 2r + 1.
-__attribute__((target("avx2,fma,f16c"))) float dot_fused_q6k(const uint8_t *row, const float *x, int64_t nb32) {
+IKV_TARGET_AVX2 float dot_fused_q6k(const uint8_t *row, const float *x, int64_t nb32) {
   __m256 acc_a = _mm256_setzero_ps(), acc_b = _mm256_setzero_ps();
   const __m256i off = _mm256_set1_epi8(32);
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += fused_block_bytes(Fused::q6_k)) {
@@ -435,7 +434,7 @@ __attribute__((target("avx2,fma,f16c"))) float dot_fused_q6k(const uint8_t *row,
 }
 
 // dot of 32 unsigned bytes with x[32], 16 lanes wide
-IKV_AVX512 inline __m512 dot32_u8_512(__m256i v, const float *xx) {
+IKV_TARGET_AVX512 inline __m512 dot32_u8_512(__m256i v, const float *xx) {
   const __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(v)));
   const __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(v, 1)));
   return _mm512_fmadd_ps(b, _mm512_loadu_ps(xx + 16), _mm512_mul_ps(a, _mm512_loadu_ps(xx)));
@@ -443,7 +442,7 @@ IKV_AVX512 inline __m512 dot32_u8_512(__m256i v, const float *xx) {
 
 // dot_fused_k4 with 16-wide vectors (AVX-512); the two sub-blocks of each 64 have their own accumulators.
 template <bool Five>
-IKV_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
+IKV_TARGET_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
   constexpr int64_t BB = fused_block_bytes(Five ? Fused::q5_k : Fused::q4_k), QS = Five ? 48 : 16;
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   float acc_min = 0.0f;
@@ -465,7 +464,7 @@ IKV_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const floa
 }
 
 // dot_fused_q6k with 16-wide vectors (AVX-512): one vector per sub-block of 16, so each takes its own scale.
-IKV_AVX512 float dot_fused_q6k_512(const uint8_t *row, const float *x, int64_t nb32) {
+IKV_TARGET_AVX512 float dot_fused_q6k_512(const uint8_t *row, const float *x, int64_t nb32) {
   __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
   const __m256i off = _mm256_set1_epi8(32);
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += fused_block_bytes(Fused::q6_k)) {
@@ -488,7 +487,7 @@ IKV_AVX512 float dot_fused_q6k_512(const uint8_t *row, const float *x, int64_t n
 }
 
 template <Fused K, bool Wide = false>
-__attribute__((target("avx2,fma,f16c"))) void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
+IKV_TARGET_AVX2 void rows_fused(float *out, const float *x, const uint8_t *w, int64_t n,
                                                          int64_t m0, int64_t m1, int64_t m, int64_t k) {
   const int64_t row_bytes = k / (fused_super(K) ? 256 : 32) * fused_block_bytes(K);
   const int64_t nb = k / 32;

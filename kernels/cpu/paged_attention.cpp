@@ -63,7 +63,7 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
 
 // The SCORES and FLUSH steps of the AVX2 and portable tiles: each query's group scored at once (no batch).
 #if IKV_X86
-IKV_AVX2 inline void scores_v_b(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
+IKV_TARGET_AVX2 inline void scores_v_b(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
                                 int32_t cnt, int32_t hd, float scale, ScoreBatch &) {
   scores_v(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
 }
@@ -116,12 +116,12 @@ inline void no_flush(ScoreBatch &, const void *, int32_t, float) {}
   }
 
 #if IKV_X86
-IKV_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
+IKV_TARGET_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                                int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
   IKV_ATTEND_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, kDirectFloat)
 }
 
-IKV_ATT512 void attend_tile_avx512(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
+IKV_TARGET_AVX512 void attend_tile_avx512(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                                    int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
   IKV_ATTEND_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, kDirectQ8)
 }
@@ -192,14 +192,14 @@ void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_h
 
 #if IKV_X86
 template <typename UnitOf>
-IKV_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
+IKV_TARGET_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                      const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                      float scale, float *p, float *kvbuf, UnitOf unit_of) {
   IKV_PARTIAL_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, kDirectFloat)
 }
 
 template <typename UnitOf>
-IKV_ATT512 void attend_chunk_tile_avx512(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1,
+IKV_TARGET_AVX512 void attend_chunk_tile_avx512(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1,
                                          int32_t n_heads, const PagedKv &kv, int32_t g, int32_t group, int32_t vis0,
                                          int32_t b0, int32_t chunk, float scale, float *p, float *kvbuf, UnitOf unit_of) {
   IKV_PARTIAL_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, kDirectQ8)

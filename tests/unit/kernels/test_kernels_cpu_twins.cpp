@@ -152,7 +152,7 @@ class CpuTwinsDtype : public ::testing::TestWithParam<KvDtype> {};
 // Scores of a group of query heads against a block, all finished together (scores_d: eight sums at once for head
 // dims that are a multiple of 8) and one head and one key at a time (scores_nq<1>, each sum on its own): the same
 // bits for every head count, key count and KV dtype.
-IKV_AVX2 void scores_both_ways(std::vector<float> &together, std::vector<float> &alone, const std::vector<float> &q,
+IKV_TARGET_AVX2 void scores_both_ways(std::vector<float> &together, std::vector<float> &alone, const std::vector<float> &q,
                                int32_t group, const void *kb, KvDtype dt, int32_t cnt, int32_t hd) {
   cpu::attn::scores_v(together.data(), cnt, q.data(), group, kb, dt, cnt, hd, 0.3f);
   for (int32_t h = 0; h < group; ++h)
