@@ -78,7 +78,7 @@ __attribute__((target("avx2,fma"))) inline double exp_shifted_avx2(float *p, int
 
 inline double exp_shifted(float *p, int32_t n, float *mx_out) {
 #if IKV_X86
-  if (have_f16c()) return exp_shifted_avx2(p, n, mx_out);
+  if (cpu_has_avx2_fma_f16c()) return exp_shifted_avx2(p, n, mx_out);
 #endif
   float mx = -INFINITY;
   for (int32_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
@@ -105,7 +105,7 @@ inline void softmax_inplace(float *p, int32_t n) {
   float mx;
   const float inv = static_cast<float>(1.0 / exp_shifted(p, n, &mx));
 #if IKV_X86
-  if (have_f16c()) {
+  if (cpu_has_avx2_fma_f16c()) {
     scale_avx2(p, n, inv);
     return;
   }

@@ -12,41 +12,34 @@
 
 namespace infokv {
 
-bool cpu_has_avx2_fma_f16c() {
+bool cpu_probe::avx2_fma_f16c() {
 #if IKV_X86
-  static const bool ok = [] {
-    // INFOKV_CPU_KERNELS=portable takes the portable kernels on any CPU: the tests run both paths on one machine.
-    const char *force = std::getenv("INFOKV_CPU_KERNELS");
-    if (force != nullptr && std::strcmp(force, "portable") == 0) return false;
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
-    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return ok;
+  // INFOKV_CPU_KERNELS=portable takes the portable kernels on any CPU: the tests run both paths on one machine.
+  const char *force = std::getenv("INFOKV_CPU_KERNELS");
+  if (force != nullptr && std::strcmp(force, "portable") == 0) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+  return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
   return false;
 #endif
 }
 
-bool cpu_has_avx512() {
+bool cpu_probe::avx512() {
 #if IKV_X86
-  static const bool ok = [] {
-    const char *force = std::getenv("INFOKV_CPU_KERNELS");
-    if (force != nullptr && std::strcmp(force, "avx2") == 0) return false;
-    // __builtin_cpu_supports checks that the OS enables the ZMM state (XCR0) before it reports AVX-512
-    return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  }();
-  return ok;
+  const char *force = std::getenv("INFOKV_CPU_KERNELS");
+  if (force != nullptr && std::strcmp(force, "avx2") == 0) return false;
+  // __builtin_cpu_supports checks that the OS enables the ZMM state (XCR0) before it reports AVX-512
+  return cpu_has_avx2_fma_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 #else
   return false;
 #endif
 }
 
-bool cpu_has_avx512_vnni() {
+bool cpu_probe::avx512_vnni() {
 #if IKV_X86
-  static const bool ok = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
-  return ok;
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
 #else
   return false;
 #endif

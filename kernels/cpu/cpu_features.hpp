@@ -1,21 +1,37 @@
-// Run-time CPU feature checks for the vectorised kernels (one place, so every kernel agrees).
+// Run-time CPU feature checks for the vectorised kernels (one place, so every kernel agrees). Each is probed once,
+// at its first call, and cached in an inline function, so that hot paths (a KV row's load) may ask it per call.
 #pragma once
 
 namespace infokv {
 
-// AVX2 + FMA + F16C: the x86-64-v3 subset the CPU kernels' fast paths use. F16C is read from CPUID directly
-// because clang's __builtin_cpu_supports does not know the "f16c" feature name.
+namespace cpu_probe {
+bool avx2_fma_f16c();
+bool avx512();
+bool avx512_vnni();
+}  // namespace cpu_probe
+
+// AVX2 + FMA + F16C: the x86-64-v3 subset the CPU kernels' fast paths use (IKV_TARGET_AVX2 in simd.hpp). F16C is read
+// from CPUID directly because clang's __builtin_cpu_supports does not know the "f16c" feature name.
 // The environment variable INFOKV_CPU_KERNELS=portable makes it false on any CPU (read once, at the first call).
-bool cpu_has_avx2_fma_f16c();
+inline bool cpu_has_avx2_fma_f16c() {
+  static const bool ok = cpu_probe::avx2_fma_f16c();
+  return ok;
+}
 
-// AVX-512 F/BW/VL/DQ on top of the above (the OS saving the 512-bit state): the matrix tiles' and decode dots'
-// wider path.
+// AVX-512 F/BW/VL/DQ on top of the above (the OS saving the 512-bit state; IKV_TARGET_AVX512): the matrix tiles' and
+// decode dots' wider path.
 // INFOKV_CPU_KERNELS=avx2 (or portable) makes it false on any CPU, so one machine can test every path.
-bool cpu_has_avx512();
+inline bool cpu_has_avx512() {
+  static const bool ok = cpu_probe::avx512();
+  return ok;
+}
 
-// AVX-512 VNNI on top of cpu_has_avx512 (vpdpbusd: the 8-bit-activation decode products of matmul_act8.hpp).
-// False wherever cpu_has_avx512 is (INFOKV_CPU_KERNELS=avx2 or portable).
-bool cpu_has_avx512_vnni();
+// AVX-512 VNNI on top of cpu_has_avx512 (vpdpbusd, vpdpwssd: the integer-activation products of matmul_act8.hpp and
+// matmul_i16.hpp; IKV_TARGET_AVX512_VNNI). False wherever cpu_has_avx512 is (INFOKV_CPU_KERNELS=avx2 or portable).
+inline bool cpu_has_avx512_vnni() {
+  static const bool ok = cpu_probe::avx512_vnni();
+  return ok;
+}
 
 // How quantised weights are multiplied: with f32 activations (exact: each block's weights widened to f32), with
 // the activations rounded to 8-bit integers per block as llama.cpp does (int8), or to 16-bit precision (int16:

@@ -43,7 +43,7 @@ __attribute__((target("avx2,fma"))) void swiglu_avx2(float *out, const float *ga
 
 void swiglu(float *out, const float *gate, const float *up, int64_t n) {
 #if IKV_X86
-  if (have_f16c()) {
+  if (cpu_has_avx2_fma_f16c()) {
     swiglu_avx2(out, gate, up, n);
     return;
   }

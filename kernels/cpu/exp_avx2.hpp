@@ -1,5 +1,5 @@
 // exp over eight floats in AVX2, shared by the softmax (attention_math.hpp) and SwiGLU (elementwise.cpp). Internal
-// to kernels/cpu; callers check the CPU (have_f16c) before calling it.
+// to kernels/cpu; callers check the CPU (cpu_has_avx2_fma_f16c) before calling it.
 #pragma once
 #include "kernels/cpu/simd.hpp"
 

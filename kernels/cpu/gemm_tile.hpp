@@ -229,7 +229,7 @@ TileFn pick_in(int rm, int rn) {
 
 template <WKind K>
 TileFn pick(int rm, int rn) {
-  static const bool wide = cpu_has_avx512();
+  const bool wide = cpu_has_avx512();
   return wide ? pick_in<K, true>(rm, rn) : pick_in<K, false>(rm, rn);
 }
 

@@ -29,11 +29,6 @@ __attribute__((target("avx2,f16c"))) inline void load_f16_hw(float *dst, const u
 }
 #endif
 
-inline bool have_f16c() {
-  static const bool ok = cpu_has_avx2_fma_f16c();
-  return ok;
-}
-
 #if IKV_X86
 // F16C's conversion rounds to nearest even like float_to_fp16, and gives the same bits for every float but NaN
 // (checked over all 2^32 inputs): it keeps a NaN's payload where float_to_fp16 gives the plain quiet NaN, so a block
@@ -93,11 +88,6 @@ __attribute__((target("avx2,f16c"))) inline void load_q4_0_hw(float *dst, const 
 
 #endif  // IKV_X86
 
-inline bool have_avx512f() {
-  static const bool ok = cpu_has_avx512();
-  return ok;
-}
-
 // n floats stored as dtype t at dst (round to nearest even; the quantised dtypes take whole blocks, n a multiple of
 // kKvQuantBlock).
 inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
@@ -106,7 +96,7 @@ inline void store_row(uint8_t *dst, const float *src, int32_t n, KvDtype t) {
     case KvDtype::f16: {
       auto *d = reinterpret_cast<uint16_t *>(dst);
 #if IKV_X86
-      if (have_f16c()) {
+      if (cpu_has_avx2_fma_f16c()) {
         store_f16_hw(d, src, n);
         break;
       }
@@ -134,11 +124,11 @@ inline void load_row(float *dst, const uint8_t *src, int32_t n, KvDtype t);
 inline void load_row_rotated(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
   if (t == KvDtype::q8_0) {
 #if IKV_X86
-    if (have_avx512f()) {
+    if (cpu_has_avx512()) {
       load_q8_0_512(dst, src, n / kvq::kBlock);
       return;
     }
-    if (have_f16c()) {
+    if (cpu_has_avx2_fma_f16c()) {
       load_q8_0_hw(dst, src, n / kvq::kBlock);
       return;
     }
@@ -146,7 +136,7 @@ inline void load_row_rotated(float *dst, const uint8_t *src, int32_t n, KvDtype 
     for (int32_t i = 0; i < n; i += kvq::kBlock, src += kvq::kQ8Bytes) kvq::dequantize_q8_0_rotated(dst + i, src);
   } else if (t == KvDtype::q4_0) {
 #if IKV_X86
-    if (have_f16c()) {
+    if (cpu_has_avx2_fma_f16c()) {
       load_q4_0_hw(dst, src, n / kvq::kBlock);
       return;
     }
@@ -164,7 +154,7 @@ inline void load_row(float *dst, const uint8_t *src, int32_t n, KvDtype t) {
     case KvDtype::f16: {
       const auto *s = reinterpret_cast<const uint16_t *>(src);
 #if IKV_X86
-      if (have_f16c()) {
+      if (cpu_has_avx2_fma_f16c()) {
         load_f16_hw(dst, s, n);
         break;
       }

@@ -255,7 +255,7 @@ bool matmul_grouped(float *out, const float *x, const void *w, uint32_t w_type, 
     return true;
   }
 #if IKV_X86
-  static const bool wide = cpu_has_avx512();
+  const bool wide = cpu_has_avx512();
   const bool decode = n < kDecodeTokens;
   const GroupsFn fn = kind == WKind::f16 ? groups_fn<WKind::f16>(decode, wide) : groups_fn<WKind::bf16>(decode, wide);
   if (decode) {

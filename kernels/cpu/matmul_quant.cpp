@@ -529,20 +529,13 @@ IKV_TARGET_AVX2 void rows_fused(float *out, const float *x, const uint8_t *w, in
   }
 }
 
-bool have_avx2_fma() {
-  static const bool ok = cpu_has_avx2_fma_f16c();
-  return ok;
-}
-
-bool have_panels() { return have_avx2_fma() && cpu_has_avx512(); }
-
 template <Fused K>
 RowsFn fused_rows(bool wide) {
   return wide ? rows_fused<K, true> : rows_fused<K, false>;
 }
 
 RowsFn rows_for(uint32_t type) {
-  if (!have_avx2_fma()) return rows_portable(type);
+  if (!cpu_has_avx2_fma_f16c()) return rows_portable(type);
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, 32, 18, false>;
     case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, 32, 20, false>;
@@ -641,8 +634,8 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   int32_t qmax = 0;
   if (i16_prefill(w_type, n, k, &qmax)) return matmul_i16(out, x, w, w_type, n, m, k, qmax, pool);
 #if IKV_X86
-  if (n < 4 && have_avx2_fma()) {
-    static const bool wide = cpu_has_avx512();
+  if (n < 4 && cpu_has_avx2_fma_f16c()) {
+    const bool wide = cpu_has_avx512();
     switch (static_cast<GgmlType>(w_type)) {
       case GgmlType::Q4_0: fn = fused_rows<Fused::q4_0>(wide); break;
       case GgmlType::Q4_1: fn = fused_rows<Fused::q4_1>(wide); break;
@@ -662,7 +655,7 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
   // more token.
   auto grain = [k](int64_t nt) { return tile::rows_per_item((nt + 1) * k); };
 #if IKV_X86
-  static const bool panels = have_panels();
+  const bool panels = cpu_has_avx512();
   if (n >= kPanelMinTokens && panels) {
     // tokens kPanelSpan at a time: packed into transposed panels (shared by the threads), then every row over them
     fn = panels_for(w_type);
@@ -698,7 +691,7 @@ bool matmul_quant(float *out, const float *x, const void *w, uint32_t w_type, in
 
 int64_t chunk_invariant_from() {
 #if IKV_X86
-  static const bool panels = have_panels();
+  const bool panels = cpu_has_avx512();
   return panels ? kPanelMinTokens : 0;
 #else
   return 0;

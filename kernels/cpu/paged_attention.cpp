@@ -137,9 +137,9 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
 void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv, int32_t g,
                  int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
 #if IKV_X86
-  static const bool wide = cpu_has_avx512();
+  const bool wide = cpu_has_avx512();
   if (wide) return attend_tile_avx512(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
-  if (have_f16c()) return attend_tile_avx2(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
+  if (cpu_has_avx2_fma_f16c()) return attend_tile_avx2(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 #endif
   attend_tile_generic(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 }
@@ -218,11 +218,11 @@ void attend_chunk_tile(float *o, float *m, double *l, const float *q, int64_t t0
                        const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk, float scale,
                        float *p, float *kvbuf, UnitOf unit_of) {
 #if IKV_X86
-  static const bool wide = cpu_has_avx512();
+  const bool wide = cpu_has_avx512();
   if (wide)
     return attend_chunk_tile_avx512(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf,
                                     unit_of);
-  if (have_f16c())
+  if (cpu_has_avx2_fma_f16c())
     return attend_chunk_tile_avx2(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
 #endif
   attend_chunk_tile_generic(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
