@@ -195,7 +195,7 @@ int32_t ikv_engine_stat(int64_t *out, const ikv_engine *engine, int32_t stat) {
         *out = stat == IKV_ENGINE_STAT_PREFIX_SAVES ? ps.saves : stat == IKV_ENGINE_STAT_PREFIX_REFUSED ? ps.refused : ps.store_errors;
         break;
       }
-      default: fail(Status::invalid_argument, "stat = " + std::to_string(stat) + " is not an IKV_ENGINE_STAT_* value (1..16)");
+      default: fail(Status::invalid_argument, "stat = " + std::to_string(stat) + " is not an IKV_ENGINE_STAT_* value (1..17)");
     }
     return IKV_OK;
   });

@@ -573,16 +573,25 @@ void Engine::recompute(Conversation &c) {
       if (e.status() != Status::kv_full) throw;
       seq = -1;  // no room for the whole front now: prefilled, in no more than the kept set and a chunk
     }
-    if (seq < 0) hit = 0;
-    else update_rate(stats_.restore_bytes_per_s, static_cast<double>(s.info(seq).bytes), since(t0));
+    if (seq < 0) {
+      hit = 0;
+    } else {
+      update_rate(stats_.restore_bytes_per_s, static_cast<double>(s.info(seq).bytes), since(t0));
+      // The policy's per-token evidence (slot channels) as a recompute without the cache leaves it (the rest is
+      // prefilled with the policy off): the same state either way, not a front with evidence beside a back without.
+      for (LayerSlots &L : s.kv().seq_mut(seq).layers)
+        for (std::vector<float> &ch : L.channels) std::fill(ch.begin(), ch.end(), 0.0f);
+    }
   }
   // The tokens are prefilled with compression off and the sequence cut back to the kept set after each chunk: the
   // same positions as before in every layer, in no more memory than the kept set and one chunk.
   const CompressionConfig off;  // policy none (a quality target or budget without a policy would be invalid)
+  Clock::time_point t_prefill;
   try {
     if (seq < 0) seq = s.add_sequence();
     if (c.compressed && hit > 0) cut_to(s, seq, c.kept);
     comp.set_config(off);
+    t_prefill = Clock::now();
     const size_t from = static_cast<size_t>(hit);
     for (size_t b = from, e = from; b < n; b = e) {
       e = from + s.next_cut(n - from, b - from, static_cast<size_t>(chunk()));
@@ -598,7 +607,7 @@ void Engine::recompute(Conversation &c) {
     throw;
   }
   const double secs = since(t0);
-  if (hit == 0) update_rate(stats_.prefill_tokens_per_s, static_cast<double>(n), secs);
+  update_rate(stats_.prefill_tokens_per_s, static_cast<double>(n) - static_cast<double>(hit), since(t_prefill));
   stats_.recomputed_tokens += static_cast<int64_t>(n) - hit;
   stats_.recompute_hit_tokens += hit;
   // Recomputed without the policy: a policy that sums attention runs every query in one pass, and without it long

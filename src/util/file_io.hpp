@@ -38,7 +38,8 @@ std::string read_regular_file(const std::string &path, int64_t max_bytes = INT64
 // given a unique name (`.<name>.<random>.tmp`, created with O_EXCL) only at commit; otherwise that named file from
 // the start. New files get mode 0666 & ~umask, like any new file. commit() fsyncs the file, renames it over `path`
 // and fsyncs the directory (Sync::scratch: renames only, for files that need not outlive the process, such as the
-// engine's spill files: still whole or absent under `path`, but possibly lost in a crash of the machine). Every
+// engine's spill files: whole or absent under `path` for other processes and after this one is killed, but after a
+// crash of the machine possibly absent, empty or partial). Every
 // failure, and destruction without commit(), removes the temporary; a process killed during the writes leaves nothing
 // behind where O_TMPFILE works (a `.<name>.*.tmp` file elsewhere). Throws Error(io).
 class AtomicFile {

@@ -96,7 +96,8 @@ IKV_API int32_t ikv_engine_create(ikv_engine **out, ikv_model *model, const ikv_
  * its tokens compared one by one; one that fails is erased (IKV_ENGINE_STAT_PREFIX_REFUSED). A store that is down,
  * slow or answers garbage costs a prefill, not a failure (IKV_ENGINE_STAT_PREFIX_STORE_ERRORS; retried after 5 s).
  * A conversation dropped to make room is recomputed from the longest cached prefix of its tokens when there is one
- * (IKV_ENGINE_STAT_RECOMPUTE_HIT_TOKENS), and the cost model counts that prefix at the measured restore rate.
+ * and it fits the pool (IKV_ENGINE_STAT_RECOMPUTE_HIT_TOKENS), and the cost model counts the prefix the memory and
+ * disk tiers hold at the measured restore rate.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (negative memory_bytes); IKV_ERR_IO (disk_dir cannot be made: nothing
  *         changed); IKV_ERR_BAD_HANDLE.
  */

@@ -373,13 +373,13 @@ TEST(PrefixCache, AStoreThatStopsAnsweringMidwayCostsOneTimeoutAndAPrefill) {
   }  // its writer has put the entry in Redis
   {
     Engine e(infokv_test::stories_model(), o);
-    const auto other = tokens(infokv_test::test_seed() + 5, 100);
-    EXPECT_EQ(answer(e, other), answer(ref, other));  // a lookup: the engine's connection is open
+    const auto other = tokens(infokv_test::test_seed() + 5, 20);  // under min_tokens: looked up, never saved
+    EXPECT_EQ(answer(e, other), answer(ref, other));  // the lookup opened the engine's connection
     ASSERT_EQ(e.prefix_cache()->stats().store_errors, 0) << e.prefix_cache()->notes().back();
     ASSERT_EQ(::kill(srv.pid, SIGSTOP), 0);
     const auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(answer(e, a), want);
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
     EXPECT_EQ(e.stats().prefix_hits, 0);
     EXPECT_GE(e.prefix_cache()->stats().store_errors, 1);
     ASSERT_FALSE(e.prefix_cache()->notes().empty());
