@@ -61,75 +61,114 @@ inline std::pair<const void *, KvDtype> block_src(const PagedKv &kv, int32_t s0,
   return {kvbuf, KvDtype::f32};
 }
 
-// The SCORES and FLUSH steps of the AVX2 and portable tiles: each query's group scored at once (no batch).
+// The steps that differ between the tiles of each ISA, as static members of one type per ISA, so that one body
+// (attend_tile_body, attend_chunk_body) holds the tile's loops for all of them: score a query's group against one K
+// block (scores) and finish what a batch of queries held back (flush: only the AVX-512 tile batches queries), add
+// weighted V rows (wsum_rows), and which blocks may be read in place by a tile of one query (kDirect, block_src).
+// The bodies carry no target attribute and are always inlined, into functions that do (attend_tile_avx2, ...), so
+// that each ISA's steps are inlined into its own copy of the loops.
+struct PortableSteps {
+  static constexpr int kDirect = kWiden;
+  static void scores(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt, int32_t cnt,
+                     int32_t hd, float scale, ScoreBatch &) {
+    scores_s(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
+  }
+  static void flush(ScoreBatch &, const void *, int32_t, float) {}
+  static void wsum_rows(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
+    wsum_rows_s(rows, n, vb, dt, hd);
+  }
+};
+
 #if IKV_X86
-IKV_TARGET_AVX2 inline void scores_v_b(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
-                                int32_t cnt, int32_t hd, float scale, ScoreBatch &) {
-  scores_v(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
-}
+struct Avx2Steps {
+  static constexpr int kDirect = kDirectFloat;
+  IKV_TARGET_AVX2 static void scores(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb,
+                                     KvDtype dt, int32_t cnt, int32_t hd, float scale, ScoreBatch &) {
+    scores_v(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
+  }
+  static void flush(ScoreBatch &, const void *, int32_t, float) {}
+  IKV_TARGET_AVX2 static void wsum_rows(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
+    wsum_rows_v(rows, n, vb, dt, hd);
+  }
+};
+
+struct Avx512Steps {
+  static constexpr int kDirect = kDirectQ8;
+  IKV_TARGET_AVX512 static void scores(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb,
+                                       KvDtype dt, int32_t cnt, int32_t hd, float scale, ScoreBatch &batch) {
+    scores_b512(ph, pstride, qg, group, kb, dt, cnt, hd, scale, batch);
+  }
+  IKV_TARGET_AVX512 static void flush(ScoreBatch &batch, const void *kb, int32_t hd, float scale) {
+    scores_flush512(batch, kb, hd, scale);
+  }
+  IKV_TARGET_AVX512 static void wsum_rows(const WsumRow *rows, int n, const void *vb, KvDtype dt, int32_t hd) {
+    wsum_rows_v512(rows, n, vb, dt, hd);
+  }
+};
 #endif
-inline void scores_s_b(float *ph, int64_t pstride, const float *qg, int32_t group, const void *kb, KvDtype dt,
-                       int32_t cnt, int32_t hd, float scale, ScoreBatch &) {
-  scores_s(ph, pstride, qg, group, kb, dt, cnt, hd, scale);
-}
-inline void no_flush(ScoreBatch &, const void *, int32_t, float) {}
 
 // Queries t0 .. t1-1 of one KV head g over one view, query t seeing vis0 + t slots: each K and V block is converted
 // once for the whole tile instead of once per query. Each query's scores for the group's heads, their softmax and
 // the weighted sum of V are computed in the same order whatever the tile, so a tile of one query (t0 = 0, t1 = 1,
 // vis0 = its visible count: how a decode step is attended) gives the same bits as that query in any tile.
-// p: [t1 - t0][group][vis0 + t1 - 1] scratch (row hh of query t at (t - t0) * group * max_vis + hh * vis),
-// kvbuf: [block_size][head_dim] scratch.
-#define IKV_ATTEND_TILE_BODY(SCORES, FLUSH, WSUM_ROWS, DIRECT)                                                         \
-  const int32_t hd = kv.head_dim;                                                                                      \
-  const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);                                                         \
-  const int64_t qstride = static_cast<int64_t>(group) * max_vis;                                                       \
-  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                            \
-    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, max_vis - s0), t1 - t0 == 1 ? DIRECT : kWiden, kvbuf);    \
-    ScoreBatch batch;                                                                                                  \
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
-      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);                     \
-      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                      \
-      SCORES(p + (t - t0) * qstride + s0, vis, qg, group, blk.first, blk.second, cnt, hd, scale, batch);               \
-    }                                                                                                                  \
-    FLUSH(batch, blk.first, hd, scale);                                                                                \
-  }                                                                                                                    \
-  for (int64_t t = t0; t < t1; ++t) {                                                                                  \
-    const int32_t vis = vis0 + static_cast<int32_t>(t);                                                                \
-    for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis, vis); \
-    float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                            \
-    std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);                                                        \
-  }                                                                                                                    \
-  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {                                                            \
-    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, max_vis - s0), t1 - t0 == 1 ? DIRECT : kWiden, kvbuf);    \
-    WsumRow rows[kWsumRows];                                                                                           \
-    int nr = 0;                                                                                                        \
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
-      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);                     \
-      for (int32_t hh = 0; hh < group; ++hh) {                                                                         \
-        rows[nr++] = {out + (t * n_heads + static_cast<int64_t>(g) * group + hh) * hd,                                 \
-                      p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0, cnt};                              \
-        if (nr == kWsumRows) WSUM_ROWS(rows, nr, blk.first, blk.second, hd), nr = 0;                                   \
-      }                                                                                                                \
-    }                                                                                                                  \
-    if (nr > 0) WSUM_ROWS(rows, nr, blk.first, blk.second, hd);                                                        \
+// out, q: [n_q][n_heads][head_dim] (rows t0 .. t1-1 used); p: [t1 - t0][group][vis0 + t1 - 1] scratch (row hh of
+// query t at (t - t0) * group * max_vis + hh * vis); kvbuf: [block_size][head_dim] scratch.
+template <class Steps>
+inline __attribute__((always_inline)) void attend_tile_body(float *out, const float *q, int64_t t0, int64_t t1,
+                                                            int32_t n_heads, const PagedKv &kv, int32_t g, int32_t group,
+                                                            int32_t vis0, float scale, float *p, float *kvbuf) {
+  const int32_t hd = kv.head_dim;
+  const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);
+  const int64_t qstride = static_cast<int64_t>(group) * max_vis;
+  const int direct = t1 - t0 == 1 ? Steps::kDirect : kWiden;
+  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {
+    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, max_vis - s0), direct, kvbuf);
+    ScoreBatch batch;
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {
+      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      Steps::scores(p + (t - t0) * qstride + s0, vis, qg, group, blk.first, blk.second, cnt, hd, scale, batch);
+    }
+    Steps::flush(batch, blk.first, hd, scale);
   }
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t vis = vis0 + static_cast<int32_t>(t);
+    for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis, vis);
+    float *og = out + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+    std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);
+  }
+  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {
+    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, max_vis - s0), direct, kvbuf);
+    WsumRow rows[kWsumRows];
+    int nr = 0;
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {
+      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);
+      for (int32_t hh = 0; hh < group; ++hh) {
+        rows[nr++] = {out + (t * n_heads + static_cast<int64_t>(g) * group + hh) * hd,
+                      p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis + s0, cnt};
+        if (nr == kWsumRows) Steps::wsum_rows(rows, nr, blk.first, blk.second, hd), nr = 0;
+      }
+    }
+    if (nr > 0) Steps::wsum_rows(rows, nr, blk.first, blk.second, hd);
+  }
+}
 
 #if IKV_X86
 IKV_TARGET_AVX2 void attend_tile_avx2(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
-                               int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, kDirectFloat)
+                                      int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
+  attend_tile_body<Avx2Steps>(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 }
 
-IKV_TARGET_AVX512 void attend_tile_avx512(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
-                                   int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, kDirectQ8)
+IKV_TARGET_AVX512 void attend_tile_avx512(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
+                                          const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, float scale, float *p,
+                                          float *kvbuf) {
+  attend_tile_body<Avx512Steps>(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 }
 #endif
 
 void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                          int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
-  IKV_ATTEND_TILE_BODY(scores_s_b, no_flush, wsum_rows_s, kWiden)
+  attend_tile_body<PortableSteps>(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 }
 
 // The tile a CPU takes: AVX-512, AVX2 or portable. All three give the same bits for the AVX2-capable paths (the
@@ -137,14 +176,11 @@ void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int
 void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv, int32_t g,
                  int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
 #if IKV_X86
-  const bool wide = cpu_has_avx512();
-  if (wide) return attend_tile_avx512(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
+  if (cpu_has_avx512()) return attend_tile_avx512(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
   if (cpu_has_avx2_fma_f16c()) return attend_tile_avx2(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 #endif
   attend_tile_generic(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 }
-
-#undef IKV_ATTEND_TILE_BODY
 
 // Chunk [b0, b0 + chunk) of one KV head g for the queries t0 .. t1-1 (query t sees vis0 + t slots), every K/V block
 // converted once for the tile. For each query that sees into the chunk and each query head hh of the group, unit
@@ -152,57 +188,64 @@ void attend_tile(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_h
 // unnormalised exp(s - m)-weighted sum of V o[(u * group + hh) * head_dim ...] (merged by merge_chunks). One query
 // (t0 = 0, t1 = 1, vis0 = its visible count) gives the same bits as in any tile.
 // p: [t1 - t0][group][chunk] scratch, kvbuf: [block_size][head_dim] scratch; b0 is a multiple of block_size.
-#define IKV_PARTIAL_TILE_BODY(SCORES, FLUSH, WSUM_ROWS, DIRECT)                                                        \
-  const int32_t hd = kv.head_dim;                                                                                      \
-  const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);                                     \
-  const int64_t qstride = static_cast<int64_t>(group) * chunk;                                                         \
-  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                             \
-    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, b_end - s0), t1 - t0 == 1 ? DIRECT : kWiden, kvbuf);      \
-    ScoreBatch batch;                                                                                                  \
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
-      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                            \
-      const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                            \
-      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;                                      \
-      SCORES(p + (t - t0) * qstride + (s0 - b0), n, qg, group, blk.first, blk.second, cnt, hd, scale, batch);          \
-    }                                                                                                                  \
-    FLUSH(batch, blk.first, hd, scale);                                                                                \
-  }                                                                                                                    \
-  for (int64_t t = std::max<int64_t>(t0, b0 - vis0 + 1); t < t1; ++t) {                                                \
-    const int32_t n = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk) - b0;                                       \
-    const int64_t u = unit_of(t);                                                                                      \
-    for (int32_t hh = 0; hh < group; ++hh)                                                                             \
-      l[u * group + hh] = exp_shifted(p + (t - t0) * qstride + static_cast<int64_t>(hh) * n, n, &m[u * group + hh]);   \
-    std::fill(o + u * group * hd, o + (u + 1) * group * hd, 0.0f);                                                     \
-  }                                                                                                                    \
-  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {                                                             \
-    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, b_end - s0), t1 - t0 == 1 ? DIRECT : kWiden, kvbuf);      \
-    WsumRow rows[kWsumRows];                                                                                           \
-    int nr = 0;                                                                                                        \
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {                                              \
-      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;                            \
-      const int32_t cnt = std::min(kv.block_size, b1 - s0);                                                            \
-      const int64_t u = unit_of(t);                                                                                    \
-      for (int32_t hh = 0; hh < group; ++hh) {                                                                         \
-        rows[nr++] = {o + (u * group + hh) * hd, p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0), cnt}; \
-        if (nr == kWsumRows) WSUM_ROWS(rows, nr, blk.first, blk.second, hd), nr = 0;                                   \
-      }                                                                                                                \
-    }                                                                                                                  \
-    if (nr > 0) WSUM_ROWS(rows, nr, blk.first, blk.second, hd);                                                        \
+template <class Steps, typename UnitOf>
+inline __attribute__((always_inline)) void attend_chunk_body(float *o, float *m, double *l, const float *q, int64_t t0,
+                                                             int64_t t1, int32_t n_heads, const PagedKv &kv, int32_t g,
+                                                             int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
+                                                             float scale, float *p, float *kvbuf, UnitOf unit_of) {
+  const int32_t hd = kv.head_dim;
+  const int32_t b_end = std::min(vis0 + static_cast<int32_t>(t1 - 1), b0 + chunk);
+  const int64_t qstride = static_cast<int64_t>(group) * chunk;
+  const int direct = t1 - t0 == 1 ? Steps::kDirect : kWiden;
+  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {
+    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, b_end - s0), direct, kvbuf);
+    ScoreBatch batch;
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {
+      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;
+      const int32_t cnt = std::min(kv.block_size, b1 - s0);
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      Steps::scores(p + (t - t0) * qstride + (s0 - b0), n, qg, group, blk.first, blk.second, cnt, hd, scale, batch);
+    }
+    Steps::flush(batch, blk.first, hd, scale);
   }
+  for (int64_t t = std::max<int64_t>(t0, b0 - vis0 + 1); t < t1; ++t) {
+    const int32_t n = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk) - b0;
+    const int64_t u = unit_of(t);
+    for (int32_t hh = 0; hh < group; ++hh)
+      l[u * group + hh] = exp_shifted(p + (t - t0) * qstride + static_cast<int64_t>(hh) * n, n, &m[u * group + hh]);
+    std::fill(o + u * group * hd, o + (u + 1) * group * hd, 0.0f);
+  }
+  for (int32_t s0 = b0; s0 < b_end; s0 += kv.block_size) {
+    const auto blk = block_src(kv, s0, g, 1, std::min(kv.block_size, b_end - s0), direct, kvbuf);
+    WsumRow rows[kWsumRows];
+    int nr = 0;
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {
+      const int32_t b1 = std::min(vis0 + static_cast<int32_t>(t), b0 + chunk), n = b1 - b0;
+      const int32_t cnt = std::min(kv.block_size, b1 - s0);
+      const int64_t u = unit_of(t);
+      for (int32_t hh = 0; hh < group; ++hh) {
+        rows[nr++] = {o + (u * group + hh) * hd, p + (t - t0) * qstride + static_cast<int64_t>(hh) * n + (s0 - b0), cnt};
+        if (nr == kWsumRows) Steps::wsum_rows(rows, nr, blk.first, blk.second, hd), nr = 0;
+      }
+    }
+    if (nr > 0) Steps::wsum_rows(rows, nr, blk.first, blk.second, hd);
+  }
+}
 
 #if IKV_X86
 template <typename UnitOf>
-IKV_TARGET_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
-                                     const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
-                                     float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_v_b, no_flush, wsum_rows_v, kDirectFloat)
+IKV_TARGET_AVX2 void attend_chunk_tile_avx2(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1,
+                                            int32_t n_heads, const PagedKv &kv, int32_t g, int32_t group, int32_t vis0,
+                                            int32_t b0, int32_t chunk, float scale, float *p, float *kvbuf, UnitOf unit_of) {
+  attend_chunk_body<Avx2Steps>(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
 }
 
 template <typename UnitOf>
 IKV_TARGET_AVX512 void attend_chunk_tile_avx512(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1,
-                                         int32_t n_heads, const PagedKv &kv, int32_t g, int32_t group, int32_t vis0,
-                                         int32_t b0, int32_t chunk, float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_b512, scores_flush512, wsum_rows_v512, kDirectQ8)
+                                                int32_t n_heads, const PagedKv &kv, int32_t g, int32_t group, int32_t vis0,
+                                                int32_t b0, int32_t chunk, float scale, float *p, float *kvbuf,
+                                                UnitOf unit_of) {
+  attend_chunk_body<Avx512Steps>(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
 }
 #endif
 
@@ -210,7 +253,7 @@ template <typename UnitOf>
 void attend_chunk_tile_generic(float *o, float *m, double *l, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
                                const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk,
                                float scale, float *p, float *kvbuf, UnitOf unit_of) {
-  IKV_PARTIAL_TILE_BODY(scores_s_b, no_flush, wsum_rows_s, kWiden)
+  attend_chunk_body<PortableSteps>(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
 }
 
 template <typename UnitOf>
@@ -218,8 +261,7 @@ void attend_chunk_tile(float *o, float *m, double *l, const float *q, int64_t t0
                        const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, int32_t b0, int32_t chunk, float scale,
                        float *p, float *kvbuf, UnitOf unit_of) {
 #if IKV_X86
-  const bool wide = cpu_has_avx512();
-  if (wide)
+  if (cpu_has_avx512())
     return attend_chunk_tile_avx512(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf,
                                     unit_of);
   if (cpu_has_avx2_fma_f16c())
@@ -227,8 +269,6 @@ void attend_chunk_tile(float *o, float *m, double *l, const float *q, int64_t t0
 #endif
   attend_chunk_tile_generic(o, m, l, q, t0, t1, n_heads, kv, g, group, vis0, b0, chunk, scale, p, kvbuf, unit_of);
 }
-
-#undef IKV_PARTIAL_TILE_BODY
 
 // og[group][head_dim] = the attention output from n_chunks partial results (o, m, l as attend_chunk_* writes them,
 // chunk c at o + c * group * hd, m/l + c * group), rescaled to the common max and normalised. Chunks in order.
