@@ -46,7 +46,7 @@ struct ScoreBatch {
 using cpu::exp256;
 
 // p[j] = exp(p[j] - max p) for j < n; returns the sum and stores the max in *mx (n >= 1).
-__attribute__((target("avx2,fma"))) inline double exp_shifted_avx2(float *p, int32_t n, float *mx_out) {
+IKV_TARGET_AVX2 inline double exp_shifted_avx2(float *p, int32_t n, float *mx_out) {
   __m256 mv = _mm256_set1_ps(-INFINITY);
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(p + j));
@@ -92,7 +92,7 @@ inline double exp_shifted(float *p, int32_t n, float *mx_out) {
 }
 
 #if IKV_X86
-__attribute__((target("avx2,fma"))) inline void scale_avx2(float *p, int32_t n, float f) {
+IKV_TARGET_AVX2 inline void scale_avx2(float *p, int32_t n, float f) {
   const __m256 fv = _mm256_set1_ps(f);
   int32_t j = 0;
   for (; j + 8 <= n; j += 8) _mm256_storeu_ps(p + j, _mm256_mul_ps(_mm256_loadu_ps(p + j), fv));

@@ -22,12 +22,12 @@ namespace {
 // below gives a tiny multiple of g (std::exp's path gives -0 there), and a NaN gate stays NaN. Every element goes
 // through the same lane arithmetic, the tail too (padded to eight), so an element's result does not depend on where
 // it sits in the array: a row's activations are the same batched or alone.
-__attribute__((target("avx2,fma"))) inline __m256 silu_mul8(__m256 g, __m256 u) {
+IKV_TARGET_AVX2 inline __m256 silu_mul8(__m256 g, __m256 u) {
   const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
   return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
-__attribute__((target("avx2,fma"))) void swiglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
+IKV_TARGET_AVX2 void swiglu_avx2(float *out, const float *gate, const float *up, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, silu_mul8(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));

@@ -7,7 +7,7 @@
 namespace infokv {
 namespace cpu {
 
-__attribute__((target("avx2,fma"))) inline __m256 exp256(__m256 x) {
+IKV_TARGET_AVX2 inline __m256 exp256(__m256 x) {
   // Cephes-style exp: range reduction by ln 2, degree-6 polynomial; ~2 ulp over the clamped range.
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
   __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));

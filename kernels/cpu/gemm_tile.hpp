@@ -57,7 +57,7 @@ inline float load1(const void *w, int64_t i, WKind kind) {
 }
 
 #if IKV_X86
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
+IKV_TARGET_AVX2 inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v);
   __m128 hi = _mm256_extractf128_ps(v, 1);
   lo = _mm_add_ps(lo, hi);
@@ -71,12 +71,12 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
 // The lane sums of a[0..7] as one vector (sum k in lane k), each added in exactly hsum's order,
 // ((x0 + x4) + (x1 + x5)) + ((x2 + x6) + (x3 + x7)): the same bits as eight hsum calls for about the cost of three.
 // Per 128-bit half, [y0 + y1 of u, of v, y2 + y3 of u, of v].
-__attribute__((target("avx2,fma"))) inline __attribute__((always_inline)) __m256 hsum8_pair(__m256 u, __m256 v) {
+IKV_TARGET_AVX2 inline __attribute__((always_inline)) __m256 hsum8_pair(__m256 u, __m256 v) {
   const __m256 lo = _mm256_unpacklo_ps(u, v), hi = _mm256_unpackhi_ps(u, v);
   return _mm256_add_ps(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
-__attribute__((target("avx2,fma"))) inline __attribute__((always_inline)) __m256 hsum8(const __m256 a[8]) {
+IKV_TARGET_AVX2 inline __attribute__((always_inline)) __m256 hsum8(const __m256 a[8]) {
   __m256 e[4];  // e[k] = [lo + hi of a[k] | lo + hi of a[k + 4]]: lane i holds y_i = x_i + x_{i+4}
   for (int k = 0; k < 4; ++k)
     e[k] = _mm256_add_ps(_mm256_permute2f128_ps(a[k], a[k + 4], 0x20), _mm256_permute2f128_ps(a[k], a[k + 4], 0x31));

@@ -22,7 +22,7 @@ inline uint8_t *slot_ptr(const PagedKv &kv, int32_t slot, int32_t h, int which) 
 }
 
 #if IKV_X86
-__attribute__((target("avx2,f16c"))) inline void load_f16_hw(float *dst, const uint16_t *s, int32_t n) {
+IKV_TARGET_AVX2 inline void load_f16_hw(float *dst, const uint16_t *s, int32_t n) {
   int32_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i))));
   for (; i < n; ++i) dst[i] = fp16_to_float(s[i]);
@@ -33,7 +33,7 @@ __attribute__((target("avx2,f16c"))) inline void load_f16_hw(float *dst, const u
 // F16C's conversion rounds to nearest even like float_to_fp16, and gives the same bits for every float but NaN
 // (checked over all 2^32 inputs): it keeps a NaN's payload where float_to_fp16 gives the plain quiet NaN, so a block
 // holding a NaN goes through float_to_fp16.
-__attribute__((target("avx2,f16c"))) inline void store_f16_hw(uint16_t *d, const float *s, int32_t n) {
+IKV_TARGET_AVX2 inline void store_f16_hw(uint16_t *d, const float *s, int32_t n) {
   int32_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(s + i);
@@ -49,7 +49,7 @@ __attribute__((target("avx2,f16c"))) inline void store_f16_hw(uint16_t *d, const
 
 // q8_0 blocks widened with AVX2, in the rotated basis: the same products as kvq::dequantize_q8_0_rotated (an int8
 // times an f16 scale is exact in f32), eight at a time.
-__attribute__((target("avx2,f16c"))) inline void load_q8_0_hw(float *dst, const uint8_t *b, int64_t n_blocks) {
+IKV_TARGET_AVX2 inline void load_q8_0_hw(float *dst, const uint8_t *b, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i, b += kvq::kQ8Bytes, dst += kvq::kBlock) {
     const __m256 d = _mm256_set1_ps(kvq::scale_of(b));
     for (int j = 0; j < kvq::kBlock; j += 8) {
@@ -61,7 +61,7 @@ __attribute__((target("avx2,f16c"))) inline void load_q8_0_hw(float *dst, const 
 
 // The same, sixteen at a time (AVX-512): half the instructions, which is what widening a q8_0 block costs next to an
 // f16 one's (vcvtph2ps inside the products).
-__attribute__((target("avx512f"))) inline void load_q8_0_512(float *dst, const uint8_t *b, int64_t n_blocks) {
+IKV_TARGET_AVX512 inline void load_q8_0_512(float *dst, const uint8_t *b, int64_t n_blocks) {
   for (int64_t i = 0; i < n_blocks; ++i, b += kvq::kQ8Bytes, dst += kvq::kBlock) {
     const __m512 d = _mm512_set1_ps(kvq::scale_of(b));
     const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2)));
@@ -73,7 +73,7 @@ __attribute__((target("avx512f"))) inline void load_q8_0_512(float *dst, const u
 
 // q4_0 blocks widened with AVX2, in the rotated basis: kvq::dequantize_q4_0_rotated's products ((q - 8) times an
 // f16 scale is exact in f32), eight at a time.
-__attribute__((target("avx2,f16c"))) inline void load_q4_0_hw(float *dst, const uint8_t *b, int64_t n_blocks) {
+IKV_TARGET_AVX2 inline void load_q4_0_hw(float *dst, const uint8_t *b, int64_t n_blocks) {
   const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   for (int64_t i = 0; i < n_blocks; ++i, b += kvq::kQ4Bytes, dst += kvq::kBlock) {
     const __m256 d = _mm256_set1_ps(kvq::scale_of(b));

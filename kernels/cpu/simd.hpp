@@ -19,8 +19,9 @@
 #endif
 
 // The x86 target sets the kernels are compiled for, one name each. A function of a set calls (and inlines) functions
-// of its own set or a smaller one only, and runs only where the CPU has its set (cpu_features.hpp). A few helpers
-// keep a smaller set of their own spelled out (avx2+fma, avx2+f16c, avx512f alone).
+// of its own set or a smaller one only, and runs only where the CPU has its set (cpu_features.hpp). Every x86 function
+// takes one of these three, helpers included: each set holds the one before, and a helper's set no wider than its
+// callers' lets it inline anywhere it is called.
 #define IKV_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define IKV_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #define IKV_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))

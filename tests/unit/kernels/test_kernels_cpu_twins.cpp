@@ -171,7 +171,7 @@ IKV_TARGET_AVX2 void scores_both_ways(std::vector<float> &together, std::vector<
 
 // The matrix tiles finish eight dot products together (hsum8); each lane must be the bits hsum gives alone, or a
 // token's result would depend on the tile it fell in.
-__attribute__((target("avx2,fma"))) static void hsum8_and_hsum(const float *x, float *together, float *alone) {
+IKV_TARGET_AVX2 static void hsum8_and_hsum(const float *x, float *together, float *alone) {
   __m256 a[8];
   for (int i = 0; i < 8; ++i) a[i] = _mm256_loadu_ps(x + 8 * i);
   _mm256_storeu_ps(together, cpu::tile::hsum8(a));
