@@ -169,7 +169,8 @@ void Engine::measure_rates() {
     stats_.disk_write_bytes_per_s = w > 0 ? w : 1e8;
     stats_.disk_read_bytes_per_s = r > 0 ? r : 1e8;
   }
-  stats_.restore_bytes_per_s = stats_.disk_read_bytes_per_s;  // measured on the prefix cache's first hit
+  // A first guess: every prefix-cache hit then moves it towards the rate restores reach (update_rate's average).
+  stats_.restore_bytes_per_s = stats_.disk_read_bytes_per_s;
 }
 
 Engine::Conversation &Engine::conv(int64_t id) {
@@ -346,8 +347,8 @@ int64_t Engine::preempt(Conversation &v, bool compress_only) {
   // (its tokens at the measured prefill rate); compression costs its planning time and some quality.
   const double move_s = static_cast<double>(info.bytes) / stats_.disk_write_bytes_per_s +
                         static_cast<double>(info.bytes) / stats_.disk_read_bytes_per_s;
-  // A recompute restores the longest prefix the cache holds here (at the read bandwidth, its K/V uncompressed) and
-  // prefills the rest.
+  // A recompute restores the longest prefix the cache holds here (at the measured restore rate, its K/V uncompressed)
+  // and prefills the rest.
   const int64_t cached = prefix_ != nullptr ? prefix_->longest_local(v.tokens) : 0;
   const double token_bytes =
       info.length > 0 ? static_cast<double>(info.uncompressed_bytes) / static_cast<double>(info.length) : 0.0;
