@@ -29,6 +29,36 @@ void update_rate(double &rate, double bytes_or_tokens, double seconds) {
   rate = rate > 0 ? 0.5 * rate + 0.5 * r : r;
 }
 
+// A sequence's policy evidence, copied before it is dropped for a recompute (Conversation::evidence).
+std::unique_ptr<DroppedEvidence> take_evidence(const Session &s, int32_t seq) {
+  auto e = std::make_unique<DroppedEvidence>();
+  const SeqCache &sc = s.kv().seq(seq);
+  for (const LayerSlots &L : sc.layers) {
+    e->pos.push_back(L.pos);
+    e->channels.push_back(L.channels);
+  }
+  e->window_q = sc.window_q;  // shared copy-on-write: no rows copied
+  e->window_pos = sc.window_pos;
+  e->compression = s.compressor().state(seq);
+  e->pending_entropy = s.pending_entropy(seq);
+  return e;
+}
+
+// Puts evidence back on a recomputed sequence, all of it or nothing, where every layer holds the positions it held
+// (the recompute restores the kept set): the slot channels, the observation window as it was decoded (a recompute
+// runs with the policy off and keeps none), the compressor's state and the next token's entropy.
+void restore_evidence(Session &s, int32_t seq, DroppedEvidence &e) {
+  SeqCache &sc = s.kv().seq_mut(seq);
+  if (e.pos.size() != sc.layers.size() || e.window_q.size() != sc.window_q.size()) return;
+  for (size_t l = 0; l < sc.layers.size(); ++l)
+    if (sc.layers[l].pos != e.pos[l]) return;
+  for (size_t l = 0; l < sc.layers.size(); ++l) sc.layers[l].channels = std::move(e.channels[l]);
+  sc.window_q = std::move(e.window_q);
+  sc.window_pos = std::move(e.window_pos);
+  s.compressor().set_state(seq, std::move(e.compression));
+  s.set_pending_entropy(seq, e.pending_entropy);
+}
+
 }  // namespace
 
 const char *strategy_name(Strategy s) {
@@ -482,6 +512,7 @@ int64_t Engine::preempt(Conversation &v, bool compress_only) {
     }
     v.compressed = compressed;
     if (!compressed) v.kept.clear();
+    v.evidence = take_evidence(s, seq);
     d.est_seconds = recompute_s;
     ++stats_.recomputes;
     s.remove_sequence(seq);
@@ -627,6 +658,8 @@ void Engine::recompute(Conversation &c) {
   c.seq = seq;
   c.where = Where::resident;
   c.kept.clear();
+  if (c.evidence != nullptr) restore_evidence(s, seq, *c.evidence);
+  c.evidence.reset();
 }
 
 void Engine::bring_back(Conversation &c) {

@@ -4,6 +4,7 @@
 // tokens when it runs again, whichever a cost model measured on this machine says is cheapest; every decision is
 // reported with its estimated and measured cost. Used by one thread at a time.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -130,6 +131,20 @@ struct TokenEvent {
   const std::vector<float> *logits = nullptr;  // the logits the token was drawn from; valid until the next step
 };
 
+// What the compression policy knows of a sequence dropped for a recompute: each layer's kept positions and slot
+// channels, the observation window, the compressor's state of the sequence and its next token's entropy. The recompute puts it back where it holds
+// the same positions, so that the conversation compresses later as it would have without the preemption (a moved
+// one keeps all of it in its snapshot). Host memory while dropped: 16 bytes per kept token and layer; the window's
+// rows are shared, not copied.
+struct DroppedEvidence {
+  std::vector<std::vector<int32_t>> pos;
+  std::vector<std::array<std::vector<float>, kSlotChannels>> channels;
+  std::vector<CowRows> window_q;
+  std::vector<int32_t> window_pos;
+  SeqCompression compression;
+  float pending_entropy = 0.0f;  // the entropy its next token is scored with (Session::pending_entropy)
+};
+
 class Engine {
  public:
   // Throws like Session's constructor; Error(io) when the spill directory cannot be made.
@@ -200,6 +215,8 @@ class Engine {
     int64_t held_blocks = 0;     // moved or dropped: the blocks it held, what bringing it back needs
     std::vector<std::vector<int32_t>> kept;  // dropped after compression: the positions each layer kept
     bool compressed = false;     // its cache was compressed at least once (recompute then restores the kept set)
+    // Dropped for a recompute: the policy's evidence as it was, put back by the recompute (DroppedEvidence).
+    std::unique_ptr<DroppedEvidence> evidence;
     Turn turn;
     TurnState state = TurnState::done;
     bool prompt_done = false;

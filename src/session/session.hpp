@@ -151,6 +151,10 @@ class Session final : private EvidenceSource {
 
   // Whether `seq` has logits (decoded at least once since it was made, restored or truncated).
   bool has_logits(int32_t seq) const { return state(seq).has_logits; }
+  // The entropy of the logits of `seq`, which the policy records for the next token appended (0 when the policy did
+  // not score entropy as they were computed); set: what a recompute with the policy off puts back (Engine).
+  float pending_entropy(int32_t seq) const { return state(seq).pending_entropy; }
+  void set_pending_entropy(int32_t seq, float h) { state(seq).pending_entropy = h; }
 
  private:
   // Per-sequence state beyond the KV cache and the compressor's. Snapshots save and restore it through

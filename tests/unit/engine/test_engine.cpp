@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -272,6 +273,58 @@ TEST(Engine, RecomputedCompressedConversationKeepsTheSameKeptSet) {
       EXPECT_GT(e.stats().recompute_hit_tokens, 0);
     }
     e.session().kv().check_invariants();
+  }
+}
+
+TEST(Engine, RecomputedConversationKeepsItsPolicyEvidence) {
+  // A conversation dropped for a recompute comes back with what the policy knew of it: each kept token's slot
+  // channels and the compressor's state, as in a run where it was never preempted (a moved one has them from its
+  // snapshot). Without them its next compression would rank tokens on the recompute's evidence alone.
+  std::mt19937 rng(infokv_test::test_seed());
+  std::vector<int32_t> p{1}, q{1};
+  for (int j = 0; j < 100; ++j) p.push_back(3 + static_cast<int32_t>(rng() % 500));
+  for (int j = 0; j < 150; ++j) q.push_back(3 + static_cast<int32_t>(rng() % 500));
+  struct Seen {
+    std::vector<LayerSlots> layers;
+    SeqCompression compression;
+  };
+  auto run = [&](bool preempt) {
+    Engine e(infokv_test::stories_model(), options(Strategy::recompute, 60, true));
+    const int64_t a = e.open(0);
+    e.submit(a, {p, 4, {}, {}});
+    while (e.busy()) e.step();
+    const int32_t seq = e.sequence(a);
+    EXPECT_GE(seq, 0);
+    e.session().compressor().compress(seq, 40);
+    if (preempt) {
+      const int64_t b = e.open(1);
+      e.submit(b, {q, 10, {}, {}});
+      while (e.busy()) e.step();
+      EXPECT_EQ(e.state(b), TurnState::done);
+      EXPECT_EQ(e.where(a), Where::dropped);
+    }
+    e.submit(a, {{5, 6, 7}, 0, {}, {}});
+    while (e.busy()) e.step();
+    EXPECT_EQ(e.state(a), TurnState::done) << e.failure(a);
+    Seen s;
+    s.layers = e.session().kv().seq(e.sequence(a)).layers;
+    s.compression = e.session().compressor().state(e.sequence(a));
+    return s;
+  };
+  const Seen never = run(false), dropped = run(true);
+  ASSERT_EQ(dropped.compression.n_compressions, never.compression.n_compressions);
+  ASSERT_EQ(dropped.compression.since_compress, never.compression.since_compress);
+  ASSERT_EQ(dropped.layers.size(), never.layers.size());
+  for (size_t l = 0; l < never.layers.size(); ++l) {
+    ASSERT_EQ(dropped.layers[l].pos, never.layers[l].pos) << "layer " << l;
+    for (int c = 0; c < kSlotChannels; ++c) {
+      const std::vector<float> &x = never.layers[l].channels[static_cast<size_t>(c)];
+      const std::vector<float> &y = dropped.layers[l].channels[static_cast<size_t>(c)];
+      ASSERT_EQ(x.size(), y.size());
+      // the same evidence, up to the last bits of the attention the new turn added over recomputed K/V
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_NEAR(y[i], x[i], 1e-4 + 1e-3 * std::fabs(x[i])) << "layer " << l << " channel " << c << " slot " << i;
+    }
   }
 }
 
