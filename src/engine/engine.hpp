@@ -134,8 +134,8 @@ struct TokenEvent {
 // What the compression policy knows of a sequence dropped for a recompute: each layer's kept positions and slot
 // channels, the observation window, the compressor's state of the sequence and its next token's entropy. The recompute puts it back where it holds
 // the same positions, so that the conversation compresses later as it would have without the preemption (a moved
-// one keeps all of it in its snapshot). Host memory while dropped: 16 bytes per kept token and layer; the window's
-// rows are shared, not copied.
+// one keeps all of it in its snapshot). Host memory while dropped: 20 bytes per kept token and layer (positions,
+// channels) and the window's query rows, taken over from the dropped sequence rather than copied.
 struct DroppedEvidence {
   std::vector<std::vector<int32_t>> pos;
   std::vector<std::array<std::vector<float>, kSlotChannels>> channels;
