@@ -87,32 +87,40 @@ WindowProbs select_rows(const WindowProbs &w, const std::vector<int32_t> &keep, 
   return out;
 }
 
-// Mean over heads and the rows [r0, r1) of the probabilities each of the first n_cand slots receives; with both the
-// window's rows and a probe's, the two means combined by rank_max (as window_attention combines them).
-std::vector<float> mean_attention(const WindowProbs &w, int32_t nh, int32_t n, int32_t n_cand, int32_t r0, int32_t r1) {
+// What the rows [r0, r1) attend to among the first n_cand slots. The window's rows: the mean over heads and rows of
+// the probabilities each slot receives. A probe's rows: per head the mean over its rows, normalised over the
+// candidates, then the most any head gives (a later question is answered by a few retrieval heads, and the mean over
+// all of them dilutes what one of them reads: packaging/docs/quality.md, "Pooling a probe's attention"). With both,
+// the two are combined by rank_max (as window_attention combines them).
+std::vector<float> rows_attention(const WindowProbs &w, int32_t nh, int32_t n, int32_t n_cand, int32_t r0, int32_t r1) {
   const int32_t first_probe = w.rows - w.probe;
-  std::vector<float> part[2] = {std::vector<float>(static_cast<size_t>(n_cand), 0.0f),
-                                std::vector<float>(static_cast<size_t>(w.probe > 0 ? n_cand : 0), 0.0f)};
+  std::vector<float> window(static_cast<size_t>(n_cand), 0.0f);
+  std::vector<float> heads(static_cast<size_t>(w.probe > 0 ? nh * n_cand : 0), 0.0f);  // [head][slot], the probe's
   int32_t used[2] = {0, 0};
   for (int32_t r = r0; r < r1; ++r) {
     if (w.vis[static_cast<size_t>(r)] == 0) continue;
-    const int k = r >= first_probe ? 1 : 0;
-    ++used[k];
+    const bool probe = r >= first_probe;
+    ++used[probe ? 1 : 0];
     for (int32_t h = 0; h < nh; ++h) {
       const float *pr = w.p.data() + (static_cast<int64_t>(r) * nh + h) * n;
-      for (int32_t j = 0; j < n_cand; ++j) part[k][static_cast<size_t>(j)] += pr[j];
+      float *to = probe ? heads.data() + static_cast<int64_t>(h) * n_cand : window.data();
+      for (int32_t j = 0; j < n_cand; ++j) to[j] += pr[j];
     }
   }
-  if (used[1] == 0) {  // the window alone
-    if (used[0] > 0)
-      for (float &v : part[0]) v /= static_cast<float>(used[0] * nh);
-    return part[0];
+  if (used[0] > 0)
+    for (float &v : window) v /= static_cast<float>(used[0] * nh);
+  if (used[1] == 0) return window;  // the window alone
+  std::vector<float> probe(static_cast<size_t>(n_cand), 0.0f);
+  for (int32_t h = 0; h < nh; ++h) {
+    const float *a = heads.data() + static_cast<int64_t>(h) * n_cand;
+    double sum = 0;
+    for (int32_t j = 0; j < n_cand; ++j) sum += a[j];
+    if (sum <= 0) continue;
+    for (int32_t j = 0; j < n_cand; ++j)
+      probe[static_cast<size_t>(j)] = std::max(probe[static_cast<size_t>(j)], static_cast<float>(a[j] / sum));
   }
-  for (int k = 0; k < 2; ++k)
-    if (used[k] > 0)
-      for (float &v : part[k]) v /= static_cast<float>(used[k] * nh);
   // The window's rows and the probe's (Question::both): what either ranks high, as window_attention combines them.
-  return used[0] > 0 ? rank_max(part[0], part[1]) : part[1];
+  return used[0] > 0 ? rank_max(window, probe) : probe;
 }
 
 // Every kind of evidence's scores over the candidates, from the window rows [r0, r1).
@@ -122,8 +130,7 @@ std::vector<std::vector<float>> evidence_scores(const CompressionConfig &c, cons
   const LayerSlots &S = *s.slots;
   const int32_t n = S.n(), nh = s.n_heads, hd = s.head_dim, kvh = in.n_kv_heads;
   std::vector<std::vector<float>> out(static_cast<size_t>(kEvidenceKinds), std::vector<float>(static_cast<size_t>(n_cand), 0.0f));
-  const int32_t kernel = s.prefill ? c.pool_kernel_prefill : c.pool_kernel_decode;
-  std::vector<float> a = pool_and_normalise(mean_attention(w, nh, n, n_cand, r0, r1), kernel);
+  std::vector<float> a = pool_and_normalise(rows_attention(w, nh, n, n_cand, r0, r1), pool_kernel(c, s));
   {
     std::vector<float> d(S.channels[kChanRepChange].begin(), S.channels[kChanRepChange].begin() + n_cand);
     std::vector<float> h(S.channels[kChanEntropy].begin(), S.channels[kChanEntropy].begin() + n_cand);
@@ -135,7 +142,7 @@ std::vector<std::vector<float>> evidence_scores(const CompressionConfig &c, cons
     out[static_cast<size_t>(Evidence::accumulated_attention)][static_cast<size_t>(j)] =
         cnt > 0 ? S.channels[kChanAttnSum][static_cast<size_t>(j)] / cnt : 0.0f;
   }
-  if (r1 > r0) out[static_cast<size_t>(Evidence::last_query)] = mean_attention(w, nh, n, n_cand, r1 - 1, r1);
+  if (r1 > r0) out[static_cast<size_t>(Evidence::last_query)] = rows_attention(w, nh, n, n_cand, r1 - 1, r1);
   for (int32_t j = 0; j < n_cand; ++j)
     out[static_cast<size_t>(Evidence::recency)][static_cast<size_t>(j)] = j < c.sink ? INFINITY : static_cast<float>(j);
   for (int32_t j = 0; j < n_cand; ++j) {

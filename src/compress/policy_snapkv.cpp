@@ -11,7 +11,7 @@ namespace infokv {
 
 std::vector<float> snapkv_scores(const CompressionConfig &c, const LayerScoreInput &in, int32_t n_cand, int32_t w) {
   const std::vector<float> a = window_attention(in, n_cand, std::max(w, 1));
-  return pool_and_normalise(a, in.prefill ? c.pool_kernel_prefill : c.pool_kernel_decode);
+  return pool_and_normalise(a, pool_kernel(c, in));
 }
 
 }  // namespace infokv

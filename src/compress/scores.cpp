@@ -35,6 +35,11 @@ std::vector<int32_t> layer_budgets(const CompressionConfig &c, const std::vector
   return out;
 }
 
+int32_t pool_kernel(const CompressionConfig &c, const LayerScoreInput &in) {
+  const int32_t k = in.prefill ? c.pool_kernel_prefill : c.pool_kernel_decode;
+  return in.probe_rows > 0 ? std::max(k, defaults::pool_kernel_probe) : k;
+}
+
 std::vector<float> pool_and_normalise(const std::vector<float> &a, int32_t kernel) {
   const auto n = static_cast<int64_t>(a.size());
   const int64_t r = kernel / 2;

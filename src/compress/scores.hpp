@@ -40,6 +40,10 @@ int32_t window_size(const CompressionConfig &c, int32_t budget);
 // Per-layer budgets (tokens kept per layer) for layers holding counts[l] tokens, average `budget`.
 std::vector<int32_t> layer_budgets(const CompressionConfig &c, const std::vector<int32_t> &counts, int32_t budget);
 
+// The pooling kernel of a layer's attention evidence: the configured prefill or decode kernel for the window's own
+// queries; at least defaults::pool_kernel_probe when a probe question's rows are read (Question::later, both).
+int32_t pool_kernel(const CompressionConfig &c, const LayerScoreInput &in);
+
 // 1-D average pooling with zero padding counted (kernel odd), then normalised to sum 1.
 std::vector<float> pool_and_normalise(const std::vector<float> &a, int32_t kernel);
 

@@ -23,6 +23,10 @@ constexpr int32_t window = -1;  // min(max_window, budget / 4)
 constexpr int32_t max_window = 32;
 constexpr int32_t pool_kernel_prefill = 5;
 constexpr int32_t pool_kernel_decode = 7;
+// A probe question's attention (Question::later, both) is pooled over at least this many positions: a needle sentence
+// with a 7-digit number is about 20 of Qwen2.5's tokens (one per digit), and a narrow kernel keeps part of it. Measured
+// in packaging/docs/quality.md ("Pooling a probe's attention"): 0.58 -> 0.78 of the multi-needle tasks at 25% with 5 -> 15.
+constexpr int32_t pool_kernel_probe = 15;
 constexpr float alpha = 0.9f;
 constexpr float tau = 1.0f;
 constexpr int32_t entropy_top_k = 256;

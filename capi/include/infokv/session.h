@@ -78,7 +78,7 @@ typedef struct ikv_session_options {
   float alpha;               /* attention weight in the InfoKV mix; default 0.9 */
   float tau;                 /* representation-change offset; default 1 */
   int32_t entropy_top_k;     /* default 256 */
-  int32_t pool_kernel_prefill; /* default 5 */
+  int32_t pool_kernel_prefill; /* default 5; a probe's attention (IKV_QUESTION_LATER, BOTH) pools over >= 15 */
   int32_t pool_kernel_decode;  /* default 7 */
   int32_t shape;             /* IKV_SHAPE_*; pyramidkv always uses the pyramid */
   float beta;                /* pyramid steepness; default 20 */

@@ -161,6 +161,59 @@ TEST(AutoPolicy, LossCurvesMatchANaiveRecomputation) {
   }
 }
 
+// A probe question's rows (Question::later) rank by what any one head reads: per head the mean of its probabilities
+// over the probe's rows, normalised over the candidates, the most any head gives, then pooled over at least
+// defaults::pool_kernel_probe positions. Against a float64 recomputation; one head attending a token alone must be
+// enough to rank it high.
+TEST(AutoPolicy, ProbeEvidenceIsTheMostAnyHeadReadsPooledWide) {
+  std::mt19937 rng(infokv_test::test_seed());
+  for (int trial = 0; trial < 10; ++trial) {
+    const int32_t n = 40 + static_cast<int32_t>(rng() % 60), window = 2 + static_cast<int32_t>(rng() % 6);
+    const int32_t probe = 1 + static_cast<int32_t>(rng() % 6);
+    Layer L = random_layer(rng, n, 1);
+    L.q.clear();
+    L.wpos.clear();
+    std::normal_distribution<float> nd(0.0f, 1.5f);
+    for (int32_t r = 0; r < probe; ++r) {  // after every slot: the probe runs after the sequence
+      for (int32_t i = 0; i < L.nh * L.hd; ++i) L.q.push_back(nd(rng));
+      L.wpos.push_back(L.slots.pos.back() + 1 + r);
+    }
+    AutoLayerInput in = input_of(L);
+    in.score.probe_rows = probe;
+    CompressionConfig c;
+    c.policy = PolicyKind::auto_;
+    const AutoLayerCurves cv = auto_measure_layer(c, in, window, 4);
+    const int32_t n_cand = n - window, group = L.nh / L.kvh;
+    std::vector<double> most(static_cast<size_t>(n_cand), 0.0);
+    for (int32_t h = 0; h < L.nh; ++h) {
+      std::vector<double> mean(static_cast<size_t>(n_cand), 0.0);
+      for (int32_t r = 0; r < probe; ++r) {
+        const float *q = L.q.data() + (static_cast<size_t>(r) * L.nh + h) * L.hd;
+        std::vector<double> e(static_cast<size_t>(n));
+        double mx = -1e300, z = 0;
+        for (int32_t j = 0; j < n; ++j) {
+          const float *k = L.k.data() + (static_cast<size_t>(j) * L.kvh + h / group) * L.hd;
+          double d = 0;
+          for (int32_t t = 0; t < L.hd; ++t) d += static_cast<double>(q[t]) * k[t];
+          mx = std::max(mx, e[static_cast<size_t>(j)] = d / std::sqrt(static_cast<double>(L.hd)));
+        }
+        for (double &x : e) z += (x = std::exp(x - mx));
+        for (int32_t j = 0; j < n_cand; ++j) mean[static_cast<size_t>(j)] += e[static_cast<size_t>(j)] / z / probe;
+      }
+      const double sum = std::accumulate(mean.begin(), mean.end(), 0.0);
+      for (int32_t j = 0; j < n_cand; ++j) most[static_cast<size_t>(j)] = std::max(most[static_cast<size_t>(j)], mean[static_cast<size_t>(j)] / sum);
+    }
+    const int32_t kernel = std::max(c.pool_kernel_prefill, defaults::pool_kernel_probe), half = kernel / 2;
+    std::vector<double> want(static_cast<size_t>(n_cand), 0.0);
+    for (int32_t j = 0; j < n_cand; ++j)
+      for (int32_t i = std::max(0, j - half); i <= std::min(n_cand - 1, j + half); ++i) want[static_cast<size_t>(j)] += most[static_cast<size_t>(i)] / kernel;
+    const double total = std::accumulate(want.begin(), want.end(), 0.0);
+    const std::vector<float> &got = cv.scores[static_cast<size_t>(Evidence::window_attention)];
+    ASSERT_EQ(got.size(), static_cast<size_t>(n_cand));
+    for (int32_t j = 0; j < n_cand; ++j) EXPECT_NEAR(got[static_cast<size_t>(j)], want[static_cast<size_t>(j)] / total, 1e-5) << "trial " << trial << " slot " << j;
+  }
+}
+
 // On convex decreasing curves the greedy spread is optimal: brute force over every allocation agrees.
 TEST(AutoPolicy, SpreadMatchesBruteForceOnConvexCurves) {
   std::mt19937 rng(infokv_test::test_seed());

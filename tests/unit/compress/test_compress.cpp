@@ -229,6 +229,32 @@ TEST(Scores, WindowAndProbeRowsCombineByRankMax) {
   }
 }
 
+// SnapKV pools its window's attention with the configured kernel and a probe's with at least
+// defaults::pool_kernel_probe (a needle sentence's length), so that a later question finds whole sentences.
+TEST(Scores, ProbeAttentionIsPooledWide) {
+  std::mt19937 rng(infokv_test::test_seed());
+  for (int trial = 0; trial < 5; ++trial) {
+    const int32_t n = 30 + static_cast<int32_t>(rng() % 30), w = 4;
+    RandomLayer r = make_layer(rng, n, w);
+    CompressionConfig c;
+    c.pool_kernel_prefill = 3;
+    LayerScoreInput in = input_of(r);
+    const int32_t n_cand = n - w;
+    const std::vector<float> window = snapkv_scores(c, in, n_cand, w);
+    const std::vector<float> want_window = pool_and_normalise(window_attention(in, n_cand, w), 3);
+    in.probe_rows = w;  // the same rows read as a probe's
+    EXPECT_EQ(pool_kernel(c, in), defaults::pool_kernel_probe);
+    const std::vector<float> probe = snapkv_scores(c, in, n_cand, w);
+    const std::vector<float> want_probe = pool_and_normalise(window_attention(in, n_cand, w), defaults::pool_kernel_probe);
+    for (int32_t j = 0; j < n_cand; ++j) {
+      EXPECT_FLOAT_EQ(window[static_cast<size_t>(j)], want_window[static_cast<size_t>(j)]);
+      EXPECT_FLOAT_EQ(probe[static_cast<size_t>(j)], want_probe[static_cast<size_t>(j)]);
+    }
+    c.pool_kernel_prefill = 31;  // a wider configured kernel stays
+    EXPECT_EQ(pool_kernel(c, in), 31);
+  }
+}
+
 TEST(Scores, InfoKvMixMatchesFormula) {
   std::mt19937 rng(infokv_test::test_seed());
   std::uniform_real_distribution<float> u(0, 1);
