@@ -163,8 +163,7 @@ TEST(AutoPolicy, LossCurvesMatchANaiveRecomputation) {
 
 // A probe question's rows (Question::later) rank by what any one head reads: per head the mean of its probabilities
 // over the probe's rows, normalised over the candidates, the most any head gives, then pooled over at least
-// defaults::pool_kernel_probe positions. Against a float64 recomputation; one head attending a token alone must be
-// enough to rank it high.
+// defaults::pool_kernel_probe positions. Against a float64 recomputation on random layers.
 TEST(AutoPolicy, ProbeEvidenceIsTheMostAnyHeadReadsPooledWide) {
   std::mt19937 rng(infokv_test::test_seed());
   for (int trial = 0; trial < 10; ++trial) {
