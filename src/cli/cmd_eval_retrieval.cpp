@@ -221,6 +221,44 @@ Prepared prepare(const Model &model, const Task &t, const std::string &context, 
   return p;
 }
 
+// The positions in `ids` of the tokens of the needles an answer needs (those that hold an expected string), in order
+// of depth, each needle found as the tokens of " " + its sentence (as build_context writes it; a byte-level BPE) or
+// of the sentence alone (a SentencePiece vocabulary marks the space itself). A needle whose tokens merged with its
+// neighbours' is not found and not counted.
+std::vector<int32_t> answer_positions(const Tokenizer &tok, const Task &t, const std::vector<int32_t> &ids) {
+  std::vector<int32_t> out;
+  auto from = ids.begin();
+  for (const std::string &n : t.needles) {
+    bool needed = false;
+    for (const std::string &e : t.expected) needed = needed || n.find(e) != std::string::npos;
+    std::vector<int32_t> nt;
+    auto at = ids.end();
+    for (const std::string &text : {" " + n, n}) {
+      nt = tok.encode(text, false, false);
+      at = std::search(from, ids.end(), nt.begin(), nt.end());
+      if (at != ids.end()) break;
+    }
+    if (at == ids.end() || nt.empty()) continue;
+    from = at + static_cast<std::ptrdiff_t>(nt.size());
+    if (!needed) continue;
+    for (size_t i = 0; i < nt.size(); ++i) out.push_back(static_cast<int32_t>(at - ids.begin()) + static_cast<int32_t>(i));
+  }
+  return out;
+}
+
+// The fraction of `want` (ascending positions) a sequence's cache holds, the mean over layers; NaN for none.
+double kept_fraction(const Session &s, int32_t seq, const std::vector<int32_t> &want) {
+  if (want.empty()) return std::nan("");
+  double sum = 0;
+  const std::vector<LayerSlots> &layers = s.kv().seq(seq).layers;
+  for (const LayerSlots &L : layers) {
+    int64_t have = 0;
+    for (int32_t p : want) have += std::binary_search(L.pos.begin(), L.pos.end(), p) ? 1 : 0;
+    sum += static_cast<double>(have) / static_cast<double>(want.size());
+  }
+  return layers.empty() ? std::nan("") : sum / static_cast<double>(layers.size());
+}
+
 std::string greedy_text(Session &s, int32_t seq, int32_t max_answer) {
   return s.model().tokenizer().decode(greedy_answer(s, seq, max_answer));
 }
@@ -232,22 +270,29 @@ struct Cell {  // one policy x budget, summed over cases
   std::map<std::string, std::pair<double, int64_t>> per_task;  // task -> (score sum, cases)
   double score = 0, bytes = 0, bytes_full = 0, seconds = 0;
   int64_t n = 0;
+  double needle_kept = 0;  // sum over the cases whose needles were found of the fraction of their tokens kept
+  int64_t needle_cases = 0;
 };
 
-// --verbose: each answer on stderr with what it had to contain.
-void show(const Task &t, const std::string &policy, double budget, const std::string &answer) {
+// --verbose: each answer on stderr with what it had to contain and how much of its needles the cache kept.
+void show(const Task &t, const std::string &policy, double budget, const std::string &answer, double kept) {
   std::string want;
   for (const std::string &e : t.expected) want += (want.empty() ? "" : ",") + e;
   std::string a = answer.substr(0, 160);
   for (char &c : a)
     if (c == '\n') c = ' ';
-  std::fprintf(stderr, "\n  %-15s %-9s %5.3f %4.2f want [%s] got \"%s\"", t.name.c_str(), policy.c_str(), budget,
-               match(answer, t.expected), want.c_str(), a.c_str());
+  std::fprintf(stderr, "\n  %-15s %-9s %5.3f %4.2f needles kept %4.2f want [%s] got \"%s\"", t.name.c_str(),
+               policy.c_str(), budget, match(answer, t.expected), kept, want.c_str(), a.c_str());
 }
 
 double avg(double sum, int64_t n) { return n > 0 ? sum / static_cast<double>(n) : std::nan(""); }
 
-void add(Cell &c, const std::string &task, double score, int64_t bytes, int64_t bytes_full, double seconds) {
+void add(Cell &c, const std::string &task, double score, int64_t bytes, int64_t bytes_full, double seconds,
+         double kept) {
+  if (!std::isnan(kept)) {
+    c.needle_kept += kept;
+    ++c.needle_cases;
+  }
   auto &t = c.per_task[task];
   t.first += score;
   ++t.second;
@@ -273,7 +318,8 @@ void print_results(const std::vector<Cell> &rows, const std::vector<std::string>
           .raw("tasks", per.dump())
           .integer("kv_bytes", static_cast<int64_t>(std::llround(avg(r.bytes, r.n))))
           .integer("kv_bytes_full", static_cast<int64_t>(std::llround(avg(r.bytes_full, r.n))))
-          .num("compress_seconds", avg(r.seconds, r.n)).integer("cases", r.n);
+          .num("compress_seconds", avg(r.seconds, r.n)).num("needles_kept", avg(r.needle_kept, r.needle_cases))
+          .integer("cases", r.n);
       arr += (i ? "," : "") + o.dump();
     }
     std::printf("%s]\n", arr.c_str());
@@ -281,15 +327,15 @@ void print_results(const std::vector<Cell> &rows, const std::vector<std::string>
   }
   std::printf("%-10s %7s %8s %8s", "policy", "budget", "question", "accuracy");
   for (const std::string &t : tasks) std::printf(" %15s", t.c_str());
-  std::printf(" %10s %8s %9s\n", "kv_bytes", "of_full", "compress_s");
+  std::printf(" %10s %8s %9s %12s\n", "kv_bytes", "of_full", "compress_s", "needles_kept");
   for (const Cell &r : rows) {
     std::printf("%-10s %7.3f %8s %8.3f", r.policy.c_str(), r.budget, r.question.c_str(), avg(r.score, r.n));
     for (const std::string &t : tasks) {
       auto it = r.per_task.find(t);
       std::printf(" %15.3f", it == r.per_task.end() ? std::nan("") : avg(it->second.first, it->second.second));
     }
-    std::printf(" %10lld %8.3f %9.3f\n", static_cast<long long>(std::llround(avg(r.bytes, r.n))),
-                avg(r.bytes, r.n) / avg(r.bytes_full, r.n), avg(r.seconds, r.n));
+    std::printf(" %10lld %8.3f %9.3f %12.3f\n", static_cast<long long>(std::llround(avg(r.bytes, r.n))),
+                avg(r.bytes, r.n) / avg(r.bytes_full, r.n), avg(r.seconds, r.n), avg(r.needle_kept, r.needle_cases));
   }
 }
 
@@ -368,6 +414,7 @@ int cmd_eval_retrieval(int argc, char **argv) {
                        static_cast<long long>(got), static_cast<long long>(context_tokens));
       }
       const Prepared p = prepare(*model, t, context, query == "inside", protect);
+      const std::vector<int32_t> want = answer_positions(tok, t, p.compressed);
 
       {  // the full cache
         SessionOptions so = base;
@@ -378,8 +425,9 @@ int cmd_eval_retrieval(int argc, char **argv) {
         const int64_t full = s.info(id).bytes;
         if (!p.after.empty()) s.prefill(id, p.after);
         const std::string answer = greedy_text(s, id, t.max_answer);
-        if (verbose) show(t, "full", 1.0, answer);
-        add(rows[0], t.name, match(answer, t.expected), full, full, 0.0);
+        const double kept = kept_fraction(s, id, want);
+        if (verbose) show(t, "full", 1.0, answer, kept);
+        add(rows[0], t.name, match(answer, t.expected), full, full, 0.0, kept);
       }
       for (size_t pi = 0; pi < policies.size(); ++pi) {
         Session s(model, compress_on_demand(base, parse_policy(policies[pi])));
@@ -398,10 +446,11 @@ int cmd_eval_retrieval(int argc, char **argv) {
           cell.question = cell.question.empty() || cell.question == served ? served : "mixed";
           const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
           const int64_t held = s.info(f).bytes;
+          const double kept = kept_fraction(s, f, want);
           if (!p.after.empty()) s.prefill(f, p.after);
           const std::string answer = greedy_text(s, f, t.max_answer);
-          if (verbose) show(t, policies[pi], budgets[bi], answer);
-          add(rows[1 + pi * budgets.size() + bi], t.name, match(answer, t.expected), held, full, secs);
+          if (verbose) show(t, policies[pi], budgets[bi], answer, kept);
+          add(rows[1 + pi * budgets.size() + bi], t.name, match(answer, t.expected), held, full, secs, kept);
           s.remove_sequence(f);
         }
       }

@@ -1,8 +1,8 @@
 #!/bin/bash
 # infokv eval-retrieval (issue 39): the protocol runs end to end and reports what it held; on a model that
 # follows instructions (Qwen2.5-Coder-0.5B-Instruct) the full cache finds a single needle, so the tasks it generates
-# are answerable and a compressed cache's misses are the compression's. Also: the same seed gives the same result,
-# and bad options are refused.
+# are answerable and a compressed cache's misses are the compression's; the needles' tokens are found (needles_kept).
+# Also: the same seed gives the same result, and bad options are refused.
 # usage: eval_retrieval.sh INFOKV_CLI QWEN_GGUF
 set -u
 cli=$1
@@ -24,6 +24,10 @@ for r in a[1:]:  # bytes held after compression follow the budget (whole blocks)
     assert abs(ratio - r["budget"]) < 0.1, (r["policy"], r["budget"], ratio)
     assert r["compress_seconds"] > 0, r
 assert a[0]["question"] == "-" and all(r["question"] == "later" for r in a[1:]), a  # the default
+# The needles' tokens are found in the context (a SentencePiece vocabulary here): the full cache holds them all,
+# a compressed one part of them.
+assert a[0]["needles_kept"] == 1.0, a[0]
+assert all(0 <= r["needles_kept"] < 1 for r in a[1:]), a
 drop = lambda rows: [{k: v for k, v in r.items() if k != "compress_seconds"} for r in rows]
 assert drop(a) == drop(b), "the same seed must give the same cases and answers"
 PY
@@ -40,7 +44,7 @@ if [ ! -f "$qwen" ]; then
 else
   "$cli" eval-retrieval --model "$qwen" --tasks niah_single --context 512 --cases 2 --policies streaming \
     --budgets 0.5 --json >"$tmp/q.json" 2>/dev/null || { echo "FAIL: eval-retrieval on Qwen"; fail=1; }
-  python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r[0]["policy"] == "full" and r[0]["accuracy"] == 1.0, r' \
+  python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r[0]["policy"] == "full" and r[0]["accuracy"] == 1.0 and r[0]["needles_kept"] == 1.0 and 0 <= r[1]["needles_kept"] < 1, r' \
     "$tmp/q.json" || { echo "FAIL: the full cache misses a needle: $(cat "$tmp/q.json")"; fail=1; }
 fi
 [ $fail = 0 ] && echo "ok"
