@@ -99,8 +99,14 @@ class Families : public ::testing::TestWithParam<const char *> {
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
-  fs::path dir_ = fs::temp_directory_path() / ("infokv_families_" + std::to_string(::getpid()) + "_" +
-                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  // One directory per test, removed whole: a parameterised test's name holds a '/' ("Name/case"), which as a path
+  // would make a parent directory that removing the leaf leaves behind.
+  static fs::path temp_dir() {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    return fs::temp_directory_path() / ("infokv_families_" + std::to_string(::getpid()) + "_" + name);
+  }
+  fs::path dir_ = temp_dir();
 };
 
 TEST_P(Families, LogitsMatchTransformersAsSafetensorsAndAsGguf) {
