@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include <cstddef>
+
 #include "kernels/fp16.hpp"
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/host_device.hpp"
 
 namespace infokv {
@@ -22,7 +25,7 @@ IKV_HD inline float h2f(const uint8_t *p) {
 // Q4_0: {f16 d; u8 qs[16]} -> 32 values (q - 8) * d; low nibbles are elements 0..15, high nibbles 16..31.
 IKV_HD inline void q4_0(float *y, const uint8_t *b) {
   const float d = h2f(b);
-  const uint8_t *qs = b + 2;
+  const uint8_t *qs = b + offsetof(block::Q4_0, qs);
   for (int j = 0; j < 16; ++j) {
     y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
     y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
@@ -31,8 +34,8 @@ IKV_HD inline void q4_0(float *y, const uint8_t *b) {
 
 // Q4_1: {f16 d; f16 m; u8 qs[16]} -> q * d + m.
 IKV_HD inline void q4_1(float *y, const uint8_t *b) {
-  const float d = h2f(b), m = h2f(b + 2);
-  const uint8_t *qs = b + 4;
+  const float d = h2f(b), m = h2f(b + offsetof(block::Q4_1, m));
+  const uint8_t *qs = b + offsetof(block::Q4_1, qs);
   for (int j = 0; j < 16; ++j) {
     y[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
     y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
@@ -43,8 +46,8 @@ IKV_HD inline void q4_1(float *y, const uint8_t *b) {
 IKV_HD inline void q5_0(float *y, const uint8_t *b) {
   const float d = h2f(b);
   uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  const uint8_t *qs = b + 6;
+  std::memcpy(&qh, b + offsetof(block::Q5_0, qh), 4);
+  const uint8_t *qs = b + offsetof(block::Q5_0, qs);
   for (int j = 0; j < 16; ++j) {
     const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
     y[j] = static_cast<float>(((qs[j] & 0x0F) | h0) - 16) * d;
@@ -54,10 +57,10 @@ IKV_HD inline void q5_0(float *y, const uint8_t *b) {
 
 // Q5_1: {f16 d; f16 m; u32 qh; u8 qs[16]} -> q5 * d + m.
 IKV_HD inline void q5_1(float *y, const uint8_t *b) {
-  const float d = h2f(b), m = h2f(b + 2);
+  const float d = h2f(b), m = h2f(b + offsetof(block::Q5_1, m));
   uint32_t qh;
-  std::memcpy(&qh, b + 4, 4);
-  const uint8_t *qs = b + 8;
+  std::memcpy(&qh, b + offsetof(block::Q5_1, qh), 4);
+  const uint8_t *qs = b + offsetof(block::Q5_1, qs);
   for (int j = 0; j < 16; ++j) {
     const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
     y[j] = static_cast<float>((qs[j] & 0x0F) | h0) * d + m;
@@ -68,7 +71,7 @@ IKV_HD inline void q5_1(float *y, const uint8_t *b) {
 // Q8_0: {f16 d; i8 qs[32]} -> q * d.
 IKV_HD inline void q8_0(float *y, const uint8_t *b) {
   const float d = h2f(b);
-  const auto *qs = reinterpret_cast<const int8_t *>(b + 2);
+  const auto *qs = reinterpret_cast<const int8_t *>(b + offsetof(block::Q8_0, qs));
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
 }
 
@@ -97,8 +100,8 @@ IKV_HD inline void pair_scales_k4(int is, const uint8_t *scales, float d, float 
 
 // Q4_K: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]} -> 256 values, 8 sub-blocks of 32: d*sc*q - dmin*m.
 IKV_HD inline void q4_k(float *y, const uint8_t *b) {
-  const float d = h2f(b), dmin = h2f(b + 2);
-  const uint8_t *scales = b + 4, *q = b + 16;
+  const float d = h2f(b), dmin = h2f(b + offsetof(block::Q4_K, dmin));
+  const uint8_t *scales = b + offsetof(block::Q4_K, scales), *q = b + offsetof(block::Q4_K, qs);
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
     float d1, m1, d2, m2;
     pair_scales_k4(is, scales, d, dmin, &d1, &m1, &d2, &m2);
@@ -109,8 +112,9 @@ IKV_HD inline void q4_k(float *y, const uint8_t *b) {
 
 // Q5_K: {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}.
 IKV_HD inline void q5_k(float *y, const uint8_t *b) {
-  const float d = h2f(b), dmin = h2f(b + 2);
-  const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + 48;
+  const float d = h2f(b), dmin = h2f(b + offsetof(block::Q5_K, dmin));
+  const uint8_t *scales = b + offsetof(block::Q5_K, scales), *qh = b + offsetof(block::Q5_K, qh),
+                *ql = b + offsetof(block::Q5_K, qs);
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32) {
     float d1, m1, d2, m2;
@@ -126,7 +130,7 @@ IKV_HD inline void q5_k(float *y, const uint8_t *b) {
 // Written as two simple loops (unpack the 6-bit integers, then scale 16 at a time) so that compilers vectorise it.
 // The 256 signed 6-bit codes (q6 - 32) of a Q6_K super-block, in element order.
 IKV_HD inline void q6_k_codes(const uint8_t *b, int8_t *q) {
-  const uint8_t *ql = b, *qh = b + 128;
+  const uint8_t *ql = b + offsetof(block::Q6_K, ql), *qh = b + offsetof(block::Q6_K, qh);
   for (int n = 0; n < 2; ++n) {
     const uint8_t *l0 = ql + 64 * n, *h0 = qh + 32 * n;
     int8_t *o = q + 128 * n;
@@ -140,8 +144,8 @@ IKV_HD inline void q6_k_codes(const uint8_t *b, int8_t *q) {
 }
 
 IKV_HD inline void q6_k(float *y, const uint8_t *b) {
-  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
-  const float d = h2f(b + 208);
+  const auto *sc = reinterpret_cast<const int8_t *>(b + offsetof(block::Q6_K, scales));
+  const float d = h2f(b + offsetof(block::Q6_K, d));
   int8_t q[256];
   q6_k_codes(b, q);
   // Element 16g..16g+15 uses scale g: within each 128 half, l < 16 and l >= 16 of every 32-run take is and is+1.

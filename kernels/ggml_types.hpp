@@ -58,6 +58,9 @@ constexpr GgmlTypeTraits ggml_type_traits(uint32_t type) {
   return {nullptr, 0, 0};
 }
 
+constexpr int64_t ggml_block_elems(GgmlType t) { return ggml_type_traits(static_cast<uint32_t>(t)).block_elems; }
+constexpr int64_t ggml_block_bytes(GgmlType t) { return ggml_type_traits(static_cast<uint32_t>(t)).block_bytes; }
+
 const char *ggml_type_name(uint32_t type);  // "type 99" style text is produced by callers when nullptr
 
 }  // namespace infokv

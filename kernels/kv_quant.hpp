@@ -18,13 +18,14 @@
 #include <cstring>
 
 #include "kernels/fp16.hpp"
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/host_device.hpp"
 
 namespace infokv {
 namespace kvq {
 
 constexpr int kBlock = 32;
-constexpr int kQ8Bytes = 34, kQ4Bytes = 18;
+constexpr int kQ8Bytes = sizeof(block::Q8_0), kQ4Bytes = sizeof(block::Q4_0);  // ggml's layouts
 constexpr uint16_t kNanScale = 0x7e00;
 constexpr float kMaxScale = 65504.0f;
 // The rotation's signs, bit j for element j (1: negate); fixed, so every file and process agrees.

@@ -16,6 +16,7 @@
 #include "kernels/cpu/matmul_quant.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
 #include "kernels/thread_pool.hpp"
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/ggml_types.hpp"
 
 namespace infokv {
@@ -41,12 +42,12 @@ int32_t code_offset(uint32_t type) {
 
 int64_t block_bytes(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return 18;
-    case GgmlType::Q4_1: return 20;
-    case GgmlType::Q5_0: return 22;
-    case GgmlType::Q8_0: return 34;
-    case GgmlType::Q4_K: return 144;
-    case GgmlType::Q6_K: return 210;
+    case GgmlType::Q4_0: return sizeof(block::Q4_0);
+    case GgmlType::Q4_1: return sizeof(block::Q4_1);
+    case GgmlType::Q5_0: return sizeof(block::Q5_0);
+    case GgmlType::Q8_0: return sizeof(block::Q8_0);
+    case GgmlType::Q4_K: return sizeof(block::Q4_K);
+    case GgmlType::Q6_K: return sizeof(block::Q6_K);
     default: return 0;
   }
 }
@@ -62,7 +63,8 @@ void codes32(const uint8_t *blk, uint32_t type, int32_t c[32]) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::Q4_0:
     case GgmlType::Q4_1: {
-      const uint8_t *qs = blk + (type == static_cast<uint32_t>(GgmlType::Q4_1) ? 4 : 2);
+      const bool q4_1 = type == static_cast<uint32_t>(GgmlType::Q4_1);
+      const uint8_t *qs = blk + (q4_1 ? offsetof(block::Q4_1, qs) : offsetof(block::Q4_0, qs));
       for (int j = 0; j < 16; ++j) {
         c[j] = qs[j] & 0x0F;
         c[j + 16] = qs[j] >> 4;
@@ -71,8 +73,8 @@ void codes32(const uint8_t *blk, uint32_t type, int32_t c[32]) {
     }
     case GgmlType::Q5_0: {
       uint32_t qh;
-      std::memcpy(&qh, blk + 2, 4);
-      const uint8_t *qs = blk + 6;
+      std::memcpy(&qh, blk + offsetof(block::Q5_0, qh), 4);
+      const uint8_t *qs = blk + offsetof(block::Q5_0, qs);
       for (int j = 0; j < 16; ++j) {
         c[j] = (qs[j] & 0x0F) | static_cast<int32_t>(((qh >> j) << 4) & 0x10);
         c[j + 16] = (qs[j] >> 4) | static_cast<int32_t>((qh >> (j + 12)) & 0x10);
@@ -136,7 +138,8 @@ float block32_ref(const uint8_t *blk, uint32_t type, const Act8 &a, int64_t b) {
     s += (c[j] - offset) * x;
   }
   float r = dq::h2f(blk) * a.unit[static_cast<size_t>(b)] * static_cast<float>(s);
-  if (type == static_cast<uint32_t>(GgmlType::Q4_1)) r += dq::h2f(blk + 2) * a.dsum32[static_cast<size_t>(b)];
+  if (type == static_cast<uint32_t>(GgmlType::Q4_1))
+    r += dq::h2f(blk + offsetof(block::Q4_1, m)) * a.dsum32[static_cast<size_t>(b)];
   return r;
 }
 
@@ -208,7 +211,18 @@ IKV_TARGET_AVX512_VNNI inline __m512i lanes_div(int shift, int base) {
 
 enum class A8 { q4_0, q4_1, q5_0, q8_0 };
 
-constexpr int64_t a8_bb(A8 K) { return K == A8::q4_0 ? 18 : K == A8::q4_1 ? 20 : K == A8::q5_0 ? 22 : 34; }
+constexpr GgmlType a8_type(A8 K) {
+  return K == A8::q4_0   ? GgmlType::Q4_0
+         : K == A8::q4_1 ? GgmlType::Q4_1
+         : K == A8::q5_0 ? GgmlType::Q5_0
+                         : GgmlType::Q8_0;
+}
+constexpr int64_t a8_bb(A8 K) { return ggml_block_bytes(a8_type(K)); }
+// Where a block's codes start.
+constexpr int64_t a8_qs(A8 K) {
+  return K == A8::q4_0 ? offsetof(block::Q4_0, qs) : K == A8::q4_1 ? offsetof(block::Q4_1, qs)
+       : K == A8::q5_0 ? offsetof(block::Q5_0, qs) : offsetof(block::Q8_0, qs);
+}
 
 // Blocks b and b + 1 (at blk, blk + BB) as 64 unsigned codes in element order.
 template <A8 K>
@@ -216,11 +230,11 @@ IKV_TARGET_AVX512_VNNI inline __m512i pair_codes(const uint8_t *blk) {
   constexpr int64_t BB = a8_bb(K);
   if constexpr (K == A8::q8_0) {
     const __m512i v = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 2))),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + BB + 2)), 1);
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + a8_qs(K)))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + BB + a8_qs(K))), 1);
     return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
   } else {
-    constexpr int64_t off = K == A8::q4_1 ? 4 : K == A8::q5_0 ? 6 : 2;
+    constexpr int64_t off = a8_qs(K);
     const __m256i v = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + off))),
         _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + BB + off)), 1);
@@ -229,8 +243,8 @@ IKV_TARGET_AVX512_VNNI inline __m512i pair_codes(const uint8_t *blk) {
     __m512i c = _mm512_and_si512(_mm512_srlv_epi64(z, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0F));
     if constexpr (K == A8::q5_0) {  // bit j of qh is element j's fifth bit
       uint32_t h0, h1;
-      std::memcpy(&h0, blk + 2, 4);
-      std::memcpy(&h1, blk + BB + 2, 4);
+      std::memcpy(&h0, blk + offsetof(block::Q5_0, qh), 4);
+      std::memcpy(&h1, blk + BB + offsetof(block::Q5_0, qh), 4);
       const __mmask64 hb = static_cast<__mmask64>(h0) | (static_cast<__mmask64>(h1) << 32);
       c = _mm512_mask_add_epi8(c, hb, c, _mm512_set1_epi8(0x10));
     }
@@ -276,7 +290,8 @@ IKV_TARGET_AVX512_VNNI inline void pair_a8(const uint8_t *row, const Act8 &a, in
   const __m512i acc = codes_dot<P>(start, pair_codes<K>(blk), a, 32 * p);
   f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), pair_scales<K>(blk, a.unit.data() + p, idx), f);
   if constexpr (K == A8::q4_1)
-    mins += h2f_vnni(blk + 2) * a.dsum32[static_cast<size_t>(p)] + h2f_vnni(blk + BB + 2) * a.dsum32[static_cast<size_t>(p + 1)];
+    mins += h2f_vnni(blk + offsetof(block::Q4_1, m)) * a.dsum32[static_cast<size_t>(p)] +
+            h2f_vnni(blk + BB + offsetof(block::Q4_1, m)) * a.dsum32[static_cast<size_t>(p + 1)];
 }
 
 // The 32-element types, for T tokens at once (T = 1: one token's dot): four blocks per step as two vectors of two
@@ -358,11 +373,11 @@ IKV_TARGET_AVX512_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *con
   }
   const __m512i zero = _mm512_setzero_si512();
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t *blk = row + 144 * sb;
+    const uint8_t *blk = row + ggml_block_bytes(GgmlType::Q4_K) * sb;
     // the eight 6-bit scales and mins (dq::scale_min_k4) as bytes, with 32-bit operations: u[0..1] the scales,
     // u[2..3] the mins
     uint32_t u[4];
-    std::memcpy(u, blk + 4, 12);
+    std::memcpy(u, blk + offsetof(block::Q4_K, scales), 12);
     constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
     u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
     const uint32_t m_lo = u[1] & k6;
@@ -374,7 +389,8 @@ IKV_TARGET_AVX512_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *con
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = zero;
     for (int jj = 0; jj < 4; ++jj) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 16 + 32 * jj));
+      const __m256i v =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + offsetof(block::Q4_K, qs) + 32 * jj));
       const __m512i z = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
                                          _mm512_set1_epi8(0x0F));
       const __m512i sc = _mm512_permutexvar_epi32(idx[jj], scv);
@@ -382,7 +398,7 @@ IKV_TARGET_AVX512_VNNI void dot_q4k_a8_multi(const uint8_t *row, const Act8 *con
         isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(codes_dot<P>(zero, z, *a[t], 256 * sb + 64 * jj), sc));
     }
     const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(scm, 8)));
-    const float dmin = h2f_vnni(blk + 2), d = h2f_vnni(blk);
+    const float dmin = h2f_vnni(blk + offsetof(block::Q4_K, dmin)), d = h2f_vnni(blk + offsetof(block::Q4_K, d));
     for (int t = 0; t < T; ++t) {
       const Act8 &at = *a[t];
       const __m256 qs = _mm256_loadu_ps(at.qsum32.data() + 8 * sb);
@@ -412,13 +428,15 @@ IKV_TARGET_AVX512_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *con
   __m512 f[T];
   for (int t = 0; t < T; ++t) f[t] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t *blk = row + 210 * sb;
-    const __m512i scv = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 192)));
+    const uint8_t *blk = row + ggml_block_bytes(GgmlType::Q6_K) * sb;
+    const __m512i scv =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + offsetof(block::Q6_K, scales))));
     __m512i isum[T];
     for (int t = 0; t < T; ++t) isum[t] = zero;
     for (int n = 0; n < 2; ++n) {
-      const __m512i l = _mm512_loadu_si512(blk + 64 * n);
-      const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + 128 + 32 * n)));
+      const __m512i l = _mm512_loadu_si512(blk + offsetof(block::Q6_K, ql) + 64 * n);
+      const __m512i h = _mm512_broadcast_i64x4(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i *>(blk + offsetof(block::Q6_K, qh) + 32 * n)));
       const __m512i ca = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(h, shl), m30));
       const __m512i cb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
                                          _mm512_and_si512(_mm512_srlv_epi16(h, shr), m30));
@@ -432,7 +450,7 @@ IKV_TARGET_AVX512_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *con
         isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(db, sbv));
       }
     }
-    const float d = h2f_vnni(blk + 208);
+    const float d = h2f_vnni(blk + offsetof(block::Q6_K, d));
     for (int t = 0; t < T; ++t)
       f[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_set1_ps(d * a[t]->unit[static_cast<size_t>(sb)]), f[t]);
   }
@@ -605,12 +623,12 @@ float act8_dot_ref(const uint8_t *row, uint32_t type, const Act8 &a) {
   };
   if (type == static_cast<uint32_t>(GgmlType::Q4_K)) {
     for (int64_t sb = 0; sb < a.k / 256; ++sb) {
-      const uint8_t *blk = row + 144 * sb, *qs = blk + 16;
+      const uint8_t *blk = row + ggml_block_bytes(GgmlType::Q4_K) * sb, *qs = blk + offsetof(block::Q4_K, qs);
       int64_t isum = 0;
       float msum = 0.0f;
       for (int j = 0; j < 8; ++j) {
         uint8_t sc, mn;
-        dq::scale_min_k4(j, blk + 4, &sc, &mn);
+        dq::scale_min_k4(j, blk + offsetof(block::Q4_K, scales), &sc, &mn);
         int64_t s = 0;
         for (int l = 0; l < 32; ++l) {
           const int32_t c = j % 2 == 0 ? (qs[32 * (j / 2) + l] & 0x0F) : (qs[32 * (j / 2) + l] >> 4);
@@ -620,14 +638,15 @@ float act8_dot_ref(const uint8_t *row, uint32_t type, const Act8 &a) {
         msum += static_cast<float>(mn) * a.qsum32[static_cast<size_t>(8 * sb + j)];
       }
       acc += dq::h2f(blk) * a.unit[static_cast<size_t>(sb)] * static_cast<float>(isum) -
-             dq::h2f(blk + 2) * a.d[static_cast<size_t>(sb)] * msum;
+             dq::h2f(blk + offsetof(block::Q4_K, dmin)) * a.d[static_cast<size_t>(sb)] * msum;
     }
     return acc;
   }
   if (type == static_cast<uint32_t>(GgmlType::Q6_K)) {
     for (int64_t sb = 0; sb < a.k / 256; ++sb) {
-      const uint8_t *blk = row + 210 * sb, *ql = blk, *qh = blk + 128;
-      const auto *sc = reinterpret_cast<const int8_t *>(blk + 192);
+      const uint8_t *blk = row + ggml_block_bytes(GgmlType::Q6_K) * sb, *ql = blk + offsetof(block::Q6_K, ql),
+                    *qh = blk + offsetof(block::Q6_K, qh);
+      const auto *sc = reinterpret_cast<const int8_t *>(blk + offsetof(block::Q6_K, scales));
       int32_t c[256];
       for (int n = 0; n < 2; ++n)
         for (int l = 0; l < 32; ++l) {
@@ -643,7 +662,7 @@ float act8_dot_ref(const uint8_t *row, uint32_t type, const Act8 &a) {
         for (int i = 0; i < 16; ++i) s += (c[16 * g + i] - 32) * xcode(256 * sb + 16 * g + i);
         isum += sc[g] * s;
       }
-      acc += dq::h2f(blk + 208) * a.unit[static_cast<size_t>(sb)] * static_cast<float>(isum);
+      acc += dq::h2f(blk + offsetof(block::Q6_K, d)) * a.unit[static_cast<size_t>(sb)] * static_cast<float>(isum);
     }
     return acc;
   }

@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_features.hpp"
 #include "kernels/cpu/gemm_tile.hpp"
 #include "kernels/dequant.hpp"
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/thread_pool.hpp"
 
@@ -62,7 +63,7 @@ bool shape_of(uint32_t type, Shape *s) {
 #define IKV_I16_INLINE inline __attribute__((always_inline))
 
 IKV_I16_INLINE void unpack_q4_0(const uint8_t *b, int16_t *c, float *a, float *) {
-  const uint8_t *qs = b + 2;
+  const uint8_t *qs = b + offsetof(block::Q4_0, qs);
   for (int j = 0; j < 16; ++j) {
     c[j] = static_cast<int16_t>((qs[j] & 0x0F) - 8);
     c[j + 16] = static_cast<int16_t>((qs[j] >> 4) - 8);
@@ -71,20 +72,20 @@ IKV_I16_INLINE void unpack_q4_0(const uint8_t *b, int16_t *c, float *a, float *)
 }
 
 IKV_I16_INLINE void unpack_q4_1(const uint8_t *b, int16_t *c, float *a, float *bm) {
-  const uint8_t *qs = b + 4;
+  const uint8_t *qs = b + offsetof(block::Q4_1, qs);
   for (int j = 0; j < 16; ++j) {
     c[j] = static_cast<int16_t>(qs[j] & 0x0F);
     c[j + 16] = static_cast<int16_t>(qs[j] >> 4);
   }
   a[0] = dq::h2f(b);
-  bm[0] = dq::h2f(b + 2);
+  bm[0] = dq::h2f(b + offsetof(block::Q4_1, m));
 }
 
 template <bool Min>
 IKV_I16_INLINE void unpack_q5(const uint8_t *b, int16_t *c, float *a, float *bm) {
   uint32_t qh;
-  std::memcpy(&qh, b + (Min ? 4 : 2), 4);
-  const uint8_t *qs = b + (Min ? 8 : 6);
+  std::memcpy(&qh, b + (Min ? offsetof(block::Q5_1, qh) : offsetof(block::Q5_0, qh)), 4);
+  const uint8_t *qs = b + (Min ? offsetof(block::Q5_1, qs) : offsetof(block::Q5_0, qs));
   const int off = Min ? 0 : 16;
   for (int j = 0; j < 16; ++j) {
     const int h0 = static_cast<int>(((qh >> j) << 4) & 0x10), h1 = static_cast<int>((qh >> (j + 12)) & 0x10);
@@ -92,19 +93,20 @@ IKV_I16_INLINE void unpack_q5(const uint8_t *b, int16_t *c, float *a, float *bm)
     c[j + 16] = static_cast<int16_t>(((qs[j] >> 4) | h1) - off);
   }
   a[0] = dq::h2f(b);
-  if (Min) bm[0] = dq::h2f(b + 2);
+  if (Min) bm[0] = dq::h2f(b + offsetof(block::Q5_1, m));
 }
 
 IKV_I16_INLINE void unpack_q8_0(const uint8_t *b, int16_t *c, float *a, float *) {
-  const auto *qs = reinterpret_cast<const int8_t *>(b + 2);
+  const auto *qs = reinterpret_cast<const int8_t *>(b + offsetof(block::Q8_0, qs));
   for (int j = 0; j < 32; ++j) c[j] = qs[j];
   a[0] = dq::h2f(b);
 }
 
 template <bool Five>
 IKV_I16_INLINE void unpack_k4(const uint8_t *b, int16_t *c, float *a, float *bm) {
-  const float d = dq::h2f(b), dmin = dq::h2f(b + 2);
-  const uint8_t *scales = b + 4, *qh = b + 16, *ql = b + (Five ? 48 : 16);
+  const float d = dq::h2f(b), dmin = dq::h2f(b + offsetof(block::Q4_K, dmin));
+  const uint8_t *scales = b + offsetof(block::Q4_K, scales), *qh = b + offsetof(block::Q5_K, qh),
+                *ql = b + (Five ? offsetof(block::Q5_K, qs) : offsetof(block::Q4_K, qs));
   for (int j = 0; j < 4; ++j, ql += 32) {
     float d1, m1, d2, m2;
     dq::pair_scales_k4(2 * j, scales, d, dmin, &d1, &m1, &d2, &m2);
@@ -128,8 +130,8 @@ IKV_I16_INLINE void unpack_q6_k(const uint8_t *b, int16_t *c, float *a, float *)
   int8_t q[256];
   dq::q6_k_codes(b, q);
   for (int i = 0; i < 256; ++i) c[i] = q[i];
-  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
-  const float d = dq::h2f(b + 208);
+  const auto *sc = reinterpret_cast<const int8_t *>(b + offsetof(block::Q6_K, scales));
+  const float d = dq::h2f(b + offsetof(block::Q6_K, d));
   for (int g = 0; g < 16; ++g) a[g] = d * static_cast<float>(sc[g]);
 }
 
@@ -283,20 +285,20 @@ IKV_TARGET_AVX512_VNNI inline void store_nibbles(int16_t *c, __m128i q, int16_t 
 }
 
 IKV_TARGET_AVX512_VNNI void unpack_q4_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
-  store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2)), 8);
+  store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + offsetof(block::Q4_0, qs))), 8);
   a[0] = _cvtsh_ss(static_cast<unsigned short>(b[0] | (b[1] << 8)));
 }
 
 IKV_TARGET_AVX512_VNNI void unpack_q4_1_v(const uint8_t *b, int16_t *c, float *a, float *bm) {
-  store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4)), 0);
+  store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + offsetof(block::Q4_1, qs))), 0);
   a[0] = _cvtsh_ss(static_cast<unsigned short>(b[0] | (b[1] << 8)));
   bm[0] = _cvtsh_ss(static_cast<unsigned short>(b[2] | (b[3] << 8)));
 }
 
 IKV_TARGET_AVX512_VNNI void unpack_q5_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
   uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
-  store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 6)), 16);
+  std::memcpy(&qh, b + offsetof(block::Q5_0, qh), 4);
+  store_nibbles(c, _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + offsetof(block::Q5_0, qs))), 16);
   // bit j of qh adds 16 to element j
   const __m512i v = _mm512_loadu_si512(c);
   _mm512_storeu_si512(c, _mm512_mask_add_epi16(v, static_cast<__mmask32>(qh), v, _mm512_set1_epi16(16)));
@@ -304,7 +306,8 @@ IKV_TARGET_AVX512_VNNI void unpack_q5_0_v(const uint8_t *b, int16_t *c, float *a
 }
 
 IKV_TARGET_AVX512_VNNI void unpack_q8_0_v(const uint8_t *b, int16_t *c, float *a, float *) {
-  _mm512_storeu_si512(c, _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 2))));
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + offsetof(block::Q8_0, qs)));
+  _mm512_storeu_si512(c, _mm512_cvtepi8_epi16(q));
   a[0] = _cvtsh_ss(static_cast<unsigned short>(b[0] | (b[1] << 8)));
 }
 
@@ -313,11 +316,11 @@ IKV_TARGET_AVX512_VNNI void unpack_q4_k_v(const uint8_t *b, int16_t *c, float *a
   const float dmin = _cvtsh_ss(static_cast<unsigned short>(b[2] | (b[3] << 8)));
   const __m256i mask = _mm256_set1_epi8(0x0F);
   for (int j = 0; j < 4; ++j) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 16 + 32 * j));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + offsetof(block::Q4_K, qs) + 32 * j));
     _mm512_storeu_si512(c + 64 * j, _mm512_cvtepu8_epi16(_mm256_and_si256(q, mask)));
     _mm512_storeu_si512(c + 64 * j + 32, _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask)));
     float d1, m1, d2, m2;
-    dq::pair_scales_k4(2 * j, b + 4, d, dmin, &d1, &m1, &d2, &m2);
+    dq::pair_scales_k4(2 * j, b + offsetof(block::Q4_K, scales), d, dmin, &d1, &m1, &d2, &m2);
     a[2 * j] = d1;
     a[2 * j + 1] = d2;
     bm[2 * j] = -m1;
@@ -329,9 +332,10 @@ IKV_TARGET_AVX512_VNNI void unpack_q6_k_v(const uint8_t *b, int16_t *c, float *a
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
   const __m512i off = _mm512_set1_epi16(32);
   for (int n = 0; n < 2; ++n) {
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 64 * n));
-    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 64 * n + 32));
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 128 + 32 * n));
+    const uint8_t *ql = b + offsetof(block::Q6_K, ql) + 64 * n, *qh = b + offsetof(block::Q6_K, qh) + 32 * n;
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
     const __m256i v[4] = {
         _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)),
         _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), m2), 4)),
@@ -341,8 +345,9 @@ IKV_TARGET_AVX512_VNNI void unpack_q6_k_v(const uint8_t *b, int16_t *c, float *a
                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), m2), 4))};
     for (int r = 0; r < 4; ++r) _mm512_storeu_si512(c + 128 * n + 32 * r, _mm512_sub_epi16(_mm512_cvtepu8_epi16(v[r]), off));
   }
-  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
-  const float d = _cvtsh_ss(static_cast<unsigned short>(b[208] | (b[209] << 8)));
+  const auto *sc = reinterpret_cast<const int8_t *>(b + offsetof(block::Q6_K, scales));
+  constexpr size_t kd = offsetof(block::Q6_K, d);
+  const float d = _cvtsh_ss(static_cast<unsigned short>(b[kd] | (b[kd + 1] << 8)));
   for (int g = 0; g < 16; ++g) a[g] = d * static_cast<float>(sc[g]);
 }
 

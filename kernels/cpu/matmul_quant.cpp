@@ -15,6 +15,7 @@
 #include "kernels/cpu/matmul_i16.hpp"
 #include "kernels/cpu/kv_rows.hpp"
 #include "kernels/thread_pool.hpp"
+#include "kernels/ggml_blocks.hpp"
 #include "kernels/ggml_types.hpp"
 #include "kernels/ops.hpp"
 
@@ -36,32 +37,37 @@ struct QuantKind {
   int64_t block_bytes;
 };
 
+template <GgmlType T>
+constexpr QuantKind kind_of(BlockFn fn) { return {fn, ggml_block_elems(T), ggml_block_bytes(T)}; }
+
 bool quant_kind(uint32_t type, QuantKind *out) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: *out = {dq::q4_0, 32, 18}; return true;
-    case GgmlType::Q4_1: *out = {dq::q4_1, 32, 20}; return true;
-    case GgmlType::Q5_0: *out = {dq::q5_0, 32, 22}; return true;
-    case GgmlType::Q5_1: *out = {dq::q5_1, 32, 24}; return true;
-    case GgmlType::Q8_0: *out = {dq::q8_0, 32, 34}; return true;
-    case GgmlType::Q4_K: *out = {dq::q4_k, 256, 144}; return true;
-    case GgmlType::Q5_K: *out = {dq::q5_k, 256, 176}; return true;
-    case GgmlType::Q6_K: *out = {dq::q6_k, 256, 210}; return true;
+    case GgmlType::Q4_0: *out = kind_of<GgmlType::Q4_0>(dq::q4_0); return true;
+    case GgmlType::Q4_1: *out = kind_of<GgmlType::Q4_1>(dq::q4_1); return true;
+    case GgmlType::Q5_0: *out = kind_of<GgmlType::Q5_0>(dq::q5_0); return true;
+    case GgmlType::Q5_1: *out = kind_of<GgmlType::Q5_1>(dq::q5_1); return true;
+    case GgmlType::Q8_0: *out = kind_of<GgmlType::Q8_0>(dq::q8_0); return true;
+    case GgmlType::Q4_K: *out = kind_of<GgmlType::Q4_K>(dq::q4_k); return true;
+    case GgmlType::Q5_K: *out = kind_of<GgmlType::Q5_K>(dq::q5_k); return true;
+    case GgmlType::Q6_K: *out = kind_of<GgmlType::Q6_K>(dq::q6_k); return true;
     default: return false;
   }
 }
 
 // Expands one row of nb blocks. Templated on the block function so each type gets its own inlined, vectorisable loop.
-template <BlockFn F, int64_t QK, int64_t BB>
+template <BlockFn F, GgmlType T>
 inline void expand_row(float *y, const uint8_t *row, int64_t nb) {
+  constexpr int64_t QK = ggml_block_elems(T), BB = ggml_block_bytes(T);
   for (int64_t b = 0; b < nb; ++b) F(y + b * QK, row + b * BB);
 }
 
-template <BlockFn F, int64_t QK, int64_t BB>
+template <BlockFn F, GgmlType T>
 void rows_generic(float *out, const float *x, const uint8_t *w, int64_t n, int64_t m0, int64_t m1, int64_t m, int64_t k) {
+  constexpr int64_t QK = ggml_block_elems(T), BB = ggml_block_bytes(T);
   std::vector<float> buf(static_cast<size_t>(k));  // this work item's
   const int64_t nb = k / QK;
   for (int64_t r = m0; r < m1; ++r) {
-    expand_row<F, QK, BB>(buf.data(), w + r * nb * BB, nb);
+    expand_row<F, T>(buf.data(), w + r * nb * BB, nb);
     for (int64_t t = 0; t < n; ++t) {
       const float *xr = x + t * k;
       float s[4] = {0, 0, 0, 0};
@@ -77,14 +83,14 @@ using RowsFn = void (*)(float *, const float *, const uint8_t *, int64_t, int64_
 // The portable products of each type (any CPU; the reference the vector paths are tested against).
 RowsFn rows_portable(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return rows_generic<dq::q4_0, 32, 18>;
-    case GgmlType::Q4_1: return rows_generic<dq::q4_1, 32, 20>;
-    case GgmlType::Q5_0: return rows_generic<dq::q5_0, 32, 22>;
-    case GgmlType::Q5_1: return rows_generic<dq::q5_1, 32, 24>;
-    case GgmlType::Q8_0: return rows_generic<dq::q8_0, 32, 34>;
-    case GgmlType::Q4_K: return rows_generic<dq::q4_k, 256, 144>;
-    case GgmlType::Q5_K: return rows_generic<dq::q5_k, 256, 176>;
-    case GgmlType::Q6_K: return rows_generic<dq::q6_k, 256, 210>;
+    case GgmlType::Q4_0: return rows_generic<dq::q4_0, GgmlType::Q4_0>;
+    case GgmlType::Q4_1: return rows_generic<dq::q4_1, GgmlType::Q4_1>;
+    case GgmlType::Q5_0: return rows_generic<dq::q5_0, GgmlType::Q5_0>;
+    case GgmlType::Q5_1: return rows_generic<dq::q5_1, GgmlType::Q5_1>;
+    case GgmlType::Q8_0: return rows_generic<dq::q8_0, GgmlType::Q8_0>;
+    case GgmlType::Q4_K: return rows_generic<dq::q4_k, GgmlType::Q4_K>;
+    case GgmlType::Q5_K: return rows_generic<dq::q5_k, GgmlType::Q5_K>;
+    case GgmlType::Q6_K: return rows_generic<dq::q6_k, GgmlType::Q6_K>;
     default: return nullptr;
   }
 }
@@ -107,7 +113,7 @@ IKV_TARGET_AVX2 inline void store_u8x16(float *y, __m128i q, __m256 d, __m256 m,
 
 IKV_TARGET_AVX2 inline void q4_0_avx2(float *y, const uint8_t *b) {
   const __m256 d = _mm256_set1_ps(h2f_f16c(b));
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 2));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + offsetof(block::Q4_0, qs)));
   const __m128i mask = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
   // (q - 8) as signed bytes, widened with sign
   const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
@@ -119,8 +125,8 @@ IKV_TARGET_AVX2 inline void q4_0_avx2(float *y, const uint8_t *b) {
 }
 
 IKV_TARGET_AVX2 inline void q4_1_avx2(float *y, const uint8_t *b) {
-  const __m256 d = _mm256_set1_ps(h2f_f16c(b)), m = _mm256_set1_ps(h2f_f16c(b + 2));
-  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 4));
+  const __m256 d = _mm256_set1_ps(h2f_f16c(b)), m = _mm256_set1_ps(h2f_f16c(b + offsetof(block::Q4_1, m)));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + offsetof(block::Q4_1, qs)));
   const __m128i mask = _mm_set1_epi8(0x0F);
   store_u8x16(y, _mm_and_si128(q, mask), d, m, true);
   store_u8x16(y + 16, _mm_and_si128(_mm_srli_epi16(q, 4), mask), d, m, true);
@@ -129,7 +135,7 @@ IKV_TARGET_AVX2 inline void q4_1_avx2(float *y, const uint8_t *b) {
 IKV_TARGET_AVX2 inline void q8_0_avx2(float *y, const uint8_t *b) {
   const __m256 d = _mm256_set1_ps(h2f_f16c(b));
   for (int j = 0; j < 32; j += 8) {
-    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + 2 + j));
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(b + offsetof(block::Q8_0, qs) + j));
     _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
   }
 }
@@ -157,12 +163,12 @@ IKV_TARGET_AVX2 inline void q6_bytes(const uint8_t *ql, const uint8_t *qh, __m25
 
 // Q6_K, 16 values per vector: element 16g + i of the super-block has scale g (see dq::q6_k).
 IKV_TARGET_AVX2 inline void q6_k_avx2(float *y, const uint8_t *b) {
-  const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
-  const float d = h2f_f16c(b + 208);
+  const auto *sc = reinterpret_cast<const int8_t *>(b + offsetof(block::Q6_K, scales));
+  const float d = h2f_f16c(b + offsetof(block::Q6_K, d));
   const __m256i off = _mm256_set1_epi8(32);
   for (int n = 0; n < 2; ++n) {
     __m256i v[4];
-    q6_bytes(b + 64 * n, b + 128 + 32 * n, v);
+    q6_bytes(b + offsetof(block::Q6_K, ql) + 64 * n, b + offsetof(block::Q6_K, qh) + 32 * n, v);
     for (int r = 0; r < 4; ++r) {
       const int g = 8 * n + 2 * r;  // the low 16 bytes take scale g, the high 16 scale g + 1
       const __m256i q = _mm256_sub_epi8(v[r], off);
@@ -178,9 +184,10 @@ IKV_TARGET_AVX2 inline void q6_k_avx2(float *y, const uint8_t *b) {
 // or, with Panels (AVX-512, 16 tokens or more), through tile::run_panels, x already packed into transposed panels of
 // tile::kPanel tokens (see tile::pack_panel; packed once per product and shared by the threads; plain k-order sums,
 // measured faster than the tiles), in longer chunks (tile::panel_chunk).
-template <BlockFn F, int64_t QK, int64_t BB, bool Panels>
+template <BlockFn F, GgmlType T, bool Panels>
 IKV_TARGET_AVX2 void rows_expanded(float *out, const float *x, const uint8_t *w, int64_t n,
                                                              int64_t m0, int64_t m1, int64_t m, int64_t k) {
+  constexpr int64_t QK = ggml_block_elems(T), BB = ggml_block_bytes(T);
   const int64_t rows_per = tile::block_rows(k), nb = k / QK;
   const tile::Scratch64 scratch(rows_per * k);  // this work item's
   float *const buf = scratch.get();
@@ -190,7 +197,7 @@ IKV_TARGET_AVX2 void rows_expanded(float *out, const float *x, const uint8_t *w,
     for (int64_t r = m0; r < m1; r += rows_per) {
       const int64_t re = std::min(m1, r + rows_per);
       if (re < m1) tile::prefetch_l2(w + re * nb * BB, (std::min(m1, re + rows_per) - re) * nb * BB);
-      for (int64_t i = r; i < re; ++i) expand_row<F, QK, BB>(buf + (i - r) * k, w + i * nb * BB, nb);
+      for (int64_t i = r; i < re; ++i) expand_row<F, T>(buf + (i - r) * k, w + i * nb * BB, nb);
       if constexpr (Panels) tile::run_panels(out, x + tc * k, tc, te, buf, k, r, re, m, k);
       else tile::run_block<tile::WKind::f32>(out, x, reinterpret_cast<const uint8_t *>(buf), k * 4, r, re, tc, te, m, k);
     }
@@ -202,13 +209,27 @@ IKV_TARGET_AVX2 void rows_expanded(float *out, const float *x, const uint8_t *w,
 // once per block: dot(x, q*d + m) = d * dot(x, q) + m * sum(x).
 enum class Fused { q4_0, q4_1, q8_0, q4_k, q5_0, q5_1, q5_k, q6_k };
 
-// Bytes of one 32-element block, or of one 256-element super-block for the K types.
-constexpr int64_t fused_block_bytes(Fused K) {
-  return K == Fused::q4_0 ? 18 : K == Fused::q4_1 ? 20 : K == Fused::q5_0 ? 22 : K == Fused::q5_1 ? 24
-       : K == Fused::q4_k ? 144 : K == Fused::q5_k ? 176 : K == Fused::q6_k ? 210 : 34;
+constexpr GgmlType fused_type(Fused K) {
+  return K == Fused::q4_0 ? GgmlType::Q4_0 : K == Fused::q4_1 ? GgmlType::Q4_1 : K == Fused::q5_0 ? GgmlType::Q5_0
+       : K == Fused::q5_1 ? GgmlType::Q5_1 : K == Fused::q4_k ? GgmlType::Q4_K : K == Fused::q5_k ? GgmlType::Q5_K
+       : K == Fused::q6_k ? GgmlType::Q6_K : GgmlType::Q8_0;
 }
 
-constexpr bool fused_super(Fused K) { return K == Fused::q4_k || K == Fused::q5_k || K == Fused::q6_k; }
+// Bytes of one 32-element block, or of one 256-element super-block for the K types.
+constexpr int64_t fused_block_bytes(Fused K) { return ggml_block_bytes(fused_type(K)); }
+
+constexpr bool fused_super(Fused K) { return ggml_block_elems(fused_type(K)) == 256; }
+
+// Where a 32-element block's codes, fifth bits and min start (the K types' layouts are read where they are used).
+constexpr int64_t fused_qs(Fused K) {
+  return K == Fused::q4_1   ? offsetof(block::Q4_1, qs)
+         : K == Fused::q5_0 ? offsetof(block::Q5_0, qs)
+         : K == Fused::q5_1 ? offsetof(block::Q5_1, qs)
+         : K == Fused::q8_0 ? offsetof(block::Q8_0, qs)
+                            : offsetof(block::Q4_0, qs);
+}
+constexpr int64_t fused_qh(Fused K) { return K == Fused::q5_1 ? offsetof(block::Q5_1, qh) : offsetof(block::Q5_0, qh); }
+constexpr int64_t fused_m(Fused K) { return K == Fused::q5_1 ? offsetof(block::Q5_1, m) : offsetof(block::Q4_1, m); }
 
 // Byte i is 0xFF where bit i of the 32 bits at p is set, else 0.
 IKV_TARGET_AVX2 inline __m256i bytes_from_bits32(const uint8_t *p) {
@@ -256,18 +277,17 @@ IKV_TARGET_AVX2 float dot_fused(const uint8_t *row, const float *x, const float 
   for (int64_t b = 0; b < nb; ++b, row += BB, x += 32) {
     __m256 q0, q1, q2, q3;
     if constexpr (K == Fused::q8_0) {
-      const uint8_t *q = row + 2;
+      const uint8_t *q = row + fused_qs(K);
       q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q))));
       q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 8))));
       q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 16))));
       q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(q + 24))));
     } else if constexpr (K == Fused::q5_0 || K == Fused::q5_1) {
-      const int64_t off = K == Fused::q5_0 ? 2 : 4;  // qh after d (and m)
-      __m256i v = q5_bytes(row + off, row + off + 4);
+      __m256i v = q5_bytes(row + fused_qh(K), row + fused_qs(K));
       if constexpr (K == Fused::q5_0) v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));  // -16 .. 15
       widen_bytes32<K == Fused::q5_0>(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1), q0, q1, q2, q3);
     } else {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + (K == Fused::q4_1 ? 4 : 2)));
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + fused_qs(K)));
       widen_bytes32<false>(_mm_and_si128(q, mask), _mm_and_si128(_mm_srli_epi16(q, 4), mask), q0, q1, q2, q3);
     }
     __m256 p = _mm256_mul_ps(q0, _mm256_loadu_ps(x));
@@ -276,7 +296,7 @@ IKV_TARGET_AVX2 float dot_fused(const uint8_t *row, const float *x, const float 
     p = _mm256_fmadd_ps(q3, _mm256_loadu_ps(x + 24), p);
     const float d = h2f_f16c(row);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), p, acc);
-    if constexpr (K == Fused::q4_1 || K == Fused::q5_1) acc_min += h2f_f16c(row + 2) * sx[b];
+    if constexpr (K == Fused::q4_1 || K == Fused::q5_1) acc_min += h2f_f16c(row + fused_m(K)) * sx[b];
     if constexpr (K == Fused::q4_0) acc_min -= 8.0f * d * sx[b];
   }
   return tile::hsum(acc) + acc_min;
@@ -291,11 +311,11 @@ template <Fused K>
 IKV_TARGET_AVX512 inline __m512 block_dot512(const uint8_t *blk, const float *x) {
   __m512 q0, q1;
   if constexpr (K == Fused::q8_0) {
-    q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2))));
-    q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 18))));
+    const uint8_t *qs = blk + fused_qs(K);
+    q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(qs))));
+    q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(qs + 16))));
   } else if constexpr (K == Fused::q5_0 || K == Fused::q5_1) {
-    const int64_t off = K == Fused::q5_0 ? 2 : 4;  // qh after d (and m)
-    const __m256i v = q5_bytes(blk + off, blk + off + 4);
+    const __m256i v = q5_bytes(blk + fused_qh(K), blk + fused_qs(K));
     const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
     if constexpr (K == Fused::q5_0) {  // -16 .. 15
       const __m512i sixteen = _mm512_set1_epi32(16);
@@ -307,7 +327,7 @@ IKV_TARGET_AVX512 inline __m512 block_dot512(const uint8_t *blk, const float *x)
     }
   } else {
     // byte j widened to 32 bits holds element j in its low nibble and element 16 + j above it
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + (K == Fused::q4_1 ? 4 : 2))));
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + fused_qs(K))));
     __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(0x0F)), hi = _mm512_srli_epi32(v, 4);
     if constexpr (K == Fused::q4_0) {  // -8 .. 7
       lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(8));
@@ -387,13 +407,15 @@ IKV_TARGET_AVX2 inline void k4_bytes(const uint8_t *q, __m256i &hb, __m256i &lo,
 // Q5_K adds a fifth bit per element: bit 2j of qh[l] belongs to element 64j + l, bit 2j + 1 to 64j + 32 + l.
 template <bool Five>
 IKV_TARGET_AVX2 float dot_fused_k4(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
-  constexpr int64_t BB = fused_block_bytes(Five ? Fused::q5_k : Fused::q4_k), QS = Five ? 48 : 16;
+  constexpr int64_t BB = fused_block_bytes(Five ? Fused::q5_k : Fused::q4_k);
+  constexpr int64_t QS = Five ? offsetof(block::Q5_K, qs) : offsetof(block::Q4_K, qs);
   __m256 acc = _mm256_setzero_ps();
   float acc_min = 0.0f;
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += BB) {
-    const float d = h2f_f16c(row), dmin = h2f_f16c(row + 2);
-    const uint8_t *scales = row + 4, *qs = row + QS;
-    __m256i hb = Five ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 16)) : _mm256_setzero_si256();
+    const float d = h2f_f16c(row), dmin = h2f_f16c(row + offsetof(block::Q4_K, dmin));
+    const uint8_t *scales = row + offsetof(block::Q4_K, scales), *qs = row + QS;
+    __m256i hb = Five ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + offsetof(block::Q5_K, qh)))
+                      : _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j, x += 64, sx += 2) {
       float d1, m1, d2, m2;
       dq::pair_scales_k4(2 * j, scales, d, dmin, &d1, &m1, &d2, &m2);
@@ -413,11 +435,11 @@ IKV_TARGET_AVX2 float dot_fused_q6k(const uint8_t *row, const float *x, int64_t 
   __m256 acc_a = _mm256_setzero_ps(), acc_b = _mm256_setzero_ps();
   const __m256i off = _mm256_set1_epi8(32);
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += fused_block_bytes(Fused::q6_k)) {
-    const auto *sc = reinterpret_cast<const int8_t *>(row + 192);
-    const float d = h2f_f16c(row + 208);
+    const auto *sc = reinterpret_cast<const int8_t *>(row + offsetof(block::Q6_K, scales));
+    const float d = h2f_f16c(row + offsetof(block::Q6_K, d));
     for (int n = 0; n < 2; ++n, x += 128) {
       __m256i v[4];
-      q6_bytes(row + 64 * n, row + 128 + 32 * n, v);
+      q6_bytes(row + offsetof(block::Q6_K, ql) + 64 * n, row + offsetof(block::Q6_K, qh) + 32 * n, v);
       for (int r = 0; r < 4; ++r) {
         const __m256i s = _mm256_sub_epi8(v[r], off);  // -32 .. 31
         __m256 q0, q1, q2, q3;
@@ -443,13 +465,15 @@ IKV_TARGET_AVX512 inline __m512 dot32_u8_512(__m256i v, const float *xx) {
 // dot_fused_k4 with 16-wide vectors (AVX-512); the two sub-blocks of each 64 have their own accumulators.
 template <bool Five>
 IKV_TARGET_AVX512 float dot_fused_k4_512(const uint8_t *row, const float *x, const float *sx, int64_t nb32) {
-  constexpr int64_t BB = fused_block_bytes(Five ? Fused::q5_k : Fused::q4_k), QS = Five ? 48 : 16;
+  constexpr int64_t BB = fused_block_bytes(Five ? Fused::q5_k : Fused::q4_k);
+  constexpr int64_t QS = Five ? offsetof(block::Q5_K, qs) : offsetof(block::Q4_K, qs);
   __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   float acc_min = 0.0f;
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += BB) {
-    const float d = h2f_f16c(row), dmin = h2f_f16c(row + 2);
-    const uint8_t *scales = row + 4, *qs = row + QS;
-    __m256i hb = Five ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + 16)) : _mm256_setzero_si256();
+    const float d = h2f_f16c(row), dmin = h2f_f16c(row + offsetof(block::Q4_K, dmin));
+    const uint8_t *scales = row + offsetof(block::Q4_K, scales), *qs = row + QS;
+    __m256i hb = Five ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row + offsetof(block::Q5_K, qh)))
+                      : _mm256_setzero_si256();
     for (int j = 0; j < 4; ++j, x += 64, sx += 2) {
       float d1, m1, d2, m2;
       dq::pair_scales_k4(2 * j, scales, d, dmin, &d1, &m1, &d2, &m2);
@@ -468,11 +492,11 @@ IKV_TARGET_AVX512 float dot_fused_q6k_512(const uint8_t *row, const float *x, in
   __m512 acc_a = _mm512_setzero_ps(), acc_b = _mm512_setzero_ps();
   const __m256i off = _mm256_set1_epi8(32);
   for (int64_t sb = 0; sb < nb32 / 8; ++sb, row += fused_block_bytes(Fused::q6_k)) {
-    const auto *sc = reinterpret_cast<const int8_t *>(row + 192);
-    const float d = h2f_f16c(row + 208);
+    const auto *sc = reinterpret_cast<const int8_t *>(row + offsetof(block::Q6_K, scales));
+    const float d = h2f_f16c(row + offsetof(block::Q6_K, d));
     for (int n = 0; n < 2; ++n, x += 128) {
       __m256i v[4];
-      q6_bytes(row + 64 * n, row + 128 + 32 * n, v);
+      q6_bytes(row + offsetof(block::Q6_K, ql) + 64 * n, row + offsetof(block::Q6_K, qh) + 32 * n, v);
       for (int r = 0; r < 4; ++r) {
         const __m256i s = _mm256_sub_epi8(v[r], off);  // -32 .. 31
         const float *xx = x + 32 * r;
@@ -537,28 +561,28 @@ RowsFn fused_rows(bool wide) {
 RowsFn rows_for(uint32_t type) {
   if (!cpu_has_avx2_fma_f16c()) return rows_portable(type);
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, 32, 18, false>;
-    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, 32, 20, false>;
-    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, 32, 22, false>;
-    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, 32, 24, false>;
-    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, 32, 34, false>;
-    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, 256, 144, false>;
-    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, 256, 176, false>;
-    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, 256, 210, false>;
+    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, GgmlType::Q4_0, false>;
+    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, GgmlType::Q4_1, false>;
+    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, GgmlType::Q5_0, false>;
+    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, GgmlType::Q5_1, false>;
+    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, GgmlType::Q8_0, false>;
+    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, GgmlType::Q4_K, false>;
+    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, GgmlType::Q5_K, false>;
+    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, GgmlType::Q6_K, false>;
     default: return nullptr;
   }
 }
 
 RowsFn panels_for(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, 32, 18, true>;
-    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, 32, 20, true>;
-    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, 32, 22, true>;
-    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, 32, 24, true>;
-    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, 32, 34, true>;
-    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, 256, 144, true>;
-    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, 256, 176, true>;
-    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, 256, 210, true>;
+    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, GgmlType::Q4_0, true>;
+    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, GgmlType::Q4_1, true>;
+    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, GgmlType::Q5_0, true>;
+    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, GgmlType::Q5_1, true>;
+    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, GgmlType::Q8_0, true>;
+    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, GgmlType::Q4_K, true>;
+    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, GgmlType::Q5_K, true>;
+    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, GgmlType::Q6_K, true>;
     default: return nullptr;
   }
 }

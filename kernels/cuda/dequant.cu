@@ -32,8 +32,10 @@ __global__ void dequant_f16_kernel(uint16_t *out, const uint8_t *src, int64_t n_
   }
 }
 
-template <GgmlType T, int ELEMS, int BYTES>
+template <GgmlType T>
 Status launch(void *out, const void *src, int64_t n, Stream *stream) {
+  // the block's geometry from the one table (ggml_types.hpp), as compile-time constants of the kernel
+  constexpr int ELEMS = static_cast<int>(ggml_block_elems(T)), BYTES = static_cast<int>(ggml_block_bytes(T));
   if (n % ELEMS != 0) return Status::invalid_argument;
   const int64_t nb = n / ELEMS;
   dequant_f16_kernel<static_cast<int>(T), ELEMS, BYTES><<<grid_for(nb, kThreads), kThreads, 0, raw_stream(stream)>>>(
@@ -47,14 +49,14 @@ Status dequantize_f16(void *out, const void *src, uint32_t type, int64_t n, Stre
   if (n < 0 || (n > 0 && (out == nullptr || src == nullptr))) return Status::invalid_argument;
   if (n == 0) return Status::ok;
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return launch<GgmlType::Q4_0, 32, 18>(out, src, n, stream);
-    case GgmlType::Q4_1: return launch<GgmlType::Q4_1, 32, 20>(out, src, n, stream);
-    case GgmlType::Q5_0: return launch<GgmlType::Q5_0, 32, 22>(out, src, n, stream);
-    case GgmlType::Q5_1: return launch<GgmlType::Q5_1, 32, 24>(out, src, n, stream);
-    case GgmlType::Q8_0: return launch<GgmlType::Q8_0, 32, 34>(out, src, n, stream);
-    case GgmlType::Q4_K: return launch<GgmlType::Q4_K, 256, 144>(out, src, n, stream);
-    case GgmlType::Q5_K: return launch<GgmlType::Q5_K, 256, 176>(out, src, n, stream);
-    case GgmlType::Q6_K: return launch<GgmlType::Q6_K, 256, 210>(out, src, n, stream);
+    case GgmlType::Q4_0: return launch<GgmlType::Q4_0>(out, src, n, stream);
+    case GgmlType::Q4_1: return launch<GgmlType::Q4_1>(out, src, n, stream);
+    case GgmlType::Q5_0: return launch<GgmlType::Q5_0>(out, src, n, stream);
+    case GgmlType::Q5_1: return launch<GgmlType::Q5_1>(out, src, n, stream);
+    case GgmlType::Q8_0: return launch<GgmlType::Q8_0>(out, src, n, stream);
+    case GgmlType::Q4_K: return launch<GgmlType::Q4_K>(out, src, n, stream);
+    case GgmlType::Q5_K: return launch<GgmlType::Q5_K>(out, src, n, stream);
+    case GgmlType::Q6_K: return launch<GgmlType::Q6_K>(out, src, n, stream);
     default: return Status::unsupported;
   }
 }
