@@ -457,37 +457,24 @@ IKV_TARGET_AVX512_VNNI void dot_q6k_a8_multi(const uint8_t *row, const Act8 *con
   for (int t = 0; t < T; ++t) out[t] = _mm512_reduce_add_ps(f[t]);
 }
 
-template <A8 K, int P>
-IKV_TARGET_AVX512_VNNI float dot32_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
+// One token's dot: a T-token kernel run with T = 1.
+template <Dot4Fn Multi>
+IKV_TARGET_AVX512_VNNI float one_token(const uint8_t *row, const Act8 &a, uint32_t type) {
   const Act8 *one = &a;
   float r;
-  dot_a8_multi<K, P, 1>(row, &one, type, &r);
-  return r;
-}
-template <int P>
-IKV_TARGET_AVX512_VNNI float q4k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
-  const Act8 *one = &a;
-  float r;
-  dot_q4k_a8_multi<P, 1>(row, &one, type, &r);
-  return r;
-}
-template <int P>
-IKV_TARGET_AVX512_VNNI float q6k_entry(const uint8_t *row, const Act8 &a, uint32_t type) {
-  const Act8 *one = &a;
-  float r;
-  dot_q6k_a8_multi<P, 1>(row, &one, type, &r);
+  Multi(row, &one, type, &r);
   return r;
 }
 
 template <int P>
 DotFn vnni_dot(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return dot32_entry<A8::q4_0, P>;
-    case GgmlType::Q4_1: return dot32_entry<A8::q4_1, P>;
-    case GgmlType::Q5_0: return dot32_entry<A8::q5_0, P>;
-    case GgmlType::Q8_0: return dot32_entry<A8::q8_0, P>;
-    case GgmlType::Q4_K: return q4k_entry<P>;
-    case GgmlType::Q6_K: return q6k_entry<P>;
+    case GgmlType::Q4_0: return one_token<dot_a8_multi<A8::q4_0, P, 1>>;
+    case GgmlType::Q4_1: return one_token<dot_a8_multi<A8::q4_1, P, 1>>;
+    case GgmlType::Q5_0: return one_token<dot_a8_multi<A8::q5_0, P, 1>>;
+    case GgmlType::Q8_0: return one_token<dot_a8_multi<A8::q8_0, P, 1>>;
+    case GgmlType::Q4_K: return one_token<dot_q4k_a8_multi<P, 1>>;
+    case GgmlType::Q6_K: return one_token<dot_q6k_a8_multi<P, 1>>;
     default: return nullptr;
   }
 }
