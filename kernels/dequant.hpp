@@ -4,10 +4,9 @@
 // They are also compiled for the GPU (IKV_HD): the CUDA dequantisation kernel (kernels/cuda/dequant.cu) runs these
 // same definitions, so its twin is bit-exact by construction.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
-
-#include <cstddef>
 
 #include "kernels/fp16.hpp"
 #include "kernels/ggml_blocks.hpp"

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/ggml_blocks.hpp"
+
 namespace infokv {
 
 // f32/f16/bf16 store each element; q8_0 and q4_0 store blocks of kKvQuantBlock elements with an f16 scale, in
@@ -15,8 +17,8 @@ inline bool kv_dtype_quantised(KvDtype t) { return t == KvDtype::q8_0 || t == Kv
 inline int64_t kv_bytes(KvDtype t, int64_t n) {
   switch (t) {
     case KvDtype::f32: return 4 * n;
-    case KvDtype::q8_0: return n / kKvQuantBlock * 34;
-    case KvDtype::q4_0: return n / kKvQuantBlock * 18;
+    case KvDtype::q8_0: return n / kKvQuantBlock * static_cast<int64_t>(sizeof(block::Q8_0));
+    case KvDtype::q4_0: return n / kKvQuantBlock * static_cast<int64_t>(sizeof(block::Q4_0));
     default: return 2 * n;
   }
 }
