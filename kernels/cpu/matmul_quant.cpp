@@ -558,34 +558,25 @@ RowsFn fused_rows(bool wide) {
   return wide ? rows_fused<K, true> : rows_fused<K, false>;
 }
 
-RowsFn rows_for(uint32_t type) {
-  if (!cpu_has_avx2_fma_f16c()) return rows_portable(type);
+// The expanded products of each type, through the tiles (Panels false) or the panels (true).
+template <bool Panels>
+RowsFn expanded_for(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, GgmlType::Q4_0, false>;
-    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, GgmlType::Q4_1, false>;
-    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, GgmlType::Q5_0, false>;
-    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, GgmlType::Q5_1, false>;
-    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, GgmlType::Q8_0, false>;
-    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, GgmlType::Q4_K, false>;
-    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, GgmlType::Q5_K, false>;
-    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, GgmlType::Q6_K, false>;
+    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, GgmlType::Q4_0, Panels>;
+    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, GgmlType::Q4_1, Panels>;
+    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, GgmlType::Q5_0, Panels>;
+    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, GgmlType::Q5_1, Panels>;
+    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, GgmlType::Q8_0, Panels>;
+    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, GgmlType::Q4_K, Panels>;
+    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, GgmlType::Q5_K, Panels>;
+    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, GgmlType::Q6_K, Panels>;
     default: return nullptr;
   }
 }
 
-RowsFn panels_for(uint32_t type) {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::Q4_0: return rows_expanded<q4_0_avx2, GgmlType::Q4_0, true>;
-    case GgmlType::Q4_1: return rows_expanded<q4_1_avx2, GgmlType::Q4_1, true>;
-    case GgmlType::Q5_0: return rows_expanded<dq::q5_0, GgmlType::Q5_0, true>;
-    case GgmlType::Q5_1: return rows_expanded<dq::q5_1, GgmlType::Q5_1, true>;
-    case GgmlType::Q8_0: return rows_expanded<q8_0_avx2, GgmlType::Q8_0, true>;
-    case GgmlType::Q4_K: return rows_expanded<dq::q4_k, GgmlType::Q4_K, true>;
-    case GgmlType::Q5_K: return rows_expanded<dq::q5_k, GgmlType::Q5_K, true>;
-    case GgmlType::Q6_K: return rows_expanded<q6_k_avx2, GgmlType::Q6_K, true>;
-    default: return nullptr;
-  }
-}
+RowsFn rows_for(uint32_t type) { return cpu_has_avx2_fma_f16c() ? expanded_for<false>(type) : rows_portable(type); }
+
+RowsFn panels_for(uint32_t type) { return expanded_for<true>(type); }
 #else
 RowsFn rows_for(uint32_t type) { return rows_portable(type); }
 #endif  // IKV_X86
