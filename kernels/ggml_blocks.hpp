@@ -34,5 +34,14 @@ static_assert(sizeof(Q4_K) == ggml_block_bytes(GgmlType::Q4_K), "Q4_K super-bloc
 static_assert(sizeof(Q5_K) == ggml_block_bytes(GgmlType::Q5_K), "Q5_K super-block");
 static_assert(sizeof(Q6_K) == ggml_block_bytes(GgmlType::Q6_K), "Q6_K super-block");
 
+// Where the codes (qs) of a 32-element block of type t start: Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0.
+constexpr int64_t codes_offset(GgmlType t) {
+  return t == GgmlType::Q4_1   ? offsetof(Q4_1, qs)
+         : t == GgmlType::Q5_0 ? offsetof(Q5_0, qs)
+         : t == GgmlType::Q5_1 ? offsetof(Q5_1, qs)
+         : t == GgmlType::Q8_0 ? offsetof(Q8_0, qs)
+                               : offsetof(Q4_0, qs);
+}
+
 }  // namespace block
 }  // namespace infokv

@@ -219,10 +219,7 @@ constexpr GgmlType a8_type(A8 K) {
 }
 constexpr int64_t a8_bb(A8 K) { return ggml_block_bytes(a8_type(K)); }
 // Where a block's codes start.
-constexpr int64_t a8_qs(A8 K) {
-  return K == A8::q4_0 ? offsetof(block::Q4_0, qs) : K == A8::q4_1 ? offsetof(block::Q4_1, qs)
-       : K == A8::q5_0 ? offsetof(block::Q5_0, qs) : offsetof(block::Q8_0, qs);
-}
+constexpr int64_t a8_qs(A8 K) { return block::codes_offset(a8_type(K)); }
 
 // Blocks b and b + 1 (at blk, blk + BB) as 64 unsigned codes in element order.
 template <A8 K>

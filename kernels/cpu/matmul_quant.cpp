@@ -221,13 +221,7 @@ constexpr int64_t fused_block_bytes(Fused K) { return ggml_block_bytes(fused_typ
 constexpr bool fused_super(Fused K) { return ggml_block_elems(fused_type(K)) == 256; }
 
 // Where a 32-element block's codes, fifth bits and min start (the K types' layouts are read where they are used).
-constexpr int64_t fused_qs(Fused K) {
-  return K == Fused::q4_1   ? offsetof(block::Q4_1, qs)
-         : K == Fused::q5_0 ? offsetof(block::Q5_0, qs)
-         : K == Fused::q5_1 ? offsetof(block::Q5_1, qs)
-         : K == Fused::q8_0 ? offsetof(block::Q8_0, qs)
-                            : offsetof(block::Q4_0, qs);
-}
+constexpr int64_t fused_qs(Fused K) { return block::codes_offset(fused_type(K)); }
 constexpr int64_t fused_qh(Fused K) { return K == Fused::q5_1 ? offsetof(block::Q5_1, qh) : offsetof(block::Q5_0, qh); }
 constexpr int64_t fused_m(Fused K) { return K == Fused::q5_1 ? offsetof(block::Q5_1, m) : offsetof(block::Q4_1, m); }
 
