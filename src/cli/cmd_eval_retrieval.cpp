@@ -351,7 +351,7 @@ void plot_results(const std::string &path, const std::vector<Cell> &rows) {
 
 int cmd_eval_retrieval(int argc, char **argv) {
   std::set<std::string> valued = {"model", "haystack", "tasks", "context", "cases", "seed", "policies", "budgets",
-                                  "query", "protect", "plot"};
+                                  "query", "protect", "plot", "cases-out"};
   for (const auto &n : session_option_names()) valued.insert(n);
   Args a(argc, argv, 2, valued, {"json", "verbose"});
   const bool verbose = a.flag("verbose");
@@ -381,6 +381,13 @@ int cmd_eval_retrieval(int argc, char **argv) {
     make_task(t, probe);  // refuses an unknown name before any work
   }
   const SessionOptions base = session_options_from(a);
+  // --cases-out: each case as one JSON line (its token ids, what the answer must contain, and every answer given
+  // here), so that another runtime can be run on exactly these cases (packaging/tools/kvpress_retrieval.py).
+  std::FILE *cases_out = nullptr;
+  if (a.has("cases-out")) {
+    cases_out = std::fopen(a.str("cases-out").c_str(), "w");
+    if (cases_out == nullptr) fail(Status::io, a.str("cases-out") + ": cannot be written");
+  }
 
   std::vector<Cell> rows(1 + policies.size() * budgets.size());
   rows[0].policy = "full";
@@ -415,6 +422,10 @@ int cmd_eval_retrieval(int argc, char **argv) {
       }
       const Prepared p = prepare(*model, t, context, query == "inside", protect);
       const std::vector<int32_t> want = answer_positions(tok, t, p.compressed);
+      JsonObject answers;  // for --cases-out: "policy@budget" -> {answer, score}
+      auto record = [&answers](const std::string &key, const std::string &answer, double score) {
+        answers.raw(key, JsonObject().str("answer", answer).num("score", score).dump());
+      };
 
       {  // the full cache
         SessionOptions so = base;
@@ -428,6 +439,7 @@ int cmd_eval_retrieval(int argc, char **argv) {
         const double kept = kept_fraction(s, id, want);
         if (verbose) show(t, "full", 1.0, answer, kept);
         add(rows[0], t.name, match(answer, t.expected), full, full, 0.0, kept);
+        record("full", answer, match(answer, t.expected));
       }
       for (size_t pi = 0; pi < policies.size(); ++pi) {
         Session s(model, compress_on_demand(base, parse_policy(policies[pi])));
@@ -451,13 +463,30 @@ int cmd_eval_retrieval(int argc, char **argv) {
           const std::string answer = greedy_text(s, f, t.max_answer);
           if (verbose) show(t, policies[pi], budgets[bi], answer, kept);
           add(rows[1 + pi * budgets.size() + bi], t.name, match(answer, t.expected), held, full, secs, kept);
+          record(policies[pi] + "@" + json_num(budgets[bi]), answer, match(answer, t.expected));
           s.remove_sequence(f);
         }
+      }
+      if (cases_out != nullptr) {
+        std::string expected = "[";
+        for (size_t k = 0; k < t.expected.size(); ++k) expected += (k ? "," : "") + json_str(t.expected[k]);
+        std::vector<int64_t> spans;
+        for (const ProtectedSpan &sp : p.spans) {
+          spans.push_back(sp.begin);
+          spans.push_back(sp.end);
+        }
+        JsonObject line;
+        line.str("task", t.name).integer("case", c).str("query", query).ints("context_ids", p.compressed)
+            .ints("after_ids", p.after).ints("protected", spans).ints("needle_positions", want)
+            .raw("expected", expected + "]").integer("max_answer", t.max_answer).raw("answers", answers.dump());
+        std::fprintf(cases_out, "%s\n", line.dump().c_str());
+        std::fflush(cases_out);
       }
       std::fprintf(stderr, "\reval-retrieval: case %lld/%lld", static_cast<long long>(++done),
                    static_cast<long long>(total));
     }
   std::fprintf(stderr, "\n");
+  if (cases_out != nullptr && std::fclose(cases_out) != 0) fail(Status::io, a.str("cases-out") + ": write failed");
   print_results(rows, tasks, a.flag("json"));
   if (a.has("plot")) plot_results(a.str("plot"), rows);
   return 0;

@@ -61,17 +61,21 @@ std::vector<Piece> pieces(const ChatTemplate &t, const std::vector<ChatMessage> 
 }
 
 // The literal system text a ChatML template inserts by itself: "{{ '<|im_start|>system\nTEXT<|im_end|>\n' }}"
-// (the \n written as the two characters backslash-n inside the Jinja string, or as a real newline).
+// (the \n written as the two characters backslash-n inside the Jinja string, or as a real newline). Every place
+// that opens a system turn is looked at: Qwen2.5's template opens one first in its tools branch
+// ("{{- '<|im_start|>system\n' }}", its text written apart) and once with the app's own system message
+// ("'<|im_start|>system\n' + messages[0]['content'] + ..."), before the literal default of its plain branch.
 std::string default_system_of(const std::string &tmpl) {
   for (const std::string &open : {std::string("'<|im_start|>system\\n"), std::string("'<|im_start|>system\n")}) {
-    const size_t a = tmpl.find(open);
-    if (a == std::string::npos) continue;
-    const size_t b = tmpl.find("<|im_end|>", a + open.size());
-    if (b == std::string::npos) continue;
-    std::string s = tmpl.substr(a + open.size(), b - a - open.size());
-    if (s.find('\'') != std::string::npos || s.find("{{") != std::string::npos || s.find('+') != std::string::npos)
-      return std::string();  // not a literal
-    return s;
+    for (size_t a = tmpl.find(open); a != std::string::npos; a = tmpl.find(open, a + 1)) {
+      const size_t b = tmpl.find("<|im_end|>", a + open.size());
+      if (b == std::string::npos) break;
+      std::string s = tmpl.substr(a + open.size(), b - a - open.size());
+      if (s.find('\'') != std::string::npos || s.find("{{") != std::string::npos || s.find("{%") != std::string::npos ||
+          s.find('+') != std::string::npos)
+        continue;  // not a literal
+      return s;
+    }
   }
   return std::string();
 }

@@ -43,7 +43,28 @@ if [ ! -f "$qwen" ]; then
   echo "FAIL: Qwen2.5-Coder-0.5B GGUF missing: '$qwen' (packaging/fetch_models.sh --model qwen2.5-coder-0.5b)"; fail=1
 else
   "$cli" eval-retrieval --model "$qwen" --tasks niah_single --context 512 --cases 2 --policies streaming \
-    --budgets 0.5 --json >"$tmp/q.json" 2>/dev/null || { echo "FAIL: eval-retrieval on Qwen"; fail=1; }
+    --budgets 0.5 --json --cases-out "$tmp/q.jsonl" >"$tmp/q.json" 2>/dev/null || { echo "FAIL: eval-retrieval on Qwen"; fail=1; }
+  # --cases-out: one line a case with the tokens both runs saw and every answer; the context turn opens with Qwen2.5's
+  # default system turn (its template writes one when the app gives none), protected by default.
+  python3 - "$tmp/q.json" "$tmp/q.jsonl" <<'PY' || { echo "FAIL: --cases-out"; fail=1; }
+import json, sys
+rows = json.load(open(sys.argv[1]))
+cases = [json.loads(l) for l in open(sys.argv[2])]
+assert len(cases) == 2 and [c["task"] for c in cases] == ["niah_single"] * 2, cases
+system = [151644, 8948, 198, 2610, 525, 1207, 16948, 11, 3465, 553, 54364, 14817, 13, 1446, 525, 264, 10950, 17847, 13,
+          151645, 198]
+for c in cases:
+    assert c["context_ids"][:21] == system, c["context_ids"][:24]
+    assert c["protected"][:2] == [0, 21], c["protected"]
+    assert c["after_ids"][:3] == [151644, 872, 198] and len(c["after_ids"]) > 10, c["after_ids"]
+    assert len(c["expected"]) == 1 and c["expected"][0] in c["answers"]["full"]["answer"], c
+    assert set(c["answers"]) == {"full", "streaming@0.5"}, c["answers"]
+    assert all(0 < p < len(c["context_ids"]) for p in c["needle_positions"]), c["needle_positions"]
+for key, row in (("full", rows[0]), ("streaming@0.5", rows[1])):
+    assert abs(sum(c["answers"][key]["score"] for c in cases) / 2 - row["accuracy"]) < 1e-9, (key, row)
+PY
+  if "$cli" eval-retrieval --model "$qwen" --context 256 --cases 1 --policies streaming --cases-out "$tmp/no/such/dir/x" \
+      >/dev/null 2>&1; then echo "FAIL: an unwritable --cases-out was accepted"; fail=1; fi
   python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r[0]["policy"] == "full" and r[0]["accuracy"] == 1.0 and r[0]["needles_kept"] == 1.0 and 0 <= r[1]["needles_kept"] < 1, r' \
     "$tmp/q.json" || { echo "FAIL: the full cache misses a needle: $(cat "$tmp/q.json")"; fail=1; }
 fi

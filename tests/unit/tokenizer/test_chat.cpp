@@ -117,6 +117,47 @@ TEST(ChatTemplate, LaterTurnsAppendWithoutBosOrDefaultSystem) {
   EXPECT_EQ(joined, all);
 }
 
+// Qwen2.5's template opens a system turn three times (its tools branch, the app's own system message, then the
+// literal default of its plain branch); the default is the third. Token ids from the Hugging Face tokenizer of the
+// same file's template: apply_chat_template(..., add_generation_prompt=True).
+TEST(ChatTemplate, Qwen25DefaultSystemTurnAsHuggingFaceWritesIt) {
+  const std::string path = infokv_test::qwen25_coder_path();
+  ASSERT_TRUE(std::filesystem::exists(path))
+      << "Qwen2.5-Coder GGUF " << path << " is missing: run packaging/fetch_models.sh --model qwen2.5-coder-0.5b";
+  const GgufFile f(path);
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  const ChatTemplate t = ChatTemplate::detect(f, tok);
+  EXPECT_EQ(t.format, ChatFormat::chatml);
+  EXPECT_EQ(t.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  const std::vector<int32_t> sys = {151644, 8948, 198, 2610, 525,   1207,  16948, 11,     3465, 553,
+                                    54364,  14817, 13, 1446, 525, 264, 10950, 17847, 13, 151645, 198};
+  std::vector<int32_t> want = sys;
+  for (int32_t id : {151644, 872, 198, 9064, 374, 12095, 30, 151645, 198, 151644, 77091, 198}) want.push_back(id);
+  EXPECT_EQ(t.encode(tok, {{"user", "Where is Paris?"}}, true), want);
+  EXPECT_EQ(t.encode(tok, {{"system", "Be brief."}, {"user", "Where is Paris?"}}, true),
+            (std::vector<int32_t>{151644, 8948, 198, 3430, 9814, 13, 151645, 198, 151644, 872, 198, 9064, 374, 12095, 30,
+                                  151645, 198, 151644, 77091, 198}));
+  want = sys;
+  for (int32_t id : {151644, 872, 198, 64, 151645, 198, 151644, 77091, 198, 65, 151645, 198, 151644, 872, 198, 66,
+                     151645, 198, 151644, 77091, 198})
+    want.push_back(id);
+  EXPECT_EQ(t.encode(tok, {{"user", "a"}, {"assistant", "b"}, {"user", "c"}}, true), want);
+}
+
+TEST(ChatTemplate, DefaultSystemIsTheFirstLiteralSystemTurn) {
+  const std::string tmpl =
+      "{%- if tools %}{{- '<|im_start|>system\\n' }}{{- 'tools' }}{%- endif %}"
+      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+      "{%- else %}{{- '<|im_start|>system\\nYou are a test.<|im_end|>\\n' }}{%- endif %}";
+  infokv_test::GgufBuilder b;
+  b.add_string("tokenizer.ggml.model", "llama").add_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a"});
+  std::vector<uint8_t> bytes = b.build();
+  GgufFile f(bytes.data(), bytes.size());
+  EXPECT_EQ(ChatTemplate::detect(tmpl, Tokenizer::from_gguf(f)).default_system, "You are a test.");
+  const std::string none = "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}";
+  EXPECT_EQ(ChatTemplate::detect(none, Tokenizer::from_gguf(f)).default_system, "");
+}
+
 TEST(ChatTemplate, ModelWithoutKnownTemplateIsNone) {
   infokv_test::GgufBuilder b;
   b.add_string("tokenizer.ggml.model", "llama")
