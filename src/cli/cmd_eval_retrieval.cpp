@@ -438,8 +438,9 @@ int cmd_eval_retrieval(int argc, char **argv) {
         const std::string answer = greedy_text(s, id, t.max_answer);
         const double kept = kept_fraction(s, id, want);
         if (verbose) show(t, "full", 1.0, answer, kept);
-        add(rows[0], t.name, match(answer, t.expected), full, full, 0.0, kept);
-        record("full", answer, match(answer, t.expected));
+        const double score = match(answer, t.expected);
+        add(rows[0], t.name, score, full, full, 0.0, kept);
+        record("full", answer, score);
       }
       for (size_t pi = 0; pi < policies.size(); ++pi) {
         Session s(model, compress_on_demand(base, parse_policy(policies[pi])));
@@ -462,8 +463,9 @@ int cmd_eval_retrieval(int argc, char **argv) {
           if (!p.after.empty()) s.prefill(f, p.after);
           const std::string answer = greedy_text(s, f, t.max_answer);
           if (verbose) show(t, policies[pi], budgets[bi], answer, kept);
-          add(rows[1 + pi * budgets.size() + bi], t.name, match(answer, t.expected), held, full, secs, kept);
-          record(policies[pi] + "@" + json_num(budgets[bi]), answer, match(answer, t.expected));
+          const double score = match(answer, t.expected);
+          add(rows[1 + pi * budgets.size() + bi], t.name, score, held, full, secs, kept);
+          record(policies[pi] + "@" + json_num(budgets[bi]), answer, score);
           s.remove_sequence(f);
         }
       }
