@@ -5,9 +5,11 @@
 #include <map>
 #include <mutex>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 
 #include "compress/auto_policy.hpp"
+#include "compress/policy_table.hpp"
 #include "compress/scores.hpp"
 #include "compress/compressor.hpp"
 #include "util/error.hpp"
@@ -168,6 +170,27 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q)
   plan.keep.resize(sc.layers.size());
   ReplayEvidence replay;
   if (c.needs_replay()) replay = evidence_.replay_evidence(seq);
+  if (policy_info(c.policy).global_spread && c.needs_replay()) {
+    // The uniform budgets' blocks go to the layers whose tokens the replay ranks highest anywhere: what each layer
+    // always keeps (its window, the protected spans) ranks first.
+    std::vector<std::vector<float>> ranked(sc.layers.size());
+    for (int32_t l = 0; l < hp.n_layer; ++l) {
+      const auto li = static_cast<size_t>(l);
+      const LayerSlots &L = sc.layers[li];
+      std::vector<float> &r = ranked[li];
+      r = replay.score.at(li);
+      if (static_cast<int32_t>(r.size()) != L.n()) fail(Status::internal, "kvzip: one replay score per slot");
+      const float keep = std::numeric_limits<float>::infinity();
+      for (int32_t j = L.n() - policy_window(c, budgets[li], L.n()); j < L.n(); ++j) r[static_cast<size_t>(j)] = keep;
+      for (const ProtectedSpan &sp : plan.spans) {
+        if (sp.fair) continue;
+        const auto lo = std::lower_bound(L.pos.begin(), L.pos.end(), sp.begin);
+        const auto hi = std::lower_bound(lo, L.pos.end(), sp.end);
+        for (auto it = lo; it != hi; ++it) r[static_cast<size_t>(it - L.pos.begin())] = keep;
+      }
+    }
+    budgets = global_layer_budgets(ranked, counts, budgets, bs);
+  }
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const LayerSlots &L = sc.layers[static_cast<size_t>(l)];
     LayerScoreInput in = layer_input(seq, l, plan.spans, rows);

@@ -53,20 +53,22 @@ struct PolicyInfo {
   WindowRule window;
   bool rank_only;        // its scores only rank: what eviction drops is counted in tokens, not score mass
   bool pyramid;          // its own budget shape: per-layer budgets shrinking bottom to top (whatever shape is set)
+  bool global_spread;    // its own budget shape: the uniform budgets' blocks spread over the layers by its scores
+                         // ranked across all layers (global_layer_budgets; its scores are comparable across layers)
 };
 
 inline constexpr std::array<PolicyInfo, 9> kPolicyTable = {{
-    // kind, name, C, schema, scorer, reads, window, rank_only, pyramid
-    {PolicyKind::none, "none", 0, 1, nullptr, 0, WindowRule::configured, false, false},
-    {PolicyKind::infokv, "infokv", 1, 2, &infokv_scores, kReadsWindow | kReadsEntropy, WindowRule::configured, false, false},
-    {PolicyKind::snapkv, "snapkv", 2, 3, &snapkv_scores, kReadsWindow, WindowRule::configured, false, false},
-    {PolicyKind::h2o, "h2o", 3, 4, &h2o_scores, kReadsAttentionSums, WindowRule::configured, false, false},
-    {PolicyKind::streaming, "streaming", 4, 5, &streaming_scores, 0, WindowRule::none, true, false},
-    {PolicyKind::tova, "tova", 5, 6, &tova_scores, kReadsWindow, WindowRule::last_token, false, false},
-    {PolicyKind::pyramidkv, "pyramidkv", 6, 7, &snapkv_scores, kReadsWindow, WindowRule::configured, false, true},
+    // kind, name, C, schema, scorer, reads, window, rank_only, pyramid, global_spread
+    {PolicyKind::none, "none", 0, 1, nullptr, 0, WindowRule::configured, false, false, false},
+    {PolicyKind::infokv, "infokv", 1, 2, &infokv_scores, kReadsWindow | kReadsEntropy, WindowRule::configured, false, false, false},
+    {PolicyKind::snapkv, "snapkv", 2, 3, &snapkv_scores, kReadsWindow, WindowRule::configured, false, false, false},
+    {PolicyKind::h2o, "h2o", 3, 4, &h2o_scores, kReadsAttentionSums, WindowRule::configured, false, false, false},
+    {PolicyKind::streaming, "streaming", 4, 5, &streaming_scores, 0, WindowRule::none, true, false, false},
+    {PolicyKind::tova, "tova", 5, 6, &tova_scores, kReadsWindow, WindowRule::last_token, false, false, false},
+    {PolicyKind::pyramidkv, "pyramidkv", 6, 7, &snapkv_scores, kReadsWindow, WindowRule::configured, false, true, false},
     {PolicyKind::auto_, "auto", 7, 8, nullptr, kReadsWindow | kReadsAttentionSums | kReadsEntropy, WindowRule::configured,
-     false, false},
-    {PolicyKind::kvzip, "kvzip", 8, 9, &kvzip_scores, kReadsReplay, WindowRule::configured, false, false},
+     false, false, false},
+    {PolicyKind::kvzip, "kvzip", 8, 9, &kvzip_scores, kReadsReplay, WindowRule::configured, false, false, true},
 }};
 
 // policy_row() indexes by the core value, and the schema values are the C values + 1 (UNSPECIFIED = 0 first):

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "compress/policy_table.hpp"
@@ -32,6 +33,79 @@ std::vector<int32_t> layer_budgets(const CompressionConfig &c, const std::vector
   if (mn < w || mn < 0) return out;  // the top layer would fall below the window: uniform, as kvpress does
   const double step = (mx - mn) / (L - 1);
   for (int32_t l = 0; l < L; ++l) out[static_cast<size_t>(l)] = w + static_cast<int32_t>(std::lround(mx - l * step));
+  return out;
+}
+
+std::vector<int32_t> global_layer_budgets(const std::vector<std::vector<float>> &score, const std::vector<int32_t> &counts,
+                                          const std::vector<int32_t> &budgets, int32_t bs) {
+  const size_t L = counts.size();
+  if (score.size() != L || budgets.size() != L || bs <= 0) fail(Status::internal, "global_layer_budgets: one entry per layer");
+  const auto blocks_of = [bs](int64_t t) { return (t + bs - 1) / bs; };
+  int64_t total_tokens = 0, total_blocks = 0;
+  std::vector<int64_t> cap(L), lo(L);
+  for (size_t l = 0; l < L; ++l) {
+    if (static_cast<int32_t>(score[l].size()) != counts[l]) fail(Status::internal, "global_layer_budgets: one score per slot");
+    const int64_t keep = std::max(0, std::min(budgets[l], counts[l]));
+    total_tokens += keep;
+    total_blocks += blocks_of(keep);
+    cap[l] = blocks_of(counts[l]);
+    lo[l] = std::min<int64_t>(1, cap[l]);
+  }
+  // The winners: the best total_tokens slots anywhere (a partial sort over every slot of every layer).
+  struct Entry {
+    float s;
+    int32_t l, j;
+  };
+  std::vector<Entry> all;
+  all.reserve(static_cast<size_t>(std::accumulate(counts.begin(), counts.end(), int64_t{0})));
+  for (size_t l = 0; l < L; ++l)
+    for (int32_t j = 0; j < counts[l]; ++j) {
+      const float v = score[l][static_cast<size_t>(j)];
+      all.push_back({std::isnan(v) ? -std::numeric_limits<float>::infinity() : v, static_cast<int32_t>(l), j});
+    }
+  const auto better = [](const Entry &a, const Entry &b) {
+    if (a.s != b.s) return a.s > b.s;
+    if (a.j != b.j) return a.j > b.j;
+    return a.l > b.l;
+  };
+  const auto k = static_cast<size_t>(std::min<int64_t>(total_tokens, static_cast<int64_t>(all.size())));
+  std::nth_element(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), better);
+  std::vector<int64_t> won(L, 0);
+  for (size_t i = 0; i < k; ++i) ++won[static_cast<size_t>(all[i].l)];
+  // Whole blocks: each layer's full blocks of winners (within its floor and cap), then the blocks left over to the
+  // layers whose last partial block holds the most winners (largest remainder; the later layer on a tie), then, if
+  // the floors took more than there is, blocks back from the layers holding the most.
+  std::vector<int64_t> blk(L);
+  int64_t given = 0;
+  for (size_t l = 0; l < L; ++l) {
+    blk[l] = std::max(lo[l], std::min(cap[l], won[l] / bs));
+    given += blk[l];
+  }
+  while (given < total_blocks) {
+    size_t best = L;
+    int64_t best_rem = 0;
+    for (size_t l = 0; l < L; ++l) {
+      if (blk[l] >= cap[l]) continue;
+      const int64_t rem = won[l] - blk[l] * bs;  // below 0 where the floor gave more than the layer won
+      if (best == L || rem >= best_rem) {
+        best = l;
+        best_rem = rem;
+      }
+    }
+    if (best == L) break;
+    ++blk[best];
+    ++given;
+  }
+  while (given > total_blocks) {
+    size_t most = L;
+    for (size_t l = 0; l < L; ++l)
+      if (blk[l] > lo[l] && (most == L || blk[l] > blk[most])) most = l;
+    if (most == L) break;
+    --blk[most];
+    --given;
+  }
+  std::vector<int32_t> out(L);
+  for (size_t l = 0; l < L; ++l) out[l] = static_cast<int32_t>(std::min<int64_t>(counts[l], blk[l] * bs));
   return out;
 }
 

@@ -40,6 +40,16 @@ int32_t window_size(const CompressionConfig &c, int32_t budget);
 // Per-layer budgets (tokens kept per layer) for layers holding counts[l] tokens, average `budget`.
 std::vector<int32_t> layer_budgets(const CompressionConfig &c, const std::vector<int32_t> &counts, int32_t budget);
 
+// A global spread of the blocks `budgets` hold (kvpress's KVzip with layerwise=False): every layer's slots are
+// ranked together by score[l][j] (one per slot; a score of +infinity is always kept: the window, protected spans),
+// the best sum_l min(budgets[l], counts[l]) slots anywhere win, and each layer gets the whole blocks of size bs that
+// its winners fill: at least one block (or all it holds, if less), never more than it holds, and the same number of
+// blocks in all as the uniform budgets take. Returns the per-layer budgets, in tokens (a multiple of bs, or counts[l]).
+// Scores must be comparable across layers (kvzip's: attention probabilities). Ties go to the later slot, then the
+// later layer, so the result is deterministic.
+std::vector<int32_t> global_layer_budgets(const std::vector<std::vector<float>> &score, const std::vector<int32_t> &counts,
+                                          const std::vector<int32_t> &budgets, int32_t bs);
+
 // The pooling kernel of a layer's attention evidence: the configured prefill or decode kernel for the window's own
 // queries; at least defaults::pool_kernel_probe when a probe question's rows are read (Question::later, both).
 int32_t pool_kernel(const CompressionConfig &c, const LayerScoreInput &in);

@@ -20,8 +20,13 @@ namespace infokv {
 
 // How far past its end budget a message may grow before prefill() compresses it part-way (Session::prefill).
 constexpr double kPrefillCeiling = 4.0;
-// Context tokens per replayed chunk (Session::replay_evidence).
-constexpr int32_t kReplayChunk = 256;
+// Context tokens per replayed chunk (Session::replay_evidence): KVzip's 2,048 (a long chunk after its prompt reads
+// as a copy of the context; 256-token chunks kept fewer needles: packaging/docs/quality.md "Context replay"), fewer
+// where a chunk's query rows, held for every layer until scored, would pass kReplayRowBytes, or where the pool has
+// no room for a whole chunk (down to kReplayMinChunk).
+constexpr int32_t kReplayChunk = 2048;
+constexpr int32_t kReplayMinChunk = 16;
+constexpr int64_t kReplayRowBytes = int64_t{256} << 20;
 // The probe questions whose queries stand in for a question not yet asked (Question::later, both), each a user turn
 // of the model's template run after the sequence on its own: generic on purpose (packaging/docs/quality.md compares
 // wordings).
@@ -135,10 +140,10 @@ class Session final : private EvidenceSource {
   const Compressor &compressor() const { return *compressor_; }
 
   // Context replay (KVzip; src/session/replay.cpp): the sequence's tokens are re-read after replay_prompt(), in
-  // chunks of kReplayChunk at the positions after its end, and each cached slot scored by the most attention any
-  // head of a re-reading query gives it. Each chunk is rolled back once scored, so the sequence is unchanged and the
-  // pool needs room for one chunk only (throws kv_full otherwise, changing nothing). Costs about as much as
-  // prefilling the sequence's tokens again.
+  // chunks of up to kReplayChunk at the positions after its end, and each cached slot scored by the most attention
+  // any head of a re-reading query gives it. Each chunk is rolled back once scored, so the sequence is unchanged and
+  // the pool needs room for one chunk only (a smaller chunk where it has less; throws kv_full, changing nothing, when
+  // not even kReplayMinChunk tokens fit). Costs about as much as prefilling the sequence's tokens again.
   ReplayEvidence replay_evidence(int32_t seq) override;
   // "Repeat the previous context exactly." as a user turn of the model's chat template (plain text for a base model).
   std::vector<int32_t> replay_prompt() const;

@@ -37,8 +37,10 @@ extern "C" {
  * (packaging/docs/quality.md "Choosing what to keep: auto"); with max_loss > 0 it needs no budget. */
 #define IKV_POLICY_AUTO 7
 /* KVzip's context replay: a token's score is the most attention any head gives it while the model re-reads the
- * context after a "repeat the previous context" prompt. Made for a cache that is asked something later (a chat's
- * history, a saved snapshot); each compression costs one more pass over the sequence's tokens (packaging/docs/c_api.md "Which question"). */
+ * context after a "repeat the previous context" prompt, and the blocks a uniform budget would hold go to the layers
+ * whose tokens rank highest across all layers (some layers keep many tokens, others one block). Made for a cache
+ * that is asked something later (a chat's history, a saved snapshot); each compression costs one more pass over the
+ * sequence's tokens (packaging/docs/c_api.md "Which question"). */
 #define IKV_POLICY_KVZIP 8
 
 /* Layer budget shapes. */

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -295,6 +296,57 @@ TEST(Scores, PyramidBudgetsShrinkUpwardAndKeepTheTotal) {
   c.window = 32;
   const std::vector<int32_t> small = layer_budgets(c, std::vector<int32_t>(5, 200), 50);
   for (int32_t x : small) EXPECT_EQ(x, 50);
+}
+
+TEST(Scores, GlobalBudgetsFollowTheScoresAcrossLayersInWholeBlocks) {
+  const float inf = std::numeric_limits<float>::infinity();
+  // Layer 0's tokens all outrank layer 1's but for layer 1's two always-kept slots: of the 16 tokens two uniform
+  // budgets of 8 hold (4 blocks of 4), layer 1 wins those 2 (under one block: it keeps its floor of one) and layer 0
+  // the other 14 (three whole blocks).
+  std::vector<std::vector<float>> s(2);
+  s[0].assign(16, 1.0f);
+  s[1].assign(16, 0.0f);
+  s[1][14] = s[1][15] = inf;
+  EXPECT_EQ(global_layer_budgets(s, {16, 16}, {8, 8}, 4), (std::vector<int32_t>{12, 4}));
+  // Equal scores everywhere: ties go to the later slot, then the later layer, and the blocks stay uniform in total.
+  s[0].assign(16, 0.5f);
+  s[1].assign(16, 0.5f);
+  const std::vector<int32_t> even = global_layer_budgets(s, {16, 16}, {8, 8}, 4);
+  EXPECT_EQ(even[0] + even[1], 16);
+  // A layer holding fewer tokens than a block keeps them all, never more.
+  s[1].assign(3, 0.0f);
+  EXPECT_EQ(global_layer_budgets(s, {16, 3}, {8, 8}, 4), (std::vector<int32_t>{8, 3}));
+  EXPECT_THROW(global_layer_budgets(s, {16, 4}, {8, 8}, 4), Error);  // one score per slot
+  EXPECT_THROW(global_layer_budgets(s, {16}, {8}, 4), Error);         // one entry per layer
+
+  std::mt19937 rng(infokv_test::test_seed());
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t bs = 1 + static_cast<int32_t>(rng() % 16), L = 1 + static_cast<int32_t>(rng() % 8);
+    std::vector<int32_t> counts, budgets;
+    std::vector<std::vector<float>> sc;
+    int64_t uniform_blocks = 0;
+    for (int32_t l = 0; l < L; ++l) {
+      counts.push_back(static_cast<int32_t>(rng() % 300));
+      budgets.push_back(1 + static_cast<int32_t>(rng() % 120));
+      uniform_blocks += (std::min(budgets.back(), counts.back()) + bs - 1) / bs;
+      std::vector<float> v(static_cast<size_t>(counts.back()));
+      for (float &x : v) x = static_cast<float>(rng() % 1000) / 1000.0f;
+      if (!v.empty() && rng() % 4 == 0) v.back() = inf;
+      sc.push_back(std::move(v));
+    }
+    const std::vector<int32_t> b = global_layer_budgets(sc, counts, budgets, bs);
+    ASSERT_EQ(b.size(), counts.size());
+    int64_t blocks = 0, floors = 0;
+    for (int32_t l = 0; l < L; ++l) {
+      const int32_t n = counts[static_cast<size_t>(l)], x = b[static_cast<size_t>(l)];
+      EXPECT_LE(x, n);
+      EXPECT_GE(x, std::min(n, bs));  // at least a block
+      EXPECT_TRUE(x == n || x % bs == 0) << x << " of " << n << " in blocks of " << bs;
+      blocks += (x + bs - 1) / bs;
+      floors += n > 0 ? 1 : 0;
+    }
+    EXPECT_EQ(blocks, std::max(uniform_blocks, floors));  // the uniform budgets' blocks, unless the floors need more
+  }
 }
 
 TEST(Selection, KeepsWindowProtectedSpansAndBudget) {
