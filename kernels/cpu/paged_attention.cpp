@@ -107,6 +107,46 @@ struct Avx512Steps {
 };
 #endif
 
+// The scores of queries t0 .. t1-1 of one KV head g (query t seeing vis0 + t slots), each K block converted once for
+// the tile (or read in place as `direct` allows): row hh of query t at p + (t - t0) * group * max_vis + hh * vis.
+template <class Steps>
+inline __attribute__((always_inline)) void score_tile(const float *q, int64_t t0, int64_t t1, int32_t n_heads,
+                                                      const PagedKv &kv, int32_t g, int32_t group, int32_t vis0,
+                                                      float scale, float *p, float *kvbuf, int direct) {
+  const int32_t hd = kv.head_dim;
+  const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);
+  const int64_t qstride = static_cast<int64_t>(group) * max_vis;
+  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {
+    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, max_vis - s0), direct, kvbuf);
+    ScoreBatch batch;
+    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {
+      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);
+      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
+      Steps::scores(p + (t - t0) * qstride + s0, vis, qg, group, blk.first, blk.second, cnt, hd, scale, batch);
+    }
+    Steps::flush(batch, blk.first, hd, scale);
+  }
+}
+
+// Context replay's scores for queries t0 .. t1-1 of one KV head g: their probabilities (score_tile, softmax), each
+// slot j < n_out raised to the largest any of the group's heads gives it.
+template <class Steps>
+inline __attribute__((always_inline)) void probs_max_tile_body(float *probs_max, int32_t n_out, const float *q, int64_t t0,
+                                                               int64_t t1, int32_t n_heads, const PagedKv &kv, int32_t g,
+                                                               int32_t group, int32_t vis0, float scale, float *p,
+                                                               float *kbuf) {
+  score_tile<Steps>(q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kbuf, kWiden);
+  const int64_t qstride = static_cast<int64_t>(group) * (vis0 + static_cast<int32_t>(t1 - 1));
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t vis = vis0 + static_cast<int32_t>(t), m = std::min(vis, n_out);
+    for (int32_t hh = 0; hh < group; ++hh) {
+      float *row = p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis;
+      softmax_inplace(row, vis);
+      for (int32_t j = 0; j < m; ++j) probs_max[j] = std::max(probs_max[j], row[j]);
+    }
+  }
+}
+
 // Queries t0 .. t1-1 of one KV head g over one view, query t seeing vis0 + t slots: each K and V block is converted
 // once for the whole tile instead of once per query. Each query's scores for the group's heads, their softmax and
 // the weighted sum of V are computed in the same order whatever the tile, so a tile of one query (t0 = 0, t1 = 1,
@@ -121,16 +161,7 @@ inline __attribute__((always_inline)) void attend_tile_body(float *out, const fl
   const int32_t max_vis = vis0 + static_cast<int32_t>(t1 - 1);
   const int64_t qstride = static_cast<int64_t>(group) * max_vis;
   const int direct = t1 - t0 == 1 ? Steps::kDirect : kWiden;
-  for (int32_t s0 = 0; s0 < max_vis; s0 += kv.block_size) {
-    const auto blk = block_src(kv, s0, g, 0, std::min(kv.block_size, max_vis - s0), direct, kvbuf);
-    ScoreBatch batch;
-    for (int64_t t = std::max<int64_t>(t0, s0 - vis0 + 1); t < t1; ++t) {
-      const int32_t vis = vis0 + static_cast<int32_t>(t), cnt = std::min(kv.block_size, vis - s0);
-      const float *qg = q + (t * n_heads + static_cast<int64_t>(g) * group) * hd;
-      Steps::scores(p + (t - t0) * qstride + s0, vis, qg, group, blk.first, blk.second, cnt, hd, scale, batch);
-    }
-    Steps::flush(batch, blk.first, hd, scale);
-  }
+  score_tile<Steps>(q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf, direct);
   for (int64_t t = t0; t < t1; ++t) {
     const int32_t vis = vis0 + static_cast<int32_t>(t);
     for (int32_t hh = 0; hh < group; ++hh) softmax_inplace(p + (t - t0) * qstride + static_cast<int64_t>(hh) * vis, vis);
@@ -164,7 +195,28 @@ IKV_TARGET_AVX512 void attend_tile_avx512(float *out, const float *q, int64_t t0
                                           float *kvbuf) {
   attend_tile_body<Avx512Steps>(out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kvbuf);
 }
+IKV_TARGET_AVX2 void probs_max_tile_avx2(float *pm, int32_t n_out, const float *q, int64_t t0, int64_t t1, int32_t n_heads,
+                                         const PagedKv &kv, int32_t g, int32_t group, int32_t vis0, float scale, float *p,
+                                         float *kbuf) {
+  probs_max_tile_body<Avx2Steps>(pm, n_out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kbuf);
+}
+
+IKV_TARGET_AVX512 void probs_max_tile_avx512(float *pm, int32_t n_out, const float *q, int64_t t0, int64_t t1,
+                                             int32_t n_heads, const PagedKv &kv, int32_t g, int32_t group, int32_t vis0,
+                                             float scale, float *p, float *kbuf) {
+  probs_max_tile_body<Avx512Steps>(pm, n_out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kbuf);
+}
 #endif
+
+// The replay tile a CPU takes, as attend_tile chooses.
+void probs_max_tile(float *pm, int32_t n_out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
+                    int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kbuf) {
+#if IKV_X86
+  if (cpu_has_avx512()) return probs_max_tile_avx512(pm, n_out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kbuf);
+  if (cpu_has_avx2_fma_f16c()) return probs_max_tile_avx2(pm, n_out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kbuf);
+#endif
+  probs_max_tile_body<PortableSteps>(pm, n_out, q, t0, t1, n_heads, kv, g, group, vis0, scale, p, kbuf);
+}
 
 void attend_tile_generic(float *out, const float *q, int64_t t0, int64_t t1, int32_t n_heads, const PagedKv &kv,
                          int32_t g, int32_t group, int32_t vis0, float scale, float *p, float *kvbuf) {
@@ -586,8 +638,19 @@ void attention_probs_max(float *probs_max, int32_t n_out, const float *q0, int64
   std::vector<float> rq;
   const float *q = queries_for(kv, q0, n_q * n_heads * kv.head_dim, rq);
   const int32_t group = n_heads / kv.n_kv_heads;
-  std::vector<float> p(static_cast<size_t>(std::max(1, kv.n_slots)));
   std::vector<float> kbuf(static_cast<size_t>(kv.block_size) * kv.head_dim);
+  if (visible0 >= 1 && n_q >= 1 && visible0 + n_q - 1 <= kv.n_slots) {
+    // In tiles of kQueryTile queries per KV head: each K block converted once per tile, the group's heads scored
+    // together by the attention tiles' own steps.
+    const int32_t max_vis = visible0 + static_cast<int32_t>(n_q) - 1;
+    std::vector<float> p(static_cast<size_t>(kQueryTile * group) * static_cast<size_t>(max_vis));
+    for (int64_t t0 = 0; t0 < n_q; t0 += kQueryTile)
+      for (int32_t g = 0; g < kv.n_kv_heads; ++g)
+        probs_max_tile(probs_max, n_out, q, t0, std::min(n_q, t0 + kQueryTile), n_heads, kv, g, group, visible0, scale,
+                       p.data(), kbuf.data());
+    return;
+  }
+  std::vector<float> p(static_cast<size_t>(std::max(1, kv.n_slots)));
   for (int64_t t = 0; t < n_q; ++t) {
     const int32_t vis = std::min(kv.n_slots, visible0 + static_cast<int32_t>(t));
     const int32_t m = std::min(vis, n_out);

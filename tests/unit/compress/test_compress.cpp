@@ -147,10 +147,12 @@ TEST(Scores, AccumulatedAttentionOfOneQueryEqualsItsMeanProbabilities) {
 // float64 reference, on fresh random keys; slots at or past n_out untouched, earlier maxima kept.
 TEST(Scores, AttentionProbsMaxMatchesFloat64) {
   std::mt19937 rng(infokv_test::test_seed());
-  for (int trial = 0; trial < 10; ++trial) {
+  for (int trial = 0; trial < 30; ++trial) {
     const int32_t n = 5 + static_cast<int32_t>(rng() % 40);
-    const int32_t n_q = 1 + static_cast<int32_t>(rng() % std::min(n, 6));  // the window rows come from the slots
-    const int32_t visible0 = std::max(1, n - n_q + 1 - static_cast<int32_t>(rng() % 3));
+    // The window rows come from the slots; several tiles of queries (kQueryTile = 8), and in a third of the trials
+    // queries that would see past the view's slots (each sees them all).
+    const int32_t n_q = 1 + static_cast<int32_t>(rng() % std::min(n, 20));
+    const int32_t visible0 = std::max(1, n - n_q + 1 - static_cast<int32_t>(rng() % 3)) + (trial % 3 == 0 ? 2 : 0);
     const int32_t n_out = 1 + static_cast<int32_t>(rng() % n);
     RandomLayer r = make_layer(rng, n, n_q);
     PagedKv view = r.kv->view(0, 0);
