@@ -60,7 +60,8 @@ struct PolicyInfo {
 inline constexpr std::array<PolicyInfo, 9> kPolicyTable = {{
     // kind, name, C, schema, scorer, reads, window, rank_only, pyramid, global_spread
     {PolicyKind::none, "none", 0, 1, nullptr, 0, WindowRule::configured, false, false, false},
-    {PolicyKind::infokv, "infokv", 1, 2, &infokv_scores, kReadsWindow | kReadsEntropy, WindowRule::configured, false, false, false},
+    {PolicyKind::infokv, "infokv", 1, 2, &infokv_scores, kReadsWindow | kReadsEntropy, WindowRule::configured, false,
+     false, false},
     {PolicyKind::snapkv, "snapkv", 2, 3, &snapkv_scores, kReadsWindow, WindowRule::configured, false, false, false},
     {PolicyKind::h2o, "h2o", 3, 4, &h2o_scores, kReadsAttentionSums, WindowRule::configured, false, false, false},
     {PolicyKind::streaming, "streaming", 4, 5, &streaming_scores, 0, WindowRule::none, true, false, false},

@@ -113,14 +113,16 @@ ReplayEvidence Session::replay_evidence(int32_t seq) {
   const int32_t qd = hp.n_head * hp.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
   // Chunks of the context, each replayed after its own prompt and rolled back (KVzip's chunked scoring): the extra
-  // memory is one chunk's, not the context's.
-  // The chunk: kReplayChunk, fewer where its query rows (every layer's, until scored) would pass kReplayRowBytes or
-  // the pool has no room for it and its prompt (a fork's copy of each layer's last block included).
+  // memory is one chunk's, not the context's. The chunk: kReplayChunk, fewer where its query rows (every layer's,
+  // until scored) would pass kReplayRowBytes or the pool has no room for it and its prompt (a fork's copy of each
+  // layer's last block included).
   const int64_t row_bytes = int64_t{hp.n_layer} * qd * static_cast<int64_t>(sizeof(float));
-  int64_t want = std::min<int64_t>(kReplayChunk, std::max<int64_t>(kReplayMinChunk, kReplayRowBytes / std::max<int64_t>(1, row_bytes)));
-  want = std::min<int64_t>(want, std::max<int64_t>(1, static_cast<int64_t>(ctx.size())));
-  while (want > kReplayMinChunk && kv_->blocks_needed({seq}, {static_cast<int32_t>(want) + P}) + hp.n_layer > kv_->free_blocks())
-    want = std::max<int64_t>(kReplayMinChunk, want / 2);
+  int64_t want = std::max<int64_t>(kReplayMinChunk, kReplayRowBytes / std::max<int64_t>(1, row_bytes));
+  want = std::min<int64_t>({want, kReplayChunk, std::max<int64_t>(1, static_cast<int64_t>(ctx.size()))});
+  const auto fits = [&](int64_t n) {
+    return kv_->blocks_needed({seq}, {static_cast<int32_t>(n) + P}) + hp.n_layer <= kv_->free_blocks();
+  };
+  while (want > kReplayMinChunk && !fits(want)) want = std::max<int64_t>(kReplayMinChunk, want / 2);
   const auto chunk = static_cast<size_t>(want);
   for (size_t c0 = 0; c0 < ctx.size(); c0 += chunk) {
     const size_t c1 = std::min(ctx.size(), c0 + chunk);
