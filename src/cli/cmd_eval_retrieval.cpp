@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -383,9 +384,13 @@ int cmd_eval_retrieval(int argc, char **argv) {
   const SessionOptions base = session_options_from(a);
   // --cases-out: each case as one JSON line (its token ids, what the answer must contain, and every answer given
   // here), so that another runtime can be run on exactly these cases (packaging/tools/kvpress_retrieval.py).
-  std::FILE *cases_out = nullptr;
+  // Closed on every path (an error part-way leaves the cases written so far); a failed write is reported at the end.
+  struct Closer {
+    void operator()(std::FILE *f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Closer> cases_out;
   if (a.has("cases-out")) {
-    cases_out = std::fopen(a.str("cases-out").c_str(), "w");
+    cases_out.reset(std::fopen(a.str("cases-out").c_str(), "w"));
     if (cases_out == nullptr) fail(Status::io, a.str("cases-out") + ": cannot be written");
   }
 
@@ -481,14 +486,14 @@ int cmd_eval_retrieval(int argc, char **argv) {
         line.str("task", t.name).integer("case", c).str("query", query).ints("context_ids", p.compressed)
             .ints("after_ids", p.after).ints("protected", spans).ints("needle_positions", want)
             .raw("expected", expected + "]").integer("max_answer", t.max_answer).raw("answers", answers.dump());
-        std::fprintf(cases_out, "%s\n", line.dump().c_str());
-        std::fflush(cases_out);
+        std::fprintf(cases_out.get(), "%s\n", line.dump().c_str());
+        std::fflush(cases_out.get());
       }
       std::fprintf(stderr, "\reval-retrieval: case %lld/%lld", static_cast<long long>(++done),
                    static_cast<long long>(total));
     }
   std::fprintf(stderr, "\n");
-  if (cases_out != nullptr && std::fclose(cases_out) != 0) fail(Status::io, a.str("cases-out") + ": write failed");
+  if (cases_out != nullptr && std::fclose(cases_out.release()) != 0) fail(Status::io, a.str("cases-out") + ": write failed");
   print_results(rows, tasks, a.flag("json"));
   if (a.has("plot")) plot_results(a.str("plot"), rows);
   return 0;
