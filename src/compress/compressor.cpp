@@ -16,17 +16,6 @@
 
 namespace infokv {
 
-namespace {
-
-// Memory is held in whole blocks: a budget that would leave its last block a quarter full or less drops those few
-// tokens instead of paying a whole block for them (at most block_size / 4 tokens per layer).
-int32_t whole_block_budget(int32_t b, int32_t bs) {
-  const int32_t r = b % bs;
-  return b > bs && r > 0 && r <= bs / 4 ? b - r : b;
-}
-
-}  // namespace
-
 Compressor::Compressor(const Model &model, KvCache &kv, ThreadPool &pool, EvidenceSource &evidence,
                        WindowProbsFn window_probs, const CompressionConfig &config)
     : model_(model), kv_(kv), pool_(pool), evidence_(evidence), window_probs_(std::move(window_probs)), config_(config) {
@@ -184,9 +173,8 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q)
       for (int32_t j = L.n() - policy_window(c, budgets[li], L.n()); j < L.n(); ++j) r[static_cast<size_t>(j)] = keep;
       for (const ProtectedSpan &sp : plan.spans) {
         if (sp.fair) continue;
-        const auto lo = std::lower_bound(L.pos.begin(), L.pos.end(), sp.begin);
-        const auto hi = std::lower_bound(lo, L.pos.end(), sp.end);
-        for (auto it = lo; it != hi; ++it) r[static_cast<size_t>(it - L.pos.begin())] = keep;
+        const std::pair<int32_t, int32_t> s = span_slots(L.pos, L.n(), sp);
+        std::fill(r.begin() + s.first, r.begin() + s.second, keep);
       }
     }
     budgets = global_layer_budgets(ranked, counts, budgets, bs);

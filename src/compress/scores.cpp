@@ -222,6 +222,18 @@ std::vector<float> infokv_mix(const std::vector<float> &attn, const std::vector<
   return s;
 }
 
+std::pair<int32_t, int32_t> span_slots(const std::vector<int32_t> &pos, int32_t n, const ProtectedSpan &span) {
+  const auto end = pos.begin() + std::max(0, std::min(n, static_cast<int32_t>(pos.size())));
+  const auto lo = std::lower_bound(pos.begin(), end, span.begin);
+  const auto hi = std::lower_bound(lo, end, span.end);
+  return {static_cast<int32_t>(lo - pos.begin()), static_cast<int32_t>(hi - pos.begin())};
+}
+
+int32_t whole_block_budget(int32_t b, int32_t bs) {
+  const int32_t r = b % bs;
+  return b > bs && r > 0 && r <= bs / 4 ? b - r : b;
+}
+
 std::vector<int32_t> top_k_later_ties(const std::vector<float> &scores, const std::vector<int32_t> &allowed, int32_t k) {
   std::vector<int32_t> idx = allowed;
   k = std::max(0, std::min<int32_t>(k, static_cast<int32_t>(idx.size())));
@@ -281,14 +293,11 @@ std::vector<int32_t> select_with_scores(const LayerScoreInput &in, int32_t budge
   std::vector<int32_t> group(static_cast<size_t>(n), -1);
   int32_t n_groups = 0;
   if (in.spans != nullptr) {
-    // Positions ascend, so each span covers one run of candidates: found by binary search, not a scan per span.
-    const auto cand_end = S.pos.begin() + n_cand;
+    // Positions ascend, so each span covers one run of candidates.
     for (const ProtectedSpan &sp : *in.spans) {
       const int32_t g = sp.fair ? n_groups++ : -2;
-      const auto lo = std::lower_bound(S.pos.begin(), cand_end, sp.begin);
-      const auto hi = std::lower_bound(lo, cand_end, sp.end);
-      for (auto it = lo; it != hi; ++it) {
-        const auto j = static_cast<size_t>(it - S.pos.begin());
+      const std::pair<int32_t, int32_t> r = span_slots(S.pos, n_cand, sp);
+      for (auto j = static_cast<size_t>(r.first); j < static_cast<size_t>(r.second); ++j) {
         if (g == -2) keep[j] = 1;
         else if (!keep[j]) group[j] = g;
       }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "compress/channels.hpp"
@@ -93,6 +94,14 @@ std::vector<int32_t> select_with_scores(const LayerScoreInput &in, int32_t budge
 // streaming, whose score is only an order, the share of candidates dropped); 0 when nothing is dropped.
 std::vector<int32_t> select_keep(const CompressionConfig &c, const LayerScoreInput &in, int32_t budget,
                                  double *evicted_share = nullptr);
+
+// The slots [first, second) of the first n of `pos` (ascending positions) that lie in `span`: one binary search,
+// not a scan per span.
+std::pair<int32_t, int32_t> span_slots(const std::vector<int32_t> &pos, int32_t n, const ProtectedSpan &span);
+
+// Memory is held in whole blocks: a layer budget of b tokens that would leave its last block of bs a quarter full or
+// less drops those few tokens instead of paying a whole block for them (at most bs / 4 tokens per layer).
+int32_t whole_block_budget(int32_t b, int32_t bs);
 
 // Top-k of scores restricted to `allowed` indices: highest score first, ties to the later index. Returns indices.
 std::vector<int32_t> top_k_later_ties(const std::vector<float> &scores, const std::vector<int32_t> &allowed, int32_t k);

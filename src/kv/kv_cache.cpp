@@ -216,6 +216,17 @@ int64_t KvCache::blocks_needed(const std::vector<int32_t> &ids, const std::vecto
   return need;
 }
 
+int64_t KvCache::blocks_needed_fork(int32_t id, int32_t count) const {
+  if (count <= 0) return 0;
+  const int32_t bs = cfg_.block_size;
+  int64_t need = 0;
+  for (const LayerSlots &L : seq(id).layers) {
+    const int64_t n0 = L.n();
+    need += blocks_for(n0 + count, bs) - blocks_for(n0, bs) + (n0 % bs != 0 ? 1 : 0);  // copy-on-write
+  }
+  return need;
+}
+
 void KvCache::append_slots(int32_t id, const int32_t *positions, int32_t n) {
   SeqCache &s = seq_mut(id);
   if (n <= 0) return;

@@ -149,6 +149,9 @@ class KvCache {
 
   // Blocks an append of counts[i] tokens to sequences ids[i] would take from the pool (copy-on-write included).
   int64_t blocks_needed(const std::vector<int32_t> &ids, const std::vector<int32_t> &counts) const;
+  // blocks_needed() for appending `count` tokens to a fork of `id` (which shares every block of it, so a partly
+  // filled last block is copied before it is written), before the fork exists.
+  int64_t blocks_needed_fork(int32_t id, int32_t count) const;
   // Makes room for `n` more slots in every layer of `id` (positions given), copying a shared last block first.
   // Call only after blocks_needed() fit; throws kv_full otherwise, changing nothing for that sequence.
   void append_slots(int32_t id, const int32_t *positions, int32_t n);

@@ -67,14 +67,14 @@ void Session::forward_rolled_back(int32_t seq, const std::vector<int32_t> &toks,
   g.step = &step;
   c.groups.push_back(std::move(g));
   c.window_rows = T;  // every row's queries come back in step.window_q
+  // Its need: the blocks the tokens take, and a copy of each layer's last block they start inside.
+  const int64_t need = kv_->blocks_needed_fork(seq, T);
+  if (need > kv_->free_blocks())
+    fail(Status::kv_full, "KV cache full: scoring for a later question needs " + std::to_string(need) +
+                              " free blocks for " + std::to_string(T) + " tokens; " + std::to_string(kv_->free_blocks()) +
+                              " are free");
   kv_->fork(seq, tmp);
   try {
-    // Its need: the blocks the tokens take, and a copy of each layer's last block they start inside.
-    const int64_t need = kv_->blocks_needed({tmp}, {T});
-    if (need > kv_->free_blocks())
-      fail(Status::kv_full, "KV cache full: scoring for a later question needs " + std::to_string(need) +
-                                " free blocks for " + std::to_string(T) + " tokens; " + std::to_string(kv_->free_blocks()) +
-                                " are free");
     kv_->append_slots(tmp, positions.data(), T);
     device_->forward_chunk(c, *kv_, nullptr);
     use(tmp, step);
@@ -114,13 +114,13 @@ ReplayEvidence Session::replay_evidence(int32_t seq) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
   // Chunks of the context, each replayed after its own prompt and rolled back (KVzip's chunked scoring): the extra
   // memory is one chunk's, not the context's. The chunk: kReplayChunk, fewer where its query rows (every layer's,
-  // until scored) would pass kReplayRowBytes or the pool has no room for it and its prompt (a fork's copy of each
-  // layer's last block included).
+  // until scored) would pass kReplayRowBytes or the pool has no room for it and its prompt (forward_rolled_back's
+  // own check).
   const int64_t row_bytes = int64_t{hp.n_layer} * qd * static_cast<int64_t>(sizeof(float));
   int64_t want = std::max<int64_t>(kReplayMinChunk, kReplayRowBytes / std::max<int64_t>(1, row_bytes));
   want = std::min<int64_t>({want, kReplayChunk, std::max<int64_t>(1, static_cast<int64_t>(ctx.size()))});
   const auto fits = [&](int64_t n) {
-    return kv_->blocks_needed({seq}, {static_cast<int32_t>(n) + P}) + hp.n_layer <= kv_->free_blocks();
+    return kv_->blocks_needed_fork(seq, static_cast<int32_t>(n) + P) <= kv_->free_blocks();
   };
   while (want > kReplayMinChunk && !fits(want)) want = std::max<int64_t>(kReplayMinChunk, want / 2);
   const auto chunk = static_cast<size_t>(want);

@@ -185,7 +185,14 @@ TEST(KvCache, ForkSharesBlocksAndCopiesOnWrite) {
   for (int32_t l = 0; l < 3; ++l) write_slots(kv, 0, l, 0, {1, 2, 3, 4, 5, 6});
   const int64_t used = kv.stats().blocks_used;
   EXPECT_EQ(used, 3 * 2);
+  // What a fork will need, counted before it exists, is what it needs once it does (for 0, 1, 2 and 5 tokens).
+  std::vector<int64_t> before;
+  for (int32_t n : {0, 1, 2, 5}) before.push_back(kv.blocks_needed_fork(0, n));
   kv.fork(0, 1);
+  std::vector<int64_t> after;
+  for (int32_t n : {0, 1, 2, 5}) after.push_back(kv.blocks_needed({1}, {n}));
+  EXPECT_EQ(before, after);
+  EXPECT_EQ(before, (std::vector<int64_t>{0, 3, 3, 6}));
   EXPECT_EQ(kv.stats().blocks_used, used) << "a fork must share, not copy";
   EXPECT_EQ(kv.refcount(kv.seq(0).layers[0].blocks[0]), 2);
   // Appending to the fork copies its partly filled last block (once per layer), not the full one.

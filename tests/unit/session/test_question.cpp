@@ -10,6 +10,7 @@
 
 #include "compress/policy_table.hpp"
 #include "compress/policy.hpp"
+#include "compress/scores.hpp"
 #include "session/session.hpp"
 #include "support/stories_model.hpp"
 #include "support/story_text.hpp"
@@ -194,8 +195,7 @@ TEST(Question, KvzipCompressesToItsBudgetKeepingTheWindow) {
   // Its budget spread over the layers by the replay's ranks (global_layer_budgets): whole blocks, as many in all
   // as a uniform 40 tokens per layer hold.
   const int32_t bs = s.kv().config().block_size;
-  const int32_t r = 40 % bs;  // the fixed policies' block rule: a last block a quarter full or less is dropped
-  const int32_t uniform = 40 > bs && r > 0 && r <= bs / 4 ? 40 - r : 40;
+  const int32_t uniform = infokv::whole_block_budget(40, bs);  // the fixed policies' block rule
   int64_t blocks = 0;
   for (const infokv::LayerSlots &L : c.layers) {
     EXPECT_TRUE(L.n() % bs == 0 || L.n() == static_cast<int32_t>(t.size())) << L.n();
