@@ -29,10 +29,11 @@ const (
 	EvidenceLastQuery            = capi.IKV_EVIDENCE_LAST_QUERY
 	EvidenceRecency              = capi.IKV_EVIDENCE_RECENCY
 	EvidenceKeyNorm              = capi.IKV_EVIDENCE_KEY_NORM
+	EvidenceReplay               = capi.IKV_EVIDENCE_REPLAY
 )
 
 // EvidenceName is the name of an Evidence* value ("window_attention", "infokv", "accumulated_attention",
-// "last_query", "recency", "key_norm"); "unknown" for any other value.
+// "last_query", "recency", "key_norm", "replay"); "unknown" for any other value.
 func EvidenceName(evidence int) string { return capi.Ikv_evidence_name(evidence) }
 
 // Pool statistics for Session.KVStat (IKV_KV_STAT_*).

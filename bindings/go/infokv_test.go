@@ -532,7 +532,8 @@ func TestPressureEstimateReportsBlocksAndCostAndChangesNothing(t *testing.T) {
 func TestAutoPolicyReportsWhatItChose(t *testing.T) {
 	m := load(t)
 	toks, _ := m.Tokenize(strings.Repeat("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ", 5), true)
-	if infokv.EvidenceName(infokv.EvidenceKeyNorm) != "key_norm" || infokv.EvidenceName(99) != "unknown" {
+	if infokv.EvidenceName(infokv.EvidenceKeyNorm) != "key_norm" || infokv.EvidenceName(infokv.EvidenceReplay) != "replay" ||
+		infokv.EvidenceName(99) != "unknown" {
 		t.Fatal("evidence names")
 	}
 	s, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithBudgetFraction(0.5))
@@ -565,6 +566,18 @@ func TestAutoPolicyReportsWhatItChose(t *testing.T) {
 	if sum != r.Tokens || r.UniformTokens <= 0 || r.MaxLoss != 0 {
 		t.Fatalf("report %+v (budgets sum to %d)", r, sum)
 	}
+	// Asked now for a later question: the context replay ranks every layer.
+	f, err := s.Fork(0)
+	noErr(t, err)
+	noErr(t, s.CompressFor(f, 32, infokv.QuestionLater))
+	rf, err := s.AutoReport(f)
+	noErr(t, err)
+	for l, x := range rf.Layers {
+		if x.Evidence != infokv.EvidenceReplay {
+			t.Fatalf("layer %d of an asked-for compression: %s", l, infokv.EvidenceName(x.Evidence))
+		}
+	}
+	noErr(t, s.Remove(f))
 	if _, err := s.AutoReport(42); !errors.Is(err, infokv.ErrNotFound) {
 		t.Fatalf("unknown sequence: %v", err)
 	}

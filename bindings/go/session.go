@@ -327,15 +327,17 @@ func (s *Session) Compress(seq int32, budgetTokens int) error {
 }
 
 // CompressFor is Compress for a stated question (Compress serves the session's default, QuestionLater unless its
-// config says otherwise).
+// config says otherwise). Under PolicyAuto with a byte budget, QuestionLater replays the context as PolicyKVzip does
+// (one more pass over the sequence).
 func (s *Session) CompressFor(seq int32, budgetTokens int, q Question) error {
 	return s.with(func(h capi.Struct_SS_ikv_session) int {
 		return capi.Ikv_seq_compress_for(h, int(seq), budgetTokens, int(q))
 	})
 }
 
-// CompressionQuestion is what the sequence's latest compression served and the seconds its probe took (QuestionNext
-// and 0 before any compression, under a policy that reads no queries, or when the probe did not fit the pool).
+// CompressionQuestion is what the sequence's latest compression served and the seconds its evidence for a later
+// question took (the probe's, or auto's context replay; QuestionNext and 0 before any compression, under a policy
+// that reads no queries, or when the probe did not fit the pool).
 func (s *Session) CompressionQuestion(seq int32) (q Question, probeSeconds float64, err error) {
 	var v int32
 	err = s.with(func(h capi.Struct_SS_ikv_session) int {

@@ -57,7 +57,8 @@ static_assert(IKV_EVIDENCE_ACCUMULATED_ATTENTION == static_cast<int32_t>(infokv:
 static_assert(IKV_EVIDENCE_LAST_QUERY == static_cast<int32_t>(infokv::Evidence::last_query), "evidence values must agree");
 static_assert(IKV_EVIDENCE_RECENCY == static_cast<int32_t>(infokv::Evidence::recency), "evidence values must agree");
 static_assert(IKV_EVIDENCE_KEY_NORM == static_cast<int32_t>(infokv::Evidence::key_norm), "evidence values must agree");
-static_assert(infokv::kEvidenceKinds == 6, "a new kind of evidence needs its IKV_EVIDENCE_* constant checked here");
+static_assert(IKV_EVIDENCE_REPLAY == static_cast<int32_t>(infokv::Evidence::replay), "evidence values must agree");
+static_assert(infokv::kEvidenceKinds == 7, "a new kind of evidence needs its IKV_EVIDENCE_* constant checked here");
 
 namespace {
 

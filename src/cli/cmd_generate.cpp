@@ -192,7 +192,8 @@ GenerateResult prefill_then_generate(Session &session, int32_t seq, const std::v
   *kv_before = kv_json(session, seq);
   cc.compress_after_prefill = after;
   session.compressor().set_config(cc);
-  if (after) session.compressor().compress(seq);
+  // The compression prefill() would have made itself: automatic, as the session's own (no context replay).
+  if (after) session.compressor().compress(seq, 0, cc.question, Occasion::automatic);
   *kv_after = kv_json(session, seq);
   *compressions_before = session.compressor().compressions(seq);
   GenerateResult r = generate(session, seq, {}, max_tokens, sampler, cb);

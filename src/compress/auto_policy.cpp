@@ -178,6 +178,7 @@ const char *evidence_name(Evidence e) {
     case Evidence::last_query: return "last_query";
     case Evidence::recency: return "recency";
     case Evidence::key_norm: return "key_norm";
+    case Evidence::replay: return "replay";
   }
   return "unknown";
 }
@@ -212,9 +213,8 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
   if (s.spans != nullptr) {
     for (const ProtectedSpan &sp : *s.spans) {
       if (sp.fair) continue;
-      const auto lo = std::lower_bound(S.pos.begin(), S.pos.begin() + n_cand, sp.begin);
-      const auto hi = std::lower_bound(lo, S.pos.begin() + n_cand, sp.end);
-      for (auto it = lo; it != hi; ++it) fixed[static_cast<size_t>(it - S.pos.begin())] = 1;
+      const std::pair<int32_t, int32_t> r = span_slots(S.pos, n_cand, sp);
+      std::fill(fixed.begin() + r.first, fixed.begin() + r.second, 1);
     }
   }
   const int32_t n_fixed = cv.window + static_cast<int32_t>(std::count(fixed.begin(), fixed.end(), 1));
@@ -294,6 +294,7 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
   for (int32_t ev = 0; ev < kEvidenceKinds; ++ev) {
     std::vector<float> &curve = cv.loss[static_cast<size_t>(ev)];
     if (H == 0) continue;  // no window rows: nothing to measure, every evidence looks alike
+    if (ev == static_cast<int32_t>(Evidence::replay)) continue;  // not measured here (below)
     const std::vector<int32_t> order = rank_order(ranked_by[static_cast<size_t>(ev)], fixed);
     std::vector<float> num = base, z = zbase;
     size_t g = 0;
@@ -305,9 +306,12 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
       if (g < cv.grid.size() && kept == cv.grid[g]) curve[g++] = loss_of(num, z);
     }
   }
-  // For a question asked later the latest query is the probe's last markup token, no evidence of anything.
-  if (s.probe_rows > 0) std::fill(cv.loss[static_cast<size_t>(Evidence::last_query)].begin(),
-                                  cv.loss[static_cast<size_t>(Evidence::last_query)].end(), INFINITY);
+  // For a question asked later the latest query is the probe's last markup token, no evidence of anything; the
+  // context replay is not measured here (Compressor::plan_auto_replay uses it as a whole plan).
+  for (Evidence e : {Evidence::last_query, Evidence::replay}) {
+    if (e == Evidence::last_query && s.probe_rows == 0) continue;
+    std::fill(cv.loss[static_cast<size_t>(e)].begin(), cv.loss[static_cast<size_t>(e)].end(), INFINITY);
+  }
   return cv;
 }
 

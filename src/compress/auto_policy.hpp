@@ -46,8 +46,9 @@ enum class Evidence : int32_t {
   last_query = 3,             // TOVA: attention from the latest query
   recency = 4,                // StreamingLLM: sink tokens and the most recent
   key_norm = 5,               // small keys draw attention: score = -|k|
+  replay = 6,                 // KVzip: the most attention any head gives while the model re-reads the context
 };
-constexpr int32_t kEvidenceKinds = 6;
+constexpr int32_t kEvidenceKinds = 7;
 constexpr double kAutoLayerFloor = 0.5;
 constexpr float kEvidenceMargin = 0.25f;
 constexpr float kMinLossGain = 5e-4f;

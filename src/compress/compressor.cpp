@@ -130,26 +130,72 @@ Compressor::EvidenceRows Compressor::evidence_rows(int32_t seq, Question q, Ques
   return rows;
 }
 
-CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q) {
+CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q, Occasion occasion) {
   const CompressionConfig &c = config_;
   if (!c.enabled()) fail(Status::bad_state, "compression policy is 'none'");
-  const SeqCache &sc = kv_.seq(seq);
+  kv_.seq(seq);  // not_found for an unknown sequence
   const int32_t B = budget_tokens > 0 ? budget_tokens : budget_for(seq);
+  // An explicit budget is a byte budget; otherwise the configured budget and quality target, either or both.
+  const int32_t auto_B = budget_tokens > 0 || c.has_budget() ? B : 0;
+  const double auto_max_loss = budget_tokens > 0 ? 0.0 : c.max_loss;
+  // auto, asked now for a question not yet asked, under a byte budget: the context replay, where the pool has room.
+  if (c.is_auto() && occasion == Occasion::request && q == Question::later && auto_B > 0 && auto_max_loss <= 0) {
+    CompressionPlan plan;
+    if (plan_auto_replay(seq, auto_B, &plan)) return plan;
+  }
   Question served = Question::next;
   double probe_seconds = 0;
   const EvidenceRows rows = evidence_rows(seq, q, &served, &probe_seconds);
-  // An explicit budget is a byte budget; otherwise the configured budget and quality target, either or both.
-  if (c.is_auto()) {
-    CompressionPlan plan =
-        plan_auto(seq, budget_tokens > 0 || c.has_budget() ? B : 0, budget_tokens > 0 ? 0.0 : c.max_loss, rows);
-    plan.question = served;
-    plan.probe_seconds = probe_seconds;
-    return plan;
-  }
-  const HParams &hp = model_.hparams();
   CompressionPlan plan;
+  if (c.is_auto()) {
+    plan = plan_auto(seq, auto_B, auto_max_loss, rows);
+  } else {
+    ReplayEvidence replay;
+    if (c.needs_replay()) replay = evidence_.replay_evidence(seq);
+    plan = plan_fixed(c, seq, B, rows, c.needs_replay() ? &replay : nullptr, nullptr);
+  }
   plan.question = served;
   plan.probe_seconds = probe_seconds;
+  return plan;
+}
+
+bool Compressor::plan_auto_replay(int32_t seq, int32_t B, CompressionPlan *out) {
+  ReplayEvidence replay;
+  try {
+    replay = evidence_.replay_evidence(seq);
+  } catch (const Error &e) {
+    if (e.status() != Status::kv_full) throw;
+    return false;  // no room for a replayed chunk: the probe, as an automatic compression
+  }
+  CompressionConfig kz = config_;
+  kz.policy = PolicyKind::kvzip;
+  std::vector<double> share;
+  CompressionPlan plan = plan_fixed(kz, seq, B, EvidenceRows{}, &replay, &share);
+  plan.question = Question::later;
+  plan.probe_seconds = replay.seconds;
+  plan.replayed = true;
+  const int32_t b = whole_block_budget(B, kv_.config().block_size);
+  AutoReport &r = plan.report;
+  for (size_t l = 0; l < plan.keep.size(); ++l) {
+    AutoLayerChoice ch;
+    ch.evidence = Evidence::replay;
+    ch.alpha = 1.0f;
+    ch.budget = static_cast<int32_t>(plan.keep[l].size());
+    ch.loss = static_cast<float>(share[l]);
+    r.layers.push_back(ch);
+    r.tokens += ch.budget;
+    r.uniform_tokens += std::min(b, kv_.seq(seq).layers[l].n());
+    r.loss += share[l] / static_cast<double>(plan.keep.size());
+  }
+  *out = std::move(plan);
+  return true;
+}
+
+CompressionPlan Compressor::plan_fixed(const CompressionConfig &c, int32_t seq, int32_t B, const EvidenceRows &rows,
+                                       const ReplayEvidence *replay, std::vector<double> *layer_share) {
+  const SeqCache &sc = kv_.seq(seq);
+  const HParams &hp = model_.hparams();
+  CompressionPlan plan;
   plan.spans = spans_for_compression(seq, B, &plan.released_tokens);
   std::vector<int32_t> counts;
   for (const LayerSlots &L : sc.layers) counts.push_back(L.n());
@@ -157,8 +203,7 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q)
   const int32_t bs = kv_.config().block_size;
   for (int32_t &b : budgets) b = whole_block_budget(b, bs);
   plan.keep.resize(sc.layers.size());
-  ReplayEvidence replay;
-  if (c.needs_replay()) replay = evidence_.replay_evidence(seq);
+  if (c.needs_replay() && replay == nullptr) fail(Status::internal, std::string(policy_name(c.policy)) + " needs the context replay");
   if (policy_info(c.policy).global_spread && c.needs_replay()) {
     // The uniform budgets' blocks go to the layers whose tokens the replay ranks highest anywhere: what each layer
     // always keeps (its window, the protected spans) ranks first.
@@ -167,7 +212,7 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q)
       const auto li = static_cast<size_t>(l);
       const LayerSlots &L = sc.layers[li];
       std::vector<float> &r = ranked[li];
-      r = replay.score.at(li);
+      r = replay->score.at(li);
       if (static_cast<int32_t>(r.size()) != L.n()) fail(Status::internal, "kvzip: one replay score per slot");
       const float keep = std::numeric_limits<float>::infinity();
       for (int32_t j = L.n() - policy_window(c, budgets[li], L.n()); j < L.n(); ++j) r[static_cast<size_t>(j)] = keep;
@@ -179,16 +224,18 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q)
     }
     budgets = global_layer_budgets(ranked, counts, budgets, bs);
   }
+  if (layer_share != nullptr) layer_share->assign(sc.layers.size(), 0.0);
   for (int32_t l = 0; l < hp.n_layer; ++l) {
     const LayerSlots &L = sc.layers[static_cast<size_t>(l)];
     LayerScoreInput in = layer_input(seq, l, plan.spans, rows);
-    if (c.needs_replay()) in.replay = &replay.score[static_cast<size_t>(l)];
+    if (c.needs_replay()) in.replay = &replay->score[static_cast<size_t>(l)];
     in.window_probs = window_probs_;
     double share = 0;
     std::vector<int32_t> &k = plan.keep[static_cast<size_t>(l)];
     k = select_keep(c, in, budgets[static_cast<size_t>(l)], &share);
     plan.evicts = plan.evicts || static_cast<int32_t>(k.size()) < L.n();
     plan.evicted_share += share / hp.n_layer;
+    if (layer_share != nullptr) (*layer_share)[static_cast<size_t>(l)] = share;
   }
   return plan;
 }
@@ -330,12 +377,14 @@ void Compressor::set_profile(const TuningProfile &p) {
   profile_guides_ = true;
 }
 
-void Compressor::compress(int32_t seq, int32_t budget_tokens, Question q) { apply(seq, plan(seq, budget_tokens, q)); }
+void Compressor::compress(int32_t seq, int32_t budget_tokens, Question q, Occasion occasion) {
+  apply(seq, plan(seq, budget_tokens, q, occasion));
+}
 
 bool Compressor::try_compress(int32_t seq, int32_t budget_tokens) {
   // A compaction that cannot copy its shared blocks (no free block) changes nothing: go on, as decode() does.
   try {
-    compress(seq, budget_tokens);
+    compress(seq, budget_tokens, config_.question, Occasion::automatic);
     return true;
   } catch (const Error &e) {
     if (e.status() != Status::kv_full) throw;
@@ -377,7 +426,7 @@ bool Compressor::pressure_candidate(int32_t id, int32_t n_new, PressureCandidate
   if (max_kept(id) <= budget_for(id)) return false;
   PressureCandidate cand;
   cand.seq = id;
-  cand.plan = plan(id, 0, config_.question);
+  cand.plan = plan(id, 0, config_.question, Occasion::automatic);
   if (!cand.plan.evicts) return false;
   // What compressing it frees, less what the step's own tokens for it would need afterwards beyond what they
   // need now (a compacted last block may have more or less room than the current one).
@@ -404,7 +453,7 @@ PressureCandidate Compressor::estimate(int32_t seq, int32_t budget_tokens, Quest
   if (budget_tokens <= 0) fail(Status::invalid_argument, "estimate: budget_tokens must be positive");
   PressureCandidate cand;
   cand.seq = seq;
-  cand.plan = plan(seq, budget_tokens, q);
+  cand.plan = plan(seq, budget_tokens, q, Occasion::automatic);
   if (!cand.plan.evicts) return cand;
   cand.blocks = kv_.blocks_freed_by(seq, cand.plan.keep);
   if (cand.blocks > 0) cand.cost_per_block = cand.plan.evicted_share / static_cast<double>(cand.blocks);

@@ -62,6 +62,11 @@ struct SeqCompression {
   double probe_seconds = 0;
 };
 
+// Who asked for a compression: a caller, now (ikv_seq_compress, an eval), or the runtime (the memory trigger, memory
+// pressure, the scheduler) inside a step whose latency someone is waiting on, and again each time the sequence
+// outgrows its slack. auto spends a pass over the context on its evidence only on a request (plan_auto_replay).
+enum class Occasion : int32_t { request = 0, automatic = 1 };
+
 // What compressing one sequence to its budget would do, planned without changing anything.
 struct CompressionPlan {
   std::vector<std::vector<int32_t>> keep;  // [layer]: slot indices kept, ascending
@@ -73,7 +78,8 @@ struct CompressionPlan {
   std::vector<ProtectedSpan> spans;
   int64_t released_tokens = 0;
   Question question = Question::next;  // what the evidence served
-  double probe_seconds = 0;
+  double probe_seconds = 0;            // what that evidence took (the probe's run, or auto's context replay)
+  bool replayed = false;               // auto ranked by the context replay (plan_auto_replay)
 };
 
 // A sequence that memory pressure could compress: what the pool would gain (blocks, net of the step's own needs
@@ -114,11 +120,13 @@ class Compressor {
   int64_t compressions(int32_t seq) const { return state(seq).n_compressions; }
 
   // Runs the policy now, to `budget_tokens` per layer when > 0, otherwise the configured budget, serving question
-  // `q` (config().question when not given). Throws bad_state when the policy is 'none' and kv_full, changing
-  // nothing, when copy-on-write of shared blocks finds no free block.
+  // `q` (config().question when not given), on the given occasion (a caller's request unless said). Throws
+  // bad_state when the policy is 'none' and kv_full, changing nothing, when copy-on-write of shared blocks finds no
+  // free block.
   void compress(int32_t seq, int32_t budget_tokens = 0) { compress(seq, budget_tokens, config_.question); }
-  void compress(int32_t seq, int32_t budget_tokens, Question q);
-  // compress(), going on (false) when the compaction finds no block for its copies (KV full).
+  void compress(int32_t seq, int32_t budget_tokens, Question q, Occasion occasion = Occasion::request);
+  // An automatic compress() (Occasion::automatic, the configured question), going on (false) when the compaction
+  // finds no block for its copies (KV full).
   bool try_compress(int32_t seq, int32_t budget_tokens);
 
   // When compression runs (DESIGN.md §9, "When"). With the memory trigger (CompressionConfig::step_interval()
@@ -207,7 +215,15 @@ class Compressor {
   SeqCompression &state_mut(int32_t seq);
   // The window a quality target alone keeps: the configured one, or defaults::max_window.
   int32_t quality_window() const;
-  CompressionPlan plan(int32_t seq, int32_t budget_tokens, Question q);
+  CompressionPlan plan(int32_t seq, int32_t budget_tokens, Question q, Occasion occasion);
+  // plan() for a policy of the table (not auto) under B tokens per layer; `replay` the context replay when the
+  // policy reads it. Every layer's eviction cost by the policy's measure goes to *layer_share when given.
+  CompressionPlan plan_fixed(const CompressionConfig &c, int32_t seq, int32_t B, const EvidenceRows &rows,
+                             const ReplayEvidence *replay, std::vector<double> *layer_share);
+  // plan() for auto on a request for a later question under a byte budget, when the pool has room for the context
+  // replay: kvzip's plan (the replay's ranks, spread over the layers by them), reported as auto's, evidence replay.
+  // Returns false (nothing planned) when the replay finds no room.
+  bool plan_auto_replay(int32_t seq, int32_t B, CompressionPlan *out);
   // plan() for policy auto: B tokens per layer on average (0: none), max_loss a quality target (0: none); with both,
   // as few tokens as hold max_loss and never more blocks than B holds.
   CompressionPlan plan_auto(int32_t seq, int32_t B, double max_loss, const EvidenceRows &rows);

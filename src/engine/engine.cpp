@@ -165,7 +165,7 @@ void Engine::measure_rates() {
       if (stats_.prefill_tokens_per_s <= 0) stats_.prefill_tokens_per_s = n / std::max(since(t0), 1e-6);
       if (stats_.compress_tokens_per_s <= 0 && session_->compressor().config().enabled()) {
         const auto t1 = Clock::now();
-        session_->compressor().compress(seq, n / 2, Question::later);
+        session_->compressor().compress(seq, n / 2, Question::later, Occasion::automatic);
         stats_.compress_tokens_per_s = n / std::max(since(t1), 1e-6);
       }
     } catch (const Error &) {

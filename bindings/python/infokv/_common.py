@@ -130,7 +130,7 @@ class Completion(NamedTuple):
 
 def evidence_name(evidence: int) -> str:
     """The name of an IKV_EVIDENCE_* value ("window_attention", "infokv", "accumulated_attention", "last_query",
-    "recency", "key_norm"); "unknown" for any other value."""
+    "recency", "key_norm", "replay"); "unknown" for any other value."""
     return _c.ikv_evidence_name(int(evidence))
 
 

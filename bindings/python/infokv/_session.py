@@ -237,7 +237,8 @@ class Session(_Owner):
                  question: Union[str, Question, None] = None) -> None:
         """Compresses now (0: the session's budget). ``question`` ("next", "later", "both" or a :class:`Question`;
         None: the session's default, later) says which question the cache must serve: the tokens that follow at once,
-        or one asked later (a probe question's queries stand in for it). BadStateError when the session's policy is
+        or one asked later (a probe question's queries stand in for it; under policy "auto" with a byte budget, the
+        context replay, as "kvzip": one more pass over the sequence). BadStateError when the session's policy is
         'none'."""
         with self._lock:
             if question is None:
@@ -247,8 +248,9 @@ class Session(_Owner):
                 _check(_c.ikv_seq_compress_for(self.handle, seq, budget_tokens, int(q)))
 
     def compression_question(self, seq: int = 0) -> Tuple[Question, float]:
-        """What the sequence's latest compression served and the seconds its probe took (NEXT and 0 before any
-        compression, under a policy that reads no queries, or when the probe did not fit the pool)."""
+        """What the sequence's latest compression served and the seconds its evidence for a later question took (the
+        probe's, or auto's context replay; NEXT and 0 before any compression, under a policy that reads no queries,
+        or when the probe did not fit the pool)."""
         with self._lock:
             q, secs = _check(_c.ikv_seq_compression_question(self.handle, seq))
             return Question(q), float(secs)

@@ -344,7 +344,7 @@ def test_pressure_estimate_reports_blocks_and_cost_and_changes_nothing(model):
 def test_auto_policy_reports_what_it_chose(model):
     text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " * 5
     assert infokv.EVIDENCE == {"window_attention": 0, "infokv": 1, "accumulated_attention": 2, "last_query": 3,
-                               "recency": 4, "key_norm": 5}
+                               "recency": 4, "key_norm": 5, "replay": 6}
     assert infokv.evidence_name(infokv.capi.IKV_EVIDENCE_KEY_NORM) == "key_norm"
     assert infokv.evidence_name(99) == "unknown"
     with model.session(policy="auto", budget=0.5) as s:
@@ -361,6 +361,12 @@ def test_auto_policy_reports_what_it_chose(model):
         assert r.loss == pytest.approx(sum(l.loss for l in r.layers) / len(r.layers), rel=1e-5, abs=1e-9)
         child = s.fork(0)
         assert s.auto_report(child) == r
+        other = s.fork(0)  # asked now for a later question: the context replay ranks every layer
+        s.compress(other, 32)
+        assert {l.evidence for l in s.auto_report(other).layers} == {"replay"}
+        question, seconds = s.compression_question(other)
+        assert question == infokv.Question.LATER and seconds > 0
+        s.remove(other)
         with pytest.raises(infokv.NotFoundError):
             s.auto_report(42)
         restored_from = s.save_bytes(0)

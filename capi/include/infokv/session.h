@@ -34,7 +34,9 @@ extern "C" {
 #define IKV_POLICY_TOVA 5
 #define IKV_POLICY_PYRAMIDKV 6
 /* Chooses per sequence and per layer which evidence ranks the tokens and how the budget is spread across layers
- * (packaging/docs/quality.md "Choosing what to keep: auto"); with max_loss > 0 it needs no budget. */
+ * (packaging/docs/quality.md "Choosing what to keep: auto"); with max_loss > 0 it needs no budget. Asked for a later
+ * question under a byte budget (ikv_seq_compress with the default question), it ranks by the context replay as
+ * IKV_POLICY_KVZIP does (packaging/docs/c_api.md "Which question"). */
 #define IKV_POLICY_AUTO 7
 /* KVzip's context replay: a token's score is the most attention any head gives it while the model re-reads the
  * context after a "repeat the previous context" prompt, and the blocks a uniform budget would hold go to the layers
@@ -326,7 +328,8 @@ IKV_API int32_t ikv_seq_protect(ikv_session *session, int32_t seq, int64_t begin
  * than that is left as it is). Freed blocks return to the pool.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (budget_tokens < 0); IKV_ERR_BAD_STATE (the session's policy is
  *         IKV_POLICY_NONE); IKV_ERR_KV_FULL (the sequence shares blocks with a fork and the pool has no free blocks
- *         for the copies compaction needs); IKV_ERR_OUT_OF_MEMORY (scoring's scratch or the compaction's host
+ *         for the copies compaction needs, or, under IKV_POLICY_KVZIP, none for the replay's smallest chunk);
+ *         IKV_ERR_OUT_OF_MEMORY (scoring's scratch or the compaction's host
  *         memory); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. On failure nothing changed.
  */
 IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budget_tokens);
@@ -343,16 +346,19 @@ IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budg
  * ikv_seq_compress for a stated question (IKV_QUESTION_*; ikv_seq_compress serves the config's compression.question,
  * LATER unless set). LATER and BOTH first run the probe questions (a few dozen tokens) through the model after the
  * sequence, in a temporary fork that is removed at once; when the pool has no
- * room for it the latest tokens' queries alone are used, and ikv_seq_compression_question says so. Policies that read
- * no queries (h2o, streaming, kvzip) ignore `question`.
+ * room for it the latest tokens' queries alone are used, and ikv_seq_compression_question says so. Under
+ * IKV_POLICY_AUTO, LATER with a byte budget (budget_tokens > 0, or the session's budget without a quality target)
+ * replays the context instead, as IKV_POLICY_KVZIP does (one more pass over the sequence's tokens; the probe where
+ * the pool has no room for it); automatic compressions (the memory trigger, memory pressure) always use the probe.
+ * Policies that read no queries (h2o, streaming, kvzip) ignore `question`.
  * @return as ikv_seq_compress; IKV_ERR_INVALID_ARGUMENT also for a question outside IKV_QUESTION_*. On failure nothing
  *         changed.
  */
 IKV_API int32_t ikv_seq_compress_for(ikv_session *session, int32_t seq, int32_t budget_tokens, int32_t question);
 /**
  * What the sequence's latest compression served: *out_question an IKV_QUESTION_* (NEXT before any compression, under
- * a policy that reads no queries, or when the probe did not fit the pool), *out_probe_seconds what its probe took (0
- * without one). Ownership: plain values written by the call.
+ * a policy that reads no queries, or when the probe did not fit the pool), *out_probe_seconds what its evidence for a
+ * later question took: the probe's run, or auto's context replay (0 without either). Ownership: plain values written by the call.
  * @return IKV_OK; IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_NOT_FOUND; IKV_ERR_BAD_HANDLE. On failure both
  *         outputs are 0.
  */
@@ -367,10 +373,12 @@ IKV_API int32_t ikv_seq_compression_question(int32_t *out_question, double *out_
 #define IKV_EVIDENCE_LAST_QUERY 3            /* attention from the latest query (as TOVA) */
 #define IKV_EVIDENCE_RECENCY 4               /* sink tokens and the most recent (as StreamingLLM) */
 #define IKV_EVIDENCE_KEY_NORM 5              /* keys of small norm first */
+#define IKV_EVIDENCE_REPLAY 6                /* the context replay (as IKV_POLICY_KVZIP): a compression asked for a later
+                                              * question under a byte budget (packaging/docs/c_api.md "Which question") */
 
 /**
  * The name of an IKV_EVIDENCE_* value: "window_attention", "infokv", "accumulated_attention", "last_query",
- * "recency", "key_norm"; "unknown" for any other value. Static storage, never NULL. Thread-safe.
+ * "recency", "key_norm", "replay"; "unknown" for any other value. Static storage, never NULL. Thread-safe.
  */
 IKV_API const char *ikv_evidence_name(int32_t evidence);
 
@@ -386,8 +394,9 @@ IKV_API const char *ikv_evidence_name(int32_t evidence);
  *                            budgets, or more where protected spans (ikv_seq_protect) held tokens beyond them.
  * @param out_uniform_tokens  receives what a uniform budget would have kept, all layers together; 0 under a quality
  *                            target.
- * @param out_loss            receives the mean over layers of the proxy loss at the chosen budgets (the relative
- *                            squared error of the observation window's attention output against the full cache).
+ * @param out_loss            receives the mean over layers of the layers' losses at the chosen budgets
+ *                            (ikv_seq_auto_layer's: the relative squared error of the observation window's attention
+ *                            output against the full cache, or the replay's dropped share).
  * @param out_max_loss        receives the quality target that compression was held to; 0 when it compressed to a
  *                            byte budget.
  * Ownership: every output is a plain value written by the call. Thread safety: as every session call.
@@ -403,7 +412,8 @@ IKV_API int32_t ikv_seq_auto_report(int32_t *out_layers, int64_t *out_kept_token
  * @param out_budget    receives the tokens the layer kept.
  * @param out_alpha     receives the attention weight of the InfoKV mix (the session's alpha) when the evidence is
  *                      IKV_EVIDENCE_INFOKV; 1 otherwise.
- * @param out_loss      receives the layer's proxy loss at that budget.
+ * @param out_loss      receives the layer's proxy loss at that budget; for IKV_EVIDENCE_REPLAY, the share of the
+ *                      replay's attention that the layer's dropped tokens drew.
  * Ownership: every output is a plain value written by the call. Thread safety: as every session call.
  * @return IKV_OK; IKV_ERR_OUT_OF_RANGE (layer < 0 or not below the report's *out_layers, which includes every layer
  *         while the sequence has no report); IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_NOT_FOUND (no such

@@ -383,9 +383,9 @@ TEST(Capi, EvidenceNamesAreStaticAndNeverNull) {
   const std::pair<int32_t, const char *> names[] = {
       {IKV_EVIDENCE_WINDOW_ATTENTION, "window_attention"}, {IKV_EVIDENCE_INFOKV, "infokv"},
       {IKV_EVIDENCE_ACCUMULATED_ATTENTION, "accumulated_attention"}, {IKV_EVIDENCE_LAST_QUERY, "last_query"},
-      {IKV_EVIDENCE_RECENCY, "recency"}, {IKV_EVIDENCE_KEY_NORM, "key_norm"}};
+      {IKV_EVIDENCE_RECENCY, "recency"}, {IKV_EVIDENCE_KEY_NORM, "key_norm"}, {IKV_EVIDENCE_REPLAY, "replay"}};
   for (const auto &n : names) EXPECT_STREQ(ikv_evidence_name(n.first), n.second);
-  for (int32_t v : {-1, IKV_EVIDENCE_KEY_NORM + 1, INT32_MAX, INT32_MIN}) EXPECT_STREQ(ikv_evidence_name(v), "unknown") << v;
+  for (int32_t v : {-1, IKV_EVIDENCE_REPLAY + 1, INT32_MAX, INT32_MIN}) EXPECT_STREQ(ikv_evidence_name(v), "unknown") << v;
 }
 
 TEST(Capi, AutoReportDescribesEachLayersChoice) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -170,18 +171,88 @@ TEST(Question, AFullPoolFallsBackToTheWindowInsteadOfFailing) {
     s.prefill(id, story(s, 96));
     used = s.kv().stats().blocks_used;
   }
-  SessionOptions o = with_policy(PolicyKind::snapkv, 0.5);
-  o.kv_pool_blocks = used;  // the sequence fills the pool: no room for the probe
-  Session s(m, o);
-  const int32_t id = s.add_sequence();
-  s.prefill(id, story(s, 96));
-  ASSERT_EQ(s.kv().free_blocks(), 0);
-  EXPECT_THROW(s.probe_queries(id), infokv::Error);
-  const Seen before = seen(s, id);
-  expect_same(before, seen(s, id));
-  s.compressor().compress(id, 0, Question::later);
-  EXPECT_EQ(s.compressor().state(id).question, Question::next);
-  EXPECT_LT(s.info(id).bytes, before.info.bytes);
+  // auto, asked for a later question, would replay the context first: no room for that either.
+  for (PolicyKind p : {PolicyKind::snapkv, PolicyKind::auto_}) {
+    SessionOptions o = with_policy(p, 0.5);
+    o.kv_pool_blocks = used;  // the sequence fills the pool: no room for the probe
+    Session s(m, o);
+    const int32_t id = s.add_sequence();
+    s.prefill(id, story(s, 96));
+    ASSERT_EQ(s.kv().free_blocks(), 0);
+    EXPECT_THROW(s.probe_queries(id), infokv::Error);
+    EXPECT_THROW(s.replay_evidence(id), infokv::Error);
+    const Seen before = seen(s, id);
+    expect_same(before, seen(s, id));
+    s.compressor().compress(id, 0, Question::later);
+    EXPECT_EQ(s.compressor().state(id).question, Question::next) << infokv::policy_name(p);
+    EXPECT_LT(s.info(id).bytes, before.info.bytes) << infokv::policy_name(p);
+    if (p == PolicyKind::auto_) {
+      for (const infokv::AutoLayerChoice &c : s.compressor().state(id).auto_report.layers) EXPECT_NE(c.evidence, infokv::Evidence::replay);
+    }
+  }
+}
+
+TEST(Question, AutoAskedNowForALaterQuestionReplaysTheContextAsKvzipDoes) {
+  auto m = infokv_test::stories_model();
+  Session a(m, with_policy(PolicyKind::auto_, 0.25)), z(m, with_policy(PolicyKind::kvzip, 0.25));
+  const std::vector<int32_t> t = story(a, 160);
+  const int32_t ia = a.add_sequence(), iz = z.add_sequence();
+  a.prefill(ia, t);
+  z.prefill(iz, t);
+  // Each occasion and question that keeps the probe, on a fork: automatic compressions, the next tokens, a quality target.
+  const auto evidence_of = [&](int32_t f) {
+    std::set<infokv::Evidence> e;
+    for (const infokv::AutoLayerChoice &c : a.compressor().state(f).auto_report.layers) e.insert(c.evidence);
+    return e;
+  };
+  {
+    const int32_t f = a.fork_sequence(ia);
+    ASSERT_TRUE(a.compressor().try_compress(f, 0));
+    EXPECT_EQ(a.compressor().state(f).question, Question::later);
+    EXPECT_EQ(evidence_of(f).count(infokv::Evidence::replay), 0u) << "an automatic compression replayed the context";
+    a.remove_sequence(f);
+  }
+  {
+    const int32_t f = a.fork_sequence(ia);
+    a.compressor().compress(f, 0, Question::next);
+    EXPECT_EQ(evidence_of(f).count(infokv::Evidence::replay), 0u);
+    a.remove_sequence(f);
+  }
+  {
+    SessionOptions o = with_policy(PolicyKind::auto_, 0.0);
+    o.compression.max_loss = 0.01;
+    Session q(m, o);
+    const int32_t f = q.add_sequence();
+    q.prefill(f, t);
+    q.compressor().compress(f, 0, Question::later);
+    for (const infokv::AutoLayerChoice &c : q.compressor().state(f).auto_report.layers) EXPECT_NE(c.evidence, infokv::Evidence::replay);
+  }
+  // A request for a later question under a byte budget: kvzip's kept set, reported as auto's.
+  a.compressor().compress(ia);
+  z.compressor().compress(iz);
+  const infokv::SeqCompression &st = a.compressor().state(ia);
+  EXPECT_EQ(st.question, Question::later);
+  EXPECT_GT(st.probe_seconds, 0.0);
+  const infokv::AutoReport &r = st.auto_report;
+  ASSERT_EQ(r.layers.size(), a.kv().seq(ia).layers.size());
+  const int32_t bs = a.kv().config().block_size;
+  int64_t kept = 0;
+  double loss = 0;
+  for (size_t l = 0; l < r.layers.size(); ++l) {
+    EXPECT_EQ(a.kv().seq(ia).layers[l].pos, z.kv().seq(iz).layers[l].pos) << "layer " << l;
+    EXPECT_EQ(r.layers[l].evidence, infokv::Evidence::replay);
+    EXPECT_EQ(r.layers[l].budget, a.kv().seq(ia).layers[l].n());
+    EXPECT_FLOAT_EQ(r.layers[l].alpha, 1.0f);
+    EXPECT_GT(r.layers[l].loss, 0.0f);  // something was dropped, and it drew some of the replay's attention
+    EXPECT_LT(r.layers[l].loss, 1.0f);
+    kept += r.layers[l].budget;
+    loss += r.layers[l].loss / static_cast<double>(r.layers.size());
+  }
+  EXPECT_EQ(r.tokens, kept);
+  EXPECT_EQ(r.uniform_tokens, static_cast<int64_t>(r.layers.size()) * infokv::whole_block_budget(40, bs));
+  EXPECT_NEAR(r.loss, loss, 1e-6);
+  EXPECT_EQ(r.max_loss, 0.0);
+  a.decode({{ia, 9, true}});
 }
 
 TEST(Question, KvzipCompressesToItsBudgetKeepingTheWindow) {

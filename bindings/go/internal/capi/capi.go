@@ -1306,6 +1306,7 @@ const IKV_EVIDENCE_ACCUMULATED_ATTENTION int = 2
 const IKV_EVIDENCE_LAST_QUERY int = 3
 const IKV_EVIDENCE_RECENCY int = 4
 const IKV_EVIDENCE_KEY_NORM int = 5
+const IKV_EVIDENCE_REPLAY int = 6
 func Ikv_evidence_name(arg1 int) (_swig_ret string) {
 	var swig_r string
 	_swig_i_0 := arg1

@@ -17,8 +17,10 @@ public final class AutoReport {
   public static final int EVIDENCE_LAST_QUERY = InfokvNativeConstants.IKV_EVIDENCE_LAST_QUERY;
   public static final int EVIDENCE_RECENCY = InfokvNativeConstants.IKV_EVIDENCE_RECENCY;
   public static final int EVIDENCE_KEY_NORM = InfokvNativeConstants.IKV_EVIDENCE_KEY_NORM;
+  public static final int EVIDENCE_REPLAY = InfokvNativeConstants.IKV_EVIDENCE_REPLAY;
 
-  /** "window_attention", "infokv", "accumulated_attention", "last_query", "recency", "key_norm"; else "unknown". */
+  /** "window_attention", "infokv", "accumulated_attention", "last_query", "recency", "key_norm", "replay"; else
+   * "unknown". */
   public static String evidenceName(int evidence) { return InfokvNative.ikv_evidence_name(evidence); }
 
   /** One layer's choice. */

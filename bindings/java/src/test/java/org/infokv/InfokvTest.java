@@ -308,6 +308,7 @@ class InfokvTest {
   void autoPolicyReportsWhatItChose() {
     String text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. ".repeat(5);
     assertEquals("key_norm", AutoReport.evidenceName(AutoReport.EVIDENCE_KEY_NORM));
+    assertEquals("replay", AutoReport.evidenceName(AutoReport.EVIDENCE_REPLAY));
     assertEquals("unknown", AutoReport.evidenceName(99));
     try (Session s = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_AUTO).budgetFraction(0.5))) {
       assertTrue(s.autoReport(0).isEmpty(), "no compression yet");
@@ -327,6 +328,10 @@ class InfokvTest {
       assertEquals(sum, r.tokens());
       assertTrue(r.uniformTokens() > 0, r.toString());
       assertEquals(0.0, r.maxLoss());
+      int f = s.fork(0); // asked now for a later question: the context replay ranks every layer
+      s.compress(f, 32, Question.LATER);
+      for (AutoReport.Layer x : s.autoReport(f).orElseThrow().layers()) assertEquals(AutoReport.EVIDENCE_REPLAY, x.evidence(), x.toString());
+      s.remove(f);
       assertEquals(Status.NOT_FOUND, assertThrows(InfokvException.class, () -> s.autoReport(42)).kind());
     }
     try (Session q = model.newSession(SessionOptions.defaults().policy(SessionOptions.POLICY_AUTO).maxLoss(0.05))) {
