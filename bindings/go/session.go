@@ -327,8 +327,8 @@ func (s *Session) Compress(seq int32, budgetTokens int) error {
 }
 
 // CompressFor is Compress for a stated question (Compress serves the session's default, QuestionLater unless its
-// config says otherwise). Under PolicyAuto with a byte budget, QuestionLater replays the context as PolicyKVzip does
-// (one more pass over the sequence).
+// config says otherwise). Under PolicyAuto with a byte budget, QuestionLater also replays the context as PolicyKVzip
+// does (one more pass over the sequence).
 func (s *Session) CompressFor(seq int32, budgetTokens int, q Question) error {
 	return s.with(func(h capi.Struct_SS_ikv_session) int {
 		return capi.Ikv_seq_compress_for(h, int(seq), budgetTokens, int(q))

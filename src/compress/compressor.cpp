@@ -167,12 +167,16 @@ bool Compressor::plan_auto_replay(int32_t seq, int32_t B, CompressionPlan *out) 
     if (e.status() != Status::kv_full) throw;
     return false;  // no room for a replayed chunk: the probe, as an automatic compression
   }
+  // The probe too (its room is checked on its own): each layer keeps what either ranks high.
+  Question served = Question::next;
+  double probe_seconds = 0;
+  const EvidenceRows rows = evidence_rows(seq, Question::later, &served, &probe_seconds);
   CompressionConfig kz = config_;
   kz.policy = PolicyKind::kvzip;
   std::vector<double> share;
-  CompressionPlan plan = plan_fixed(kz, seq, B, EvidenceRows{}, &replay, &share);
+  CompressionPlan plan = plan_fixed(kz, seq, B, rows, &replay, &share, rows.own);
   plan.question = Question::later;
-  plan.probe_seconds = replay.seconds;
+  plan.probe_seconds = replay.seconds + probe_seconds;
   plan.replayed = true;
   const int32_t b = whole_block_budget(B, kv_.config().block_size);
   AutoReport &r = plan.report;
@@ -191,8 +195,23 @@ bool Compressor::plan_auto_replay(int32_t seq, int32_t B, CompressionPlan *out) 
   return true;
 }
 
+namespace {
+
+// The share of score mass (one score per candidate, the first score.size() slots) that the candidates not in `keep`
+// (ascending slot indices) hold; 0 when the candidates hold none.
+double dropped_share(const std::vector<float> &score, const std::vector<int32_t> &keep) {
+  double all = 0, kept = 0;
+  for (float v : score) all += std::max(0.0f, v);
+  for (int32_t j : keep)
+    if (static_cast<size_t>(j) < score.size()) kept += std::max(0.0f, score[static_cast<size_t>(j)]);
+  return all > 0 ? std::max(0.0, (all - kept) / all) : 0.0;
+}
+
+}  // namespace
+
 CompressionPlan Compressor::plan_fixed(const CompressionConfig &c, int32_t seq, int32_t B, const EvidenceRows &rows,
-                                       const ReplayEvidence *replay, std::vector<double> *layer_share) {
+                                       const ReplayEvidence *replay, std::vector<double> *layer_share,
+                                       bool with_probe) {
   const SeqCache &sc = kv_.seq(seq);
   const HParams &hp = model_.hparams();
   CompressionPlan plan;
@@ -232,7 +251,15 @@ CompressionPlan Compressor::plan_fixed(const CompressionConfig &c, int32_t seq, 
     in.window_probs = window_probs_;
     double share = 0;
     std::vector<int32_t> &k = plan.keep[static_cast<size_t>(l)];
-    k = select_keep(c, in, budgets[static_cast<size_t>(l)], &share);
+    if (with_probe && budgets[static_cast<size_t>(l)] < L.n()) {
+      // The policy's ranking and the probe's attention as SnapKV reads it (rows of `rows`): what either ranks high.
+      const int32_t w = policy_window(c, budgets[static_cast<size_t>(l)], L.n());
+      const std::vector<float> own = policy_scores(c, in, L.n() - w, w), probe = snapkv_scores(c, in, L.n() - w, w);
+      k = select_with_scores(in, budgets[static_cast<size_t>(l)], w, rank_max(own, probe), false);
+      share = dropped_share(own, k);  // by the policy's own measure, as select_keep reports it
+    } else {
+      k = select_keep(c, in, budgets[static_cast<size_t>(l)], &share);
+    }
     plan.evicts = plan.evicts || static_cast<int32_t>(k.size()) < L.n();
     plan.evicted_share += share / hp.n_layer;
     if (layer_share != nullptr) (*layer_share)[static_cast<size_t>(l)] = share;

@@ -217,12 +217,14 @@ class Compressor {
   int32_t quality_window() const;
   CompressionPlan plan(int32_t seq, int32_t budget_tokens, Question q, Occasion occasion);
   // plan() for a policy of the table (not auto) under B tokens per layer; `replay` the context replay when the
-  // policy reads it. Every layer's eviction cost by the policy's measure goes to *layer_share when given.
+  // policy reads it. Every layer's eviction cost by the policy's measure goes to *layer_share when given. With
+  // with_probe, each layer ranks by rank_max of the policy's scores and SnapKV's over `rows` (a probe's).
   CompressionPlan plan_fixed(const CompressionConfig &c, int32_t seq, int32_t B, const EvidenceRows &rows,
-                             const ReplayEvidence *replay, std::vector<double> *layer_share);
+                             const ReplayEvidence *replay, std::vector<double> *layer_share, bool with_probe = false);
   // plan() for auto on a request for a later question under a byte budget, when the pool has room for the context
-  // replay: kvzip's plan (the replay's ranks, spread over the layers by them), reported as auto's, evidence replay.
-  // Returns false (nothing planned) when the replay finds no room.
+  // replay: kvzip's spread (the blocks go to the layers whose tokens the replay ranks highest anywhere), and in each
+  // layer what either the replay or the probe's attention ranks high (the replay alone where the probe finds no
+  // room); reported as auto's, evidence replay. Returns false (nothing planned) when the replay finds no room.
   bool plan_auto_replay(int32_t seq, int32_t B, CompressionPlan *out);
   // plan() for policy auto: B tokens per layer on average (0: none), max_loss a quality target (0: none); with both,
   // as few tokens as hold max_loss and never more blocks than B holds.

@@ -237,8 +237,8 @@ class Session(_Owner):
                  question: Union[str, Question, None] = None) -> None:
         """Compresses now (0: the session's budget). ``question`` ("next", "later", "both" or a :class:`Question`;
         None: the session's default, later) says which question the cache must serve: the tokens that follow at once,
-        or one asked later (a probe question's queries stand in for it; under policy "auto" with a byte budget, the
-        context replay, as "kvzip": one more pass over the sequence). BadStateError when the session's policy is
+        or one asked later (a probe question's queries stand in for it; under policy "auto" with a byte budget, also
+        the context replay, as "kvzip": one more pass over the sequence). BadStateError when the session's policy is
         'none'."""
         with self._lock:
             if question is None:

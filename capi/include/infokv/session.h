@@ -35,8 +35,8 @@ extern "C" {
 #define IKV_POLICY_PYRAMIDKV 6
 /* Chooses per sequence and per layer which evidence ranks the tokens and how the budget is spread across layers
  * (packaging/docs/quality.md "Choosing what to keep: auto"); with max_loss > 0 it needs no budget. Asked for a later
- * question under a byte budget (ikv_seq_compress with the default question), it ranks by the context replay as
- * IKV_POLICY_KVZIP does (packaging/docs/c_api.md "Which question"). */
+ * question under a byte budget (ikv_seq_compress with the default question), it reads the context replay as
+ * IKV_POLICY_KVZIP does, and the probe (packaging/docs/c_api.md "Which question"). */
 #define IKV_POLICY_AUTO 7
 /* KVzip's context replay: a token's score is the most attention any head gives it while the model re-reads the
  * context after a "repeat the previous context" prompt, and the blocks a uniform budget would hold go to the layers
@@ -348,8 +348,8 @@ IKV_API int32_t ikv_seq_compress(ikv_session *session, int32_t seq, int32_t budg
  * sequence, in a temporary fork that is removed at once; when the pool has no
  * room for it the latest tokens' queries alone are used, and ikv_seq_compression_question says so. Under
  * IKV_POLICY_AUTO, LATER with a byte budget (budget_tokens > 0, or the session's budget without a quality target)
- * replays the context instead, as IKV_POLICY_KVZIP does (one more pass over the sequence's tokens; the probe where
- * the pool has no room for it); automatic compressions (the memory trigger, memory pressure) always use the probe.
+ * also replays the context, as IKV_POLICY_KVZIP does (one more pass over the sequence's tokens; the probe alone where
+ * the pool has no room for it); automatic compressions (the memory trigger, memory pressure) use the probe alone.
  * Policies that read no queries (h2o, streaming, kvzip) ignore `question`.
  * @return as ikv_seq_compress; IKV_ERR_INVALID_ARGUMENT also for a question outside IKV_QUESTION_*. On failure nothing
  *         changed.
@@ -373,8 +373,10 @@ IKV_API int32_t ikv_seq_compression_question(int32_t *out_question, double *out_
 #define IKV_EVIDENCE_LAST_QUERY 3            /* attention from the latest query (as TOVA) */
 #define IKV_EVIDENCE_RECENCY 4               /* sink tokens and the most recent (as StreamingLLM) */
 #define IKV_EVIDENCE_KEY_NORM 5              /* keys of small norm first */
-#define IKV_EVIDENCE_REPLAY 6                /* the context replay (as IKV_POLICY_KVZIP): a compression asked for a later
-                                              * question under a byte budget (packaging/docs/c_api.md "Which question") */
+#define IKV_EVIDENCE_REPLAY 6                /* the context replay (as IKV_POLICY_KVZIP) spreads the budget over the
+                                              * layers, and each keeps what the replay or the probe ranks high: a
+                                              * compression asked for a later question under a byte budget
+                                              * (packaging/docs/c_api.md "Which question") */
 
 /**
  * The name of an IKV_EVIDENCE_* value: "window_attention", "infokv", "accumulated_attention", "last_query",
@@ -413,7 +415,7 @@ IKV_API int32_t ikv_seq_auto_report(int32_t *out_layers, int64_t *out_kept_token
  * @param out_alpha     receives the attention weight of the InfoKV mix (the session's alpha) when the evidence is
  *                      IKV_EVIDENCE_INFOKV; 1 otherwise.
  * @param out_loss      receives the layer's proxy loss at that budget; for IKV_EVIDENCE_REPLAY, the share of the
- *                      replay's attention that the layer's dropped tokens drew.
+ *                      replay's attention scores that the layer's dropped tokens held.
  * Ownership: every output is a plain value written by the call. Thread safety: as every session call.
  * @return IKV_OK; IKV_ERR_OUT_OF_RANGE (layer < 0 or not below the report's *out_layers, which includes every layer
  *         while the sequence has no report); IKV_ERR_INVALID_ARGUMENT (a NULL output); IKV_ERR_NOT_FOUND (no such

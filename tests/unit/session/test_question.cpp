@@ -192,7 +192,7 @@ TEST(Question, AFullPoolFallsBackToTheWindowInsteadOfFailing) {
   }
 }
 
-TEST(Question, AutoAskedNowForALaterQuestionReplaysTheContextAsKvzipDoes) {
+TEST(Question, AutoAskedNowForALaterQuestionReadsTheContextReplayAndTheProbe) {
   auto m = infokv_test::stories_model();
   Session a(m, with_policy(PolicyKind::auto_, 0.25)), z(m, with_policy(PolicyKind::kvzip, 0.25));
   const std::vector<int32_t> t = story(a, 160);
@@ -227,9 +227,11 @@ TEST(Question, AutoAskedNowForALaterQuestionReplaysTheContextAsKvzipDoes) {
     q.compressor().compress(f, 0, Question::later);
     for (const infokv::AutoLayerChoice &c : q.compressor().state(f).auto_report.layers) EXPECT_NE(c.evidence, infokv::Evidence::replay);
   }
-  // A request for a later question under a byte budget: kvzip's kept set, reported as auto's.
+  // A request for a later question under a byte budget: kvzip's spread over the layers, and in each layer what the
+  // replay or the probe ranks high, reported as auto's.
   a.compressor().compress(ia);
   z.compressor().compress(iz);
+  bool differs = false;
   const infokv::SeqCompression &st = a.compressor().state(ia);
   EXPECT_EQ(st.question, Question::later);
   EXPECT_GT(st.probe_seconds, 0.0);
@@ -239,7 +241,10 @@ TEST(Question, AutoAskedNowForALaterQuestionReplaysTheContextAsKvzipDoes) {
   int64_t kept = 0;
   double loss = 0;
   for (size_t l = 0; l < r.layers.size(); ++l) {
-    EXPECT_EQ(a.kv().seq(ia).layers[l].pos, z.kv().seq(iz).layers[l].pos) << "layer " << l;
+    const infokv::LayerSlots &La = a.kv().seq(ia).layers[l], &Lz = z.kv().seq(iz).layers[l];
+    EXPECT_EQ(La.n(), Lz.n()) << "layer " << l;  // the replay's spread
+    EXPECT_EQ(La.pos.back(), Lz.pos.back()) << "layer " << l;  // the window
+    differs = differs || La.pos != Lz.pos;
     EXPECT_EQ(r.layers[l].evidence, infokv::Evidence::replay);
     EXPECT_EQ(r.layers[l].budget, a.kv().seq(ia).layers[l].n());
     EXPECT_FLOAT_EQ(r.layers[l].alpha, 1.0f);
@@ -252,6 +257,7 @@ TEST(Question, AutoAskedNowForALaterQuestionReplaysTheContextAsKvzipDoes) {
   EXPECT_EQ(r.uniform_tokens, static_cast<int64_t>(r.layers.size()) * infokv::whole_block_budget(40, bs));
   EXPECT_NEAR(r.loss, loss, 1e-6);
   EXPECT_EQ(r.max_loss, 0.0);
+  EXPECT_TRUE(differs) << "the probe changed no layer's kept set";
   a.decode({{ia, 9, true}});
 }
 

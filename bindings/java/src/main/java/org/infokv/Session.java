@@ -251,7 +251,7 @@ public final class Session implements AutoCloseable {
 
   /**
    * {@link #compress(int, int)} for the given question (the two-argument form serves the session's default,
-   * {@link Question#LATER} unless its config says otherwise). Under the auto policy with a byte budget, LATER
+   * {@link Question#LATER} unless its config says otherwise). Under the auto policy with a byte budget, LATER also
    * replays the context as the kvzip policy does (one more pass over the sequence).
    */
   public void compress(int seq, int budgetTokens, Question question) {
