@@ -138,8 +138,10 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q,
   // An explicit budget is a byte budget; otherwise the configured budget and quality target, either or both.
   const int32_t auto_B = budget_tokens > 0 || c.has_budget() ? B : 0;
   const double auto_max_loss = budget_tokens > 0 ? 0.0 : c.max_loss;
+  // The replay is a pass over the whole sequence: not spent where no layer holds more than the uniform budget.
+  const bool over = max_kept(seq) > whole_block_budget(B, kv_.config().block_size);
   // auto, asked now for a question not yet asked, under a byte budget: the context replay, where the pool has room.
-  if (c.is_auto() && occasion == Occasion::request && q == Question::later && auto_B > 0 && auto_max_loss <= 0) {
+  if (c.is_auto() && occasion == Occasion::request && q == Question::later && auto_B > 0 && auto_max_loss <= 0 && over) {
     CompressionPlan plan;
     if (plan_auto_replay(seq, auto_B, &plan)) return plan;
   }
@@ -151,7 +153,11 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q,
     plan = plan_auto(seq, auto_B, auto_max_loss, rows);
   } else {
     ReplayEvidence replay;
-    if (c.needs_replay()) replay = evidence_.replay_evidence(seq);
+    if (c.needs_replay() && over) {
+      replay = evidence_.replay_evidence(seq);
+    } else if (c.needs_replay()) {  // every layer keeps all it holds: any scores will do
+      for (const LayerSlots &L : kv_.seq(seq).layers) replay.score.emplace_back(static_cast<size_t>(L.n()), 0.0f);
+    }
     plan = plan_fixed(c, seq, B, rows, c.needs_replay() ? &replay : nullptr, nullptr);
   }
   plan.question = served;

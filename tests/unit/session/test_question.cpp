@@ -227,6 +227,16 @@ TEST(Question, AutoAskedNowForALaterQuestionReadsTheContextReplayAndTheProbe) {
     q.compressor().compress(f, 0, Question::later);
     for (const infokv::AutoLayerChoice &c : q.compressor().state(f).auto_report.layers) EXPECT_NE(c.evidence, infokv::Evidence::replay);
   }
+  {  // nothing over the budget: no replay is spent on it, and kvzip keeps everything
+    const int32_t f = a.fork_sequence(ia), g = z.fork_sequence(iz);
+    a.compressor().compress(f, 4096);
+    z.compressor().compress(g, 4096);
+    EXPECT_EQ(evidence_of(f).count(infokv::Evidence::replay), 0u);
+    EXPECT_EQ(a.kv().seq(f).layers[0].n(), static_cast<int32_t>(t.size()));
+    for (const infokv::LayerSlots &L : z.kv().seq(g).layers) EXPECT_EQ(L.n(), static_cast<int32_t>(t.size()));
+    a.remove_sequence(f);
+    z.remove_sequence(g);
+  }
   // A request for a later question under a byte budget: kvzip's spread over the layers, and in each layer what the
   // replay or the probe ranks high, reported as auto's.
   a.compressor().compress(ia);
