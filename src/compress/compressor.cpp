@@ -138,8 +138,16 @@ CompressionPlan Compressor::plan(int32_t seq, int32_t budget_tokens, Question q,
   // An explicit budget is a byte budget; otherwise the configured budget and quality target, either or both.
   const int32_t auto_B = budget_tokens > 0 || c.has_budget() ? B : 0;
   const double auto_max_loss = budget_tokens > 0 ? 0.0 : c.max_loss;
-  // The replay is a pass over the whole sequence: not spent where no layer holds more than the uniform budget.
-  const bool over = max_kept(seq) > whole_block_budget(B, kv_.config().block_size);
+  // The replay is a pass over the whole sequence: not spent where no layer holds more than its budget (the
+  // configured shape's; a pyramid gives some layers less than B).
+  bool over = false;
+  {
+    std::vector<int32_t> counts;
+    for (const LayerSlots &L : kv_.seq(seq).layers) counts.push_back(L.n());
+    const std::vector<int32_t> budgets = layer_budgets(c, counts, B);
+    for (size_t l = 0; l < counts.size(); ++l)
+      over = over || counts[l] > whole_block_budget(budgets[l], kv_.config().block_size);
+  }
   // auto, asked now for a question not yet asked, under a byte budget: the context replay, where the pool has room.
   if (c.is_auto() && occasion == Occasion::request && q == Question::later && auto_B > 0 && auto_max_loss <= 0 && over) {
     CompressionPlan plan;
@@ -183,7 +191,6 @@ bool Compressor::plan_auto_replay(int32_t seq, int32_t B, CompressionPlan *out) 
   CompressionPlan plan = plan_fixed(kz, seq, B, rows, &replay, &share, rows.own);
   plan.question = Question::later;
   plan.probe_seconds = replay.seconds + probe_seconds;
-  plan.replayed = true;
   const int32_t b = whole_block_budget(B, kv_.config().block_size);
   AutoReport &r = plan.report;
   for (size_t l = 0; l < plan.keep.size(); ++l) {

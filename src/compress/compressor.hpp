@@ -78,8 +78,7 @@ struct CompressionPlan {
   std::vector<ProtectedSpan> spans;
   int64_t released_tokens = 0;
   Question question = Question::next;  // what the evidence served
-  double probe_seconds = 0;            // what that evidence took (the probe's run, or auto's context replay)
-  bool replayed = false;               // auto ranked by the context replay (plan_auto_replay)
+  double probe_seconds = 0;            // what that evidence took (the probe's run, and auto's context replay)
 };
 
 // A sequence that memory pressure could compress: what the pool would gain (blocks, net of the step's own needs
