@@ -769,3 +769,20 @@ TEST(SnapshotAuto, ACorruptReportIsRefusedAndNothingIsRestored) {
   }
   target.kv().check_invariants();
 }
+
+TEST(SnapshotAuto, ARequestedCompressionsReplayReportRoundTrips) {
+  auto m = stories_model();
+  Session a(m, session_opts(PolicyKind::auto_, 0.5));
+  const int32_t seq = a.add_sequence();
+  prefill(a, seq, nullptr, long_story(*m));
+  a.compressor().compress(seq, 48);  // asked now, for a later question (the default): the context replay
+  const AutoReport r = a.compressor().state(seq).auto_report;
+  ASSERT_EQ(static_cast<int32_t>(r.layers.size()), m->hparams().n_layer);
+  for (const AutoLayerChoice &c : r.layers) EXPECT_EQ(c.evidence, Evidence::replay);
+  Session b(m, session_opts(PolicyKind::auto_, 0.5));
+  const std::vector<int32_t> ids = restore_bytes(b, nullptr, save_bytes(a, seq, nullptr));
+  ASSERT_EQ(ids.size(), 1u);
+  expect_same_report(b.compressor().state(ids[0]).auto_report, r);
+  EXPECT_NE(snapshot::summary_text(inspect_bytes(save_bytes(a, seq, nullptr))).find("    layer 0: replay, alpha "),
+            std::string::npos);
+}
