@@ -208,20 +208,6 @@ bool Compressor::plan_auto_replay(int32_t seq, int32_t B, CompressionPlan *out) 
   return true;
 }
 
-namespace {
-
-// The share of score mass (one score per candidate, the first score.size() slots) that the candidates not in `keep`
-// (ascending slot indices) hold; 0 when the candidates hold none.
-double dropped_share(const std::vector<float> &score, const std::vector<int32_t> &keep) {
-  double all = 0, kept = 0;
-  for (float v : score) all += std::max(0.0f, v);
-  for (int32_t j : keep)
-    if (static_cast<size_t>(j) < score.size()) kept += std::max(0.0f, score[static_cast<size_t>(j)]);
-  return all > 0 ? std::max(0.0, (all - kept) / all) : 0.0;
-}
-
-}  // namespace
-
 CompressionPlan Compressor::plan_fixed(const CompressionConfig &c, int32_t seq, int32_t B, const EvidenceRows &rows,
                                        const ReplayEvidence *replay, std::vector<double> *layer_share,
                                        bool with_probe) {
@@ -269,7 +255,7 @@ CompressionPlan Compressor::plan_fixed(const CompressionConfig &c, int32_t seq, 
       const int32_t w = policy_window(c, budgets[static_cast<size_t>(l)], L.n());
       const std::vector<float> own = policy_scores(c, in, L.n() - w, w), probe = snapkv_scores(c, in, L.n() - w, w);
       k = select_with_scores(in, budgets[static_cast<size_t>(l)], w, rank_max(own, probe), false);
-      share = dropped_share(own, k);  // by the policy's own measure, as select_keep reports it
+      share = dropped_share(own, k, false);  // by the policy's own measure, as select_keep reports it
     } else {
       k = select_keep(c, in, budgets[static_cast<size_t>(l)], &share);
     }

@@ -338,18 +338,22 @@ std::vector<int32_t> select_with_scores(const LayerScoreInput &in, int32_t budge
   std::vector<int32_t> out;
   for (int32_t j = 0; j < n; ++j)
     if (keep[static_cast<size_t>(j)]) out.push_back(j);
-  if (evicted_share != nullptr) {
-    double dropped = 0, total = 0;
-    for (int32_t j = 0; j < n_cand; ++j) {
-      const float v = score[static_cast<size_t>(j)];
-      // Streaming's scores are positions (and +inf for the sinks): count tokens instead.
-      const double m = count_tokens || !std::isfinite(v) ? 1.0 : std::max(0.0, static_cast<double>(v));
-      total += m;
-      if (!keep[static_cast<size_t>(j)]) dropped += m;
-    }
-    *evicted_share = total > 0 ? dropped / total : 0.0;
-  }
+  if (evicted_share != nullptr) *evicted_share = dropped_share(score, out, count_tokens);
   return out;
+}
+
+double dropped_share(const std::vector<float> &score, const std::vector<int32_t> &keep, bool count_tokens) {
+  double dropped = 0, total = 0;
+  size_t k = 0;
+  for (size_t j = 0; j < score.size(); ++j) {
+    const float v = score[j];
+    // Streaming's scores are positions (and +inf for the sinks): count tokens instead.
+    const double m = count_tokens || !std::isfinite(v) ? 1.0 : std::max(0.0, static_cast<double>(v));
+    total += m;
+    while (k < keep.size() && static_cast<size_t>(keep[k]) < j) ++k;
+    if (k == keep.size() || static_cast<size_t>(keep[k]) != j) dropped += m;
+  }
+  return total > 0 ? dropped / total : 0.0;
 }
 
 }  // namespace infokv

@@ -89,6 +89,11 @@ std::vector<float> policy_scores(const CompressionConfig &c, const LayerScoreInp
 std::vector<int32_t> select_with_scores(const LayerScoreInput &in, int32_t budget, int32_t w, const std::vector<float> &score,
                                         bool count_tokens, double *evicted_share = nullptr);
 
+// The share of the candidates' score mass (score: one per candidate, the first score.size() slots) that the
+// candidates missing from `keep` (ascending slot indices) hold: select_keep's evicted_share. count_tokens: every
+// candidate (and any with a non-finite score) weighs 1.
+double dropped_share(const std::vector<float> &score, const std::vector<int32_t> &keep, bool count_tokens);
+
 // Slot indices (ascending) that a layer keeps under `budget`. When `evicted_share` is given it receives what the
 // eviction costs by the policy's own measure: the share of the candidates' score mass that is dropped (for
 // streaming, whose score is only an order, the share of candidates dropped); 0 when nothing is dropped.
