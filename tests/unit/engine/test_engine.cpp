@@ -249,8 +249,14 @@ TEST(Engine, RecomputedCompressedConversationKeepsTheSameKeptSet) {
     ASSERT_GE(seq, 0);
     e.session().compressor().compress(seq, 40);
     std::vector<std::vector<int32_t>> kept;
-    for (const LayerSlots &L : e.session().kv().seq(seq).layers) kept.push_back(L.pos);
-    ASSERT_LT(kept[0].size(), p.size());
+    size_t kept_all = 0;
+    for (const LayerSlots &L : e.session().kv().seq(seq).layers) {
+      kept.push_back(L.pos);
+      kept_all += L.pos.size();
+    }
+    // Compressed: a requested auto compression spreads the budget over the layers by the context replay, so some
+    // layers may keep all they held, never all of them.
+    ASSERT_LT(kept_all, kept.size() * static_cast<size_t>(e.session().kv().seq(seq).length));
     const size_t old_len = e.tokens(a).size();
     const int64_t b = e.open(1);
     e.submit(b, {q, 10, {}, {}});
