@@ -306,12 +306,12 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
       if (g < cv.grid.size() && kept == cv.grid[g]) curve[g++] = loss_of(num, z);
     }
   }
-  // For a question asked later the latest query is the probe's last markup token, no evidence of anything; the
-  // context replay is not measured here (Compressor::plan_auto_replay uses it as a whole plan).
-  for (Evidence e : {Evidence::last_query, Evidence::replay}) {
-    if (e == Evidence::last_query && s.probe_rows == 0) continue;
+  const auto never = [&cv](Evidence e) {
     std::fill(cv.loss[static_cast<size_t>(e)].begin(), cv.loss[static_cast<size_t>(e)].end(), INFINITY);
-  }
+  };
+  // For a question asked later the latest query is the probe's last markup token, no evidence of anything.
+  if (s.probe_rows > 0) never(Evidence::last_query);
+  never(Evidence::replay);  // not measured here: Compressor::plan_auto_replay uses it as a whole plan
   return cv;
 }
 
