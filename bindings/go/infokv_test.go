@@ -933,3 +933,45 @@ func TestEngineConversationsAnswerAlikeWhetherMovedRecomputedOrNot(t *testing.T)
 		t.Fatalf("unknown conversation: %v", err)
 	}
 }
+
+// PolicyAuto under a byte budget holds some of SmolLM2's layers at q8_0 by default and none with
+// WithLayerPrecision(false); LayerDtype reports each layer's.
+func TestAutoHoldsLayersAtQ8UnlessToldNotTo(t *testing.T) {
+	p := os.Getenv("INFOKV_SMOLLM2")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("SmolLM2 GGUF missing: %q (packaging/fetch_models.sh)", p)
+	}
+	emma, err := os.ReadFile(filepath.Join(os.Getenv("INFOKV_CORPORA_DIR"), "emma.txt"))
+	noErr(t, err)
+	m, err := infokv.Load(p)
+	noErr(t, err)
+	defer m.Close()
+	toks, err := m.Tokenize(string(emma[300000:304000]), true)
+	noErr(t, err)
+	toks = toks[:480]
+	for _, auto := range []bool{true, false} {
+		s, err := m.NewSession(infokv.WithPolicy(infokv.PolicyAuto), infokv.WithBudgetFraction(1.0),
+			infokv.WithField("compress_after_prefill", 0), infokv.WithLayerPrecision(auto))
+		noErr(t, err)
+		noErr(t, s.Decode(0, toks))
+		noErr(t, s.CompressFor(0, 60, infokv.QuestionNext))
+		q8 := 0
+		for l := 0; l < m.NLayer(); l++ {
+			d, err := s.LayerDtype(0, l)
+			noErr(t, err)
+			if d != infokv.KVF16 && d != infokv.KVQ8_0 {
+				t.Fatalf("layer %d: %v", l, d)
+			}
+			if d == infokv.KVQ8_0 {
+				q8++
+			}
+		}
+		if (auto && q8 == 0) || (!auto && q8 != 0) {
+			t.Fatalf("layer precision %v: %d layers at q8_0", auto, q8)
+		}
+		if _, err := s.LayerDtype(0, m.NLayer()); !errors.Is(err, infokv.ErrOutOfRange) {
+			t.Fatalf("layer past the model: %v", err)
+		}
+		s.Close()
+	}
+}

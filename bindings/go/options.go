@@ -130,6 +130,21 @@ func WithMaxLoss(maxLoss float64) SessionOption {
 	return func(s *SessionSettings) error { o := s.o; o.SetMax_loss(maxLoss); return nil }
 }
 
+// WithLayerPrecision: true (the default) lets PolicyAuto under a byte budget hold a layer at q8_0 where the bytes
+// keep more than rounding loses (CPU, heads a multiple of 32; Session.LayerDtype says which); false keeps every layer
+// in the session's KV dtype.
+func WithLayerPrecision(auto bool) SessionOption {
+	return func(s *SessionSettings) error {
+		o := s.o
+		if auto {
+			o.SetLayer_precision(capi.IKV_LAYER_PRECISION_AUTO)
+		} else {
+			o.SetLayer_precision(capi.IKV_LAYER_PRECISION_OFF)
+		}
+		return nil
+	}
+}
+
 // WithPolicy selects the compression policy (PolicyInfoKV, PolicySnapKV, ...); it needs a budget.
 func WithPolicy(p Policy) SessionOption {
 	return func(s *SessionSettings) error { o := s.o; o.SetPolicy(int(p)); return nil }

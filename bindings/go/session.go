@@ -142,6 +142,14 @@ func (s *Session) Kept(seq int32, layer int) (int64, error) {
 	return v, err
 }
 
+// LayerDtype is the dtype one layer holds its K/V in: the session's KV dtype unless PolicyAuto chose a lower
+// precision for it (WithLayerPrecision) or a snapshot restored it so. ErrOutOfRange for a layer outside the model.
+func (s *Session) LayerDtype(seq int32, layer int) (KVDtype, error) {
+	var v int32
+	err := s.with(func(h capi.Struct_SS_ikv_session) int { return capi.Ikv_seq_layer_dtype(&v, h, int(seq), layer) })
+	return KVDtype(v), err
+}
+
 // KVBytes is the bytes of KV blocks the sequence holds.
 func (s *Session) KVBytes(seq int32) (int64, error) {
 	var v int64

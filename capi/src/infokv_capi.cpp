@@ -84,7 +84,8 @@ constexpr size_t kSessionOptionsV1Size = offsetof(ikv_session_options, device);
 constexpr size_t kSessionOptionsV2Size = offsetof(ikv_session_options, device) + sizeof(const char *);
 constexpr size_t kSessionOptionsV3Size = offsetof(ikv_session_options, max_sequences) + sizeof(int32_t);
 constexpr size_t kSessionOptionsV4Size = offsetof(ikv_session_options, max_loss) + sizeof(double);
-static_assert(IKV_SESSION_OPTIONS_VERSION == 4, "a new ikv_session_options revision needs its size and reader here");
+constexpr size_t kSessionOptionsV5Size = offsetof(ikv_session_options, layer_precision) + sizeof(int32_t);
+static_assert(IKV_SESSION_OPTIONS_VERSION == 5, "a new ikv_session_options revision needs its size and reader here");
 
 // The versioned initialisers: the defaults of revision `version`, written no further than that revision's fields
 // (sizes[version - 1] bytes), into a struct the caller says is `struct_size` bytes. Nothing is written on failure.
@@ -120,6 +121,7 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   const bool has_v2 = has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 2, kSessionOptionsV2Size);
   const bool has_v3 = has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 3, kSessionOptionsV3Size);
   const bool has_v4 = has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 4, kSessionOptionsV4Size);
+  const bool has_v5 = has_revision("ikv_session_options", "IKV_SESSION_OPTIONS_INIT", o->struct_size, o->version, 5, kSessionOptionsV5Size);
   require(o->n_threads >= 0, "n_threads must be >= 0");
   // Messages name values as every language spells them (the bindings have their own constant names).
   if (!infokv::kv_dtype_valid(o->kv_dtype))
@@ -157,6 +159,12 @@ infokv::SessionOptions to_session_options(const ikv_session_options *o) {
   c.compress_after_prefill = o->compress_after_prefill != 0;
   // 0 is a byte budget; > 0 is auto's quality target (validate() refuses it with another policy, and a NaN).
   if (has_v4) c.max_loss = o->max_loss;
+  if (has_v5) {
+    if (o->layer_precision != IKV_LAYER_PRECISION_AUTO && o->layer_precision != IKV_LAYER_PRECISION_OFF)
+      fail(Status::invalid_argument, "layer_precision = " + std::to_string(o->layer_precision) +
+                                         " is neither IKV_LAYER_PRECISION_AUTO (0) nor IKV_LAYER_PRECISION_OFF (1)");
+    c.layer_precision = o->layer_precision == IKV_LAYER_PRECISION_AUTO;
+  }
   c.validate();
   // NULL and "" mean the default ("auto"); the Session constructor judges the rest (select_device): a malformed
   // string is invalid_argument, a CUDA device that is not there is no_device. Copied: the caller's string may go.
@@ -342,7 +350,7 @@ int32_t ikv_detokenize(char *out, size_t capacity, size_t *out_len, const ikv_mo
 
 int32_t ikv_session_options_init_version(ikv_session_options *opts, size_t struct_size, uint32_t version) {
   static constexpr size_t sizes[] = {kSessionOptionsV1Size, kSessionOptionsV2Size, kSessionOptionsV3Size,
-                                     kSessionOptionsV4Size};
+                                     kSessionOptionsV4Size, kSessionOptionsV5Size};
   static_assert(sizeof(sizes) / sizeof(sizes[0]) == IKV_SESSION_OPTIONS_VERSION, "one size per revision");
   const ikv_session_options defaults = IKV_SESSION_OPTIONS_INIT;
   return init_options(opts, &defaults, struct_size, version, sizes, "ikv_session_options", IKV_SESSION_OPTIONS_VERSION);
@@ -570,6 +578,20 @@ int32_t ikv_seq_auto_layer(int32_t *out_evidence, int32_t *out_budget, double *o
     *out_budget = ch.budget;
     *out_alpha = ch.alpha;
     *out_loss = ch.loss;
+    return IKV_OK;
+  });
+}
+
+int32_t ikv_seq_layer_dtype(int32_t *out_value, const ikv_session *session, int32_t seq, int32_t layer) {
+  if (out_value != nullptr) *out_value = 0;
+  return guard([&] {
+    const auto sess = infokv::capi::use(session, "session");
+    require(out_value != nullptr, "ikv_seq_layer_dtype: out_value must not be NULL");
+    const infokv::SeqCache &c = sess->session->kv().seq(seq);
+    if (layer < 0 || static_cast<size_t>(layer) >= c.layers.size())
+      fail(Status::out_of_range, "layer " + std::to_string(layer) + " is outside the model's " + std::to_string(c.layers.size()) +
+                                     " layers");
+    *out_value = static_cast<int32_t>(c.layers[static_cast<size_t>(layer)].dtype);
     return IKV_OK;
   });
 }

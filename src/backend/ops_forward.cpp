@@ -32,19 +32,22 @@ class OpsKvStore final : public KvStore {
     ops_.activate();
     ops_.copy(at(dst), at(src), static_cast<size_t>(g_.block_stride));
   }
-  void move_slots(const std::vector<int32_t> &moves) override {
+  void move_slots(const std::vector<int32_t> &moves, const PagedKv &layer) override {
     ops_.activate();
     const int64_t n = static_cast<int64_t>(moves.size() / 4);
     if (n == 0) return;
     moves_.ensure(ops_, moves.size() * 4);
+    PagedKv g = g_;
+    g.dtype = layer.dtype;
+    g.block_size = layer.block_size;
     // Batches in stream order (see KvStore::move_slots): the scratch is bounded by a batch.
     const int64_t batch = std::min(n, kMoveBatch);
-    scratch_.ensure(ops_, static_cast<size_t>(batch * 2 * g_.n_kv_heads * kv_bytes(g_.dtype, g_.head_dim)));
+    scratch_.ensure(ops_, static_cast<size_t>(batch * 2 * g.n_kv_heads * kv_bytes(g.dtype, g.head_dim)));
     // `moves` is the caller's and may go away on return: a pageable-memory upload has copied it to a staging
     // buffer before the call returns (CUDA's documented behaviour), so no synchronisation is needed here.
     ops_.upload(moves_.as<int32_t>(), moves.data(), moves.size() * 4);
     for (int64_t i = 0; i < n; i += batch)
-      ops_.kv_move_slots(g_, moves_.as<int32_t>() + 4 * i, std::min(batch, n - i), scratch_.as<uint8_t>());
+      ops_.kv_move_slots(g, moves_.as<int32_t>() + 4 * i, std::min(batch, n - i), scratch_.as<uint8_t>());
   }
   void read_blocks(const std::vector<int32_t> &ids, uint8_t *out) const override {
     ops_.activate();
@@ -179,7 +182,7 @@ class OpsForward final : public DeviceForward {
  private:
   using Runs = std::vector<std::pair<int64_t, int64_t>>;
   // Where one (group, layer) view's block table and H2O accumulators start in the chunk's staged buffers.
-  struct ViewRef { int64_t table, acc; int32_t n_slots; };
+  struct ViewRef { int64_t table, acc; int32_t n_slots; KvDtype dtype; };
 
   // Everything a chunk's steps share, decided on the host before anything runs on the device.
   struct ChunkPlan {
@@ -232,7 +235,7 @@ class OpsForward final : public DeviceForward {
       for (int32_t l = 0; l < p.nl; ++l) {
         const PagedKv v = kv.view(g.seq, l);
         const int32_t nb = (v.n_slots + v.block_size - 1) / v.block_size;
-        p.refs.push_back({static_cast<int64_t>(table_host_.size()), p.acc_total, v.n_slots});
+        p.refs.push_back({static_cast<int64_t>(table_host_.size()), p.acc_total, v.n_slots, v.dtype});
         table_host_.insert(table_host_.end(), v.block_table, v.block_table + nb);
         if (c.attention_acc) p.acc_total += v.n_slots;
       }
@@ -246,15 +249,18 @@ class OpsForward final : public DeviceForward {
   void plan_rows_mode(const ForwardChunk &c, KvCache &kv, ChunkPlan &p) {
     p.rows_mode = c.groups.size() > 1 && !c.attention_acc;
     for (const ForwardGroup &g : c.groups) p.rows_mode = p.rows_mode && g.items.size() == 1;
+    // One call per layer reads every row with one geometry: each layer's dtype the same in every sequence.
+    for (size_t gi = 1; gi < c.groups.size() && p.rows_mode; ++gi)
+      for (int32_t l = 0; l < p.nl; ++l) p.rows_mode = p.rows_mode && p.ref(gi, l).dtype == p.ref(0, l).dtype;
     if (!p.rows_mode) return;
     const int64_t nl = p.nl, T = p.T;
     rows_host_.assign(static_cast<size_t>(nl * T * 4), 0);
     p.max_vis.assign(static_cast<size_t>(nl), 0);
-    const int32_t bs = kv.config().block_size;
     for (size_t gi = 0; gi < c.groups.size(); ++gi) {
       const int64_t t = c.groups[gi].items[0];
       for (int32_t l = 0; l < nl; ++l) {
         const ViewRef &r = p.ref(gi, l);
+        const int32_t bs = kv.slots_per_block(r.dtype);
         const int32_t slot = r.n_slots - 1;
         rows_host_[static_cast<size_t>(l * T + t)] = static_cast<int32_t>(r.table);
         rows_host_[static_cast<size_t>((nl + l) * T + t)] = r.n_slots;
@@ -314,7 +320,7 @@ class OpsForward final : public DeviceForward {
     if (L.bv != nullptr) o.add_bias(v, L.bv, T, p.kvd);
     o.rope(q, pos, T, p.nh, p.hd, freq_.as<double>());
     o.rope(k, pos, T, p.nkv, p.hd, freq_.as<double>());
-    if (L.k_shift != nullptr && kv_keys_less_bias(kv.config().dtype)) o.add_bias(k, L.k_shift, T, p.kvd);
+    shift_keys(c, p, l);
     attend(c, kv, p, l);
     int64_t wi = 0;
     for (const auto &run : p.wruns) {
@@ -334,6 +340,28 @@ class OpsForward final : public DeviceForward {
     o.matmul(ob, gb, L.down, T);
     o.add_inplace(x, ob, T * d);
     if (c.entropy) o.copy(hidden_.as<float>() + l * T * d, x, f32(T * d));
+  }
+
+  // Keys of a layer held less its K bias (kv_keys_less_bias) lose it before they are appended: all of the chunk's
+  // when every sequence holds the layer in one dtype, else the rows of the sequences whose layer does.
+  void shift_keys(const ForwardChunk &c, const ChunkPlan &p, int32_t l) {
+    const DevLayer &L = layers_[static_cast<size_t>(l)];
+    if (L.k_shift == nullptr) return;
+    DeviceOps &o = *ops_;
+    float *k = k_.as<float>();
+    bool all = true, any = false;
+    for (size_t gi = 0; gi < c.groups.size(); ++gi) {
+      const bool less = kv_keys_less_bias(p.ref(gi, l).dtype);
+      all = all && less;
+      any = any || less;
+    }
+    if (all) {
+      o.add_bias(k, L.k_shift, p.T, p.kvd);
+    } else if (any) {
+      for (size_t gi = 0; gi < c.groups.size(); ++gi)
+        if (kv_keys_less_bias(p.ref(gi, l).dtype))
+          for (const auto &run : runs_of(c.groups[gi].items)) o.add_bias(k + run.first * p.kvd, L.k_shift, run.second, p.kvd);
+    }
   }
 
   // Appends layer l's K/V of the chunk to the paged pool and computes attention into att_.

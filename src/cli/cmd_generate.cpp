@@ -34,11 +34,18 @@ std::string snapshot_json(const std::string &path, int64_t bytes) {
   return o.dump();
 }
 
+// The dtype each layer of `seq` holds its K/V in (auto may hold some at a lower precision).
+std::vector<KvDtype> layer_dtypes(const Session &s, int32_t seq) {
+  std::vector<KvDtype> d;
+  for (const LayerSlots &L : s.kv().seq(seq).layers) d.push_back(L.dtype);
+  return d;
+}
+
 // Policy auto: what it chose at the sequence's latest compression, on stderr (nothing for other policies).
 void print_auto(const Session &s, int32_t seq, const std::string &prefix) {
   if (!s.compressor().config().is_auto()) return;
   const AutoReport &r = s.compressor().state(seq).auto_report;
-  const std::string line = r.empty() ? "no compression yet" : auto_report_summary(r);
+  const std::string line = r.empty() ? "no compression yet" : auto_report_summary(r, layer_dtypes(s, seq), s.kv().config().dtype);
   std::fprintf(stderr, "%s[auto: %s]\n", prefix.c_str(), line.c_str());
 }
 
@@ -171,7 +178,8 @@ std::string compression_json(const Session &session, int32_t seq, const Compress
       .str("question", question_name(session.compressor().state(seq).question))
       .num("probe_seconds", session.compressor().state(seq).probe_seconds);
   if (cc.is_auto())  // what it chose at the latest compression (null before one)
-    comp.num("max_loss", cc.max_loss).raw("auto", auto_report_json(session.compressor().state(seq).auto_report));
+    comp.num("max_loss", cc.max_loss)
+        .raw("auto", auto_report_json(session.compressor().state(seq).auto_report, layer_dtypes(session, seq)));
   if (!kv_before.empty()) comp.raw("kv_before", kv_before).raw("kv_after", kv_after);
   return comp.dump();
 }
@@ -228,7 +236,8 @@ bool generate_parallel(Session &session, int32_t seq, const std::vector<int32_t>
     so1.integer("seed", static_cast<int64_t>(sp.seed + i)).ints("tokens", rs[i].tokens).str("text", rs[i].text);
     if (rs[i].error != Status::ok) so1.str("error", rs[i].error_message);
     so1.raw("kv", kv_json(session, seqs[i]));
-    if (so.compression.is_auto()) so1.raw("auto", auto_report_json(session.compressor().state(seqs[i]).auto_report));
+    if (so.compression.is_auto())
+      so1.raw("auto", auto_report_json(session.compressor().state(seqs[i]).auto_report, layer_dtypes(session, seqs[i])));
     arr += (i ? "," : "") + so1.dump();
   }
   arr += "]";

@@ -89,6 +89,8 @@ const char *kOptions =
     "          --tau T (1)\n"
     "          --entropy-top-k K (256) --pool-kernel-prefill 5 --pool-kernel-decode 7\n"
     "          --budget-shape uniform|pyramid --beta B (20) --sink N (4)\n"
+    "          --layer-precision auto|off (auto: under a byte budget, auto may hold a layer at q8_0 beside a float\n"
+    "          cache where that keeps more than it loses; off: every layer in --kv-dtype)\n"
     "          --profile FILE (a tuning profile from `infokv tune`: auto starts each layer from its recorded share)\n"
     "eval:     --prefix N --continuation M --policies LIST --budgets LIST --windows K (1) --offset T (0) --plot F.svg\n"
     "          --chunked-prefill (prefill the prefix as generate does: in --ubatch chunks, compressed part-way\n"

@@ -16,7 +16,7 @@ const std::set<std::string> &session_option_names() {
   static const std::set<std::string> names = {
       "threads", "kv-dtype", "block-size", "kv-pool-mb", "kv-pool-blocks", "kv-pool-fraction", "ubatch", "policy", "budget",
       "compress-interval", "window", "alpha", "tau", "entropy-top-k", "pool-kernel-prefill", "pool-kernel-decode",
-      "budget-shape", "beta", "sink", "device", "config", "max-loss", "profile", "question"};
+      "budget-shape", "beta", "sink", "device", "config", "max-loss", "profile", "question", "layer-precision"};
   return names;
 }
 
@@ -94,6 +94,12 @@ CompressionConfig compression_from(const Args &a, const CompressionConfig &base)
   }
   c.beta = static_cast<float>(a.number("beta", c.beta, 1.0001, 1e6));
   c.sink = static_cast<int32_t>(a.integer("sink", c.sink, 0, 1 << 20));
+  if (a.has("layer-precision")) {
+    const std::string lp = a.str("layer-precision");
+    if (lp == "auto") c.layer_precision = true;
+    else if (lp == "off") c.layer_precision = false;
+    else fail(Status::invalid_argument, "--layer-precision must be auto or off (got '" + lp + "')");
+  }
   c.validate();
   return c;
 }

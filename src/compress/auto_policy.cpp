@@ -199,7 +199,8 @@ float AutoLayerCurves::best_loss(size_t g, Evidence *which) const {
   return best;
 }
 
-AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerInput &in, int32_t window, int32_t block_size) {
+AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerInput &in, int32_t window, int32_t block_size,
+                                   int32_t low_block_size) {
   const LayerScoreInput &s = in.score;
   const LayerSlots &S = *s.slots;
   const int32_t n = S.n(), nh = s.n_heads, hd = s.head_dim, kvh = in.n_kv_heads;
@@ -220,6 +221,11 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
   const int32_t n_fixed = cv.window + static_cast<int32_t>(std::count(fixed.begin(), fixed.end(), 1));
   cv.grid.push_back(n_fixed);
   for (int32_t b = (n_fixed / block_size + 1) * block_size; b < n; b += block_size) cv.grid.push_back(b);
+  if (low_block_size > 0 && in.k_low != nullptr) {
+    for (int32_t b = (n_fixed / low_block_size + 1) * low_block_size; b < n; b += low_block_size) cv.grid.push_back(b);
+    std::sort(cv.grid.begin() + 1, cv.grid.end());
+    cv.grid.erase(std::unique(cv.grid.begin(), cv.grid.end()), cv.grid.end());
+  }
   if (n > n_fixed) cv.grid.push_back(n);
 
   const WindowProbs w = window_probs_per_head(in, std::max(cv.window, 1) + s.probe_rows);
@@ -274,6 +280,31 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
   double norm = 0;
   for (float x : full) norm += static_cast<double>(x) * x;
   norm = std::max(norm, 1e-30);
+  if (in.k_low != nullptr && in.v_low != nullptr && H > 0) {
+    // The held-out rows over the whole layer at the lower precision: their probabilities from the rounded keys,
+    // their outputs from the rounded values.
+    AutoLayerInput low = in;
+    low.k = in.k_low;
+    const WindowProbs wl = window_probs_per_head(low, w.rows);
+    double err = 0;
+    std::vector<float> o(static_cast<size_t>(hd));
+    for (int32_t r = 0; r < H; ++r)
+      for (int32_t h = 0; h < nh; ++h) {
+        const float *pr = wl.p.data() + (static_cast<int64_t>(held[static_cast<size_t>(r)]) * nh + h) * n;
+        std::fill(o.begin(), o.end(), 0.0f);
+        for (int32_t j = 0; j < n; ++j) {
+          if (pr[j] == 0.0f) continue;
+          const float *v = in.v_low + (static_cast<int64_t>(j) * kvh + std::min(kvh - 1, h / group)) * hd;
+          for (int32_t t = 0; t < hd; ++t) o[static_cast<size_t>(t)] += pr[j] * v[t];
+        }
+        const float *f = full.data() + static_cast<size_t>(r * nh + h) * hd;
+        for (int32_t t = 0; t < hd; ++t) {
+          const double d = static_cast<double>(f[t]) - o[static_cast<size_t>(t)];
+          err += d * d;
+        }
+      }
+    cv.quant_loss = static_cast<float>(err / norm);
+  }
   auto loss_of = [&](const std::vector<float> &num, const std::vector<float> &z) {
     double err = 0;
     for (int32_t e = 0; e < E; ++e) {
@@ -361,6 +392,74 @@ std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int3
     at[best_l] = best_g;
   }
   return at;
+}
+
+std::vector<AutoPick> auto_spread_precision(const std::vector<AutoLayerCurves> &layers, int32_t block_size, int32_t low_block_size,
+                                            const std::vector<char> &low_only, int64_t total_blocks,
+                                            const std::vector<int32_t> &floor) {
+  struct Option {
+    int64_t blocks;
+    double loss;
+    AutoPick pick;
+  };
+  const size_t L = layers.size();
+  // Each layer's options, cheapest first, pruned to those that lower the loss (the lower envelope).
+  std::vector<std::vector<Option>> opts(L);
+  for (size_t l = 0; l < L; ++l) {
+    const AutoLayerCurves &cv = layers[l];
+    const int32_t fl = l < floor.size() ? floor[l] : 0;
+    const bool only_low = l < low_only.size() && low_only[l] != 0;
+    std::vector<Option> all;
+    for (size_t g = 0; g < cv.grid.size(); ++g) {
+      if (cv.grid[g] < fl && g + 1 < cv.grid.size()) continue;  // under the floor (the whole layer always allowed)
+      const double base = cv.best_loss(g);
+      if (!only_low) all.push_back({(cv.grid[g] + block_size - 1) / block_size, base, {g, false}});
+      if (std::isfinite(cv.quant_loss) && low_block_size > 0)
+        all.push_back({(cv.grid[g] + low_block_size - 1) / low_block_size, base + cv.quant_loss, {g, true}});
+    }
+    std::stable_sort(all.begin(), all.end(), [](const Option &a, const Option &b) {
+      return a.blocks != b.blocks ? a.blocks < b.blocks : a.loss < b.loss;
+    });
+    for (const Option &o : all)
+      if (opts[l].empty() || o.loss < opts[l].back().loss) opts[l].push_back(o);
+  }
+  // Greedy on the envelopes, as auto_spread: the move that lowers the loss most per block while it fits.
+  std::vector<size_t> at(L, 0);
+  int64_t used = 0;
+  for (size_t l = 0; l < L; ++l)
+    if (!opts[l].empty()) used += opts[l][0].blocks;
+  constexpr size_t kLook = 16;
+  while (true) {
+    double best_rate = -INFINITY;
+    size_t best_l = L, best_i = 0;
+    for (size_t l = 0; l < L; ++l) {
+      const std::vector<Option> &o = opts[l];
+      for (size_t i = at[l] + 1; i < o.size() && i <= at[l] + kLook; ++i) {
+        const int64_t extra = o[i].blocks - o[at[l]].blocks;
+        if (total_blocks > 0 && used + extra > total_blocks) break;
+        const double rate = (o[at[l]].loss - o[i].loss) / static_cast<double>(std::max<int64_t>(extra, 1));
+        if (rate > best_rate) {
+          best_rate = rate;
+          best_l = l;
+          best_i = i;
+        }
+      }
+    }
+    if (best_l == L) break;
+    used += opts[best_l][best_i].blocks - opts[best_l][at[best_l]].blocks;
+    at[best_l] = best_i;
+  }
+  std::vector<AutoPick> out(L);
+  for (size_t l = 0; l < L; ++l)
+    if (!opts[l].empty()) out[l] = opts[l][at[l]].pick;
+  return out;
+}
+
+double auto_spread_loss(const std::vector<AutoLayerCurves> &layers, const std::vector<AutoPick> &at) {
+  double s = 0;
+  for (size_t l = 0; l < layers.size(); ++l)
+    s += static_cast<double>(layers[l].best_loss(at[l].g)) + (at[l].low ? static_cast<double>(layers[l].quant_loss) : 0.0);
+  return s;
 }
 
 size_t auto_uniform_index(const AutoLayerCurves &cv, int32_t tokens, int32_t block_size) {

@@ -30,6 +30,7 @@
 //   low; at generous budgets every loss is ~1e-4 and their differences are noise);
 // - the uniform spread stays unless the chosen one lowers the summed loss clearly (auto_clearly_better).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -77,6 +78,9 @@ struct AutoLayerInput {
   const float *k = nullptr;  // [n, n_kv_heads, head_dim]
   const float *v = nullptr;
   int32_t n_kv_heads = 0;
+  // The same keys and values as a lower precision would hold them (rounded to it and back), or null: the layer is
+  // then measured for that precision too (AutoLayerCurves::quant_loss).
+  const float *k_low = nullptr, *v_low = nullptr;
 };
 
 // One layer's measurement: budgets on the grid (tokens kept, ascending: the always-kept set, every block multiple
@@ -87,11 +91,17 @@ struct AutoLayerCurves {
   std::vector<int32_t> grid;
   std::vector<std::vector<float>> loss;    // [evidence][grid]
   std::vector<std::vector<float>> scores;  // [evidence][candidate], from every window row
+  // The held-out rows' loss, by the same measure, when the whole layer is held at the lower precision of
+  // AutoLayerInput::k_low/v_low (infinite when not measured). Eviction and rounding add their errors about
+  // independently, so keeping the grid's budget g at that precision is taken to cost best_loss(g) + quant_loss.
+  float quant_loss = INFINITY;
   float best_loss(size_t g, Evidence *which = nullptr) const;
 };
 
-// Measures a layer for a compression whose observation window is `window` slots, on a grid of `block_size`.
-AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerInput &in, int32_t window, int32_t block_size);
+// Measures a layer for a compression whose observation window is `window` slots, on a grid of `block_size` (and of
+// `low_block_size`, the lower precision's slots a block, where it is measured too: its whole blocks are points).
+AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerInput &in, int32_t window, int32_t block_size,
+                                   int32_t low_block_size = 0);
 
 // Spreads the budget across layers: a grid index per layer. max_loss > 0: the fewest blocks whose mean loss is at
 // or under max_loss; otherwise as low a loss as possible. total_blocks > 0: at most that many blocks in all
@@ -99,6 +109,21 @@ AutoLayerCurves auto_measure_layer(const CompressionConfig &c, const AutoLayerIn
 // may get.
 std::vector<size_t> auto_spread(const std::vector<AutoLayerCurves> &layers, int32_t block_size, int64_t total_blocks,
                                 double max_loss, const std::vector<int32_t> &floor);
+
+// A layer's place in a spread that also chooses precision: grid index g, held at the lower precision or not.
+struct AutoPick {
+  size_t g = 0;
+  bool low = false;
+};
+// auto_spread with a second axis: each layer either at the cache's precision (`block_size` slots a block, loss
+// best_loss(g)) or at the lower one its curves measured (`low_block_size` slots a block, loss best_loss(g) +
+// quant_loss); low_only[l]: layer l is already held at the lower precision (and cannot go back). Byte budget only:
+// at most total_blocks blocks, the loss as low as the greedy finds.
+std::vector<AutoPick> auto_spread_precision(const std::vector<AutoLayerCurves> &layers, int32_t block_size, int32_t low_block_size,
+                                            const std::vector<char> &low_only, int64_t total_blocks,
+                                            const std::vector<int32_t> &floor);
+// The summed loss of a spread (quant_loss added where a layer is held low).
+double auto_spread_loss(const std::vector<AutoLayerCurves> &layers, const std::vector<AutoPick> &at);
 
 // The grid index holding the blocks a uniform budget of `tokens` holds (its last block filled).
 size_t auto_uniform_index(const AutoLayerCurves &cv, int32_t tokens, int32_t block_size);

@@ -30,7 +30,7 @@ std::string short_text(double v) {
 
 }  // namespace
 
-std::string auto_report_summary(const AutoReport &r) {
+std::string auto_report_summary(const AutoReport &r, const std::vector<KvDtype> &dtypes, KvDtype base) {
   if (r.empty()) return "";
   int64_t count[kEvidenceKinds] = {};
   for (const AutoLayerChoice &c : r.layers) {
@@ -49,27 +49,34 @@ std::string auto_report_summary(const AutoReport &r) {
   s += "); evidence:";
   for (size_t i = 0; i < order.size(); ++i)
     s += std::string(i ? ", " : " ") + evidence_name(static_cast<Evidence>(order[i])) + " x" + std::to_string(count[order[i]]);
+  int64_t other[6] = {};
+  for (KvDtype d : dtypes)
+    if (d != base && kv_dtype_valid(static_cast<int32_t>(d))) ++other[static_cast<int32_t>(d)];
+  for (int32_t d = 1; d <= 5; ++d)
+    if (other[d] > 0) s += std::string("; ") + kv_dtype_name(static_cast<KvDtype>(d)) + " layers: " + std::to_string(other[d]);
   return s;
 }
 
-std::vector<std::string> auto_report_layer_lines(const AutoReport &r) {
+std::vector<std::string> auto_report_layer_lines(const AutoReport &r, const std::vector<KvDtype> &dtypes) {
   std::vector<std::string> out;
   for (size_t l = 0; l < r.layers.size(); ++l) {
     const AutoLayerChoice &c = r.layers[l];
     out.push_back("layer " + std::to_string(l) + ": " + evidence_name(c.evidence) + ", alpha " + short_text(c.alpha) +
-                  ", budget " + std::to_string(c.budget) + ", loss " + short_text(c.loss));
+                  ", budget " + std::to_string(c.budget) + ", loss " + short_text(c.loss) +
+                  (l < dtypes.size() ? std::string(", ") + kv_dtype_name(dtypes[l]) : std::string()));
   }
   return out;
 }
 
-std::string auto_report_json(const AutoReport &r) {
+std::string auto_report_json(const AutoReport &r, const std::vector<KvDtype> &dtypes) {
   if (r.empty()) return "null";
   std::string s = "{\"layers\":[";
   for (size_t l = 0; l < r.layers.size(); ++l) {
     const AutoLayerChoice &c = r.layers[l];
     s += std::string(l ? "," : "") + "{\"layer\":" + std::to_string(l) + ",\"evidence\":\"" + evidence_name(c.evidence) +
          "\",\"alpha\":" + shortest(c.alpha, true) + ",\"budget\":" + std::to_string(c.budget) +
-         ",\"loss\":" + shortest(c.loss, true) + "}";
+         ",\"loss\":" + shortest(c.loss, true) +
+         (l < dtypes.size() ? std::string(",\"dtype\":\"") + kv_dtype_name(dtypes[l]) + "\"" : std::string()) + "}";
   }
   s += "],\"loss\":" + shortest(r.loss, false) + ",\"tokens\":" + std::to_string(r.tokens) +
        ",\"uniform_tokens\":" + std::to_string(r.uniform_tokens) + ",\"max_loss\":" + shortest(r.max_loss, false) + "}";

@@ -311,18 +311,35 @@ CompressionPlan Compressor::plan_auto(int32_t seq, int32_t B, double max_loss, c
     inputs[l].n_kv_heads = hp.n_head_kv;
   }
   std::vector<AutoLayerCurves> curves(L);
+  // The second axis (DESIGN §9 "How precisely"): under a byte budget, for a question the window's rows stand for,
+  // each layer may also be held at q8_0, on a backend that reads it, beside a float cache whose heads fit its blocks.
+  const KvDtype base = kv_.config().dtype, low = KvDtype::q8_0;
+  const bool probe = rows.own && rows.probe > 0;
+  const bool precision = c.layer_precision && B > 0 && max_loss <= 0 && !kv_dtype_quantised(base) &&
+                         kv_.slots_per_block(low) > kv_.config().block_size;
+  std::vector<char> low_only(L, 0);
+  for (size_t l = 0; l < L; ++l) low_only[l] = sc.layers[l].dtype == low ? 1 : 0;
   // Layers in parallel; the pool's workers must not throw, so the first error is carried out.
   std::mutex mu;
   std::exception_ptr failed;
   pool_.parallel_for(static_cast<int64_t>(L), 1, [&](int64_t l0, int64_t l1) {
     for (int64_t l = l0; l < l1; ++l) {
       try {
-        std::vector<float> k, v;
+        std::vector<float> k, v, k_low, v_low;
         layer_kv_f32(seq, static_cast<int32_t>(l), k, v);
         AutoLayerInput in = inputs[static_cast<size_t>(l)];
         in.k = k.data();
         in.v = v.data();
-        curves[static_cast<size_t>(l)] = auto_measure_layer(c, in, w, bs);
+        const bool measure_low = precision && sc.layers[static_cast<size_t>(l)].dtype == base;
+        if (measure_low) {
+          round_layer(static_cast<int32_t>(l), low, k, v, k_low, v_low);
+          in.k_low = k_low.data();
+          in.v_low = v_low.data();
+        }
+        AutoLayerCurves cv = auto_measure_layer(c, in, w, kv_.layer_block_size(seq, static_cast<int32_t>(l)),
+                                                measure_low ? kv_.slots_per_block(low) : 0);
+        if (precision && low_only[static_cast<size_t>(l)]) cv.quant_loss = 0.0f;  // held there already
+        curves[static_cast<size_t>(l)] = std::move(cv);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!failed) failed = std::current_exception();
@@ -342,11 +359,32 @@ CompressionPlan Compressor::plan_auto(int32_t seq, int32_t B, double max_loss, c
   // For a question asked later (a probe's rows) a byte budget stays uniform: the probe's held-out loss is no measure
   // of which layers a later question reads (measured: spread by it, auto at 12.5% found a fifth of the needles the
   // uniform spread found; packaging/docs/quality.md).
-  const bool probe = rows.own && rows.probe > 0;
   std::vector<size_t> at;
+  std::vector<char> held_low(L, 0);
   if (B > 0 && max_loss <= 0 && probe) {
     const int32_t b = whole_block_budget(B, bs);
     for (size_t l = 0; l < L; ++l) at.push_back(auto_uniform_index(curves[l], b, bs));
+    if (precision) {
+      // Each layer keeps its uniform blocks; in them it holds the tokens at the cache's precision, or as many more
+      // as fit at q8_0 where that is clearly better by the layer's own held-out loss (a choice within the layer,
+      // which the probe's rows can make, unlike one across layers).
+      const int32_t lbs = kv_.slots_per_block(low);
+      for (size_t l = 0; l < L; ++l) {
+        const AutoLayerCurves &cv = curves[l];
+        const int64_t blocks = (std::min(b, cv.n) + bs - 1) / bs;
+        const size_t g_low = auto_uniform_index(cv, static_cast<int32_t>(std::min<int64_t>(INT32_MAX, blocks * lbs)), lbs);
+        if (low_only[l]) {
+          at[l] = g_low;
+          held_low[l] = 1;
+          continue;
+        }
+        const double lb = cv.best_loss(at[l]), la = static_cast<double>(cv.best_loss(g_low)) + cv.quant_loss;
+        if (la < lb - std::max(0.1 * lb, static_cast<double>(kMinLossGain))) {
+          at[l] = g_low;
+          held_low[l] = 1;
+        }
+      }
+    }
   } else {
     at = auto_spread(curves, bs, total_blocks, max_loss, floor_tokens);
   }
@@ -356,6 +394,19 @@ CompressionPlan Compressor::plan_auto(int32_t seq, int32_t B, double max_loss, c
     std::vector<size_t> uni(L);
     for (size_t l = 0; l < L; ++l) uni[l] = auto_uniform_index(curves[l], b, bs);
     if (!auto_clearly_better(curves, at, uni)) at = std::move(uni);
+    if (precision) {
+      // Tokens and precision together, on the same blocks; kept only where clearly better than the choice above
+      // (by the same rule as the spread against the uniform budgets).
+      const std::vector<AutoPick> both = auto_spread_precision(curves, bs, kv_.slots_per_block(low), low_only, total_blocks, floor_tokens);
+      std::vector<AutoPick> plain(L);
+      for (size_t l = 0; l < L; ++l) plain[l] = {at[l], low_only[l] != 0};
+      const double lb = auto_spread_loss(curves, plain), la = auto_spread_loss(curves, both);
+      if (la < lb - std::max(0.1 * lb, static_cast<double>(kMinLossGain) * static_cast<double>(L)))
+        for (size_t l = 0; l < L; ++l) {
+          at[l] = both[l].g;
+          held_low[l] = both[l].low ? 1 : 0;
+        }
+    }
   }
   plan.keep.resize(L);
   plan.report.layers.resize(L);
@@ -365,18 +416,74 @@ CompressionPlan Compressor::plan_auto(int32_t seq, int32_t B, double max_loss, c
     std::vector<int32_t> &k = plan.keep[l];
     AutoLayerChoice &ch = plan.report.layers[l];
     k = auto_select_layer(c, inputs[l], curves[l], at[l], &ch);
+    if (held_low[l] && !low_only[l]) ch.loss += curves[l].quant_loss;
     plan.evicts = plan.evicts || static_cast<int32_t>(k.size()) < sc.layers[l].n();
     plan.report.loss += ch.loss / static_cast<double>(L);
     plan.report.tokens += static_cast<int64_t>(k.size());
   }
   // The loss the allocator compares sequences by: the proxy's (a relative error, 0..1 in practice).
   plan.evicted_share = plan.report.loss;
+  if (std::find(held_low.begin(), held_low.end(), 1) != held_low.end()) {
+    plan.dtype.resize(L);
+    for (size_t l = 0; l < L; ++l) plan.dtype[l] = held_low[l] ? low : sc.layers[l].dtype;
+  }
   return plan;
+}
+
+bool CompressionPlan::changes(const KvCache &kv, int32_t seq) const {
+  if (evicts) return true;
+  const SeqCache &s = kv.seq(seq);
+  for (size_t l = 0; l < dtype.size() && l < s.layers.size(); ++l)
+    if (dtype[l] != s.layers[l].dtype) return true;
+  return false;
+}
+
+void Compressor::round_layer(int32_t layer, KvDtype dt, const std::vector<float> &k, const std::vector<float> &v,
+                             std::vector<float> &k_low, std::vector<float> &v_low) const {
+  const HParams &hp = model_.hparams();
+  const int64_t hd = hp.head_dim;
+  const std::vector<float> &bk = model_.layer(layer).bk;
+  const bool less_bias = kv_keys_less_bias(dt) && !bk.empty();
+  k_low.resize(k.size());
+  v_low.resize(v.size());
+  std::vector<uint8_t> q(static_cast<size_t>(kv_bytes(dt, hd)));
+  std::vector<float> row(static_cast<size_t>(hd));
+  const int64_t kvd = static_cast<int64_t>(hp.n_head_kv) * hd;
+  for (size_t at = 0; at < k.size(); at += static_cast<size_t>(hd)) {
+    const float *b = less_bias ? bk.data() + static_cast<int64_t>(at) % kvd : nullptr;
+    for (int64_t i = 0; i < hd; ++i) row[static_cast<size_t>(i)] = k[at + static_cast<size_t>(i)] - (b != nullptr ? b[i] : 0.0f);
+    cpu::convert(q.data(), dt, reinterpret_cast<const uint8_t *>(row.data()), KvDtype::f32, hd);
+    cpu::convert(reinterpret_cast<uint8_t *>(k_low.data() + at), KvDtype::f32, q.data(), dt, hd);
+    if (b != nullptr)
+      for (int64_t i = 0; i < hd; ++i) k_low[at + static_cast<size_t>(i)] += b[i];
+    cpu::convert(q.data(), dt, reinterpret_cast<const uint8_t *>(v.data() + at), KvDtype::f32, hd);
+    cpu::convert(reinterpret_cast<uint8_t *>(v_low.data() + at), KvDtype::f32, q.data(), dt, hd);
+  }
 }
 
 void Compressor::apply(int32_t seq, const CompressionPlan &plan) {
   SeqCompression &st = state_mut(seq);
+  // Layers that change dtype are converted after the compaction (fewer rows to convert), each taking its new blocks
+  // before it returns its old ones: checked first, so that neither step runs out of blocks half-way.
+  std::vector<size_t> convert;
+  if (!plan.dtype.empty()) {
+    const SeqCache &s = kv_.seq(seq);
+    int64_t free = kv_.free_blocks() + (plan.evicts ? kv_.blocks_freed_by(seq, plan.keep) : 0);
+    for (size_t l = 0; l < plan.dtype.size() && l < s.layers.size(); ++l) {
+      if (plan.dtype[l] == s.layers[l].dtype) continue;
+      const int32_t nbs = kv_.slots_per_block(plan.dtype[l]);
+      if (nbs < 1) fail(Status::internal, "compression plan: a layer dtype this cache cannot hold");
+      const int64_t kept = static_cast<int64_t>(plan.keep[l].size()), take = (kept + nbs - 1) / nbs;
+      if (take > free)
+        fail(Status::kv_full, "KV cache full: holding layer " + std::to_string(l) + " at " + kv_dtype_name(plan.dtype[l]) +
+                                  " needs " + std::to_string(take) + " free blocks");
+      const int32_t obs = kv_.slots_per_block(s.layers[l].dtype);
+      free += (kept + obs - 1) / obs - take;  // its compacted blocks go back (shared ones counted as freed: a bound)
+      convert.push_back(l);
+    }
+  }
   if (plan.evicts) kv_.compact(seq, plan.keep);
+  for (size_t l : convert) kv_.convert_layer(seq, static_cast<int32_t>(l), plan.dtype[l], model_.layer(static_cast<int32_t>(l)).bk);
   if (plan.released_tokens > 0) {
     st.spans = plan.spans;
     st.protected_released += plan.released_tokens;
@@ -453,11 +560,11 @@ bool Compressor::pressure_candidate(int32_t id, int32_t n_new, PressureCandidate
   PressureCandidate cand;
   cand.seq = id;
   cand.plan = plan(id, 0, config_.question, Occasion::automatic);
-  if (!cand.plan.evicts) return false;
+  if (!cand.plan.changes(kv_, id)) return false;
   // What compressing it frees, less what the step's own tokens for it would need afterwards beyond what they
   // need now (a compacted last block may have more or less room than the current one).
-  cand.blocks = kv_.blocks_freed_by(id, cand.plan.keep);
-  if (n_new > 0) cand.blocks += kv_.blocks_needed({id}, {n_new}) - kv_.blocks_needed_after(id, cand.plan.keep, n_new);
+  cand.blocks = kv_.blocks_freed_by(id, cand.plan.keep, &cand.plan.dtype);
+  if (n_new > 0) cand.blocks += kv_.blocks_needed({id}, {n_new}) - kv_.blocks_needed_after(id, cand.plan.keep, n_new, &cand.plan.dtype);
   if (cand.blocks <= 0) return false;
   cand.cost_per_block = cand.plan.evicted_share / static_cast<double>(cand.blocks);
   *out = std::move(cand);
@@ -480,8 +587,8 @@ PressureCandidate Compressor::estimate(int32_t seq, int32_t budget_tokens, Quest
   PressureCandidate cand;
   cand.seq = seq;
   cand.plan = plan(seq, budget_tokens, q, Occasion::automatic);
-  if (!cand.plan.evicts) return cand;
-  cand.blocks = kv_.blocks_freed_by(seq, cand.plan.keep);
+  if (!cand.plan.changes(kv_, seq)) return cand;
+  cand.blocks = kv_.blocks_freed_by(seq, cand.plan.keep, &cand.plan.dtype);
   if (cand.blocks > 0) cand.cost_per_block = cand.plan.evicted_share / static_cast<double>(cand.blocks);
   else cand.blocks = 0;
   return cand;
@@ -522,18 +629,25 @@ void Compressor::relieve_pressure(const std::map<int32_t, int32_t> &appending, i
   for (size_t i = 0; i < n_pick; ++i) apply(cands[i].seq, cands[i].plan);
 }
 
+double Compressor::held_tokens(const LayerSlots &L) const {
+  const KvDtype base = kv_.config().dtype;
+  if (L.dtype == base) return static_cast<double>(L.n());
+  const int32_t hd = kv_.config().head_dim;
+  return static_cast<double>(L.n()) * static_cast<double>(kv_bytes(L.dtype, hd)) / static_cast<double>(kv_bytes(base, hd));
+}
+
 double Compressor::mean_kept(int32_t seq) const {
   const SeqCache &c = kv_.seq(seq);
   if (c.layers.empty()) return 0;
-  int64_t sum = 0;
-  for (const LayerSlots &L : c.layers) sum += L.n();
-  return static_cast<double>(sum) / static_cast<double>(c.layers.size());
+  double sum = 0;
+  for (const LayerSlots &L : c.layers) sum += held_tokens(L);
+  return sum / static_cast<double>(c.layers.size());
 }
 
 int32_t Compressor::max_kept(int32_t seq) const {
-  int32_t kept = 0;
-  for (const LayerSlots &L : kv_.seq(seq).layers) kept = std::max(kept, L.n());
-  return kept;
+  double kept = 0;
+  for (const LayerSlots &L : kv_.seq(seq).layers) kept = std::max(kept, held_tokens(L));
+  return static_cast<int32_t>(std::ceil(kept));
 }
 
 int32_t Compressor::slack_for(int32_t budget_tokens) const {

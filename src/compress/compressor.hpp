@@ -79,6 +79,11 @@ struct CompressionPlan {
   int64_t released_tokens = 0;
   Question question = Question::next;  // what the evidence served
   double probe_seconds = 0;            // what that evidence took (the probe's run, and auto's context replay)
+  // [layer]: the dtype each layer is held in afterwards, where auto chose a lower precision for some layer (empty:
+  // every layer keeps its own).
+  std::vector<KvDtype> dtype;
+  // Whether applying the plan changes the cache: a slot dropped or a layer converted.
+  bool changes(const KvCache &kv, int32_t seq) const;
 };
 
 // A sequence that memory pressure could compress: what the pool would gain (blocks, net of the step's own needs
@@ -142,9 +147,11 @@ class Compressor {
   int32_t budget_at(int64_t length) const;
   int32_t budget_for(int32_t seq) const { return budget_at(kv_.seq(seq).length); }
   // Tokens kept per layer: the mean over layers (what the memory trigger compares) and the largest layer (what the
-  // fixed schedule and memory pressure compare).
+  // fixed schedule and memory pressure compare). A layer held at a lower precision than the cache's dtype counts its
+  // tokens by their bytes (a q8_0 token beside an f16 cache: 34/64 of one), so that a budget stays one of bytes.
   double mean_kept(int32_t seq) const;
   int32_t max_kept(int32_t seq) const;
+  double held_tokens(const LayerSlots &L) const;
   // Whether the trigger (memory or the fixed interval) asks for a compression of `seq` now.
   bool compression_due(int32_t seq) const;
   // The fewest tokens that can be appended to `seq` before its next scheduled compression (0: it is due now).
@@ -236,6 +243,10 @@ class Compressor {
   void apply(int32_t seq, const CompressionPlan &plan);
   // Layer `layer` of `seq`: keys and values as f32 on the host, [n, n_kv_heads, head_dim] each.
   void layer_kv_f32(int32_t seq, int32_t layer, std::vector<float> &k, std::vector<float> &v) const;
+  // k and v (layer_kv_f32's) as dtype dt would hold them: rounded to it and back (keys less the layer's K bias where
+  // dt stores them so).
+  void round_layer(int32_t layer, KvDtype dt, const std::vector<float> &k, const std::vector<float> &v,
+                   std::vector<float> &k_low, std::vector<float> &v_low) const;
   // Under a quality target: the growth since the latest compression that triggers the next.
   int64_t quality_slack(int32_t seq) const;
   bool pressure_candidate(int32_t seq, int32_t n_new, PressureCandidate *out);

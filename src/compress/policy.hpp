@@ -82,6 +82,10 @@ struct CompressionConfig {
   // measured, a probe's queries keep what a later question needs and serve the next tokens about as well as the
   // window's (packaging/docs/quality.md, "Which question").
   Question question = Question::later;
+  // auto only, under a byte budget: whether each layer may also be held at a lower precision (q8_0 beside an f32,
+  // f16 or bf16 cache, where the backend reads it) when the proxy says the bytes buy more tokens there than they
+  // lose to rounding (DESIGN §9 "How precisely"). false: every layer stays in the session's KV dtype.
+  bool layer_precision = defaults::layer_precision;
 
   bool is_auto() const;
   bool quality_target() const { return is_auto() && max_loss > 0.0; }

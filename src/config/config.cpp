@@ -283,6 +283,7 @@ Config config_from_binary(const void *data, size_t size) {
     const int qv = static_cast<int>(k->question());
     if (qv < 0 || qv > 3) bad("compression.question = " + std::to_string(qv) + " is not both, next or later");
     if (qv > 0) cc.question = static_cast<Question>(qv - 1);
+    cc.layer_precision = k->layer_precision();
   }
   if (const fbc::Protection *p = f->protection()) s.protect_prefix = p->protect_prefix();
   if (const fbc::Sampler *p = f->sampler()) {
@@ -332,7 +333,7 @@ std::vector<uint8_t> config_to_binary(const Config &c) {
                                      k.pool_kernel_prefill, k.pool_kernel_decode,
                                      static_cast<fbc::BudgetShape>(static_cast<int16_t>(k.shape) + 1), k.beta, k.sink,
                                      k.compress_after_prefill, k.max_loss,
-                                     static_cast<fbc::Question>(static_cast<int16_t>(k.question) + 1));
+                                     static_cast<fbc::Question>(static_cast<int16_t>(k.question) + 1), k.layer_precision);
   auto prot = fbc::CreateProtection(b, c.session.protect_prefix);
   const SamplerParams &p = c.sampler;
   auto samp = fbc::CreateSampler(b, p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n, p.seed);

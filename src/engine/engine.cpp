@@ -349,6 +349,7 @@ void Engine::fail_turn(Conversation &c, const std::string &why) {
     c.where = c.tokens.empty() ? Where::none : Where::dropped;
     c.compressed = false;
     c.kept.clear();
+    c.kept_dtype.clear();
   }
   decisions_.push_back(std::move(d));
 }
@@ -505,13 +506,18 @@ int64_t Engine::preempt(Conversation &v, bool compress_only) {
   }
   if (act == Action::recompute) {
     v.kept.clear();
+    v.kept_dtype.clear();
     bool compressed = false;
     for (const LayerSlots &L : s.kv().seq(seq).layers) {
       v.kept.push_back(L.pos);
-      if (L.n() < info.length) compressed = true;
+      v.kept_dtype.push_back(L.dtype);
+      if (L.n() < info.length || L.dtype != s.kv().config().dtype) compressed = true;
     }
     v.compressed = compressed;
-    if (!compressed) v.kept.clear();
+    if (!compressed) {
+      v.kept.clear();
+      v.kept_dtype.clear();
+    }
     v.evidence = take_evidence(s, seq);
     d.est_seconds = recompute_s;
     ++stats_.recomputes;
@@ -570,8 +576,9 @@ bool Engine::make_room(int64_t need, const std::vector<int64_t> &keep, bool may_
   return free_blocks() >= need;
 }
 
-// Cuts sequence `seq` back to the positions `kept` lists in each layer (those it holds among them).
-static void cut_to(Session &s, int32_t seq, const std::vector<std::vector<int32_t>> &kept) {
+// Cuts sequence `seq` back to the positions `kept` lists in each layer (those it holds among them), each layer held
+// in its `dtype` (converted once; later chunks are stored in it as they come).
+static void cut_to(Session &s, int32_t seq, const std::vector<std::vector<int32_t>> &kept, const std::vector<KvDtype> &dtype) {
   std::vector<std::vector<int32_t>> keep;
   const SeqCache &sc = s.kv().seq(seq);
   bool drops = false;
@@ -585,6 +592,9 @@ static void cut_to(Session &s, int32_t seq, const std::vector<std::vector<int32_
     keep.push_back(std::move(k));
   }
   if (drops) s.kv().compact(seq, keep);
+  for (size_t l = 0; l < dtype.size() && l < sc.layers.size(); ++l)
+    if (sc.layers[l].dtype != dtype[l])
+      s.kv().convert_layer(seq, static_cast<int32_t>(l), dtype[l], s.model().layer(static_cast<int32_t>(l)).bk);
 }
 
 void Engine::recompute(Conversation &c) {
@@ -621,7 +631,7 @@ void Engine::recompute(Conversation &c) {
   Clock::time_point t_prefill;
   try {
     if (seq < 0) seq = s.add_sequence();
-    if (c.compressed && hit > 0) cut_to(s, seq, c.kept);
+    if (c.compressed && hit > 0) cut_to(s, seq, c.kept, c.kept_dtype);
     comp.set_config(off);
     t_prefill = Clock::now();
     const size_t from = static_cast<size_t>(hit);
@@ -630,7 +640,7 @@ void Engine::recompute(Conversation &c) {
       std::vector<BatchToken> batch;
       for (size_t i = b; i < e; ++i) batch.push_back({seq, c.tokens[i], false});
       s.decode(batch);
-      if (c.compressed) cut_to(s, seq, c.kept);
+      if (c.compressed) cut_to(s, seq, c.kept, c.kept_dtype);
     }
     comp.set_config(saved);
   } catch (...) {
@@ -658,6 +668,7 @@ void Engine::recompute(Conversation &c) {
   c.seq = seq;
   c.where = Where::resident;
   c.kept.clear();
+  c.kept_dtype.clear();
   if (c.evidence != nullptr) restore_evidence(s, seq, *c.evidence);
   c.evidence.reset();
 }

@@ -214,6 +214,7 @@ class Engine {
     int64_t spill_bytes = 0;
     int64_t held_blocks = 0;     // moved or dropped: the blocks it held, what bringing it back needs
     std::vector<std::vector<int32_t>> kept;  // dropped after compression: the positions each layer kept
+    std::vector<KvDtype> kept_dtype;         // and the dtype each layer held them in (auto's layer precision)
     bool compressed = false;     // its cache was compressed at least once (recompute then restores the kept set)
     // Dropped for a recompute: the policy's evidence as it was, put back by the recompute (DroppedEvidence).
     std::unique_ptr<DroppedEvidence> evidence;

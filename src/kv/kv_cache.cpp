@@ -1,6 +1,7 @@
 #include "kv/kv_cache.hpp"
 
 #include <algorithm>
+#include <array>
 #include <new>
 #include <string>
 
@@ -54,6 +55,23 @@ KvCache::KvCache(const KvConfig &cfg, const StoreFactory &make_store) : cfg_(cfg
 }
 
 KvCache::~KvCache() = default;
+
+int32_t KvCache::slots_per_block(KvDtype d) const {
+  if (d == cfg_.dtype) return cfg_.block_size;
+  if (!cfg_.layer_dtypes || !kv_dtype_valid(static_cast<int32_t>(d)) || !kv_dtype_fits(d, cfg_.head_dim)) return 0;
+  return static_cast<int32_t>(block_bytes_ / (int64_t{2} * cfg_.n_kv_heads * kv_bytes(d, cfg_.head_dim)));
+}
+
+int32_t KvCache::layer_block_size(int32_t id, int32_t layer) const {
+  return slots_per_block(seq(id).layers.at(static_cast<size_t>(layer)).dtype);
+}
+
+PagedKv KvCache::geometry_of(KvDtype d) const {
+  PagedKv g = geometry_;
+  g.dtype = d;
+  g.block_size = slots_per_block(d);
+  return g;
+}
 
 void KvCache::check_dtype(KvDtype dtype, int32_t head_dim) {
   if (!kv_dtype_valid(static_cast<int32_t>(dtype)))
@@ -135,6 +153,7 @@ void KvCache::add(int32_t id) {
   if (seqs_.count(id) != 0) fail(Status::invalid_argument, "sequence " + std::to_string(id) + " already exists");
   SeqCache s;
   s.layers.resize(static_cast<size_t>(cfg_.n_layer));
+  for (LayerSlots &L : s.layers) L.dtype = cfg_.dtype;
   s.window_q.resize(static_cast<size_t>(cfg_.n_layer));
   insert_or_release(id, std::move(s));
 }
@@ -204,10 +223,10 @@ int64_t KvCache::blocks_needed(const std::vector<int32_t> &ids, const std::vecto
   std::map<int32_t, int64_t> per_seq;
   for (size_t i = 0; i < ids.size(); ++i) per_seq[ids[i]] += counts[i];
   int64_t need = 0;
-  const int32_t bs = cfg_.block_size;
   for (const auto &kv : per_seq) {
     const SeqCache &s = seq(kv.first);
     for (const LayerSlots &L : s.layers) {
+      const int32_t bs = slots_per_block(L.dtype);
       const int64_t n0 = L.n();
       need += blocks_for(n0 + kv.second, bs) - blocks_for(n0, bs);
       if (n0 % bs != 0 && kv.second > 0 && refcount_[static_cast<size_t>(L.blocks.back())] > 1) ++need;  // copy-on-write
@@ -218,9 +237,9 @@ int64_t KvCache::blocks_needed(const std::vector<int32_t> &ids, const std::vecto
 
 int64_t KvCache::blocks_needed_fork(int32_t id, int32_t count) const {
   if (count <= 0) return 0;
-  const int32_t bs = cfg_.block_size;
   int64_t need = 0;
   for (const LayerSlots &L : seq(id).layers) {
+    const int32_t bs = slots_per_block(L.dtype);
     const int64_t n0 = L.n();
     need += blocks_for(n0 + count, bs) - blocks_for(n0, bs) + (n0 % bs != 0 ? 1 : 0);  // copy-on-write
   }
@@ -233,9 +252,9 @@ void KvCache::append_slots(int32_t id, const int32_t *positions, int32_t n) {
   std::vector<int32_t> keep_n;
   for (const LayerSlots &L : s.layers) keep_n.push_back(L.n());
   const int64_t old_len = s.length;
-  const int32_t bs = cfg_.block_size;
   try {
     for (LayerSlots &L : s.layers) {
+      const int32_t bs = slots_per_block(L.dtype);
       const int32_t n0 = L.n();
       if (n0 % bs != 0 && refcount_[static_cast<size_t>(L.blocks.back())] > 1) {
         int32_t nb = alloc_block();
@@ -298,9 +317,9 @@ void KvCache::commit_step(int32_t id, const StepObservations &step, int32_t wind
 
 void KvCache::shrink_to(int32_t id, const std::vector<int32_t> &n_keep, int64_t length) {
   SeqCache &s = seq_mut(id);
-  const int32_t bs = cfg_.block_size;
   for (size_t l = 0; l < s.layers.size(); ++l) {
     LayerSlots &L = s.layers[l];
+    const int32_t bs = slots_per_block(L.dtype);
     const int32_t n = std::min(L.n(), n_keep[l]);
     const auto nb = static_cast<size_t>(blocks_for(n, bs));
     while (L.blocks.size() > nb) {
@@ -344,13 +363,27 @@ void KvCache::remove_range(int32_t id, int64_t p0, int64_t p1) {
   compact(id, keep);
 }
 
-int64_t KvCache::blocks_freed_by(int32_t id, const std::vector<std::vector<int32_t>> &keep) const {
+namespace {
+// The dtype layer l is held in after a compaction with conversions `dtypes` (null or empty: none).
+KvDtype dtype_after(const LayerSlots &L, const std::vector<KvDtype> *dtypes, size_t l) {
+  return dtypes != nullptr && l < dtypes->size() ? (*dtypes)[l] : L.dtype;
+}
+}  // namespace
+
+int64_t KvCache::blocks_freed_by(int32_t id, const std::vector<std::vector<int32_t>> &keep, const std::vector<KvDtype> *dtypes) const {
   const SeqCache &s = seq(id);
   if (keep.size() != s.layers.size()) fail(Status::invalid_argument, "compaction plan: one keep list per layer expected");
-  const int32_t bs = cfg_.block_size;
   int64_t freed = 0;
   for (size_t l = 0; l < keep.size(); ++l) {
     const std::vector<int32_t> &blocks = s.layers[l].blocks;
+    const KvDtype to = dtype_after(s.layers[l], dtypes, l);
+    if (to != s.layers[l].dtype) {  // converted: every block it holds goes back (its shared ones lose a reference)
+      for (int32_t b : blocks) freed += refcount_[static_cast<size_t>(b)] > 1 ? 0 : 1;
+      const int32_t nbs = slots_per_block(to);
+      freed -= nbs > 0 ? blocks_for(static_cast<int64_t>(keep[l].size()), nbs) : 0;
+      continue;
+    }
+    const int32_t bs = slots_per_block(s.layers[l].dtype);
     const int32_t nb = blocks_for(static_cast<int64_t>(keep[l].size()), bs);
     for (size_t b = 0; b < blocks.size(); ++b) {
       const bool shared = refcount_[static_cast<size_t>(blocks[b])] > 1;
@@ -361,14 +394,21 @@ int64_t KvCache::blocks_freed_by(int32_t id, const std::vector<std::vector<int32
   return freed;
 }
 
-int64_t KvCache::blocks_needed_after(int32_t id, const std::vector<std::vector<int32_t>> &keep, int32_t count) const {
+int64_t KvCache::blocks_needed_after(int32_t id, const std::vector<std::vector<int32_t>> &keep, int32_t count,
+                                     const std::vector<KvDtype> *dtypes) const {
   const SeqCache &s = seq(id);
   if (keep.size() != s.layers.size()) fail(Status::invalid_argument, "compaction plan: one keep list per layer expected");
   if (count <= 0) return 0;
-  const int32_t bs = cfg_.block_size;
   int64_t need = 0;
   for (size_t l = 0; l < keep.size(); ++l) {
+    const KvDtype to = dtype_after(s.layers[l], dtypes, l);
     const int64_t n0 = static_cast<int64_t>(keep[l].size());
+    if (to != s.layers[l].dtype) {  // fresh, unshared blocks
+      const int32_t nbs = std::max(1, slots_per_block(to));
+      need += blocks_for(n0 + count, nbs) - blocks_for(n0, nbs);
+      continue;
+    }
+    const int32_t bs = slots_per_block(s.layers[l].dtype);
     const int32_t nb = blocks_for(n0, bs);
     need += blocks_for(n0 + count, bs) - nb;
     // The last kept block stays shared only if compaction leaves it as it is (a changed shared block is copied).
@@ -383,11 +423,11 @@ int64_t KvCache::blocks_needed_after(int32_t id, const std::vector<std::vector<i
 void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep) {
   SeqCache &s = seq_mut(id);
   if (keep.size() != s.layers.size()) fail(Status::invalid_argument, "compact: one keep list per layer expected");
-  const int32_t bs = cfg_.block_size;
   // Validate and count the fresh blocks copy-on-write needs, before touching anything.
   int64_t need = 0;
   for (size_t l = 0; l < keep.size(); ++l) {
     const LayerSlots &L = s.layers[l];
+    const int32_t bs = slots_per_block(L.dtype);
     const auto &k = keep[l];
     for (size_t i = 0; i < k.size(); ++i)
       if (k[i] < 0 || k[i] >= L.n() || (i > 0 && k[i] <= k[i - 1]))
@@ -405,11 +445,12 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
   std::vector<std::vector<int32_t>> new_tables(keep.size());
   std::vector<std::vector<int32_t>> new_pos(keep.size());
   std::vector<std::vector<std::vector<float>>> new_channels(keep.size());
-  std::vector<int32_t> moves;
+  // The moves of each layer dtype (index: the KvDtype's value), applied with that dtype's geometry.
+  std::array<std::vector<int32_t>, 6> moves;
+  std::array<size_t, 6> n_moves{};
   std::vector<int32_t> fresh_blocks;
-  size_t n_moves = 0;
-  for (const auto &k : keep) n_moves += k.size();
-  moves.reserve(4 * n_moves);
+  for (size_t l = 0; l < keep.size(); ++l) n_moves[static_cast<size_t>(s.layers[l].dtype)] += keep[l].size();
+  for (size_t d = 0; d < moves.size(); ++d) moves[d].reserve(4 * n_moves[d]);
   fresh_blocks.reserve(static_cast<size_t>(need));
   for (size_t l = 0; l < keep.size(); ++l) {
     const LayerSlots &L = s.layers[l];
@@ -423,13 +464,14 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
       v.resize(k.size());
       for (size_t d = 0; d < k.size(); ++d) v[d] = L.channels[c][static_cast<size_t>(k[d])];
     }
-    new_tables[l].reserve(static_cast<size_t>(blocks_for(static_cast<int64_t>(k.size()), bs)));
+    new_tables[l].reserve(static_cast<size_t>(blocks_for(static_cast<int64_t>(k.size()), slots_per_block(L.dtype))));
   }
   try {
     // Copies of shared blocks first, then every layer's slot moves in one call (reads before writes: sources are
     // read from the old tables, which the moves may overwrite in place).
     for (size_t l = 0; l < keep.size(); ++l) {
       const LayerSlots &L = s.layers[l];
+      const int32_t bs = slots_per_block(L.dtype);
       const auto &k = keep[l];
       const int32_t nb = blocks_for(static_cast<int64_t>(k.size()), bs);
       std::vector<int32_t> &dst = new_tables[l];
@@ -446,18 +488,29 @@ void KvCache::compact(int32_t id, const std::vector<std::vector<int32_t>> &keep)
         const int32_t src = k[d];
         const int32_t db = dst[d / static_cast<size_t>(bs)];
         if (src == static_cast<int32_t>(d) && db == L.blocks[d / static_cast<size_t>(bs)]) continue;
-        moves.insert(moves.end(), {L.blocks[static_cast<size_t>(src / bs)], src % bs, db, static_cast<int32_t>(d % static_cast<size_t>(bs))});
+        moves[static_cast<size_t>(L.dtype)].insert(moves[static_cast<size_t>(L.dtype)].end(), {L.blocks[static_cast<size_t>(src / bs)], src % bs, db, static_cast<int32_t>(d % static_cast<size_t>(bs))});
       }
     }
     // The store sizes its scratch before the first move, so a failure here has moved nothing.
-    if (!moves.empty()) store_->move_slots(moves);
+    // Layers never share a block, so each dtype's moves can go on their own, in compaction order within it. The
+    // group whose batch needs the most scratch goes first: the later ones reuse it, so only the first call can fail
+    // for memory, and then nothing has moved.
+    std::vector<size_t> order;
+    for (size_t d = 0; d < moves.size(); ++d)
+      if (!moves[d].empty()) order.push_back(d);
+    auto scratch = [&](size_t d) {
+      return std::min<int64_t>(static_cast<int64_t>(moves[d].size() / 4), KvStore::kMoveBatch) *
+             kv_bytes(static_cast<KvDtype>(d), cfg_.head_dim);
+    };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scratch(a) > scratch(b); });
+    for (size_t d : order) store_->move_slots(moves[d], geometry_of(static_cast<KvDtype>(d)));
   } catch (...) {
     for (int32_t b : fresh_blocks) release(b);
     throw;
   }
   for (size_t l = 0; l < keep.size(); ++l) {
     LayerSlots &L = s.layers[l];
-    const int32_t nb = blocks_for(static_cast<int64_t>(keep[l].size()), bs);
+    const int32_t nb = blocks_for(static_cast<int64_t>(keep[l].size()), slots_per_block(L.dtype));
     std::vector<int32_t> &dst = new_tables[l];
     // Blocks no longer referenced by this layer go back (shared ones just lose a reference).
     for (size_t b = 0; b < L.blocks.size(); ++b)
@@ -487,7 +540,8 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
   bool ok = seqs_.count(id) == 0 && s.layers.size() == static_cast<size_t>(cfg_.n_layer) &&
             s.window_q.size() == static_cast<size_t>(cfg_.n_layer);
   for (const LayerSlots &L : s.layers) {
-    ok = ok && static_cast<int32_t>(L.blocks.size()) == blocks_for(L.n(), cfg_.block_size);
+    const int32_t bs = slots_per_block(L.dtype);
+    ok = ok && bs > 0 && static_cast<int32_t>(L.blocks.size()) == blocks_for(L.n(), bs);
     for (const auto &ch : L.channels) ok = ok && ch.size() == L.pos.size();
   }
   if (!ok) {
@@ -500,7 +554,7 @@ void KvCache::adopt(int32_t id, SeqCache &&s) {
 
 PagedKv KvCache::view(int32_t id, int32_t layer) {
   LayerSlots &L = seq_mut(id).layers.at(static_cast<size_t>(layer));
-  PagedKv v = geometry_;
+  PagedKv v = geometry_of(L.dtype);
   v.block_table = L.blocks.data();
   v.n_slots = L.n();
   return v;
@@ -508,11 +562,12 @@ PagedKv KvCache::view(int32_t id, int32_t layer) {
 
 void KvCache::check_invariants() const {
   std::vector<int32_t> refs(refcount_.size(), 0);
-  const int32_t bs = cfg_.block_size;
   for (const auto &kv : seqs_) {
     for (size_t l = 0; l < kv.second.layers.size(); ++l) {
       const LayerSlots &L = kv.second.layers[l];
       const std::string where = "sequence " + std::to_string(kv.first) + " layer " + std::to_string(l);
+      const int32_t bs = slots_per_block(L.dtype);
+      if (bs < 1) fail(Status::internal, where + ": dtype holds no slot in a block");
       if (static_cast<int32_t>(L.blocks.size()) != blocks_for(L.n(), bs)) fail(Status::internal, where + ": block count does not fit slots");
       for (const auto &ch : L.channels)
         if (ch.size() != L.pos.size()) fail(Status::internal, where + ": slot channel size differs");

@@ -23,6 +23,8 @@ struct KvConfig {
   int32_t block_size = 16;
   KvDtype dtype = KvDtype::f16;
   int64_t n_blocks = 0;        // pool capacity, all layers together
+  // Whether a layer may hold a dtype other than `dtype` (the backend's kernels read every dtype: the CPU's).
+  bool layer_dtypes = false;
 };
 
 // Slot channels: what the compressor records about each cached token (compress/channels.hpp names them), kept
@@ -30,6 +32,10 @@ struct KvConfig {
 constexpr int kSlotChannels = 4;
 
 struct LayerSlots {
+  // The precision this layer's K/V are held in: the cache's dtype unless a compression chose another for it (DESIGN
+  // §9 "How precisely"). Blocks have the same bytes whatever their dtype, so a layer of a smaller dtype holds more
+  // slots per block (KvCache::slots_per_block).
+  KvDtype dtype = KvDtype::f16;
   std::vector<int32_t> blocks;  // block table
   std::vector<int32_t> pos;     // original position of each kept slot, ascending
   std::array<std::vector<float>, kSlotChannels> channels;
@@ -129,6 +135,13 @@ class KvCache {
 
   const KvConfig &config() const { return cfg_; }
   int64_t block_bytes() const { return block_bytes_; }
+  // Token slots one block holds for a layer of dtype d: config().block_size for the cache's own dtype, else as many
+  // as fit in the same bytes (a block of 16 f16 slots of head size 64 holds 30 q8_0 or 56 q4_0 slots); 0 when not
+  // one fits (a larger dtype in a block of one slot), d cannot store this head size or the cache holds one dtype
+  // (KvConfig::layer_dtypes).
+  int32_t slots_per_block(KvDtype d) const;
+  // slots_per_block() of layer `layer` of sequence `id`.
+  int32_t layer_block_size(int32_t id, int32_t layer) const;
   KvStats stats() const;
   // Host bytes of one sequence's cache state (see KvStats::host_bytes), by vector capacity.
   int64_t seq_host_bytes(int32_t seq) const;
@@ -165,9 +178,12 @@ class KvCache {
 
   // Free blocks that compact(id, keep) would return to the pool, less the fresh ones its copy-on-write takes
   // (negative when it takes more), under the current reference counts. Changes nothing; keep as for compact().
-  int64_t blocks_freed_by(int32_t id, const std::vector<std::vector<int32_t>> &keep) const;
-  // blocks_needed() for appending `count` tokens to `id` after compact(id, keep).
-  int64_t blocks_needed_after(int32_t id, const std::vector<std::vector<int32_t>> &keep, int32_t count) const;
+  // `dtypes` (optional, one per layer): the dtype each layer is then converted to (convert_layer), counted too.
+  int64_t blocks_freed_by(int32_t id, const std::vector<std::vector<int32_t>> &keep,
+                          const std::vector<KvDtype> *dtypes = nullptr) const;
+  // blocks_needed() for appending `count` tokens to `id` after compact(id, keep) (and the conversions to `dtypes`).
+  int64_t blocks_needed_after(int32_t id, const std::vector<std::vector<int32_t>> &keep, int32_t count,
+                              const std::vector<KvDtype> *dtypes = nullptr) const;
 
   // Keeps, per layer, only the given slot indices (ascending) and returns emptied blocks to the pool.
   // All or nothing: throws kv_full (changing nothing) if copy-on-write of shared blocks needs more free blocks.
@@ -193,13 +209,22 @@ class KvCache {
     PagedKv view{};
   };
   void host_layer(int32_t id, int32_t layer, HostLayer &out) const;
-  void gather_rows(const std::vector<uint8_t> &blocks, int which, int32_t first, int32_t n, std::vector<uint8_t> &out) const;
+  // `blocks` are a layer's of dtype `dtype` (LayerSlots::dtype).
+  void gather_rows(const std::vector<uint8_t> &blocks, KvDtype dtype, int which, int32_t first, int32_t n,
+                   std::vector<uint8_t> &out) const;
   // The other way: n slots of token-major K and V rows ([n][n_kv_heads][head_dim] of dtype `src`) written into fresh
-  // blocks in the cache's dtype. Keys that one side stores less the layer's K bias (kv_keys_less_bias) and the other
+  // blocks of dtype `dst` (which slots_per_block() must hold). Keys that one side stores less the layer's K bias (kv_keys_less_bias) and the other
   // not get `key_bias` added back or taken away. Returns the blocks, also appended to `taken` as they are taken (a
   // caller that fails later gives them back with release_blocks). Throws kv_full when the pool has too few.
-  std::vector<int32_t> import_rows(const uint8_t *k, const uint8_t *v, int64_t n, KvDtype src, const std::vector<float> &key_bias,
-                                   std::vector<int32_t> &taken);
+  std::vector<int32_t> import_rows(const uint8_t *k, const uint8_t *v, int64_t n, KvDtype src, KvDtype dst,
+                                   const std::vector<float> &key_bias, std::vector<int32_t> &taken);
+  // Re-stores layer `layer` of `id` in dtype `dtype` (rounding its K/V to it; keys less or plus `key_bias`, the layer's
+  // K bias, as kv_keys_less_bias says): fresh blocks are written first, then the old ones released. All or nothing:
+  // throws kv_full (changing nothing) when the pool lacks the new blocks, unsupported when slots_per_block(dtype) is
+  // 0. A no-op for the layer's own dtype.
+  void convert_layer(int32_t id, int32_t layer, KvDtype dtype, const std::vector<float> &key_bias);
+  // Blocks convert_layer(id, layer, dtype) takes from the pool before it returns the layer's old ones (its peak need).
+  int64_t blocks_to_convert(int32_t id, int32_t layer, KvDtype dtype) const;
 
   PagedKv view(int32_t id, int32_t layer);
   KvStore &store() { return *store_; }
@@ -225,6 +250,8 @@ class KvCache {
   int64_t block_bytes_ = 0;
   std::unique_ptr<KvStore> store_;
   PagedKv geometry_{};  // the pool's base and block geometry; view() adds a table and slot count
+  // The geometry of a layer of dtype d: geometry_ with that dtype and its slots per block.
+  PagedKv geometry_of(KvDtype d) const;
   std::vector<int32_t> refcount_;
   std::vector<int32_t> free_;
   std::vector<int32_t> freed_;  // freed since the last return_memory()

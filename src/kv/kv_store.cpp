@@ -24,12 +24,15 @@ class HostKvStore final : public KvStore {
 
   uint8_t *base() const override { return g_.pool; }
   void copy_block(int32_t dst, int32_t src) override { std::memcpy(at(dst), at(src), static_cast<size_t>(g_.block_stride)); }
-  void move_slots(const std::vector<int32_t> &moves) override {
+  void move_slots(const std::vector<int32_t> &moves, const PagedKv &layer) override {
     const int64_t n = static_cast<int64_t>(moves.size() / 4);
     const int64_t batch = std::min(n, kMoveBatch);
-    scratch_.resize(static_cast<size_t>(batch * 2 * g_.n_kv_heads * kv_bytes(g_.dtype, g_.head_dim)));
+    PagedKv g = g_;
+    g.dtype = layer.dtype;
+    g.block_size = layer.block_size;
+    scratch_.resize(static_cast<size_t>(batch * 2 * g.n_kv_heads * kv_bytes(g.dtype, g.head_dim)));
     for (int64_t i = 0; i < n; i += batch)
-      cpu::kv_move_slots(g_, moves.data() + 4 * i, std::min(batch, n - i), scratch_.data());
+      cpu::kv_move_slots(g, moves.data() + 4 * i, std::min(batch, n - i), scratch_.data());
   }
   void read_blocks(const std::vector<int32_t> &ids, uint8_t *out) const override {
     for (size_t i = 0; i < ids.size(); ++i) std::memcpy(out + i * static_cast<size_t>(g_.block_stride), at(ids[i]), static_cast<size_t>(g_.block_stride));

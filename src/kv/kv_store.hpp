@@ -21,7 +21,8 @@ class KvStore {
   // host. They come in compaction order: no move writes a location that a later move reads (kept slots gather
   // towards the front of their layer, or into fresh copies), so a store may apply them in order, in batches that
   // each read before they write, with scratch memory bounded by a batch rather than by the whole compaction.
-  virtual void move_slots(const std::vector<int32_t> &moves) = 0;
+  // `layer` is the moved layers' geometry (their dtype and slots per block; its pool and table are ignored).
+  virtual void move_slots(const std::vector<int32_t> &moves, const PagedKv &layer) = 0;
 
   // Moves per batch: bounds the scratch memory of a compaction (all layers of a 3,600-token SmolLM2 sequence moved
   // at once needed 85 MB of scratch, kept for the life of the session).

@@ -89,6 +89,7 @@ void Session::init(std::unique_ptr<DeviceForward> backend) {
   kc.n_q_dim = hp.n_head * hp.head_dim;
   kc.block_size = opts_.block_size;
   kc.dtype = opts_.kv_dtype;
+  kc.layer_dtypes = device_->describe() == "cpu";  // the CPU's kernels read every dtype
   // The host pool is committed lazily, so what bounds it is physical memory, not what happens to be free now; a
   // device pool is allocated whole, so there it is free memory.
   const int64_t free_bytes = device_->free_memory();

@@ -20,8 +20,9 @@ namespace detail {
 [[noreturn]] inline void bad(const std::string &m) { fail(Status::bad_snapshot, "corrupt snapshot: " + m); }
 
 struct StagedLayer {
+  KvDtype dtype = KvDtype::f16;  // of k and v: the layer's own in the file, else the snapshot's
   std::vector<int32_t> pos;
-  std::vector<uint8_t> k, v;  // [n_slots][n_kv_heads][head_dim] of the snapshot's dtype (token-major)
+  std::vector<uint8_t> k, v;  // [n_slots][n_kv_heads][head_dim] of dtype (token-major)
   std::array<std::vector<float>, kSlotChannels> channels;
   std::vector<float> window_q;
 };
@@ -96,10 +97,14 @@ SequenceSummary read_sequence(const fb::Sequence *s, int32_t si, const Summary &
 void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const SequenceSummary &ss, size_t n_wpos,
                        const Summary &sum, const RowLayout &lay, StagedSeq *sq, int &max_channels);
 
+// The dtype a layer saved in `layer` from a snapshot of dtype `snapshot_dtype` is restored in: its own where a
+// compression chose it and the cache has the snapshot's dtype and holds that one (a CPU cache), else the cache's.
+KvDtype restored_dtype(const KvCache &kv, KvDtype snapshot_dtype, KvDtype layer);
 // A staged layer's slots as the cache's: blocks taken from `kv` (appended to `taken` as they are), K/V converted
-// from the snapshot's dtype `src` to the cache's (keys stored less the layer's K bias `bk` on one side only get it
-// back or lose it), slot channels and positions moved. Throws kv_full when the pool runs out.
-LayerSlots commit_layer(KvCache &kv, StagedLayer &SL, KvDtype src, const std::vector<float> &bk, std::vector<int32_t> &taken);
+// from the layer's dtype in the file to restored_dtype() (keys stored less the layer's K bias `bk` on one side only
+// get it back or lose it), slot channels and positions moved. Throws kv_full when the pool runs out.
+LayerSlots commit_layer(KvCache &kv, StagedLayer &SL, KvDtype snapshot_dtype, const std::vector<float> &bk,
+                        std::vector<int32_t> &taken);
 
 }  // namespace detail
 }  // namespace snapshot

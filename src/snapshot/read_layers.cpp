@@ -12,11 +12,22 @@ namespace detail {
 
 namespace {
 
+// The dtype of a layer chunk's K/V: its own (v4) or the header's.
+KvDtype layer_dtype(const fb::Layer *L, const Summary &sum, const std::string &lw) {
+  const auto raw = static_cast<int32_t>(L->kv_dtype());
+  if (raw == 0) return sum.kv_dtype;
+  if (sum.min_reader_version < kLayerDtypeVersion) bad(lw + ": a layer dtype in a file for readers before version 4");
+  if (!kv_dtype_valid(raw)) bad(lw + ": unknown layer KV dtype " + std::to_string(raw));
+  const auto dt = static_cast<KvDtype>(raw);
+  if (!kv_dtype_fits(dt, sum.head_dim)) bad(lw + ": layer KV dtype does not fit the head size");
+  return dt;
+}
+
 // Checks one layer chunk of sequence `si` against its sequence (kept counts, window rows) and the layout; returns
 // its number of slot channels.
 int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t first, int32_t &last_pos, const SequenceSummary &ss,
-                      size_t n_wpos, const Summary &sum, const RowLayout &lay, const std::string &lw) {
-  const int64_t len = ss.length, row = lay.row, qd = lay.qd, es = lay.es;
+                      size_t n_wpos, const Summary &sum, const RowLayout &lay, KvDtype dt, const std::string &lw) {
+  const int64_t len = ss.length, row = kv_bytes(dt, sum.head_dim), qd = lay.qd, es = lay.es;
   const int32_t kept = ss.kept_per_layer[static_cast<size_t>(layer)];
   if (L->seq_index() != si || L->layer() != layer || L->first_slot() != first) bad(lw + ": out of order");
   const int32_t n = L->n_slots();
@@ -43,7 +54,7 @@ int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t fir
   check_hash(L->window_q(), L->window_q_xxh3(), lw + " window queries");
   if (wq_kv) check_hash(L->window_q_kv(), L->window_q_kv_xxh3(), lw + " window queries");  // v1: absent
   // Non-finite K/V, queries or slot channel values would turn every later logit into NaN (token 0 forever).
-  if (!kv_rows_finite(L->k(), sum.kv_dtype) || !kv_rows_finite(L->v(), sum.kv_dtype)) bad(lw + ": K/V values are not all finite");
+  if (!kv_rows_finite(L->k(), dt) || !kv_rows_finite(L->v(), dt)) bad(lw + ": K/V values are not all finite");
   if (!all_finite(L->imp()) || !all_finite(L->window_q()) || !kv_rows_finite(L->window_q_kv(), kv_window_dtype(sum.kv_dtype)))
     bad(lw + ": slot channel or window query values are not all finite");
   for (int32_t j = 0; j < n; ++j) {
@@ -56,10 +67,11 @@ int check_layer_chunk(const fb::Layer *L, int32_t si, int32_t layer, int32_t fir
 
 // Appends a checked layer chunk's slots (K/V transposed to [slot][kv head][head_dim], slot channels, and the
 // layer's window query rows with its first chunk) to the staged layer.
-void stage_layer_chunk(const fb::Layer *L, int32_t first, size_t n_wpos, const Summary &sum, const RowLayout &lay,
+void stage_layer_chunk(const fb::Layer *L, int32_t first, size_t n_wpos, const Summary &sum, const RowLayout &lay, KvDtype dt,
                        StagedLayer &SL) {
   const int32_t n = L->n_slots();
-  const int64_t row = lay.row;
+  const int64_t row = kv_bytes(dt, sum.head_dim);
+  SL.dtype = dt;
   const size_t wq_size = first == 0 ? n_wpos * static_cast<size_t>(lay.qd) : 0;
   const bool wq_kv = vsize(L->window_q_kv()) != 0;
   SL.pos.insert(SL.pos.end(), L->pos()->begin(), L->pos()->end());
@@ -98,6 +110,7 @@ void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const 
                        const Summary &sum, const RowLayout &lay, StagedSeq *sq, int &max_channels) {
   const std::string where = "sequence " + std::to_string(si);
   int32_t layer = 0, first = 0, last_pos = -1;
+  KvDtype dt = sum.kv_dtype;  // the current layer's (every chunk of a layer the same)
   bool started = false;  // the current layer has had a chunk (a layer with nothing kept has one empty chunk)
   for (int32_t ci = 0; ci < layer_chunks; ++ci) {
     const fb::Chunk *c = rd.next();
@@ -112,8 +125,11 @@ void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const 
       if (layer >= sum.n_layer) bad(lw + ": more layer chunks than layers");
     }
     const int32_t kept = ss.kept_per_layer[static_cast<size_t>(layer)];
-    max_channels = std::max(max_channels, check_layer_chunk(L, si, layer, first, last_pos, ss, n_wpos, sum, lay, lw));
-    if (sq != nullptr) stage_layer_chunk(L, first, n_wpos, sum, lay, sq->layers[static_cast<size_t>(layer)]);
+    const KvDtype chunk_dt = layer_dtype(L, sum, lw);
+    if (started && chunk_dt != dt) bad(lw + ": the chunks of a layer differ in KV dtype");
+    dt = chunk_dt;
+    max_channels = std::max(max_channels, check_layer_chunk(L, si, layer, first, last_pos, ss, n_wpos, sum, lay, dt, lw));
+    if (sq != nullptr) stage_layer_chunk(L, first, n_wpos, sum, lay, dt, sq->layers[static_cast<size_t>(layer)]);
     first += L->n_slots();
     started = true;
     if (ci + 1 == layer_chunks && (layer != sum.n_layer - 1 || first != kept)) bad(where + ": layer chunks do not cover every layer");
@@ -121,9 +137,15 @@ void read_layer_chunks(ChunkReader &rd, int32_t si, int32_t layer_chunks, const 
 }
 
 
-LayerSlots commit_layer(KvCache &kv, StagedLayer &SL, KvDtype src, const std::vector<float> &bk, std::vector<int32_t> &taken) {
+KvDtype restored_dtype(const KvCache &kv, KvDtype snapshot_dtype, KvDtype layer) {
+  const bool own = layer != snapshot_dtype && kv.config().dtype == snapshot_dtype && kv.slots_per_block(layer) > 0;
+  return own ? layer : kv.config().dtype;
+}
+
+LayerSlots commit_layer(KvCache &kv, StagedLayer &SL, KvDtype snapshot_dtype, const std::vector<float> &bk, std::vector<int32_t> &taken) {
   LayerSlots L;
-  L.blocks = kv.import_rows(SL.k.data(), SL.v.data(), static_cast<int64_t>(SL.pos.size()), src, bk, taken);
+  L.dtype = restored_dtype(kv, snapshot_dtype, SL.dtype);
+  L.blocks = kv.import_rows(SL.k.data(), SL.v.data(), static_cast<int64_t>(SL.pos.size()), SL.dtype, L.dtype, bk, taken);
   L.pos = std::move(SL.pos);
   L.channels = std::move(SL.channels);
   return L;

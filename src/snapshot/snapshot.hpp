@@ -25,9 +25,10 @@ using ::infokv::VectorSink;
 
 constexpr uint32_t kFormatVersion = 1;     // what this version writes
 constexpr uint32_t kMinReaderVersion = 1;  // the oldest reader that can read what this version writes
-constexpr uint32_t kReaderVersion = 3;     // the newest format this version reads
+constexpr uint32_t kReaderVersion = 4;     // the newest format this version reads
 constexpr uint32_t kWindowKvVersion = 2;   // format (and minimum reader) of a file with 16-bit window queries
 constexpr uint32_t kQuantKvVersion = 3;    // format (and minimum reader) of a file whose KV dtype is q8_0 or q4_0
+constexpr uint32_t kLayerDtypeVersion = 4; // format (and minimum reader) of a file with a layer in a dtype of its own
 
 struct SaveOptions {
   int64_t max_chunk_bytes = int64_t{1} << 30;  // bulk bytes per layer chunk before a layer is split (< 2 GiB)

@@ -100,7 +100,7 @@ struct LayerSplit {
   std::vector<int32_t> kept;
 };
 
-LayerSplit split_layers(const SeqCache &c, int64_t slot_bytes, int64_t max_chunk_bytes) {
+LayerSplit split_layers(const SeqCache &c, const KvConfig &kc, int64_t max_chunk_bytes) {
   LayerSplit sp;
   sp.masks.assign(c.layers.size(), 0);
   sp.per_chunk.assign(c.layers.size(), 1);
@@ -113,7 +113,7 @@ LayerSplit split_layers(const SeqCache &c, int64_t slot_bytes, int64_t max_chunk
         sp.masks[l] |= 1u << ch;
         ++n_ch;
       }
-    const int64_t per_slot = slot_bytes + 4 + 4 * n_ch;
+    const int64_t per_slot = int64_t{2} * kc.n_kv_heads * kv_bytes(L.dtype, kc.head_dim) + 4 + 4 * n_ch;
     sp.per_chunk[l] = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(INT32_MAX, max_chunk_bytes / per_slot)));
     sp.layer_chunks += L.n() == 0 ? 1 : (L.n() + sp.per_chunk[l] - 1) / sp.per_chunk[l];
   }
@@ -159,8 +159,8 @@ void write_layer_chunks(ChunkWriter &w, const KvCache &kv, int32_t id, const Seq
   int32_t first = 0;
   do {
     const int32_t n = std::min(sp.per_chunk[l], L.n() - first);
-    kv.gather_rows(blocks, 0, first, n, buf.kbuf);
-    kv.gather_rows(blocks, 1, first, n, buf.vbuf);
+    kv.gather_rows(blocks, L.dtype, 0, first, n, buf.kbuf);
+    kv.gather_rows(blocks, L.dtype, 1, first, n, buf.vbuf);
     std::vector<int32_t> pos(L.pos.begin() + first, L.pos.begin() + first + n);
     std::vector<float> imp;
     for (int ch = 0; ch < kSlotChannels; ++ch)
@@ -179,7 +179,8 @@ void write_layer_chunks(ChunkWriter &w, const KvCache &kv, int32_t id, const Seq
     flatbuffers::FlatBufferBuilder b(static_cast<size_t>(1024 + buf.kbuf.size() * 2 + pos.size() * 4 + imp.size() * 4 + wq.size() * 4 + wq_kv.size()));
     auto layer = fb::CreateLayerDirect(b, static_cast<int32_t>(si), static_cast<int32_t>(l), first, n, &pos, vec_hash(pos),
                                        &buf.kbuf, vec_hash(buf.kbuf), &buf.vbuf, vec_hash(buf.vbuf), sp.masks[l], &imp, vec_hash(imp), &wq,
-                                       vec_hash(wq), half_window ? &wq_kv : nullptr, vec_hash(wq_kv));
+                                       vec_hash(wq), half_window ? &wq_kv : nullptr, vec_hash(wq_kv),
+                                       L.dtype == kc.dtype ? fb::KvDtype::UNSPECIFIED : static_cast<fb::KvDtype>(static_cast<int16_t>(L.dtype)));
     fb::ChunkBuilder cb(b);
     cb.add_kind(fb::ChunkKind::LAYER);
     cb.add_layer(layer);
@@ -202,12 +203,16 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     if (!session.has_sequence(seq)) fail(Status::not_found, "no sequence " + std::to_string(seq));
     ids.push_back(seq);
   }
-  const int64_t slot_bytes = int64_t{2} * kc.n_kv_heads * kv_bytes(kc.dtype, kc.head_dim);
+  const auto slot_bytes = [&kc](KvDtype d) { return int64_t{2} * kc.n_kv_heads * kv_bytes(d, kc.head_dim); };
   int64_t kept_bytes = 0, full_bytes = 0;
+  bool layer_dtypes = false;  // some layer in a dtype of its own
   for (int32_t id : ids) {
     const SeqCache &c = kv.seq(id);
-    full_bytes += c.length * kc.n_layer * slot_bytes;
-    for (const LayerSlots &L : c.layers) kept_bytes += static_cast<int64_t>(L.n()) * slot_bytes;
+    full_bytes += c.length * kc.n_layer * slot_bytes(kc.dtype);
+    for (const LayerSlots &L : c.layers) {
+      kept_bytes += static_cast<int64_t>(L.n()) * slot_bytes(L.dtype);
+      layer_dtypes = layer_dtypes || L.dtype != kc.dtype;
+    }
   }
   // Window queries are held at the KV dtype's precision (KvCache::commit_step; f16 beside a quantised cache), so a
   // 16-bit or quantised cache stores them in 16 bits: a v2 file.
@@ -221,6 +226,10 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
     facts.format_version = std::max(facts.format_version, kQuantKvVersion);
     facts.min_reader_version = std::max(facts.min_reader_version, kQuantKvVersion);
   }
+  if (layer_dtypes) {  // readers before v4 would read such a layer's rows in the header's dtype
+    facts.format_version = std::max(facts.format_version, kLayerDtypeVersion);
+    facts.min_reader_version = std::max(facts.min_reader_version, kLayerDtypeVersion);
+  }
   facts.n_sequences = static_cast<int32_t>(ids.size());
   facts.kept_bytes = kept_bytes;
   facts.full_bytes = full_bytes;
@@ -231,7 +240,7 @@ void save(const Session &session, int32_t seq, const Sampler *sampler, ByteSink 
   LayerBuffers buf;
   for (size_t si = 0; si < ids.size(); ++si) {
     const SeqCache &c = kv.seq(ids[si]);
-    const LayerSplit sp = split_layers(c, slot_bytes, opts.max_chunk_bytes);
+    const LayerSplit sp = split_layers(c, kc, opts.max_chunk_bytes);
     const int64_t n_rows = saved_window_rows(session, opts, ids[si]);
     const std::vector<int32_t> window_pos(c.window_pos.end() - n_rows, c.window_pos.end());
     write_sequence_chunk(w, si, ids[si], c, SessionAccess::state(session, ids[si]),

@@ -34,6 +34,7 @@ constexpr int32_t interval = 1024;  // read as 0: compression triggered by memor
 constexpr float beta = 20.0f;
 constexpr int32_t sink = 4;
 constexpr bool compress_after_prefill = true;
+constexpr bool layer_precision = true;  // auto may hold a layer at q8_0 under a byte budget (packaging/docs/kv_dtypes.md)
 
 // Sampler.
 constexpr float temperature = 0.8f;

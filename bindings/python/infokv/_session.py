@@ -48,6 +48,15 @@ def _set_budget(o: Any, v: Union[int, float, str]) -> None:
                                    f"budget {v!r}: a fraction must be in (0, 1], a token count a whole number")
 
 
+def _set_layer_precision(o: Any, v: Any) -> None:
+    if isinstance(v, bool):
+        o.layer_precision = _c.IKV_LAYER_PRECISION_AUTO if v else _c.IKV_LAYER_PRECISION_OFF
+    elif isinstance(v, str) and v.lower() in ("auto", "off"):
+        o.layer_precision = _c.IKV_LAYER_PRECISION_AUTO if v.lower() == "auto" else _c.IKV_LAYER_PRECISION_OFF
+    else:
+        raise InvalidArgumentError(_c.IKV_ERR_INVALID_ARGUMENT, f"layer_precision {v!r}: 'auto', 'off', True or False")
+
+
 _SESSION_ALIASES: Dict[str, Callable[[Any, Any], None]] = {
     "policy": lambda o, v: setattr(o, "policy", _member(Policy, "policy", v)),
     "kv_dtype": lambda o, v: setattr(o, "kv_dtype", _member(KvDtype, "kv_dtype", v)),
@@ -55,6 +64,7 @@ _SESSION_ALIASES: Dict[str, Callable[[Any, Any], None]] = {
     "budget": _set_budget,
     "threads": lambda o, v: setattr(o, "n_threads", _whole("threads", v)),
     "compress_after_prefill": lambda o, v: setattr(o, "compress_after_prefill", int(bool(v))),
+    "layer_precision": _set_layer_precision,
 }
 
 
@@ -66,6 +76,8 @@ class Session(_Owner):
     conveniences: ``policy="infokv"`` (or "none", "snapkv", "h2o", "streaming", "tova", "pyramidkv", "auto"),
     ``budget=0.5`` (a fraction) or ``budget=128`` (tokens per layer), ``kv_dtype="f16"``, ``threads=4``.
     ``policy="auto", max_loss=0.05`` compresses to a quality target instead of a budget (see :meth:`auto_report`).
+    ``layer_precision="auto"`` (the default; or True) lets auto hold a layer at q8_0 under a byte budget where that
+    keeps more than it loses, ``"off"`` (or False) keeps every layer in ``kv_dtype`` (see :meth:`layer_dtype`).
 
     ``device="auto"`` (the default; also None: the runtime's choice, the CPU for now), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` chooses where
     it runs: :class:`NoDeviceError` when there is no such CUDA device (its message says why),
@@ -126,6 +138,12 @@ class Session(_Owner):
         """Tokens kept in one layer (below the length after compression)."""
         with self._lock:
             return int(_check(_c.ikv_seq_kept(self.handle, seq, layer)))
+
+    def layer_dtype(self, seq: int = 0, layer: int = 0) -> KvDtype:
+        """The dtype one layer holds its K/V in: the session's kv_dtype unless auto chose a lower precision for it
+        (``layer_precision``) or a snapshot restored it so."""
+        with self._lock:
+            return KvDtype(_check(_c.ikv_seq_layer_dtype(self.handle, seq, layer)))
 
     def kv_bytes(self, seq: int = 0) -> int:
         """Bytes of KV blocks the sequence holds."""

@@ -939,3 +939,28 @@ def test_engine_prefix_cache_on_disk_starts_a_second_engine_from_the_first_ones_
     with infokv.Engine(model, kv_pool_blocks=100) as eng:
         with pytest.raises(infokv.InvalidArgumentError):
             eng.prefix_cache(memory_bytes=-1)
+
+
+def test_auto_holds_layers_at_q8_under_a_byte_budget_unless_told_not_to(smollm2, model):
+    import os
+    with open(os.path.join(os.environ["INFOKV_CORPORA_DIR"], "emma.txt"), encoding="utf-8") as f:  # missing: fails
+        text = f.read()[300000:304000]
+    toks = smollm2.tokenize(text)[:480]
+    dtypes = {}
+    for lp in ("auto", "off", True, False):
+        with smollm2.session(policy="auto", budget=1.0, compress_after_prefill=False, layer_precision=lp) as s:
+            s.decode(toks)
+            s.compress(0, 60, "next")
+            dtypes[lp] = [s.layer_dtype(0, l) for l in range(smollm2.n_layer)]
+            assert all(isinstance(d, infokv.KvDtype) for d in dtypes[lp])
+            with pytest.raises(infokv.OutOfRangeError):
+                s.layer_dtype(0, smollm2.n_layer)
+    assert infokv.KvDtype.Q8_0 in dtypes["auto"] and set(dtypes["auto"]) <= {infokv.KvDtype.F16, infokv.KvDtype.Q8_0}
+    assert set(dtypes["off"]) == {infokv.KvDtype.F16}
+    assert dtypes[True] == dtypes["auto"] and dtypes[False] == dtypes["off"]
+    for bad in ("on", 2, 0.5):
+        with pytest.raises(infokv.InvalidArgumentError):
+            smollm2.session(policy="auto", budget=0.5, layer_precision=bad)
+    with model.session(kv_dtype="f32") as s:  # stories260K's heads of 8: every layer in the session's dtype
+        s.decode(model.tokenize("Once upon a time"))
+        assert s.layer_dtype(0, 0) == infokv.KvDtype.F32

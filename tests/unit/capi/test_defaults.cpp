@@ -47,6 +47,7 @@ void expect_session_options_match_core(const ikv_session_options &o, const char 
   EXPECT_EQ(o.sink, c.sink);
   EXPECT_EQ(o.compress_after_prefill != 0, c.compress_after_prefill);
   EXPECT_EQ(o.max_loss, c.max_loss);
+  EXPECT_EQ(o.layer_precision == IKV_LAYER_PRECISION_AUTO, c.layer_precision);
   EXPECT_EQ(o.max_sequences, 0);  // 0 means the core's default
   EXPECT_EQ(s.max_sequences, defaults::max_sequences);
   EXPECT_EQ(o.device, nullptr);  // NULL means the core's default device
@@ -151,7 +152,9 @@ TEST(Defaults, TheOldInitSymbolWritesTheReleasedRevisionAndNothingPast) {
 // small for the revision, version 0 and NULL are refused with nothing written.
 TEST(Defaults, VersionedInitWritesExactlyTheRevisionAsked) {
   const size_t ends[] = {offsetof(ikv_session_options, device), offsetof(ikv_session_options, max_sequences),
-                         offsetof(ikv_session_options, max_sequences) + sizeof(int32_t), sizeof(ikv_session_options)};
+                         offsetof(ikv_session_options, max_sequences) + sizeof(int32_t),
+                         offsetof(ikv_session_options, max_loss) + sizeof(double),
+                         offsetof(ikv_session_options, layer_precision) + sizeof(int32_t)};
   static_assert(sizeof(ends) / sizeof(ends[0]) == IKV_SESSION_OPTIONS_VERSION, "one end per revision");
   for (uint32_t v = 1; v <= IKV_SESSION_OPTIONS_VERSION; ++v) {
     SCOPED_TRACE("version " + std::to_string(v));
@@ -167,6 +170,9 @@ TEST(Defaults, VersionedInitWritesExactlyTheRevisionAsked) {
     }
     if (v >= 4) {
       EXPECT_EQ(o->max_loss, 0.0);
+    }
+    if (v >= 5) {
+      EXPECT_EQ(o->layer_precision, IKV_LAYER_PRECISION_AUTO);
     }
     // the tail after the revision's last field (alignment padding within `end` aside) keeps its bytes
     for (size_t i = end; i < buf.size(); ++i) ASSERT_EQ(buf[i], 0xA5) << "byte " << i;

@@ -578,3 +578,20 @@ TEST(Config, RelativeModelPathFollowsOneRuleInTheLibrary) {
   ikv_config_free(c);
   if (old != nullptr) ::setenv("INFOKV_MODELS_DIR", saved.c_str(), 1);
 }
+
+// compression.layer_precision: true by default (auto may hold a layer at q8_0 under a byte budget), false read,
+// written and read back in both forms.
+TEST(ConfigLayerPrecision, DefaultsOnReadsOffAndRoundTrips) {
+  EXPECT_TRUE(config_from_json("{}").session.compression.layer_precision);
+  const Config c = config_from_json(R"({"compression": {"policy": "auto", "budget_fraction": 0.25, "layer_precision": false}})");
+  EXPECT_FALSE(c.session.compression.layer_precision);
+  const std::vector<uint8_t> bin = config_to_binary(c);
+  EXPECT_FALSE(config_from_binary(bin.data(), bin.size()).session.compression.layer_precision);
+  EXPECT_NE(config_to_json(c).find("\"layer_precision\": false"), std::string::npos) << config_to_json(c);
+  try {
+    config_from_json(R"({"compression": {"layer_precision": 1}})");
+    ADD_FAILURE() << "a number was read as a bool";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.status(), Status::bad_config);
+  }
+}

@@ -15,6 +15,9 @@
 #include "engine/engine.hpp"
 #include "support/random_inputs.hpp"
 #include "support/stories_model.hpp"
+#include "support/smollm2_model.hpp"
+#include "support/util.hpp"
+#include "support/paths.hpp"
 #include "util/error.hpp"
 
 using namespace infokv;
@@ -116,6 +119,29 @@ Outcome run(const EngineOptions &o, const Script &sc, const std::vector<std::vec
 // 5 conversations of 90 tokens on stories260K (5 layers, blocks of 16): 30 blocks each; 75 hold two and a half.
 constexpr int64_t kSmallPool = 75;
 constexpr int64_t kLargePool = 400;
+
+// Runs turn `q` in a new conversation (pushing conversation `a` out of a pool too small for both: it is dropped),
+// then a short turn of `a` (recomputed to come back); returns, per layer of `a`, the positions it holds below
+// `old_len` (those it held before the new turn).
+std::vector<std::vector<int32_t>> drop_and_bring_back(Engine &e, int64_t a, const std::vector<int32_t> &q, size_t old_len) {
+  const int64_t b = e.open(1);
+  e.submit(b, {q, 10, {}, {}});
+  while (e.busy()) e.step();
+  EXPECT_EQ(e.state(b), TurnState::done);
+  EXPECT_EQ(e.where(a), Where::dropped);
+  EXPECT_STREQ(where_name(e.where(a)), "dropped");
+  e.submit(a, {{5, 6, 7}, 0, {}, {}});
+  while (e.busy()) e.step();
+  EXPECT_EQ(e.state(a), TurnState::done) << e.failure(a);
+  std::vector<std::vector<int32_t>> out;
+  if (e.sequence(a) < 0) return out;
+  for (const LayerSlots &L : e.session().kv().seq(e.sequence(a)).layers) {
+    std::vector<int32_t> &now = out.emplace_back();
+    for (int32_t pos : L.pos)
+      if (pos < static_cast<int32_t>(old_len)) now.push_back(pos);
+  }
+  return out;
+}
 
 TEST(Engine, UnlimitedPoolNeedsNoDecision) {
   const Script sc = make_script(infokv_test::test_seed());
@@ -257,29 +283,48 @@ TEST(Engine, RecomputedCompressedConversationKeepsTheSameKeptSet) {
     // Compressed: a requested auto compression spreads the budget over the layers by the context replay, so some
     // layers may keep all they held, never all of them.
     ASSERT_LT(kept_all, kept.size() * static_cast<size_t>(e.session().kv().seq(seq).length));
-    const size_t old_len = e.tokens(a).size();
-    const int64_t b = e.open(1);
-    e.submit(b, {q, 10, {}, {}});
-    while (e.busy()) e.step();
-    ASSERT_EQ(e.state(b), TurnState::done);
-    ASSERT_EQ(e.where(a), Where::dropped);
-    ASSERT_STREQ(where_name(e.where(a)), "dropped");
-    e.submit(a, {{5, 6, 7}, 0, {}, {}});
-    while (e.busy()) e.step();
-    ASSERT_EQ(e.state(a), TurnState::done) << e.failure(a);
-    const SeqCache &sc = e.session().kv().seq(e.sequence(a));
-    for (size_t l = 0; l < kept.size(); ++l) {
-      std::vector<int32_t> now;
-      for (int32_t pos : sc.layers[l].pos)
-        if (pos < static_cast<int32_t>(old_len)) now.push_back(pos);
-      EXPECT_EQ(now, kept[l]) << "layer " << l;
-    }
+    EXPECT_EQ(drop_and_bring_back(e, a, q, e.tokens(a).size()), kept);
     EXPECT_GE(e.stats().recomputes, 1);  // b, idle by then, may be dropped to bring a back
     if (cache) {
       EXPECT_GT(e.stats().recompute_hit_tokens, 0);
     }
     e.session().kv().check_invariants();
   }
+}
+
+// A conversation whose layers auto holds partly at q8_0 (SmolLM2, heads of 64) comes back from a recompute with the
+// same positions in the same dtype in every layer (recomputed in f16, then rounded as the compression rounded them),
+// so it takes the blocks it held before, not twice as many.
+TEST(Engine, RecomputedConversationKeepsItsLayersPrecision) {
+  REQUIRE_SMOLLM2(m);
+  EngineOptions o = options(Strategy::recompute, 12 * m->hparams().n_layer, true);
+  o.session.kv_dtype = KvDtype::f16;
+  Engine e(m, o);
+  const std::vector<int32_t> text = m->tokenizer().encode(
+      infokv_test::read_text(infokv_test::corpora_dir() + "/emma.txt").substr(250000, 3000), true);
+  ASSERT_GE(text.size(), 260u);
+  const std::vector<int32_t> p(text.begin(), text.begin() + 100), q(text.begin() + 100, text.begin() + 250);
+  const int64_t a = e.open(0);
+  e.submit(a, {p, 4, {}, {}});
+  while (e.busy()) e.step();
+  const int32_t seq = e.sequence(a);
+  ASSERT_GE(seq, 0);
+  e.session().compressor().compress(seq, 40, Question::next);
+  std::vector<std::vector<int32_t>> kept;
+  std::vector<KvDtype> dtype;
+  for (const LayerSlots &L : e.session().kv().seq(seq).layers) {
+    kept.push_back(L.pos);
+    dtype.push_back(L.dtype);
+  }
+  ASSERT_NE(std::count(dtype.begin(), dtype.end(), KvDtype::q8_0), 0) << "auto held no layer at q8_0";
+  const int64_t blocks = e.session().info(seq).blocks;
+  EXPECT_EQ(drop_and_bring_back(e, a, q, e.tokens(a).size()), kept);
+  ASSERT_GE(e.sequence(a), 0);
+  const SeqCache &sc = e.session().kv().seq(e.sequence(a));
+  for (size_t l = 0; l < dtype.size(); ++l) EXPECT_EQ(sc.layers[l].dtype, dtype[l]) << "layer " << l;
+  EXPECT_LE(e.session().info(e.sequence(a)).blocks, blocks + m->hparams().n_layer);  // + the new tokens' blocks
+  EXPECT_GE(e.stats().recomputes, 1);
+  e.session().kv().check_invariants();
 }
 
 TEST(Engine, RecomputedConversationKeepsItsPolicyEvidence) {

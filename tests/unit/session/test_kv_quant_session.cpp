@@ -13,6 +13,8 @@
 #include "infokv_fb/snapshot_generated.h"
 #include "sampling/sampler.hpp"
 #include "snapshot/snapshot.hpp"
+#include "support/qwen_model.hpp"
+#include "support/session_io.hpp"
 #include "support/snapshot.hpp"
 #include "support/smollm2_model.hpp"
 #include "support/paths.hpp"
@@ -22,17 +24,6 @@ using namespace infokv;
 using namespace infokv_test;
 
 namespace {
-
-std::shared_ptr<const Model> qwen() {
-  static std::shared_ptr<const Model> m;
-  if (!m && std::filesystem::exists(qwen25_coder_path())) m = Model::load(qwen25_coder_path());
-  return m;
-}
-
-#define REQUIRE_QWEN(m)                                                                                              \
-  auto m = qwen();                                                                                                   \
-  ASSERT_NE(m, nullptr) << "Qwen2.5-Coder GGUF " << qwen25_coder_path()                                             \
-                        << " is missing: run packaging/fetch_models.sh --model qwen2.5-coder-0.5b (or set INFOKV_QWEN25_CODER)"
 
 const char *kText =
     "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy disposition, seemed to unite some "
@@ -59,33 +50,6 @@ double kl(const std::vector<float> &p_logits, const std::vector<float> &q_logits
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += std::exp(a[i]) * (a[i] - b[i]);
   return s;
-}
-
-std::vector<uint8_t> save_bytes(const Session &s, int32_t seq) {
-  snapshot::VectorSink sink;
-  snapshot::save(s, seq, nullptr, sink, {});
-  return sink.bytes();
-}
-
-Status restore_status(Session &s, const std::vector<uint8_t> &b, std::vector<int32_t> *ids = nullptr) {
-  try {
-    snapshot::MemorySource src(b.data(), b.size());
-    std::vector<int32_t> got = snapshot::restore(s, nullptr, src);
-    if (ids != nullptr) *ids = got;
-  } catch (const Error &e) {
-    return e.status();
-  }
-  return Status::ok;
-}
-
-// The logits after each of `next`, fed one at a time.
-std::vector<std::vector<float>> feed(Session &s, int32_t seq, const std::vector<int32_t> &next) {
-  std::vector<std::vector<float>> out;
-  for (int32_t t : next) {
-    s.decode({{seq, t, false}});
-    out.push_back(s.logits(seq));
-  }
-  return out;
 }
 
 double mean_kl(const std::vector<std::vector<float>> &ref, const std::vector<std::vector<float>> &got) {

@@ -184,6 +184,8 @@ extern void _wrap_ikv_session_options_max_sequences_set_capi_c75d90f7c4086479(ui
 extern swig_intgo _wrap_ikv_session_options_max_sequences_get_capi_c75d90f7c4086479(uintptr_t arg1);
 extern void _wrap_ikv_session_options_max_loss_set_capi_c75d90f7c4086479(uintptr_t arg1, double arg2);
 extern double _wrap_ikv_session_options_max_loss_get_capi_c75d90f7c4086479(uintptr_t arg1);
+extern void _wrap_ikv_session_options_layer_precision_set_capi_c75d90f7c4086479(uintptr_t arg1, swig_intgo arg2);
+extern swig_intgo _wrap_ikv_session_options_layer_precision_get_capi_c75d90f7c4086479(uintptr_t arg1);
 extern void _wrap_delete_ikv_session_options_capi_c75d90f7c4086479(uintptr_t arg1);
 extern uintptr_t _wrap_new_ikv_session_options_capi_c75d90f7c4086479(void);
 extern swig_intgo _wrap_ikv_session_options_init_version_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_19 arg2, swig_intgo arg3);
@@ -213,6 +215,7 @@ extern swig_intgo _wrap_ikv_seq_compression_question_capi_c75d90f7c4086479(swig_
 extern swig_type_28 _wrap_ikv_evidence_name_capi_c75d90f7c4086479(swig_intgo arg1);
 extern swig_intgo _wrap_ikv_seq_auto_report_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4, swig_voidp arg5, uintptr_t arg6, swig_intgo arg7);
 extern swig_intgo _wrap_ikv_seq_auto_layer_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, swig_voidp arg4, uintptr_t arg5, swig_intgo arg6, swig_intgo arg7);
+extern swig_intgo _wrap_ikv_seq_layer_dtype_capi_c75d90f7c4086479(swig_voidp arg1, uintptr_t arg2, swig_intgo arg3, swig_intgo arg4);
 extern swig_intgo _wrap_ikv_session_load_profile_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_29 arg2);
 extern swig_intgo _wrap_ikv_session_save_profile_capi_c75d90f7c4086479(uintptr_t arg1, swig_type_30 arg2);
 extern swig_intgo _wrap_ikv_session_profile_info_capi_c75d90f7c4086479(swig_voidp arg1, swig_voidp arg2, swig_voidp arg3, uintptr_t arg4);
@@ -646,9 +649,11 @@ const IKV_POLICY_TOVA int = 5
 const IKV_POLICY_PYRAMIDKV int = 6
 const IKV_POLICY_AUTO int = 7
 const IKV_POLICY_KVZIP int = 8
+const IKV_LAYER_PRECISION_AUTO int = 0
+const IKV_LAYER_PRECISION_OFF int = 1
 const IKV_SHAPE_UNIFORM int = 0
 const IKV_SHAPE_PYRAMID int = 1
-const IKV_SESSION_OPTIONS_VERSION int = 4
+const IKV_SESSION_OPTIONS_VERSION int = 5
 type SwigcptrIkv_session_options uintptr
 
 func (p SwigcptrIkv_session_options) Swigcptr() uintptr {
@@ -989,6 +994,19 @@ func (arg1 SwigcptrIkv_session_options) GetMax_loss() (_swig_ret float64) {
 	return swig_r
 }
 
+func (arg1 SwigcptrIkv_session_options) SetLayer_precision(arg2 int) {
+	_swig_i_0 := arg1
+	_swig_i_1 := arg2
+	C._wrap_ikv_session_options_layer_precision_set_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0), C.swig_intgo(_swig_i_1))
+}
+
+func (arg1 SwigcptrIkv_session_options) GetLayer_precision() (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := arg1
+	swig_r = (int)(C._wrap_ikv_session_options_layer_precision_get_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0)))
+	return swig_r
+}
+
 func DeleteIkv_session_options(arg1 Ikv_session_options) {
 	_swig_i_0 := getSwigcptr(arg1)
 	C._wrap_delete_ikv_session_options_capi_c75d90f7c4086479(C.uintptr_t(_swig_i_0))
@@ -1053,6 +1071,8 @@ type Ikv_session_options interface {
 	GetMax_sequences() (_swig_ret int)
 	SetMax_loss(arg2 float64)
 	GetMax_loss() (_swig_ret float64)
+	SetLayer_precision(arg2 int)
+	GetLayer_precision() (_swig_ret int)
 }
 
 func Ikv_session_options_init_version(arg1 Ikv_session_options, arg2 int64, arg3 uint) (_swig_ret int) {
@@ -1340,6 +1360,16 @@ func Ikv_seq_auto_layer(arg1 *int32, arg2 *int32, arg3 *float64, arg4 *float64, 
 	_swig_i_5 := arg6
 	_swig_i_6 := arg7
 	swig_r = (int)(C._wrap_ikv_seq_auto_layer_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.swig_voidp(_swig_i_1), C.swig_voidp(_swig_i_2), C.swig_voidp(_swig_i_3), C.uintptr_t(_swig_i_4), C.swig_intgo(_swig_i_5), C.swig_intgo(_swig_i_6)))
+	return swig_r
+}
+
+func Ikv_seq_layer_dtype(arg1 *int32, arg2 Struct_SS_ikv_session, arg3 int, arg4 int) (_swig_ret int) {
+	var swig_r int
+	_swig_i_0 := arg1
+	_swig_i_1 := getSwigcptr(arg2)
+	_swig_i_2 := arg3
+	_swig_i_3 := arg4
+	swig_r = (int)(C._wrap_ikv_seq_layer_dtype_capi_c75d90f7c4086479(C.swig_voidp(_swig_i_0), C.uintptr_t(_swig_i_1), C.swig_intgo(_swig_i_2), C.swig_intgo(_swig_i_3)))
 	return swig_r
 }
 

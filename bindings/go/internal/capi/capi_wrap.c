@@ -1335,6 +1335,31 @@ double _wrap_ikv_session_options_max_loss_get_capi_c75d90f7c4086479(struct ikv_s
 }
 
 
+void _wrap_ikv_session_options_layer_precision_set_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0, intgo _swig_go_1) {
+  struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
+  int32_t arg2 ;
+  
+  arg1 = *(struct ikv_session_options **)&_swig_go_0; 
+  arg2 = (int32_t)_swig_go_1; 
+  
+  if (arg1) (arg1)->layer_precision = arg2;
+  
+}
+
+
+intgo _wrap_ikv_session_options_layer_precision_get_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
+  struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = *(struct ikv_session_options **)&_swig_go_0; 
+  
+  result = (int32_t) ((arg1)->layer_precision);
+  _swig_go_result = result; 
+  return _swig_go_result;
+}
+
+
 void _wrap_delete_ikv_session_options_capi_c75d90f7c4086479(struct ikv_session_options *_swig_go_0) {
   struct ikv_session_options *arg1 = (struct ikv_session_options *) 0 ;
   
@@ -1875,6 +1900,26 @@ intgo _wrap_ikv_seq_auto_layer_capi_c75d90f7c4086479(int *_swig_go_0, int *_swig
   
   
   
+  
+  return _swig_go_result;
+}
+
+
+intgo _wrap_ikv_seq_layer_dtype_capi_c75d90f7c4086479(int *_swig_go_0, struct ikv_session *_swig_go_1, intgo _swig_go_2, intgo _swig_go_3) {
+  int32_t *arg1 = (int32_t *) 0 ;
+  ikv_session *arg2 = (ikv_session *) 0 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int32_t result;
+  intgo _swig_go_result;
+  
+  arg1 = (int32_t *)_swig_go_0;
+  arg2 = *(ikv_session **)&_swig_go_1; 
+  arg3 = (int32_t)_swig_go_2; 
+  arg4 = (int32_t)_swig_go_3; 
+  
+  result = (int32_t)ikv_seq_layer_dtype(arg1,(struct ikv_session const *)arg2,arg3,arg4);
+  _swig_go_result = result; 
   
   return _swig_go_result;
 }

@@ -118,6 +118,17 @@ public final class Session implements AutoCloseable {
   /** Tokens kept in one layer (below the length after compression). */
   public long kept(int seq, int layer) { return longOut(out -> InfokvNative.ikv_seq_kept(out, h(), seq, layer)); }
 
+  /**
+   * The dtype one layer holds its K/V in: the session's KV dtype unless POLICY_AUTO chose a lower precision for it
+   * ({@link SessionOptions#layerPrecision}) or a snapshot restored it so. OUT_OF_RANGE for a layer outside the model.
+   */
+  public KvDtype layerDtype(int seq, int layer) {
+    final int code = intOut(out -> InfokvNative.ikv_seq_layer_dtype(out, h(), seq, layer));
+    for (KvDtype d : KvDtype.values())
+      if (d.code() == code) return d;
+    throw new IllegalStateException("unknown KV dtype " + code);
+  }
+
   /** Bytes of KV blocks the sequence holds. */
   public long kvBytes(int seq) { return longOut(out -> InfokvNative.ikv_seq_kv_bytes(out, h(), seq)); }
 

@@ -64,6 +64,14 @@ public final class SessionOptions {
    * negative or non-finite value, or a positive one with another policy.
    */
   public SessionOptions maxLoss(double maxLoss) { return set("max_loss", maxLoss); }
+  /**
+   * POLICY_AUTO under a byte budget: true (the default) lets it hold a layer at q8_0 where the bytes keep more than
+   * rounding loses (CPU, heads a multiple of 32; {@link Session#layerDtype} says which); false keeps every layer in
+   * the session's KV dtype.
+   */
+  public SessionOptions layerPrecision(boolean auto) {
+    return set("layer_precision", auto ? InfokvNativeConstants.IKV_LAYER_PRECISION_AUTO : InfokvNativeConstants.IKV_LAYER_PRECISION_OFF);
+  }
 
   @Override
   public String toString() { return "SessionOptions" + fields; }

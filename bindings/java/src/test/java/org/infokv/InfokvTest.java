@@ -469,6 +469,33 @@ class InfokvTest {
   }
 
   @Test
+  void autoHoldsLayersAtQ8UnderAByteBudgetUnlessToldNotTo() throws Exception {
+    String p = System.getenv("INFOKV_SMOLLM2");
+    if (p == null || !Files.isRegularFile(Path.of(p))) fail("SmolLM2 GGUF missing: " + p + " (packaging/fetch_models.sh)");
+    String emma = Files.readString(Path.of(System.getenv("INFOKV_CORPORA_DIR"), "emma.txt"));
+    try (Model m = Model.load(p)) {
+      int[] toks = java.util.Arrays.copyOf(m.tokenize(emma.substring(300000, 304000), true), 480);
+      for (boolean auto : new boolean[] {true, false}) {
+        SessionOptions o = SessionOptions.defaults().policy(SessionOptions.POLICY_AUTO).budgetFraction(1.0)
+            .set("compress_after_prefill", 0).layerPrecision(auto);
+        try (Session s = m.newSession(o)) {
+          s.decode(0, toks);
+          s.compress(0, 60, Question.NEXT);
+          int q8 = 0;
+          for (int l = 0; l < m.nLayer(); ++l) {
+            KvDtype d = s.layerDtype(0, l);
+            assertTrue(d == KvDtype.F16 || d == KvDtype.Q8_0, d.toString());
+            if (d == KvDtype.Q8_0) ++q8;
+          }
+          if (auto) assertTrue(q8 > 0, "no layer held at q8_0");
+          else assertEquals(0, q8);
+          assertEquals(Status.OUT_OF_RANGE, assertThrows(InfokvException.class, () -> s.layerDtype(0, m.nLayer())).kind());
+        }
+      }
+    }
+  }
+
+  @Test
   void chatTokensMatchTheReferenceAndChatAnswers() {
     String p = System.getenv("INFOKV_SMOLLM2");
     if (p == null || !Files.isRegularFile(Path.of(p))) fail("SmolLM2 GGUF missing: " + p + " (packaging/fetch_models.sh)");
