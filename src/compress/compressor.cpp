@@ -477,8 +477,12 @@ void Compressor::apply(int32_t seq, const CompressionPlan &plan) {
       if (take > free)
         fail(Status::kv_full, "KV cache full: holding layer " + std::to_string(l) + " at " + kv_dtype_name(plan.dtype[l]) +
                                   " needs " + std::to_string(take) + " free blocks");
+      // Its compacted blocks then go back, unless it shares some with a fork: those may stay the fork's, so such a
+      // layer is counted as returning none (a bound that never promises blocks the conversion will not free).
+      bool shared = false;
+      for (int32_t b : s.layers[l].blocks) shared = shared || kv_.refcount(b) > 1;
       const int32_t obs = kv_.slots_per_block(s.layers[l].dtype);
-      free += (kept + obs - 1) / obs - take;  // its compacted blocks go back (shared ones counted as freed: a bound)
+      free += (shared ? 0 : (kept + obs - 1) / obs) - take;
       convert.push_back(l);
     }
   }

@@ -88,6 +88,16 @@ TEST(LayerPrecision, AutoHoldsLayersAtQ8WithinTheBudgetsBytes) {
     for (const auto &lg : feed(on, a, next))
       for (float v : lg) ASSERT_TRUE(std::isfinite(v));
     on.kv().check_invariants();
+    // An automatic compression for a later question (a probe's rows, the default of generate and chat): each layer
+    // keeps its uniform blocks and may hold more tokens in them at q8_0.
+    Session later(m, auto_opts());
+    const int32_t c = later.add_sequence();
+    prefill(later, c, nullptr, toks);
+    later.compressor().compress(c, budget, Question::later, Occasion::automatic);
+    EXPECT_EQ(later.compressor().state(c).question, Question::later);
+    EXPECT_GT(count_layers(later, c, KvDtype::q8_0), 0) << m->hparams().n_layer << " layers, probe";
+    for (const LayerSlots &L : later.kv().seq(c).layers)
+      EXPECT_EQ(static_cast<int64_t>(L.blocks.size()), (budget + 15) / 16) << "a layer left its uniform blocks";
     Session off(m, auto_opts(KvDtype::f16, false));
     const int32_t b = compressed(off, toks, budget);
     EXPECT_EQ(count_layers(off, b, KvDtype::f16), m->hparams().n_layer);
