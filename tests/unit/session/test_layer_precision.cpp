@@ -105,6 +105,32 @@ TEST(LayerPrecision, AutoHoldsLayersAtQ8WithinTheBudgetsBytes) {
   }
 }
 
+// A compression asked for a later question (the default question of ikv_seq_compress: auto reads the context replay)
+// keeps every layer in the session's dtype: holding them at q8_0 with twice the tokens measured no better for
+// retrieval (packaging/docs/kv_dtypes.md), and the replay's scores are no loss to weigh rounding against.
+TEST(LayerPrecision, ARequestForALaterQuestionKeepsEveryLayerInTheSessionsDtype) {
+  REQUIRE_SMOLLM2(small);
+  REQUIRE_QWEN(qw);
+  for (const auto &m : {small, qw}) {
+    const std::vector<int32_t> toks = text_tokens(*m);
+    const int32_t budget = 120;  // 25%: 8 blocks of 16 f16 tokens, 240 q8_0 tokens
+    for (bool lp : {true, false}) {
+      Session s(m, auto_opts(KvDtype::f16, lp));
+      const int32_t id = s.add_sequence();
+      prefill(s, id, nullptr, toks);
+      s.compressor().compress(id, budget);  // the config's question: later
+      const AutoReport &r = s.compressor().state(id).auto_report;
+      ASSERT_FALSE(r.empty());
+      for (const AutoLayerChoice &ch : r.layers) EXPECT_EQ(ch.evidence, Evidence::replay);
+      const int n = m->hparams().n_layer;
+      EXPECT_EQ(count_layers(s, id, KvDtype::f16), n) << n << " layers, layer_precision " << lp;
+      EXPECT_LE(s.info(id).blocks, static_cast<int64_t>(n) * (budget + 15) / 16);
+      EXPECT_LE(r.tokens, static_cast<int64_t>(n) * budget + n * 16);
+      s.kv().check_invariants();
+    }
+  }
+}
+
 // One decode step of a sequence with q8_0 layers batched with one whose layers are all f16 (the batch cannot read
 // every row with one geometry, and only the q8_0 layers' keys lose the K bias): each gets the logits it gets alone.
 TEST(LayerPrecision, BatchMixingLayerDtypesGivesEachSequenceItsOwnBits) {
