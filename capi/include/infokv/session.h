@@ -119,7 +119,7 @@ typedef struct ikv_session_options {
   /* IKV_LAYER_PRECISION_AUTO (0, default): under a byte budget IKV_POLICY_AUTO chooses per layer both the tokens and
    * the precision, holding a layer at q8_0 (a block of the same bytes then holds about 1.9x the tokens of an f16 one)
    * where its proxy loss, rounding included, is clearly lower; beside an f32, f16 or bf16 cache, on the CPU backend,
-   * for heads whose size is a multiple of 32. Measured: KL to the full cache 0.29-0.61x of the f16-only choice at
+   * for heads whose size is a multiple of 32. Measured: KL to the full cache 0.32-0.69x of the f16-only choice at
    * 12.5% and 25% of the bytes (packaging/docs/kv_dtypes.md). It applies to the automatic compressions and to one
    * asked for IKV_QUESTION_NEXT; one asked for a later question (ikv_seq_compress's default: the context replay) and
    * a quality target keep every layer in kv_dtype. ikv_seq_layer_dtype says which layers it chose.
