@@ -7,7 +7,10 @@
 #      runs that take 15-180 s each under the sanitizers and repeat what cheaper ones check there: the 30-turn chat of
 #      Trigger.AChatAtAQuarter... (Trigger.ProtectedTokens... runs the same paths), the TinyLlama, 1B, 3B and 7B shapes
 #      of the transformers comparison (Qwen2.5-0.5B and the real Qwen2.5-Coder run) and its linear and theta RoPE
-#      variants (dynamic and llama3 run); they all run in the normal builds. INFOKV_SANITIZE_SKIP= runs all),
+#      variants (dynamic and llama3 run), and the two layer-precision decisions on both real models
+#      (LayerPrecision.AutoHolds... and ...ARequestForALaterQuestion...: 185 and 255 s there; the layer-dtype
+#      mechanisms run under the sanitizers in KvLayerDtype.*, the other LayerPrecision.* tests and the engine's);
+#      they all run in the normal builds. INFOKV_SANITIZE_SKIP= runs all),
 #      INFOKV_ALLOC_FAULT_STEP (default 3: the allocation-fault sweeps fail every third allocation, not every one;
 #      1 as in the normal builds)
 set -eu
@@ -25,7 +28,7 @@ ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_check
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export ASAN_OPTIONS UBSAN_OPTIONS
 cd "$build"
-skip=${INFOKV_SANITIZE_SKIP-'Trigger\.AChatAtAQuarter|Families\..*/(tinyllama_1_1b|llama_3_2_1b|llama_3_2_3b|mistral_7b|rope_linear_long|rope_theta_long)( |$)'}
+skip=${INFOKV_SANITIZE_SKIP-'Trigger\.AChatAtAQuarter|LayerPrecision\.(AutoHoldsLayersAtQ8|ARequestForALaterQuestion)|Families\..*/(tinyllama_1_1b|llama_3_2_1b|llama_3_2_3b|mistral_7b|rope_linear_long|rope_theta_long)( |$)'}
 INFOKV_ALLOC_FAULT_STEP=${INFOKV_ALLOC_FAULT_STEP:-3}
 export INFOKV_ALLOC_FAULT_STEP
 if [ -n "$skip" ]; then
