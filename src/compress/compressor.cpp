@@ -471,9 +471,8 @@ void Compressor::apply(int32_t seq, const CompressionPlan &plan) {
     int64_t free = kv_.free_blocks() + (plan.evicts ? kv_.blocks_freed_by(seq, plan.keep) : 0);
     for (size_t l = 0; l < plan.dtype.size() && l < s.layers.size(); ++l) {
       if (plan.dtype[l] == s.layers[l].dtype) continue;
-      const int32_t nbs = kv_.slots_per_block(plan.dtype[l]);
-      if (nbs < 1) fail(Status::internal, "compression plan: a layer dtype this cache cannot hold");
-      const int64_t kept = static_cast<int64_t>(plan.keep[l].size()), take = (kept + nbs - 1) / nbs;
+      if (kv_.slots_per_block(plan.dtype[l]) < 1) fail(Status::internal, "compression plan: a layer dtype this cache cannot hold");
+      const int64_t kept = static_cast<int64_t>(plan.keep[l].size()), take = kv_.blocks_holding(plan.dtype[l], kept);
       if (take > free)
         fail(Status::kv_full, "KV cache full: holding layer " + std::to_string(l) + " at " + kv_dtype_name(plan.dtype[l]) +
                                   " needs " + std::to_string(take) + " free blocks");
@@ -481,8 +480,7 @@ void Compressor::apply(int32_t seq, const CompressionPlan &plan) {
       // layer is counted as returning none (a bound that never promises blocks the conversion will not free).
       bool shared = false;
       for (int32_t b : s.layers[l].blocks) shared = shared || kv_.refcount(b) > 1;
-      const int32_t obs = kv_.slots_per_block(s.layers[l].dtype);
-      free += (shared ? 0 : (kept + obs - 1) / obs) - take;
+      free += (shared ? 0 : kv_.blocks_holding(s.layers[l].dtype, kept)) - take;
       convert.push_back(l);
     }
   }

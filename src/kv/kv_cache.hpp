@@ -223,8 +223,9 @@ class KvCache {
   // throws kv_full (changing nothing) when the pool lacks the new blocks, unsupported when slots_per_block(dtype) is
   // 0. A no-op for the layer's own dtype.
   void convert_layer(int32_t id, int32_t layer, KvDtype dtype, const std::vector<float> &key_bias);
-  // Blocks convert_layer(id, layer, dtype) takes from the pool before it returns the layer's old ones (its peak need).
-  int64_t blocks_to_convert(int32_t id, int32_t layer, KvDtype dtype) const;
+  // Blocks that hold n slots of a layer of dtype d (what convert_layer takes for a layer of n slots before it returns
+  // the old ones); 0 where slots_per_block(d) is 0.
+  int64_t blocks_holding(KvDtype d, int64_t n) const;
 
   PagedKv view(int32_t id, int32_t layer);
   KvStore &store() { return *store_; }

@@ -81,11 +81,9 @@ std::vector<int32_t> KvCache::import_rows(const uint8_t *k, const uint8_t *v, in
   return blocks;
 }
 
-int64_t KvCache::blocks_to_convert(int32_t id, int32_t layer, KvDtype dtype) const {
-  const LayerSlots &L = seq(id).layers.at(static_cast<size_t>(layer));
-  const int32_t bs = slots_per_block(dtype);
-  if (dtype == L.dtype || bs < 1) return 0;
-  return (L.n() + bs - 1) / bs;
+int64_t KvCache::blocks_holding(KvDtype d, int64_t n) const {
+  const int32_t bs = slots_per_block(d);
+  return bs < 1 ? 0 : (n + bs - 1) / bs;
 }
 
 void KvCache::convert_layer(int32_t id, int32_t layer, KvDtype dtype, const std::vector<float> &key_bias) {

@@ -75,12 +75,13 @@ inline int64_t blocks_for(int64_t kept, int32_t block_size) { return (kept + blo
 
 [[noreturn]] void kv_full(int64_t need, int64_t free_blocks);
 
-// The byte geometry of one slot's K/V rows and of a window query row, from the header.
+// The byte geometry of a window query row and of one slot's K/V rows in the header's dtype (a layer of its own dtype
+// sizes its rows by it: read_layers.cpp).
 struct RowLayout {
-  int64_t es, row, qd, slot_bytes;
+  int64_t es, qd, slot_bytes;
   explicit RowLayout(const Summary &sum)
-      : es(kv_bytes(kv_window_dtype(sum.kv_dtype), 1)), row(kv_bytes(sum.kv_dtype, sum.head_dim)),
-        qd(static_cast<int64_t>(sum.n_heads) * sum.head_dim), slot_bytes(2 * sum.n_kv_heads * row) {}
+      : es(kv_bytes(kv_window_dtype(sum.kv_dtype), 1)), qd(static_cast<int64_t>(sum.n_heads) * sum.head_dim),
+        slot_bytes(2 * sum.n_kv_heads * kv_bytes(sum.kv_dtype, sum.head_dim)) {}
 };
 
 // Reads and checks the header chunk; returns the number of sequences it announces. `model` (may be null) is checked

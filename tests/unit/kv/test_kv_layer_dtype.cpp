@@ -103,7 +103,7 @@ TEST(KvLayerDtype, ConvertedLayerIsRoundedOnceAndItsForkKeepsItsRows) {
   const std::vector<float> bias = infokv_test::randn(static_cast<size_t>(kHeads) * kHd, rng, 3.0f);
   const std::vector<float> before = read_layer(kv, 0, 1), other = read_layer(kv, 0, 2);
   const int64_t free0 = kv.free_blocks();
-  EXPECT_EQ(kv.blocks_to_convert(0, 1, KvDtype::q8_0), 2);  // 37 slots of 30 a block
+  EXPECT_EQ(kv.blocks_holding(KvDtype::q8_0, 37), 2);  // 37 slots of 30 a block
   kv.convert_layer(0, 1, KvDtype::q8_0, bias);
   kv.check_invariants();
   EXPECT_EQ(kv.seq(0).layers[1].dtype, KvDtype::q8_0);
